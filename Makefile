@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: MIT
+#
+# The two commands of the README:
+#   make demo    build muster and show the system working on this machine
+#   make check   build, then run every test: unit (ctest), interop (pytest),
+#                the same under ASan+UBSan, a short fuzz of every decoder and
+#                the source style check
+# Both install the Debian packages they need first (scripts/deps.sh).
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PYTHON ?= /usr/bin/python3
+FUZZ_SECONDS ?= 10
+PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
+
+.PHONY: all build demo check check-unit check-interop check-sanitize \
+        check-fuzz check-style fuzz bench install clean deps-build deps-test
+
+all: build
+
+deps-build:
+	@scripts/deps.sh build
+
+deps-test:
+	@scripts/deps.sh test
+
+build: deps-build
+	cmake -S . -B $(BUILD) -DMU_WERROR=ON >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/bin/muster demo
+
+check: deps-test check-style
+	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-fuzz
+
+check-style:
+	@scripts/checksrc.sh
+
+check-unit: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+check-interop: build
+	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin/muster $(PYTEST)
+
+# Unit and interop tests again, against an ASan+UBSan build: a memory error
+# or a leak in any server path fails the run.
+check-sanitize: deps-test
+	cmake -S . -B $(ASAN_BUILD) -DMU_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
+	      -DMU_SANITIZE="address;undefined" >/dev/null
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 MUSTER_BIN=$(CURDIR)/$(ASAN_BUILD)/bin/muster $(PYTEST)
+
+# Build every libFuzzer driver with clang and run each briefly over its seed
+# corpus; `make fuzz FUZZ_SECONDS=600` for a real session.
+fuzz check-fuzz: deps-test
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DMU_BUILD_FUZZ=ON -DMU_BUILD_TESTS=OFF \
+	      -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@for f in $(FUZZ_BUILD)/bin/fuzz_*; do \
+	    name=$$(basename $$f); corpus=fuzz/corpus/$${name#fuzz_}; \
+	    echo "fuzz: $$name for $(FUZZ_SECONDS)s over $$corpus"; \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$name; \
+	    $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 \
+	        $(FUZZ_BUILD)/corpus/$$name $$corpus 2>$(FUZZ_BUILD)/$$name.log \
+	        || { tail -50 $(FUZZ_BUILD)/$$name.log; exit 1; }; \
+	done
+
+bench: build
+	bench/tracker.sh
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What every part of libmuster shares: the export macro, error codes and
+ * their text, the log sink and the allocator hooks.
+ *
+ * Errors: every call returns int, 0 on success or a negative code. System
+ * failures are -errno (-ECONNREFUSED, -ETIMEDOUT, ...); failures that are
+ * muster's own are the MU_E* codes below, all in [-1099, -1000] so they never
+ * collide with an errno. mu_strerror() names either kind.
+ *
+ * Global state: the log sink and the allocator are the only process-wide
+ * settings. Set them once, before any other muster call, from one thread.
+ */
+#ifndef MUSTER_COMMON_H
+#define MUSTER_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(MU_BUILDING)
+#define MU_EXTERN __attribute__((visibility("default")))
+#else
+#define MU_EXTERN
+#endif
+
+enum {
+	MU_EPROTO = -1000,    /* peer broke the protocol (bad shape, bad code) */
+	MU_EBADMAGIC = -1001, /* wrong magic number in a handshake */
+	MU_ETOOBIG = -1002,   /* a length or count over its configured limit */
+	MU_EJSON = -1003,     /* text that is not valid JSON */
+	MU_EEOF = -1004,      /* peer closed the connection mid-exchange */
+	MU_EFAIL = -1005,     /* peer answered with its failure code */
+	MU_EMISMATCH = -1006, /* session handshake refused: wrong matchkey */
+	MU_ESTOPPED = -1007,  /* the service was stopped while we waited */
+	MU_EBIND = -1008,     /* no port in the requested range could be bound */
+	MU_EARG = -1009,      /* bad argument from the caller */
+	MU_ENOMEM = -1010,    /* allocation failed */
+	MU_ERESOLVE = -1011   /* host name did not resolve */
+};
+
+/*
+ * Text for a code returned by any muster call: muster's own codes, -errno
+ * values, or 0 ("success"). Never NULL; the string is static.
+ */
+MU_EXTERN const char *mu_strerror(int err);
+
+/* Log levels, most severe first. */
+typedef enum {
+	MU_LOG_ERROR = 0,
+	MU_LOG_WARN = 1,
+	MU_LOG_INFO = 2,
+	MU_LOG_DEBUG = 3
+} mu_log_level_t;
+
+/*
+ * Receives every log line of the library: the level, the module ("tracker",
+ * "net", ...) and the message without a trailing newline. Called from
+ * whichever thread logs (a service's loop thread, a caller's thread), so the
+ * sink must be thread-safe. The library never writes to stdout or stderr on
+ * its own; with no sink installed, log lines are dropped.
+ */
+typedef void (*mu_log_sink_cb)(mu_log_level_t level, const char *module,
+                               const char *msg, void *ud);
+
+/*
+ * Install the sink (NULL to drop everything) and the most verbose level that
+ * reaches it. Not thread-safe: call before starting anything.
+ */
+MU_EXTERN void mu_log_set_sink(mu_log_sink_cb cb, void *ud,
+                               mu_log_level_t max_level);
+
+/*
+ * A ready-made sink that writes "YYYY-mm-dd HH:MM:SS.mmm LEVEL message\n" to
+ * stderr (the format TVM's Python tracker uses). ud is ignored.
+ */
+MU_EXTERN void mu_log_stderr_sink(mu_log_level_t level, const char *module,
+                                  const char *msg, void *ud);
+
+/*
+ * Replace the allocator used by libmuster (and by cJSON through it). All
+ * three must be given. Call before anything else; not thread-safe. Tests use
+ * it to fail the Nth allocation.
+ */
+MU_EXTERN void mu_set_allocator(void *(*malloc_fn)(size_t),
+                                void *(*realloc_fn)(void *, size_t),
+                                void (*free_fn)(void *));
+
+/*
+ * Free memory that a muster call handed to the caller (strings, arrays of
+ * strings, JSON text). NULL is a no-op.
+ */
+MU_EXTERN void mu_free(void *p);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+MU_EXTERN const char *mu_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,51 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Install the Debian packages that muster's build, demo and tests need, but
+# only the ones that are missing: when everything is there this is a few
+# dpkg queries and no network traffic.
+#
+#   scripts/deps.sh build    compiler, CMake and the libraries libmuster links
+#   scripts/deps.sh test     build + cmocka, pytest, clang's fuzzer runtime
+#
+# Runs apt-get as root, or through sudo when we are not root.
+set -eu
+
+build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev"
+test_pkgs="$build_pkgs libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev"
+
+case "${1:-test}" in
+build) want=$build_pkgs ;;
+test) want=$test_pkgs ;;
+*)
+	echo "usage: $0 [build|test]" >&2
+	exit 2
+	;;
+esac
+
+missing=""
+for p in $want; do
+	# "install ok installed" is the only state in which the files are there.
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	[ "$st" = "install ok installed" ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps: installing missing Debian packages:$missing" >&2
+if [ "$(id -u)" -eq 0 ]; then
+	sudo=""
+elif command -v sudo >/dev/null 2>&1; then
+	sudo="sudo"
+else
+	echo "deps: need root (or sudo) to install:$missing" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists only when an install fails on stale ones; a fresh
+# container often has none at all, so try the cheap path first.
+# shellcheck disable=SC2086
+if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; then
+	$sudo apt-get update -q >/dev/null
+	$sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
+fi
+echo "deps: done" >&2

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared pieces of the `muster` command: option parsing and the entry point
+ * of each subcommand. Subcommands print to stdout what the user asked for
+ * (tables, JSON) and to stderr everything else (logs, errors).
+ */
+#ifndef MU_CLI_INT_H
+#define MU_CLI_INT_H
+
+typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE } cli_opt_kind_t;
+
+typedef struct {
+	const char *name;    /* long name without "--" */
+	cli_opt_kind_t kind;
+	void *dst;           /* int *, const char **, int *, double * */
+	const char *metavar; /* shown in --help; NULL for flags */
+	const char *help;
+} cli_opt_t;
+
+typedef struct {
+	const char *usage; /* "muster tracker [options]" */
+	const char *about; /* paragraph printed under the usage line */
+	const cli_opt_t *opts;
+	int nopts;
+	int min_pos, max_pos; /* positional argument count allowed */
+} cli_cmd_t;
+
+/*
+ * Parse argv[1..] ("--name value", "--name=value", flags) into the option
+ * destinations; positional arguments are moved to the front of argv and
+ * counted in *npos. Returns 0, 1 when --help was printed (exit 0), or 2
+ * after printing a usage error (exit 2).
+ */
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
+
+/*
+ * Block SIGINT/SIGTERM (and ignore SIGPIPE) in this thread and every thread
+ * it starts later: call it before starting a service thread, so that only
+ * the thread of cli_on_signal ever receives them.
+ */
+void cli_block_signals(void);
+/* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
+void cli_on_signal(void (*fn)(void *), void *ud);
+
+int cmd_tracker(int argc, char **argv);
+int cmd_query(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `muster`: one command, one subcommand per job.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "muster/common.h"
+#include "cli/cli_int.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *help;
+} commands[] = {
+	{"tracker", cmd_tracker, "run a TVM-compatible RPC tracker (device pool)"},
+	{"query", cmd_query, "show a tracker's servers and queues"},
+	{"demo", cmd_demo, "show the system working on this machine"},
+	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
+};
+
+static void usage(FILE *f)
+{
+	size_t i;
+
+	fprintf(f, "usage: muster <command> [options]   (muster <command> --help for more)\n\n"
+	           "muster gathers devices, lets jobs rendezvous and runs models across machines.\n\n"
+	           "commands:\n");
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+	fprintf(f, "  %-10s %s\n", "version", "print the version");
+}
+
+int main(int argc, char **argv)
+{
+	size_t i;
+
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+		printf("muster %s\n", mu_version());
+		return 0;
+	}
+	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "muster: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

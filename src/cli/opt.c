@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Table-driven long-option parser and signal glue for the subcommands.
+ * Accepts both "--port 9190" (TVM's Python tools) and "--port=9190" (TVM's
+ * C++ tvm_rpc), so commands copied from either work unchanged.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_int.h"
+
+static void print_help(const cli_cmd_t *cmd)
+{
+	int i;
+
+	printf("usage: %s\n\n%s\n", cmd->usage, cmd->about);
+	if (cmd->nopts > 0)
+		printf("\noptions:\n");
+	for (i = 0; i < cmd->nopts; i++) {
+		const cli_opt_t *o = &cmd->opts[i];
+		char left[64];
+
+		snprintf(left, sizeof(left), "--%s%s%s", o->name,
+		         o->metavar ? " " : "", o->metavar ? o->metavar : "");
+		printf("  %-24s %s\n", left, o->help);
+	}
+	printf("  %-24s %s\n", "--help", "show this help and exit");
+}
+
+static int usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", cmd->usage);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n(see --help)\n");
+	return 2;
+}
+
+static int set_value(const cli_cmd_t *cmd, const cli_opt_t *o, const char *v)
+{
+	char *end;
+
+	errno = 0;
+	switch (o->kind) {
+	case OPT_STR:
+		*(const char **)o->dst = v;
+		return 0;
+	case OPT_INT: {
+		long n = strtol(v, &end, 10);
+
+		if (errno != 0 || end == v || *end != '\0' || n < -2147483647L ||
+		    n > 2147483647L)
+			return usage_error(cmd, "--%s wants an integer", o->name);
+		*(int *)o->dst = (int)n;
+		return 0;
+	}
+	case OPT_DOUBLE: {
+		double d = strtod(v, &end);
+
+		if (errno != 0 || end == v || *end != '\0')
+			return usage_error(cmd, "--%s wants a number", o->name);
+		*(double *)o->dst = d;
+		return 0;
+	}
+	default:
+		return 0;
+	}
+}
+
+static const cli_opt_t *find(const cli_cmd_t *cmd, const char *name, size_t n)
+{
+	int i;
+
+	for (i = 0; i < cmd->nopts; i++)
+		if (strlen(cmd->opts[i].name) == n &&
+		    strncmp(cmd->opts[i].name, name, n) == 0)
+			return &cmd->opts[i];
+	return NULL;
+}
+
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
+{
+	int i, pos = 0, rc;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq;
+		const cli_opt_t *o;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			print_help(cmd);
+			return 1;
+		}
+		if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+			argv[pos++] = argv[i];
+			continue;
+		}
+		eq = strchr(a + 2, '=');
+		o = find(cmd, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+		if (o == NULL)
+			return usage_error(cmd, "unknown option %s", a);
+		if (o->kind == OPT_FLAG) {
+			if (eq != NULL)
+				return usage_error(cmd, "%s takes no value", a);
+			*(int *)o->dst = 1;
+			continue;
+		}
+		if (eq == NULL && i + 1 >= argc)
+			return usage_error(cmd, "%s needs a value", a);
+		rc = set_value(cmd, o, eq ? eq + 1 : argv[++i]);
+		if (rc != 0)
+			return rc;
+	}
+	if (pos < cmd->min_pos || pos > cmd->max_pos)
+		return usage_error(cmd, "%s", pos < cmd->min_pos
+		                                    ? "missing arguments"
+		                                    : "too many arguments");
+	*npos = pos;
+	return 0;
+}
+
+static void (*sig_fn)(void *);
+static void *sig_ud;
+static sigset_t sig_set;
+
+static void *sig_thread(void *arg)
+{
+	int sig;
+
+	(void)arg;
+	if (sigwait(&sig_set, &sig) == 0)
+		sig_fn(sig_ud);
+	return NULL;
+}
+
+void cli_block_signals(void)
+{
+	sigemptyset(&sig_set);
+	sigaddset(&sig_set, SIGINT);
+	sigaddset(&sig_set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+void cli_on_signal(void (*fn)(void *), void *ud)
+{
+	pthread_t th;
+
+	cli_block_signals();
+	sig_fn = fn;
+	sig_ud = ud;
+	if (pthread_create(&th, NULL, sig_thread, NULL) == 0)
+		pthread_detach(th);
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Allocator hooks. The three function pointers are the one piece of global
+ * state besides the log sink; they are set once, before anything runs.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "muster/common.h"
+#include "core/alloc_int.h"
+
+static void *(*malloc_fn)(size_t) = malloc;
+static void *(*realloc_fn)(void *, size_t) = realloc;
+static void (*free_fn)(void *) = free;
+
+void mu_set_allocator(void *(*m)(size_t), void *(*r)(void *, size_t),
+                      void (*f)(void *))
+{
+	cJSON_Hooks hooks;
+
+	if (m == NULL || r == NULL || f == NULL) {
+		m = malloc;
+		r = realloc;
+		f = free;
+	}
+	malloc_fn = m;
+	realloc_fn = r;
+	free_fn = f;
+	hooks.malloc_fn = m;
+	hooks.free_fn = f;
+	cJSON_InitHooks(&hooks);
+}
+
+void mu_free(void *p)
+{
+	mu__free(p);
+}
+
+void *mu__malloc(size_t n)
+{
+	return malloc_fn(n ? n : 1);
+}
+
+void *mu__calloc(size_t count, size_t size)
+{
+	void *p;
+
+	if (size != 0 && count > SIZE_MAX / size)
+		return NULL;
+	p = mu__malloc(count * size);
+	if (p != NULL)
+		memset(p, 0, count * size);
+	return p;
+}
+
+void *mu__realloc(void *p, size_t n)
+{
+	return realloc_fn(p, n ? n : 1);
+}
+
+void mu__free(void *p)
+{
+	if (p != NULL)
+		free_fn(p);
+}
+
+void *mu__memdup(const void *p, size_t n)
+{
+	void *q = mu__malloc(n);
+
+	if (q != NULL && n > 0)
+		memcpy(q, p, n);
+	return q;
+}
+
+char *mu__strndup(const char *s, size_t n)
+{
+	char *q = mu__malloc(n + 1);
+
+	if (q == NULL)
+		return NULL;
+	memcpy(q, s, n);
+	q[n] = '\0';
+	return q;
+}
+
+char *mu__strdup(const char *s)
+{
+	return mu__strndup(s, strlen(s));
+}

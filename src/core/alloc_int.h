@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The allocator every file of libmuster goes through, so that
+ * mu_set_allocator() reaches all of it (cJSON included) and tests can fail the
+ * Nth allocation. Nothing here ever aborts: callers check for NULL.
+ */
+#ifndef MU_CORE_ALLOC_INT_H
+#define MU_CORE_ALLOC_INT_H
+
+#include <stddef.h>
+
+void *mu__malloc(size_t n);
+void *mu__calloc(size_t count, size_t size); /* NULL on overflow too */
+void *mu__realloc(void *p, size_t n);
+void mu__free(void *p);
+char *mu__strdup(const char *s);
+char *mu__strndup(const char *s, size_t n); /* always NUL-terminates */
+void *mu__memdup(const void *p, size_t n);
+
+#endif

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Error text for muster's own codes and for -errno values.
+ */
+#include <string.h>
+
+#include "muster/common.h"
+
+const char *mu_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case MU_EPROTO:
+		return "protocol error from peer";
+	case MU_EBADMAGIC:
+		return "wrong magic number (not the expected protocol)";
+	case MU_ETOOBIG:
+		return "length or count over the configured limit";
+	case MU_EJSON:
+		return "invalid JSON";
+	case MU_EEOF:
+		return "connection closed by peer";
+	case MU_EFAIL:
+		return "peer answered with failure";
+	case MU_EMISMATCH:
+		return "session refused: matchkey mismatch";
+	case MU_ESTOPPED:
+		return "service stopped";
+	case MU_EBIND:
+		return "cannot bind to any port in the range";
+	case MU_EARG:
+		return "invalid argument";
+	case MU_ENOMEM:
+		return "out of memory";
+	case MU_ERESOLVE:
+		return "host name does not resolve";
+	default:
+		break;
+	}
+	if (err < 0 && err > -4096)
+		return strerror(-err); /* glibc's table is static and thread-safe */
+	return "unknown error";
+}
+
+const char *mu_version(void)
+{
+	return MU_VERSION;
+}

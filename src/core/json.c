@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cJSON glue: strict length-delimited parsing and a Python-compatible writer.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "muster/common.h"
+#include "core/json_int.h"
+
+static int depth_ok(const char *p, size_t len)
+{
+	/* cJSON recurses once per level (its own cap is 1000); stop hostile
+	 * nesting early and cheaply, ignoring brackets inside strings. */
+	int depth = 0, in_str = 0;
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		char c = p[i];
+
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if (c == '[' || c == '{') {
+			if (++depth > MU_JSON_MAX_DEPTH)
+				return 0;
+		} else if (c == ']' || c == '}') {
+			depth--;
+		}
+	}
+	return 1;
+}
+
+int mu__json_parse(const char *text, size_t len, cJSON **out)
+{
+	const char *end = NULL;
+	cJSON *v;
+
+	*out = NULL;
+	if (memchr(text, '\0', len) != NULL || !depth_ok(text, len))
+		return MU_EJSON;
+	v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+	if (v == NULL)
+		return MU_EJSON;
+	/* cJSON stops after the first value; anything but whitespace after it
+	 * would be silently ignored, which json.loads() rejects. */
+	while (end != NULL && end < text + len &&
+	       (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+		end++;
+	if (end == NULL || end != text + len) {
+		cJSON_Delete(v);
+		return MU_EJSON;
+	}
+	*out = v;
+	return 0;
+}
+
+int mu__json_is_int(const cJSON *v, double lo, double hi)
+{
+	double d;
+
+	if (!cJSON_IsNumber(v))
+		return 0;
+	d = v->valuedouble;
+	return isfinite(d) && d == floor(d) && d >= lo && d <= hi;
+}
+
+/* Decode one UTF-8 sequence; returns its length, or 1 with *cp = U+FFFD. */
+static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
+{
+	uint32_t c = s[0];
+	size_t n, i;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	if ((c & 0xE0) == 0xC0) {
+		n = 2;
+		c &= 0x1F;
+	} else if ((c & 0xF0) == 0xE0) {
+		n = 3;
+		c &= 0x0F;
+	} else if ((c & 0xF8) == 0xF0) {
+		n = 4;
+		c &= 0x07;
+	} else {
+		*cp = 0xFFFD;
+		return 1;
+	}
+	for (i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80) {
+			*cp = 0xFFFD;
+			return 1;
+		}
+		c = c << 6 | (s[i] & 0x3F);
+	}
+	*cp = c;
+	return n;
+}
+
+int mu__json_dump_string(mu__buf_t *out, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	int rc = mu__buf_appendc(out, '"');
+
+	while (rc == 0 && *p != '\0') {
+		uint32_t cp;
+		size_t n = utf8_decode(p, &cp);
+
+		p += n;
+		switch (cp) {
+		case '"':
+			rc = mu__buf_appends(out, "\\\"");
+			break;
+		case '\\':
+			rc = mu__buf_appends(out, "\\\\");
+			break;
+		case '\n':
+			rc = mu__buf_appends(out, "\\n");
+			break;
+		case '\r':
+			rc = mu__buf_appends(out, "\\r");
+			break;
+		case '\t':
+			rc = mu__buf_appends(out, "\\t");
+			break;
+		case '\b':
+			rc = mu__buf_appends(out, "\\b");
+			break;
+		case '\f':
+			rc = mu__buf_appends(out, "\\f");
+			break;
+		default:
+			if (cp >= 0x20 && cp < 0x7F)
+				rc = mu__buf_appendc(out, (char)cp);
+			else if (cp < 0x10000)
+				rc = mu__buf_printf(out, "\\u%04x", (unsigned)cp);
+			else /* a surrogate pair, as Python writes it */
+				rc = mu__buf_printf(
+					out, "\\u%04x\\u%04x",
+					(unsigned)(0xD800 + ((cp - 0x10000) >> 10)),
+					(unsigned)(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+		}
+	}
+	return rc != 0 ? rc : mu__buf_appendc(out, '"');
+}
+
+static int dump_number(mu__buf_t *out, double d)
+{
+	char tmp[32];
+	int prec;
+
+	if (!isfinite(d)) /* cJSON never parses these; Python would say NaN */
+		return mu__buf_appends(out, "null");
+	if (d == floor(d) && fabs(d) < 9007199254740992.0)
+		return mu__buf_printf(out, "%.0f", d);
+	/* Shortest text that reads back as the same double, like repr(). */
+	for (prec = 15; prec <= 17; prec++) {
+		snprintf(tmp, sizeof(tmp), "%.*g", prec, d);
+		if (strtod(tmp, NULL) == d)
+			break;
+	}
+	return mu__buf_appends(out, tmp);
+}
+
+int mu__json_dump(mu__buf_t *out, const cJSON *v)
+{
+	const cJSON *c;
+	int rc = 0;
+
+	if (cJSON_IsNull(v))
+		return mu__buf_appends(out, "null");
+	if (cJSON_IsTrue(v))
+		return mu__buf_appends(out, "true");
+	if (cJSON_IsFalse(v))
+		return mu__buf_appends(out, "false");
+	if (cJSON_IsNumber(v))
+		return dump_number(out, v->valuedouble);
+	if (cJSON_IsString(v))
+		return mu__json_dump_string(out, v->valuestring);
+	if (cJSON_IsRaw(v))
+		return mu__buf_appends(out, v->valuestring);
+	if (cJSON_IsArray(v)) {
+		rc = mu__buf_appendc(out, '[');
+		for (c = v->child; rc == 0 && c != NULL; c = c->next) {
+			if (c != v->child)
+				rc = mu__buf_appends(out, ", ");
+			if (rc == 0)
+				rc = mu__json_dump(out, c);
+		}
+		return rc != 0 ? rc : mu__buf_appendc(out, ']');
+	}
+	if (cJSON_IsObject(v)) {
+		rc = mu__buf_appendc(out, '{');
+		for (c = v->child; rc == 0 && c != NULL; c = c->next) {
+			if (c != v->child)
+				rc = mu__buf_appends(out, ", ");
+			if (rc == 0)
+				rc = mu__json_dump_string(out, c->string);
+			if (rc == 0)
+				rc = mu__buf_appends(out, ": ");
+			if (rc == 0)
+				rc = mu__json_dump(out, c);
+		}
+		return rc != 0 ? rc : mu__buf_appendc(out, '}');
+	}
+	return MU_EARG;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * JSON glue over cJSON: strict parsing of a length-delimited text, and a
+ * writer that produces exactly what Python's json.dumps() produces with its
+ * defaults (", " and ": " separators, non-ASCII escaped as \uXXXX), so our
+ * replies are byte-identical to those of TVM's Python peers.
+ */
+#ifndef MU_CORE_JSON_INT_H
+#define MU_CORE_JSON_INT_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/buf_int.h"
+
+/* The deepest nesting we parse; deeper text is rejected as MU_EJSON. */
+#define MU_JSON_MAX_DEPTH 64
+
+/*
+ * Parse exactly `len` bytes as one JSON value (whitespace around it allowed,
+ * nothing else). *out is the caller's, freed with cJSON_Delete. 0, MU_EJSON
+ * or MU_ENOMEM. Text containing a NUL byte is rejected.
+ */
+int mu__json_parse(const char *text, size_t len, cJSON **out);
+
+/* Append the Python-style text of v. 0, MU_ETOOBIG or MU_ENOMEM. */
+int mu__json_dump(mu__buf_t *out, const cJSON *v);
+
+/* Append s as a JSON string literal (Python escaping). */
+int mu__json_dump_string(mu__buf_t *out, const char *s);
+
+/* True when v is a number with an integral value in [lo, hi]. */
+int mu__json_is_int(const cJSON *v, double lo, double hi);
+
+#endif

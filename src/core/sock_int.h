@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Blocking client sockets with deadlines, for the client APIs (tracker,
+ * store, session handshakes). Every call takes an absolute deadline from
+ * time_int.h; nothing here waits past it. The fd is non-blocking underneath
+ * and waits happen in poll(), so a deadline is exact even mid-transfer.
+ */
+#ifndef MU_CORE_SOCK_INT_H
+#define MU_CORE_SOCK_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Connect to host:port (name or literal; every resolved address is tried
+ * in turn). *fd gets a connected, non-blocking, close-on-exec socket with
+ * TCP_NODELAY. 0, MU_ERESOLVE, -ETIMEDOUT, or the last address's -errno.
+ */
+int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd);
+
+/* Send all n bytes. 0, -ETIMEDOUT, MU_EEOF (peer gone) or -errno. */
+int mu__sock_send_all(int fd, const void *buf, size_t n, int64_t deadline);
+
+/*
+ * Receive exactly n bytes. 0, -ETIMEDOUT, MU_EEOF (orderly close before n
+ * bytes) or -errno. On failure some bytes may have been consumed.
+ */
+int mu__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline);
+
+/*
+ * Wait until fd is readable (data or EOF). 0, -ETIMEDOUT or -errno. Used to
+ * block on a reply whose arrival time is unknown (a tracker REQUEST).
+ */
+int mu__sock_wait_readable(int fd, int64_t deadline);
+
+void mu__sock_close(int fd);
+
+#endif

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for src/core/json.c: strict parsing, Python-identical output. */
+#include "mu_test.h"
+
+#include "core/json_int.h"
+
+static char *dump(const char *json)
+{
+	static char out[512];
+	mu__buf_t b;
+	cJSON *v;
+
+	assert_int_equal(mu__json_parse(json, strlen(json), &v), 0);
+	mu__buf_init(&b, sizeof(out) - 1);
+	assert_int_equal(mu__json_dump(&b, v), 0);
+	memcpy(out, b.data, b.len + 1);
+	mu__buf_free(&b);
+	cJSON_Delete(v);
+	return out;
+}
+
+static void test_dump_matches_python(void **state)
+{
+	(void)state;
+	/* json.dumps(...) output, as Python 3.11 prints it */
+	assert_string_equal(dump("[0,[\"127.0.0.1\",9090,\"rasp:0.5\"]]"),
+	                    "[0, [\"127.0.0.1\", 9090, \"rasp:0.5\"]]");
+	assert_string_equal(dump("{\"key\" : \"server:x\",\"addr\":[null,\"9090\"]}"),
+	                    "{\"key\": \"server:x\", \"addr\": [null, \"9090\"]}");
+	assert_string_equal(dump("[true,false,null,-1,1.5,1e300,{},[]]"),
+	                    "[true, false, null, -1, 1.5, 1e+300, {}, []]");
+	assert_string_equal(dump("0.1"), "0.1");
+}
+
+static void test_dump_escapes_like_ensure_ascii(void **state)
+{
+	(void)state;
+	/* json.dumps("d\u00e9v\U0001F600\x01\t\"\\\x7f") */
+	assert_string_equal(dump("\"d\xc3\xa9v\xf0\x9f\x98\x80\\u0001\\t\\\"\\\\\\u007f\""),
+	                    "\"d\\u00e9v\\ud83d\\ude00\\u0001\\t\\\"\\\\\\u007f\"");
+}
+
+static void test_parse_is_strict(void **state)
+{
+	cJSON *v = NULL;
+
+	(void)state;
+	assert_int_equal(mu__json_parse(" [1] \n", 6, &v), 0);
+	cJSON_Delete(v);
+	assert_int_equal(mu__json_parse("[1] x", 5, &v), MU_EJSON);
+	assert_null(v);
+	assert_int_equal(mu__json_parse("[1][2]", 6, &v), MU_EJSON);
+	assert_int_equal(mu__json_parse("[1,", 3, &v), MU_EJSON);
+	assert_int_equal(mu__json_parse("", 0, &v), MU_EJSON);
+	assert_int_equal(mu__json_parse("[1]\0", 4, &v), MU_EJSON);
+	/* Only `len` bytes count, whatever follows in memory. */
+	assert_int_equal(mu__json_parse("[12]garbage", 4, &v), 0);
+	assert_int_equal(cJSON_GetArrayItem(v, 0)->valueint, 12);
+	cJSON_Delete(v);
+}
+
+static void test_parse_refuses_deep_nesting(void **state)
+{
+	char text[2 * (MU_JSON_MAX_DEPTH + 1) + 1];
+	cJSON *v = NULL;
+	int i;
+
+	(void)state;
+	for (i = 0; i <= MU_JSON_MAX_DEPTH; i++) {
+		text[i] = '[';
+		text[2 * (MU_JSON_MAX_DEPTH + 1) - 1 - i] = ']';
+	}
+	text[sizeof(text) - 1] = '\0';
+	assert_int_equal(mu__json_parse(text, strlen(text), &v), MU_EJSON);
+	/* one level less is fine; brackets inside strings do not count */
+	assert_int_equal(mu__json_parse(text + 1, strlen(text) - 2, &v), 0);
+	cJSON_Delete(v);
+	{
+		const char *str = "[\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"]";
+
+		assert_int_equal(mu__json_parse(str, strlen(str), &v), 0);
+	}
+	cJSON_Delete(v);
+}
+
+static void test_is_int(void **state)
+{
+	cJSON *v;
+
+	(void)state;
+	v = cJSON_CreateNumber(9090);
+	assert_true(mu__json_is_int(v, 0, 65535));
+	assert_false(mu__json_is_int(v, 0, 100));
+	cJSON_SetNumberValue(v, 1.5);
+	assert_false(mu__json_is_int(v, 0, 65535));
+	cJSON_Delete(v);
+	v = cJSON_CreateString("1");
+	assert_false(mu__json_is_int(v, 0, 65535));
+	cJSON_Delete(v);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dump_matches_python),
+		cmocka_unit_test(test_dump_escapes_like_ensure_ascii),
+		cmocka_unit_test(test_parse_is_strict),
+		cmocka_unit_test(test_parse_refuses_deep_nesting),
+		cmocka_unit_test(test_is_int),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for src/core/net.c: TVM's port search and address text. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <unistd.h>
+
+#include "mu_test.h"
+
+#include "core/net_int.h"
+
+static void test_split_hostport(void **state)
+{
+	char host[64];
+	int port;
+
+	(void)state;
+	assert_int_equal(mu__split_hostport("127.0.0.1:9190", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "127.0.0.1");
+	assert_int_equal(port, 9190);
+	/* split at the LAST colon, as TVM does; brackets dropped */
+	assert_int_equal(mu__split_hostport("[::1]:9190", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(mu__split_hostport("fe80::1:80", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "fe80::1");
+	assert_int_equal(port, 80);
+	assert_int_equal(mu__split_hostport("tracker.local:1", host, sizeof(host), &port), 0);
+	assert_string_equal(host, "tracker.local");
+	assert_int_equal(mu__split_hostport("nocolon", host, sizeof(host), &port), MU_EARG);
+	assert_int_equal(mu__split_hostport(":9190", host, sizeof(host), &port), MU_EARG);
+	assert_int_equal(mu__split_hostport("h:", host, sizeof(host), &port), MU_EARG);
+	assert_int_equal(mu__split_hostport("h:70000", host, sizeof(host), &port), MU_EARG);
+	assert_int_equal(mu__split_hostport("h:12x", host, sizeof(host), &port), MU_EARG);
+	assert_int_equal(mu__split_hostport("averyveryverylonghostname:1", host, 8, &port), MU_EARG);
+}
+
+static void test_addr_text_unmaps_v4(void **state)
+{
+	struct sockaddr_in6 s6;
+	char ip[MU_ADDRSTRLEN], hp[MU_ADDRSTRLEN];
+	int port;
+
+	(void)state;
+	memset(&s6, 0, sizeof(s6));
+	s6.sin6_family = AF_INET6;
+	s6.sin6_port = htons(9090);
+	inet_pton(AF_INET6, "::ffff:10.0.0.7", &s6.sin6_addr);
+	mu__addr_text((struct sockaddr *)&s6, ip, sizeof(ip), &port);
+	assert_string_equal(ip, "10.0.0.7");
+	assert_int_equal(port, 9090);
+	inet_pton(AF_INET6, "::1", &s6.sin6_addr);
+	mu__addr_text((struct sockaddr *)&s6, ip, sizeof(ip), &port);
+	assert_string_equal(ip, "::1");
+	mu__hostport_text(ip, port, hp, sizeof(hp));
+	assert_string_equal(hp, "[::1]:9090");
+	mu__hostport_text("1.2.3.4", 5, hp, sizeof(hp));
+	assert_string_equal(hp, "1.2.3.4:5");
+}
+
+static int listen_at(uv_loop_t *loop, uv_tcp_t *tcp, int port, int end,
+                     int *bound)
+{
+	mu__listen_opts_t o = {"127.0.0.1", port, end, 1, 16};
+
+	uv_tcp_init(loop, tcp);
+	return mu__listen(tcp, &o, bound);
+}
+
+static void test_port_search_skips_busy_ports(void **state)
+{
+	uv_loop_t loop;
+	uv_tcp_t a, b, c, d;
+	int pa, pb, pc;
+
+	(void)state;
+	uv_loop_init(&loop);
+	assert_int_equal(listen_at(&loop, &a, 0, 0, &pa), 0);
+	assert_true(pa > 0);
+	/* [pa, pa+3): pa is busy, so the next free one is chosen */
+	if (listen_at(&loop, &b, pa, pa + 3, &pb) == 0) {
+		assert_true(pb > pa && pb < pa + 3);
+		uv_close((uv_handle_t *)&b, NULL);
+	} else {
+		uv_close((uv_handle_t *)&b, NULL); /* both neighbours taken */
+	}
+	/* a one-port range whose port is busy: MU_EBIND, nothing bound */
+	assert_int_equal(listen_at(&loop, &c, pa, pa + 1, &pc), MU_EBIND);
+	uv_close((uv_handle_t *)&c, NULL);
+	/* port_end <= port means only `port` */
+	assert_int_equal(listen_at(&loop, &d, pa, 0, &pc), MU_EBIND);
+	uv_close((uv_handle_t *)&d, NULL);
+	uv_close((uv_handle_t *)&a, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_listen_bad_host(void **state)
+{
+	uv_loop_t loop;
+	uv_tcp_t a;
+	mu__listen_opts_t o = {"no.such.host.invalid", 0, 0, 1, 16};
+	int p;
+
+	(void)state;
+	uv_loop_init(&loop);
+	uv_tcp_init(&loop, &a);
+	assert_int_equal(mu__listen(&a, &o, &p), MU_ERESOLVE);
+	/* an address this machine does not have: the errno, not a search */
+	o.host = "192.0.2.1";
+	assert_int_equal(mu__listen(&a, &o, &p), -EADDRNOTAVAIL);
+	uv_close((uv_handle_t *)&a, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_split_hostport),
+		cmocka_unit_test(test_addr_text_unmaps_v4),
+		cmocka_unit_test(test_port_search_skips_busy_ports),
+		cmocka_unit_test(test_listen_bad_host),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
