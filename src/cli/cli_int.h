@@ -41,10 +41,13 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
 void cli_block_signals(void);
 /* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
 void cli_on_signal(void (*fn)(void *), void *ud);
+/* Forget that callback; when this returns it is not running. */
+void cli_signal_disarm(void);
 
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int bench_tracker(int argc, char **argv);
 
 #endif

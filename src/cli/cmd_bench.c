@@ -1,12 +1,22 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * `muster bench <part>`: load generators. Each benchmark lives in its own
+ * bench_<part>.c; this file only dispatches.
+ */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/cli_int.h"
 
 int cmd_bench(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	fprintf(stderr, "muster bench: not yet\n");
+	if (argc >= 2 && strcmp(argv[1], "tracker") == 0)
+		return bench_tracker(argc - 1, argv + 1);
+	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: muster bench tracker --target HOST:PORT [options]\n\n"
+		       "Benchmarks: tracker (any TVM-protocol tracker). See muster bench tracker --help.\n");
+		return 0;
+	}
+	fprintf(stderr, "usage: muster bench tracker --target HOST:PORT [options] (see --help)\n");
 	return 2;
 }

@@ -66,7 +66,8 @@ int cmd_tracker(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_tracker, t);
-	mu_tracker_wait(t);
+	mu_tracker_wait(t); /* until a signal, or a STOP with the key */
+	cli_signal_disarm();
 	mu_tracker_free(t);
 	return 0;
 }

@@ -129,6 +129,12 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
 	return 0;
 }
 
+/*
+ * The signal thread calls sig_fn under sig_lock; cli_signal_disarm() takes
+ * the same lock to clear it, so once disarm returns the callback is neither
+ * running nor able to start, and its argument may be freed.
+ */
+static pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
 static void (*sig_fn)(void *);
 static void *sig_ud;
 static sigset_t sig_set;
@@ -138,8 +144,13 @@ static void *sig_thread(void *arg)
 	int sig;
 
 	(void)arg;
-	if (sigwait(&sig_set, &sig) == 0)
+	if (sigwait(&sig_set, &sig) != 0)
+		return NULL;
+	pthread_mutex_lock(&sig_lock);
+	if (sig_fn != NULL)
 		sig_fn(sig_ud);
+	sig_fn = NULL;
+	pthread_mutex_unlock(&sig_lock);
 	return NULL;
 }
 
@@ -157,8 +168,17 @@ void cli_on_signal(void (*fn)(void *), void *ud)
 	pthread_t th;
 
 	cli_block_signals();
+	pthread_mutex_lock(&sig_lock);
 	sig_fn = fn;
 	sig_ud = ud;
+	pthread_mutex_unlock(&sig_lock);
 	if (pthread_create(&th, NULL, sig_thread, NULL) == 0)
 		pthread_detach(th);
+}
+
+void cli_signal_disarm(void)
+{
+	pthread_mutex_lock(&sig_lock);
+	sig_fn = NULL;
+	pthread_mutex_unlock(&sig_lock);
 }

@@ -38,13 +38,55 @@ static int depth_ok(const char *p, size_t len)
 	return 1;
 }
 
+int mu__utf8_valid(const char *p, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)p, *end = s + len;
+
+	while (s < end) {
+		unsigned c = *s;
+		size_t n, i;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			s++;
+			continue;
+		}
+		if (c >= 0xC2 && c <= 0xDF) {
+			n = 1;
+			cp = c & 0x1F;
+		} else if (c >= 0xE0 && c <= 0xEF) {
+			n = 2;
+			cp = c & 0x0F;
+		} else if (c >= 0xF0 && c <= 0xF4) {
+			n = 3;
+			cp = c & 0x07;
+		} else {
+			return 0;
+		}
+		if ((size_t)(end - s) <= n)
+			return 0;
+		for (i = 1; i <= n; i++) {
+			if ((s[i] & 0xC0) != 0x80)
+				return 0;
+			cp = cp << 6 | (s[i] & 0x3F);
+		}
+		/* overlong forms, UTF-16 surrogates, past U+10FFFF */
+		if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+		    (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+			return 0;
+		s += n + 1;
+	}
+	return 1;
+}
+
 int mu__json_parse(const char *text, size_t len, cJSON **out)
 {
 	const char *end = NULL;
 	cJSON *v;
 
 	*out = NULL;
-	if (memchr(text, '\0', len) != NULL || !depth_ok(text, len))
+	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len) ||
+	    !depth_ok(text, len))
 		return MU_EJSON;
 	v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
 	if (v == NULL)

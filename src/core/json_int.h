@@ -20,9 +20,13 @@
 /*
  * Parse exactly `len` bytes as one JSON value (whitespace around it allowed,
  * nothing else). *out is the caller's, freed with cJSON_Delete. 0, MU_EJSON
- * or MU_ENOMEM. Text containing a NUL byte is rejected.
+ * or MU_ENOMEM. Text that is not UTF-8 (RFC 8259 §8.1: as Python's decode
+ * refuses it) or that contains a NUL byte is rejected.
  */
 int mu__json_parse(const char *text, size_t len, cJSON **out);
+
+/* True when the len bytes are well-formed UTF-8 (no overlongs, no surrogates). */
+int mu__utf8_valid(const char *p, size_t len);
 
 /* Append the Python-style text of v. 0, MU_ETOOBIG or MU_ENOMEM. */
 int mu__json_dump(mu__buf_t *out, const cJSON *v);

@@ -136,7 +136,11 @@ static void write_cb(uv_write_t *req, int status)
 	mu__free(w->data);
 	mu__free(w);
 	if (status < 0 && status != UV_ECANCELED && c->state != CONN_CLOSING) {
-		conn_fail(c, "write failed", status);
+		/* a peer that left while we answered is a disconnect, not a fault */
+		if (status == UV_ECONNRESET || status == UV_EPIPE)
+			conn_close(c);
+		else
+			conn_fail(c, "write failed", status);
 		return;
 	}
 	if (c->paused && c->state == CONN_FRAMES &&

@@ -83,6 +83,21 @@ static void test_parse_refuses_deep_nesting(void **state)
 	cJSON_Delete(v);
 }
 
+static void test_utf8_validation(void **state)
+{
+	cJSON *v = NULL;
+
+	(void)state;
+	assert_true(mu__utf8_valid("d\xc3\xa9v \xf0\x9f\x98\x80", 9));
+	assert_false(mu__utf8_valid("\xff", 1));
+	assert_false(mu__utf8_valid("\xc3", 1));           /* truncated */
+	assert_false(mu__utf8_valid("\xc0\xaf", 2));       /* overlong '/' */
+	assert_false(mu__utf8_valid("\xed\xa0\x80", 3));   /* a surrogate */
+	assert_false(mu__utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+	assert_int_equal(mu__json_parse("[\"\xff\"]", 5, &v), MU_EJSON);
+	assert_null(v);
+}
+
 static void test_is_int(void **state)
 {
 	cJSON *v;
@@ -106,6 +121,7 @@ int main(void)
 		cmocka_unit_test(test_dump_escapes_like_ensure_ascii),
 		cmocka_unit_test(test_parse_is_strict),
 		cmocka_unit_test(test_parse_refuses_deep_nesting),
+		cmocka_unit_test(test_utf8_validation),
 		cmocka_unit_test(test_is_int),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
