@@ -47,6 +47,8 @@ void cli_signal_disarm(void);
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_server(int argc, char **argv);
+int cmd_request(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 

@@ -2,75 +2,87 @@
 /*
  * `muster demo`: the system on one machine, narrated for a newcomer.
  *
- * Today it shows the device tracker: a tracker starts, simulated devices
- * register the way TVM's rpc_server (and later `muster server`) does, jobs
- * queue for devices with priorities, and the tracker hands devices out in
- * priority order and forgets a device that goes away. Everything it starts
- * it stops before returning.
+ * Today it shows the device layer: a tracker starts, three device servers
+ * register with it (the same code as `muster server`), jobs open sessions
+ * on devices through the tracker, queue by priority while the devices are
+ * busy, and a device that goes away is withdrawn at once. Everything it
+ * starts it stops before returning.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "muster/server.h"
 #include "muster/tracker.h"
 #include "cli/cli_int.h"
 #include "core/time_int.h"
 
-#define T 5000 /* ms bound on every demo step */
+#define T 10000 /* ms bound on every demo step */
 
 typedef struct {
 	const char *name;
 	const char *key;
-	int port;
-	mu_tracker_client_t *conn;
-	int session; /* how many times it has been handed out */
+	mu_server_t *srv;
 } device_t;
 
 typedef struct {
 	const char *name;
 	double priority;
-	int port; /* tracker */
+	int tracker_port;
 	pthread_t th;
 	int rc;
-	mu_tracker_grant_t grant;
+	mu_session_t *sess;
 } job_t;
 
-/* Grants in the order the tracker made them (filled by the job threads). */
-static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
-static job_t *done_order[8];
-static int ndone;
+/* The order in which waiting jobs got their sessions. */
+static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t order_cond = PTHREAD_COND_INITIALIZER;
+static job_t *order[8];
+static int norder;
+
+/* What every device runs for a session: echo (the stage runner comes later). */
+static void echo(mu_session_t *s, void *ud)
+{
+	char buf[4096];
+	size_t n;
+
+	(void)ud;
+	while (mu_session_recv(s, buf, sizeof(buf), &n, -1) == 0 && n > 0)
+		if (mu_session_send(s, buf, n, T) != 0)
+			break;
+}
 
 static void *job_main(void *arg)
 {
 	job_t *j = arg;
-	mu_tracker_client_t *c;
 
-	j->rc = mu_tracker_client_connect("127.0.0.1", j->port, T, &c);
-	if (j->rc == 0) {
-		j->rc = mu_tracker_client_request(c, "rasp", j->priority, 3 * T,
-		                                  &j->grant);
-		mu_tracker_client_close(c);
-	}
-	pthread_mutex_lock(&done_lock);
-	done_order[ndone++] = j;
-	pthread_cond_signal(&done_cond);
-	pthread_mutex_unlock(&done_lock);
+	j->rc = mu_session_request("127.0.0.1", j->tracker_port, "rasp",
+	                           j->priority, 0, 3, 3 * T, &j->sess);
+	pthread_mutex_lock(&order_lock);
+	order[norder++] = j;
+	pthread_cond_broadcast(&order_cond);
+	pthread_mutex_unlock(&order_lock);
 	return NULL;
+}
+
+static char *summary_json(int port)
+{
+	mu_tracker_client_t *c;
+	char *json = NULL;
+
+	if (mu_tracker_client_connect("127.0.0.1", port, T, &c) == 0)
+		mu_tracker_client_summary(c, T, &json);
+	mu_tracker_client_close(c);
+	return json;
 }
 
 static int show_table(int port)
 {
-	mu_tracker_client_t *c;
-	char *json = NULL, *text = NULL;
-	int rc = mu_tracker_client_connect("127.0.0.1", port, T, &c);
+	char *json = summary_json(port), *text = NULL;
+	int rc = json != NULL ? mu_tracker_summary_text(json, &text) : MU_EEOF;
 
-	if (rc == 0)
-		rc = mu_tracker_client_summary(c, T, &json);
-	mu_tracker_client_close(c);
-	if (rc == 0)
-		rc = mu_tracker_summary_text(json, &text);
 	if (rc == 0)
 		printf("\n%s\n", text);
 	mu_free(json);
@@ -78,132 +90,153 @@ static int show_table(int port)
 	return rc;
 }
 
-/* A device says "I am free, connect with this matchkey" (a PUT). */
-static int offer(device_t *d)
-{
-	char mk[96];
-
-	snprintf(mk, sizeof(mk), "%s:%s-session%d", d->key, d->name, d->session++);
-	return mu_tracker_client_put(d->conn, d->key, d->port, mk, NULL, T);
-}
-
-static int register_device(int port, device_t *d)
-{
-	char info[64];
-	int rc = mu_tracker_client_connect("127.0.0.1", port, T, &d->conn);
-
-	snprintf(info, sizeof(info), "server:%s", d->key);
-	if (rc == 0)
-		rc = mu_tracker_client_update_info(d->conn, info, NULL, d->port, T);
-	if (rc == 0)
-		rc = offer(d);
-	if (rc == 0)
-		printf("   %-8s key %-7s listening on port %d\n", d->name, d->key, d->port);
-	return rc;
-}
-
-/* Wait until the tracker's summary JSON does (or does not) contain needle. */
+/* Wait until the summary JSON does (or does not) contain needle. */
 static int wait_summary(int port, const char *needle, int present)
 {
 	int64_t deadline = mu__deadline(T);
 
 	while (mu__now_ms() < deadline) {
-		mu_tracker_client_t *c;
-		char *json = NULL;
-		int hit = 0;
+		char *json = summary_json(port);
+		int hit = json != NULL && strstr(json, needle) != NULL;
 
-		if (mu_tracker_client_connect("127.0.0.1", port, T, &c) == 0 &&
-		    mu_tracker_client_summary(c, T, &json) == 0)
-			hit = strstr(json, needle) != NULL;
-		mu_tracker_client_close(c);
 		mu_free(json);
 		if (hit == present)
 			return 0;
 	}
-	return -1;
+	return -ETIMEDOUT;
 }
 
-static int run_jobs(int port, device_t *devs)
+static const char *device_at(device_t *devs, const mu_session_t *s)
 {
-	job_t jobs[3] = {{"job-A", 1, port, 0, 0, {{0}, 0, {0}}},
-	                 {"job-B", 5, port, 0, 0, {{0}, 0, {0}}},
-	                 {"job-C", 3, port, 0, 0, {{0}, 0, {0}}}};
+	const char *colon = strrchr(mu_session_peer(s), ':');
+	int port = colon != NULL ? (int)strtol(colon + 1, NULL, 10) : -1;
+
+	for (int i = 0; i < 3; i++)
+		if (devs[i].srv != NULL && mu_server_port(devs[i].srv) == port)
+			return devs[i].name;
+	return "?";
+}
+
+static int say_hello(job_t *j, device_t *devs)
+{
+	char buf[64];
+	size_t n = 0;
+	int rc = mu_session_send(j->sess, "hello", 5, T);
+
+	if (rc == 0)
+		rc = mu_session_recv(j->sess, buf, sizeof(buf), &n, T);
+	if (rc == 0)
+		printf("   %s has a session on %s: it sent \"hello\", the device echoed \"%.*s\"\n",
+		       j->name, device_at(devs, j->sess), (int)n, buf);
+	return rc;
+}
+
+static int start_devices(int tport, device_t *devs)
+{
+	mu_server_opts_t o;
 	int i, rc = 0;
 
-	printf("\n3. Both rasp boards are busy with earlier work. Three jobs now ask for a\n"
-	       "   rasp board, in this order: job-A (priority 1), job-B (priority 5),\n"
-	       "   job-C (priority 3). The tracker queues them; nothing is free yet.\n");
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < 3 && rc == 0; i++) {
+		mu_server_opts_init(&o);
+		o.host = "127.0.0.1";
+		o.port = 0;
+		o.tracker_host = "127.0.0.1";
+		o.tracker_port = tport;
+		o.key = devs[i].key;
+		o.silent = 1;
+		o.on_session = echo;
+		rc = mu_server_start(&o, &devs[i].srv);
+		if (rc == 0)
+			printf("   %-8s key %-7s listening on 127.0.0.1:%d\n", devs[i].name,
+			       devs[i].key, mu_server_port(devs[i].srv));
+	}
+	if (rc == 0)
+		rc = wait_summary(tport, "\"rasp\": {\"free\": 2,", 1);
+	if (rc == 0)
+		rc = wait_summary(tport, "\"jetson\": {\"free\": 1,", 1);
+	return rc;
+}
+
+/* Steps 3 and 4: two jobs hold both boards; three more queue by priority. */
+static int run_jobs(int tport, device_t *devs)
+{
+	job_t jobs[5] = {{"job-1", 1, tport, 0, 0, NULL}, {"job-2", 1, tport, 0, 0, NULL},
+	                 {"job-A", 1, tport, 0, 0, NULL}, {"job-B", 5, tport, 0, 0, NULL},
+	                 {"job-C", 3, tport, 0, 0, NULL}};
+	int i, rc = 0, started = 0;
+
+	printf("\n3. Two jobs ask the tracker for a rasp board. Each gets a device's address\n"
+	       "   and matchkey, connects to the device and opens a session on it:\n");
+	for (i = 0; i < 2 && rc == 0; i++) {
+		rc = mu_session_request("127.0.0.1", tport, "rasp", 1, 0, 3, T, &jobs[i].sess);
+		if (rc == 0)
+			rc = say_hello(&jobs[i], devs);
+	}
+	printf("\n4. While both boards are busy, three more jobs ask for one, in this order:\n"
+	       "   job-A (priority 1), job-B (priority 5), job-C (priority 3). They wait:\n");
+	for (i = 2; i < 5 && rc == 0; i++) {
 		char needle[64];
 
 		/* one at a time, so the arrival order is the one announced */
-		snprintf(needle, sizeof(needle), "\"rasp\": {\"free\": 0, \"pending\": %d}", i + 1);
-		pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]);
+		snprintf(needle, sizeof(needle), "\"pending\": %d}", i - 1);
+		rc = pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]) == 0 ? 0 : MU_ENOMEM;
+		started += rc == 0;
 		if (rc == 0)
-			rc = wait_summary(port, needle, 1) == 0 ? 0 : -ETIMEDOUT;
+			rc = wait_summary(tport, needle, 1);
 	}
 	if (rc == 0)
-		rc = show_table(port);
-	printf("4. The boards finish their work and offer themselves again, one at a time.\n"
-	       "   Higher priority is served first, whatever the arrival order:\n");
+		rc = show_table(tport);
+	printf("5. The sessions end one at a time. Each board registers again at once, and\n"
+	       "   the tracker gives it to the waiting job with the highest priority:\n");
 	for (i = 0; i < 3 && rc == 0; i++) {
-		device_t *d = &devs[i % 2];
+		job_t *done = i < 2 ? &jobs[i] : order[0];
 
-		rc = offer(d);
-		pthread_mutex_lock(&done_lock);
-		while (rc == 0 && ndone <= i)
-			pthread_cond_wait(&done_cond, &done_lock);
-		pthread_mutex_unlock(&done_lock);
-		if (rc == 0 && done_order[i]->rc == 0)
-			printf("   %s frees up  ->  granted to %s (priority %g), matchkey %s\n",
-			       d->name, done_order[i]->name, done_order[i]->priority,
-			       done_order[i]->grant.matchkey);
-		else if (rc == 0)
-			rc = done_order[i]->rc;
+		mu_session_close(done->sess); /* the board is free again */
+		done->sess = NULL;
+		pthread_mutex_lock(&order_lock);
+		while (norder <= i)
+			pthread_cond_wait(&order_cond, &order_lock);
+		pthread_mutex_unlock(&order_lock);
+		rc = order[i]->rc;
+		if (rc == 0)
+			printf("   %s ended  ->  %s (priority %g) gets %s\n", done->name,
+			       order[i]->name, order[i]->priority, device_at(devs, order[i]->sess));
 	}
-	for (i = 0; i < 3; i++)
+	for (i = 2; i < 2 + started; i++)
 		pthread_join(jobs[i].th, NULL);
+	for (i = 0; i < 5; i++)
+		mu_session_close(jobs[i].sess);
 	return rc;
 }
 
 static int demo(mu_tracker_t *t)
 {
-	int port = mu_tracker_port(t), rc = 0, i;
-	device_t devs[3] = {{"rasp-0", "rasp", 9090, NULL, 0},
-	                    {"rasp-1", "rasp", 9091, NULL, 0},
-	                    {"jetson-0", "jetson", 9092, NULL, 0}};
-	mu_tracker_client_t *c;
-	mu_tracker_grant_t g;
+	int tport = mu_tracker_port(t), rc, i;
+	device_t devs[3] = {{"rasp-0", "rasp", NULL}, {"rasp-1", "rasp", NULL},
+	                    {"jetson-0", "jetson", NULL}};
 
-	printf("1. A tracker is running on 127.0.0.1:%d. It speaks Apache TVM's RPC tracker\n"
-	       "   protocol, so TVM's own servers and clients could use it as well.\n", port);
-	printf("\n2. Three devices register: each keeps a connection to the tracker and\n"
-	       "   says \"I am free, connect to me with this matchkey\".\n");
-	for (i = 0; i < 3 && rc == 0; i++)
-		rc = register_device(port, &devs[i]);
+	printf("1. A tracker runs on 127.0.0.1:%d. It speaks Apache TVM's RPC tracker\n"
+	       "   protocol, so TVM's own servers and clients can use it too.\n", tport);
+	printf("\n2. Three devices start and register with it (what `muster server --tracker\n"
+	       "   HOST:PORT --key KEY` does on each machine):\n");
+	rc = start_devices(tport, devs);
 	if (rc == 0) {
-		printf("\n   `muster query` (or TVM's query_rpc_tracker) now shows:\n");
-		rc = show_table(port);
-	}
-	/* earlier work takes both rasp boards */
-	for (i = 0; i < 2 && rc == 0; i++) {
-		rc = mu_tracker_client_connect("127.0.0.1", port, T, &c);
-		if (rc == 0)
-			rc = mu_tracker_client_request(c, "rasp", 1, T, &g);
-		mu_tracker_client_close(c);
+		printf("\n   `muster query` (or TVM's query_rpc_tracker) shows:\n");
+		rc = show_table(tport);
 	}
 	if (rc == 0)
-		rc = run_jobs(port, devs);
+		rc = run_jobs(tport, devs);
 	if (rc == 0) {
-		printf("\n5. jetson-0 loses power: its connection drops and the tracker withdraws it\n"
-		       "   at once, so no job is ever sent to a dead device:\n");
-		mu_tracker_client_close(devs[2].conn);
-		devs[2].conn = NULL;
-		rc = wait_summary(port, "server:jetson", 0) == 0 ? show_table(port)
-		                                                 : -ETIMEDOUT;
+		printf("\n6. jetson-0 is switched off. The tracker withdraws it at once, so no job\n"
+		       "   is ever sent to a dead device:\n");
+		mu_server_free(devs[2].srv);
+		devs[2].srv = NULL;
+		rc = wait_summary(tport, "server:jetson", 0);
+		if (rc == 0)
+			rc = show_table(tport);
 	}
 	for (i = 0; i < 3; i++)
-		mu_tracker_client_close(devs[i].conn);
+		mu_server_free(devs[i].srv);
 	return rc;
 }
 
@@ -216,16 +249,16 @@ int cmd_demo(int argc, char **argv)
 	cli_cmd_t cmd = {
 		"muster demo",
 		"Show muster working on this machine, step by step: a device tracker, devices\n"
-		"registering with it, jobs queueing for devices by priority. Everything it\n"
-		"starts is stopped before it exits. Takes no arguments.",
+		"registering with it, jobs opening sessions on devices and queueing for them\n"
+		"by priority. Everything it starts is stopped before it exits. No arguments.",
 		NULL, 0, 0, 0};
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("muster demo: the device tracker\n"
-	       "===============================\n\n");
+	printf("muster demo: devices, a tracker, and jobs\n"
+	       "=========================================\n\n");
 	mu_tracker_opts_init(&o);
 	o.host = "127.0.0.1";
 	o.port = 0; /* any free port: the demo must not collide with a real tracker */
@@ -237,9 +270,9 @@ int cmd_demo(int argc, char **argv)
 	}
 	rc = demo(t);
 	/* Stop it the way TVM's Tracker.terminate() does: STOP with the key. */
-	if (mu_tracker_client_connect("127.0.0.1", mu_tracker_port(t), T, &c) == 0) {
+	if (rc == 0 && mu_tracker_client_connect("127.0.0.1", mu_tracker_port(t), T, &c) == 0) {
 		if (mu_tracker_client_stop(c, mu_tracker_stop_key(t), T) == 0)
-			printf("6. The tracker is stopped with its secret stop key. Done.\n");
+			printf("7. The tracker is stopped with its secret stop key. Done.\n");
 		mu_tracker_client_close(c);
 	}
 	mu_tracker_free(t);

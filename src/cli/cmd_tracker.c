@@ -57,7 +57,7 @@ int cmd_tracker(int argc, char **argv)
 	rc = mu_tracker_start(&o, &t);
 	if (rc == MU_EBIND) {
 		fprintf(stderr, "muster tracker: cannot bind to any port in [%d, %d): all in use\n",
-		        o.port, o.port_end > o.port ? o.port_end : o.port + 1);
+		        o.port, o.port_end);
 		return 1;
 	}
 	if (rc != 0) {

@@ -15,6 +15,8 @@ static const struct {
 } commands[] = {
 	{"tracker", cmd_tracker, "run a TVM-compatible RPC tracker (device pool)"},
 	{"query", cmd_query, "show a tracker's servers and queues"},
+	{"server", cmd_server, "run on a device: register with a tracker, serve sessions"},
+	{"request", cmd_request, "get a device from a tracker and open a session on it"},
 	{"demo", cmd_demo, "show the system working on this machine"},
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };

@@ -81,7 +81,9 @@ int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port)
 	rc = resolve_passive(o->host, &ss, &sslen);
 	if (rc != 0)
 		return rc;
-	end = o->port_end > o->port ? o->port_end : o->port + 1;
+	/* [port, port_end) as TVM searches it, so an empty range binds
+	 * nothing; port 0 (the kernel picks) is a single try */
+	end = o->port == 0 ? 1 : o->port_end;
 	if (end > 65536)
 		end = 65536;
 	rc = MU_EBIND;

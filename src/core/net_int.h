@@ -19,7 +19,7 @@
 typedef struct {
 	const char *host; /* name or literal; "" or NULL = all IPv4 addresses */
 	int port;         /* first port; 0 = let the kernel pick */
-	int port_end;     /* exclusive; <= port means only `port` is tried */
+	int port_end;     /* exclusive, as TVM: <= port is an empty range */
 	int reuse_addr;   /* set SO_REUSEADDR before bind */
 	int backlog;      /* listen(2) backlog */
 } mu__listen_opts_t;

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device side of the tracker protocol, and sessions.
+ *
+ * A server (mu_server_start) listens for sessions, registers its key with a
+ * tracker the way TVM's RPC servers do, and keeps that registration alive
+ * forever: a tracker that goes away is retried with capped backoff and the
+ * server registers again as soon as it is back. A client that completes the
+ * TVM handshake with the current matchkey gets a session, run by the
+ * caller's handler on a thread of its own; sessions run one at a time, as a
+ * device serves one job at a time.
+ *
+ * A client gets a session with mu_session_request (ask a tracker for a
+ * device of a key, then handshake, retrying like TVM's
+ * TrackerSession.request) or mu_session_connect (handshake with a known
+ * server). Either way the result is a connected socket past the handshake.
+ */
+#ifndef MUSTER_SERVER_H
+#define MUSTER_SERVER_H
+
+#include <stddef.h>
+
+#include "muster/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mu_server_s mu_server_t;
+typedef struct mu_session_s mu_session_t;
+
+/*
+ * Runs one session, on a thread the server made for it, with the socket in
+ * blocking mode. Return when the session is over; the server then closes
+ * the socket and offers itself again. When the server stops, or the
+ * client's -timeout passes, the socket is shut down under the handler, so
+ * its reads and writes fail and it should return.
+ */
+typedef void (*mu_session_cb)(mu_session_t *s, void *ud);
+
+typedef struct {
+	const char *host;         /* address to listen on; default "0.0.0.0" */
+	int port;                 /* default 9090; 0 = any */
+	int port_end;             /* exclusive; default 9199 */
+	const char *tracker_host; /* NULL: standalone, the matchkey is the key */
+	int tracker_port;
+	const char *key;          /* device key, e.g. "rasp" (required) */
+	const char *custom_addr;  /* address the tracker hands to clients */
+	int silent;               /* log only warnings and errors */
+	double handshake_timeout; /* seconds to complete a handshake; default 10 */
+	double poll_period;       /* seconds between GET_PENDING_MATCHKEYS; 2 */
+	double retry_max;         /* backoff cap when the tracker is gone; 8 s */
+	mu_session_cb on_session; /* required */
+	void *ud;
+} mu_server_opts_t;
+
+MU_EXTERN void mu_server_opts_init(mu_server_opts_t *o);
+
+/*
+ * Bind (TVM's port search), start serving and registering. Returns once
+ * the port is bound; registration proceeds in the background and never
+ * gives up. MU_EARG (no key or handler), MU_EBIND, MU_ERESOLVE, -errno.
+ */
+MU_EXTERN int mu_server_start(const mu_server_opts_t *o, mu_server_t **out);
+MU_EXTERN int mu_server_port(const mu_server_t *s);
+
+/*
+ * Copy the matchkey a client must present now into buf ("" while a session
+ * runs). Thread-safe. For tests and diagnostics.
+ */
+MU_EXTERN void mu_server_matchkey(mu_server_t *s, char *buf, size_t len);
+
+/* Number of sessions served so far. Thread-safe. */
+MU_EXTERN unsigned long mu_server_sessions(mu_server_t *s);
+
+/* Stop everything (a running session's socket is shut down) and wait. */
+MU_EXTERN void mu_server_stop(mu_server_t *s);
+/* Wait until the server has stopped (through mu_server_stop elsewhere). */
+MU_EXTERN void mu_server_wait(mu_server_t *s);
+/* Stop if running, wait, free. NULL is a no-op. */
+MU_EXTERN void mu_server_free(mu_server_t *s);
+
+/* ---- sessions ---- */
+
+/* The connected socket (blocking). Owned by the session. */
+MU_EXTERN int mu_session_fd(const mu_session_t *s);
+/* The other side: "ip:port". */
+MU_EXTERN const char *mu_session_peer(const mu_session_t *s);
+/* Server side: the client's -timeout in seconds (0: none). */
+MU_EXTERN double mu_session_timeout(const mu_session_t *s);
+/* Client side: the key string the server answered with ("server:KEY"). */
+MU_EXTERN const char *mu_session_server_key(const mu_session_t *s);
+
+/*
+ * Read up to len bytes (*n gets the count; 0 means the peer closed) or
+ * write all len bytes, with a timeout in ms (< 0: none). Bytes the peer
+ * sent right behind its handshake are delivered first. 0 or a negative
+ * error; -ETIMEDOUT leaves the session usable.
+ */
+MU_EXTERN int mu_session_recv(mu_session_t *s, void *buf, size_t len,
+                              size_t *n, int timeout_ms);
+MU_EXTERN int mu_session_send(mu_session_t *s, const void *buf, size_t len,
+                              int timeout_ms);
+
+/*
+ * Handshake with a server at host:port using matchkey (TVM's rpc.connect).
+ * session_timeout > 0 asks the server to end the session after that many
+ * seconds. MU_EMISMATCH when the server refuses the matchkey.
+ */
+MU_EXTERN int mu_session_connect(const char *host, int port,
+                                 const char *matchkey, double session_timeout,
+                                 int timeout_ms, mu_session_t **out);
+
+/*
+ * TVM's TrackerSession.request with a timeout: ask the tracker for a device
+ * of `key` at `priority`, connect to the granted address and handshake;
+ * on a mismatch or an unreachable device, request again, up to max_retry
+ * tries in all. timeout_ms bounds the whole call (< 0: wait for a device
+ * forever, as TVM does). The last cause is returned when every try failed.
+ */
+MU_EXTERN int mu_session_request(const char *tracker_host, int tracker_port,
+                                 const char *key, double priority,
+                                 double session_timeout, int max_retry,
+                                 int timeout_ms, mu_session_t **out);
+
+/* Client side: close the socket and free. NULL is a no-op. */
+MU_EXTERN void mu_session_close(mu_session_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,16 @@
+# SPDX-License-Identifier: MIT
+"""Python binding for muster (ctypes over libmuster; no build step).
+
+    from muster import Tracker, connect_tracker
+    tracker = Tracker(port=9190)          # as tvm.rpc.tracker.Tracker
+    client = connect_tracker("127.0.0.1", tracker.port)
+    print(client.text_summary())
+    tracker.terminate()
+"""
+
+from ._lib import MusterError, version as _version
+from .tracker import Session, Tracker, TrackerSession, connect, connect_tracker
+
+__version__ = _version().decode()
+__all__ = ["MusterError", "Session", "Tracker", "TrackerSession", "connect",
+           "connect_tracker"]

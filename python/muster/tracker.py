@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: MIT
+"""TVM's tracker API, backed by libmuster.
+
+`Tracker` has the signature and behaviour of `tvm.rpc.tracker.Tracker`: it
+starts a tracker (here on a thread of this process, in C, instead of a
+Python subprocess), exposes `host`, `port` and `stop_key`, and `terminate()`
+stops it with a STOP message carrying the key, as TVM's does. Code written
+against TVM's class works with this one.
+
+`connect_tracker(url, port)` gives a client with TVM's `TrackerSession`
+methods (`summary`, `text_summary`, `request`), so Python users need not
+speak the protocol themselves.
+"""
+
+import ctypes
+import json
+import os
+import socket
+import struct
+
+from . import _lib
+from ._lib import MusterError, check
+
+_TRACKER_MAGIC = 0x2F271
+_STOP = 2
+
+
+class Tracker:
+    """Start an RPC tracker (TVM protocol) in the background.
+
+    Parameters are TVM's: host, port (first port tried), port_end (the
+    search stops before it), silent (warnings only), reuse_addr
+    (SO_REUSEADDR), timeout (seconds a peer may take to finish its handshake
+    or a message; None keeps muster's default of 60).
+    """
+
+    def __init__(self, host="0.0.0.0", port=9190, port_end=9199, silent=False,
+                 reuse_addr=True, timeout=None):
+        opts = _lib.TrackerOpts()
+        _lib.tracker_opts_init(ctypes.byref(opts))
+        self._host_bytes = host.encode()  # kept alive while C reads it
+        opts.host = self._host_bytes
+        opts.port = port
+        opts.port_end = port_end
+        opts.silent = 1 if silent else 0
+        opts.reuse_addr = 1 if reuse_addr else 0
+        if timeout is not None:
+            opts.timeout = float(timeout)
+        if not silent:
+            _lib.log_set_sink(_lib.log_stderr_sink, None, 2)
+        handle = ctypes.c_void_p()
+        rc = _lib.tracker_start(ctypes.byref(opts), ctypes.byref(handle))
+        if rc == _lib.MU_EBIND:
+            raise ValueError(f"cannot bind to any port in [{port}, {port_end})")
+        check(f"cannot start a tracker on {host}:{port}", rc)
+        self._handle = handle
+        self.host = host
+        self.port = _lib.tracker_port(handle)
+        self.stop_key = _lib.tracker_stop_key(handle).decode()
+
+    def _stop_tracker(self):
+        """STOP with the key over the protocol, as TVM's terminate() does."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
+            if _recvall(sock, 4) != struct.pack("<i", _TRACKER_MAGIC):
+                raise RuntimeError("not a tracker")
+            body = json.dumps([_STOP, self.stop_key]).encode()
+            sock.sendall(struct.pack("<i", len(body)) + body)
+            size = struct.unpack("<i", _recvall(sock, 4))[0]
+            if json.loads(_recvall(sock, size)) != 0:
+                raise RuntimeError("tracker refused its own stop key")
+
+    def terminate(self):
+        """Stop the tracker; safe to call more than once."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if not handle:
+            return
+        try:
+            self._stop_tracker()
+        except (OSError, RuntimeError, ValueError):
+            pass  # already stopping, or bound where 127.0.0.1 cannot reach
+        _lib.tracker_free(handle)  # stops it if STOP did not, and joins
+
+    def __del__(self):
+        self.terminate()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.terminate()
+
+
+def _recvall(sock, n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("tracker closed the connection")
+        data += chunk
+    return bytes(data)
+
+
+class Session:
+    """An open session with a device: a connected socket past the handshake."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.peer = _lib.session_peer(handle).decode()
+        self.server_key = _lib.session_server_key(handle).decode()
+        # a socket object of our own over a duplicate of the session's fd
+        self.sock = socket.socket(fileno=os.dup(_lib.session_fd(handle)))
+
+    def close(self):
+        handle, self._handle = self._handle, None
+        if handle:
+            self.sock.close()
+            _lib.session_close(handle)
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def connect(url, port, key="", session_timeout=0, timeout=10.0):
+    """Handshake with a device at url:port using matchkey `key` (TVM's
+    rpc.connect, without the RPC layer). Raises MusterError on a refusal."""
+    handle = ctypes.c_void_p()
+    check(f"cannot open a session on {url}:{port}",
+          _lib.session_connect(url.encode(), port, key.encode(),
+                               float(session_timeout), int(timeout * 1000),
+                               ctypes.byref(handle)))
+    return Session(handle)
+
+
+class TrackerSession:
+    """A tracker client with TVM's TrackerSession methods."""
+
+    def __init__(self, addr, timeout=10.0):
+        self._addr = addr
+        self._timeout_ms = int(timeout * 1000)
+        handle = ctypes.c_void_p()
+        check(f"cannot reach a tracker at {addr[0]}:{addr[1]}",
+              _lib.client_connect(addr[0].encode(), addr[1], self._timeout_ms,
+                                  ctypes.byref(handle)))
+        self._handle = handle
+
+    def close(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            _lib.client_close(handle)
+
+    def __del__(self):
+        self.close()
+
+    def _summary_json(self):
+        if not self._handle:  # reconnect after an earlier failure
+            self.__init__(self._addr, self._timeout_ms / 1000)
+        out = ctypes.c_void_p()
+        rc = _lib.client_summary(self._handle, self._timeout_ms, ctypes.byref(out))
+        if rc != 0:
+            self.close()
+            raise MusterError("tracker summary failed", rc)
+        return _lib.take_string(out.value)
+
+    def summary(self):
+        """The summary dict: {"queue_info": ..., "server_info": [...]}."""
+        return json.loads(self._summary_json())
+
+    def text_summary(self):
+        """What `query_rpc_tracker` prints, byte for byte."""
+        out = ctypes.c_void_p()
+        check("cannot format the summary",
+              _lib.summary_text(self._summary_json().encode(), ctypes.byref(out)))
+        return _lib.take_string(out.value)
+
+    def request(self, key, priority=1, session_timeout=0, max_retry=5,
+                timeout=None):
+        """Get a device of `key` and open a session on it (TVM's request,
+        with an optional timeout in seconds instead of waiting forever)."""
+        handle = ctypes.c_void_p()
+        rc = _lib.session_request(
+            self._addr[0].encode(), self._addr[1], key.encode(), float(priority),
+            float(session_timeout), max_retry,
+            -1 if timeout is None else int(timeout * 1000), ctypes.byref(handle))
+        if rc != 0:
+            raise RuntimeError(f"Cannot request {key} after {max_retry} retry, "
+                               f"last_error:{_lib.strerror(rc).decode()}")
+        return Session(handle)
+
+
+def connect_tracker(url, port, timeout=10.0):
+    """Connect to a tracker (TVM's rpc.connect_tracker)."""
+    return TrackerSession((url, port), timeout)

@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The device server's loop thread: accepts clients, reads their TVM
+ * handshake with a deadline (a client that connects and says nothing holds
+ * nobody up), checks the matchkey, and hands a successful connection to a
+ * session thread running the caller's handler. Registration with the
+ * tracker runs beside it (register.c).
+ *
+ * Handshake connection states (hs_conn_t.state):
+ *   HELLO    reading RPC_MAGIC, the length and the key string; timer runs
+ *   WAITING  standalone only: a good hello, waiting for the session slot
+ *   ANSWER   reply queued (SUCCESS: hand off after it is written;
+ *            MISMATCH: close after it is written)
+ *   CLOSING  uv_close issued; freed when both handles have closed
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "muster/server.h"
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "core/log_int.h"
+#include "core/net_int.h"
+#include "core/rand_int.h"
+#include "server/handshake_int.h"
+#include "server/server_int.h"
+#include "server/session_int.h"
+
+typedef enum { HS_HELLO, HS_WAITING, HS_ANSWER, HS_CLOSING } hs_state_t;
+
+typedef struct {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_write_t wreq;
+	mu__list_t node; /* in handshakes or waiting, while not CLOSING */
+	mu_server_t *s;
+	hs_state_t state;
+	int open_handles;
+	int success;   /* the answer being written is SUCCESS */
+	size_t used;   /* bytes of `in` that were the hello */
+	double timeout; /* the client's -timeout */
+	mu__buf_t in;
+	mu__buf_t out;
+	char peer[MU_ADDRSTRLEN];
+} hs_conn_t;
+
+static char scratch[4096]; /* loop-thread read buffer; copied out at once */
+
+/* ---- closing ---- */
+
+static void hs_handle_closed(uv_handle_t *h)
+{
+	hs_conn_t *c = h->data;
+
+	if (--c->open_handles > 0)
+		return;
+	mu__buf_free(&c->in);
+	mu__buf_free(&c->out);
+	mu__free(c);
+}
+
+static void hs_close(hs_conn_t *c)
+{
+	if (c->state == HS_CLOSING)
+		return;
+	c->state = HS_CLOSING;
+	mu__list_remove(&c->node);
+	uv_close((uv_handle_t *)&c->tcp, hs_handle_closed);
+	uv_close((uv_handle_t *)&c->timer, hs_handle_closed);
+}
+
+/* ---- sessions ---- */
+
+static void answer(hs_conn_t *c, int success);
+
+static void close_loop_handles(mu_server_t *s)
+{
+	uv_close((uv_handle_t *)&s->session_done, NULL);
+	uv_close((uv_handle_t *)&s->session_timer, NULL);
+}
+
+/*
+ * The session slot is free again (a session ended, or one that was granted
+ * never started). Tracker mode: the registrar offers a fresh matchkey.
+ * Standalone: the next client in line gets the slot.
+ */
+static void release_slot(mu_server_t *s, int served)
+{
+	mu__list_t *next = NULL;
+	int stopping;
+
+	uv_timer_stop(&s->session_timer);
+	uv_mutex_lock(&s->lock);
+	s->busy = 0;
+	s->sessions += served;
+	s->session_ended = !s->standalone;
+	stopping = s->stopping;
+	uv_cond_broadcast(&s->cond);
+	if (!stopping && (next = mu__list_head(&s->waiting)) != NULL)
+		s->busy = 1;
+	uv_mutex_unlock(&s->lock);
+	if (stopping)
+		close_loop_handles(s);
+	else if (next != NULL)
+		answer(mu__container_of(next, hs_conn_t, node), 1);
+}
+
+static void session_main(void *arg)
+{
+	mu_server_t *s = arg;
+
+	s->opts.on_session(s->active, s->opts.ud);
+	uv_async_send(&s->session_done);
+}
+
+static void session_done_cb(uv_async_t *a)
+{
+	mu_server_t *s = a->data;
+
+	if (s->active == NULL)
+		return;
+	uv_thread_join(&s->active_thread);
+	SLOG(s, MU_LOG_INFO, "Session with %s ended", mu_session_peer(s->active));
+	mu__session_free(s->active);
+	s->active = NULL;
+	release_slot(s, 1);
+}
+
+static void session_timeout_cb(uv_timer_t *t)
+{
+	mu_server_t *s = t->data;
+
+	if (s->active == NULL)
+		return;
+	SLOG(s, MU_LOG_INFO, "Session with %s reached its -timeout; closing it",
+	     mu_session_peer(s->active));
+	shutdown(mu_session_fd(s->active), SHUT_RDWR);
+}
+
+/*
+ * Take the socket out of libuv (a blocking duplicate; the handle closes)
+ * and start a session thread on it, with bytes that came behind the hello.
+ */
+static void hand_off(hs_conn_t *c)
+{
+	mu_server_t *s = c->s;
+	int fd = -1, nfd = -1;
+
+	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+		nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (nfd >= 0)
+		fcntl(nfd, F_SETFL, fcntl(nfd, F_GETFL) & ~O_NONBLOCK);
+	if (nfd >= 0)
+		s->active = mu__session_new(nfd, c->peer, c->timeout,
+		                            c->in.data + c->used, c->in.len - c->used);
+	if (s->active == NULL ||
+	    uv_thread_create(&s->active_thread, session_main, s) != 0) {
+		SLOG(s, MU_LOG_ERROR, "cannot start a session for %s", c->peer);
+		if (s->active != NULL)
+			mu__session_free(s->active); /* closes nfd */
+		else if (nfd >= 0)
+			close(nfd);
+		s->active = NULL;
+		hs_close(c);
+		release_slot(s, 0);
+		return;
+	}
+	SLOG(s, MU_LOG_INFO, "Session with %s started", c->peer);
+	if (c->timeout > 0)
+		uv_timer_start(&s->session_timer, session_timeout_cb,
+		               (uint64_t)(c->timeout * 1000.0), 0);
+	hs_close(c);
+}
+
+static void answer_written(uv_write_t *req, int status)
+{
+	hs_conn_t *c = req->data;
+
+	if (c->state != HS_ANSWER)
+		return; /* closed meanwhile: the server is stopping */
+	if (c->success && status == 0) {
+		hand_off(c);
+		return;
+	}
+	hs_close(c);
+	if (c->success) /* the client left before it heard SUCCESS */
+		release_slot(c->s, 0);
+}
+
+/* Queue the answer to a complete hello. */
+static void answer(hs_conn_t *c, int success)
+{
+	uv_buf_t b;
+	int rc;
+
+	c->state = HS_ANSWER;
+	c->success = success;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	uv_timer_stop(&c->timer);
+	mu__buf_reset(&c->out);
+	rc = mu__rpc_reply_encode(&c->out, success, c->s->key);
+	b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+	c->wreq.data = c;
+	if (rc != 0 || uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, answer_written) != 0) {
+		hs_close(c);
+		if (success) /* the slot was taken for it: give it back */
+			release_slot(c->s, 0);
+	}
+}
+
+/*
+ * Decide on a complete hello. Tracker mode: the current matchkey, once
+ * shown, is used up (a second client with it gets MISMATCH) until the
+ * registrar offers a fresh one after the session. Standalone: the key is
+ * the matchkey; a client arriving while a session runs waits its turn.
+ */
+static void judge(hs_conn_t *c, const char *mk, size_t mklen)
+{
+	mu_server_t *s = c->s;
+	int ok, wait = 0;
+
+	uv_mutex_lock(&s->lock);
+	ok = !s->stopping && s->matchkey[0] != '\0' &&
+	     strlen(s->matchkey) == mklen && memcmp(s->matchkey, mk, mklen) == 0;
+	if (ok && s->busy)
+		wait = 1; /* standalone only: tracker mode clears the key when busy */
+	else if (ok) {
+		s->busy = 1;
+		if (!s->standalone)
+			s->matchkey[0] = '\0';
+	}
+	uv_mutex_unlock(&s->lock);
+	if (!ok) {
+		SLOG(s, MU_LOG_INFO, "Mismatch from %s: matchkey \"%.*s\" is not current",
+		     c->peer, (int)(mklen > 200 ? 200 : mklen), mk);
+		answer(c, 0);
+	} else if (wait) {
+		c->state = HS_WAITING;
+		uv_read_stop((uv_stream_t *)&c->tcp);
+		uv_timer_stop(&c->timer);
+		mu__list_remove(&c->node);
+		mu__list_insert_tail(&s->waiting, &c->node);
+	} else {
+		answer(c, 1);
+	}
+}
+
+static void hs_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	(void)h;
+	(void)hint;
+	*buf = uv_buf_init(scratch, sizeof(scratch));
+}
+
+static void hs_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	hs_conn_t *c = st->data;
+	const char *key, *mk;
+	size_t keylen, mklen;
+	int rc;
+
+	if (nread == 0 || c->state != HS_HELLO)
+		return;
+	if (nread < 0) {
+		SLOG(c->s, MU_LOG_INFO, "%s left during the handshake", c->peer);
+		hs_close(c);
+		return;
+	}
+	if (mu__buf_append(&c->in, buf->base, (size_t)nread) != 0) {
+		hs_close(c);
+		return;
+	}
+	rc = mu__rpc_hello_peek(c->in.data, c->in.len, MU_RPC_MAX_KEY, &key, &keylen);
+	if (rc == 0)
+		return;
+	if (rc < 0) {
+		SLOG(c->s, MU_LOG_WARN, "%s: bad handshake (%s), closing", c->peer,
+		     mu_strerror(rc));
+		hs_close(c);
+		return;
+	}
+	c->used = 8 + keylen;
+	if (mu__rpc_parse_client_key(key, keylen, &mk, &mklen, &c->timeout) != 0) {
+		SLOG(c->s, MU_LOG_INFO, "%s: key string \"%.*s\" is not client:MATCHKEY[ -timeout=N]",
+		     c->peer, (int)(keylen > 200 ? 200 : keylen), key);
+		answer(c, 0);
+		return;
+	}
+	judge(c, mk, mklen);
+}
+
+static void hs_timeout(uv_timer_t *t)
+{
+	hs_conn_t *c = t->data;
+
+	SLOG(c->s, MU_LOG_WARN, "%s: no handshake within %g s, closing", c->peer,
+	     c->s->opts.handshake_timeout);
+	hs_close(c);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+	mu_server_t *s = listener->data;
+	char ip[MU_ADDRSTRLEN];
+	hs_conn_t *c;
+	int port = 0;
+
+	if (status < 0 || (c = mu__calloc(1, sizeof(*c))) == NULL)
+		return;
+	c->s = s;
+	c->tcp.data = c;
+	c->timer.data = c;
+	c->open_handles = 2;
+	c->state = HS_HELLO;
+	mu__buf_init(&c->in, 8 + MU_RPC_MAX_KEY + sizeof(scratch));
+	mu__buf_init(&c->out, 16 + MU_RPC_MAX_KEY);
+	uv_tcp_init(&s->svc.loop, &c->tcp);
+	uv_timer_init(&s->svc.loop, &c->timer);
+	mu__list_insert_tail(&s->handshakes, &c->node);
+	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
+	    mu__tcp_peer(&c->tcp, ip, sizeof(ip), &port) != 0) {
+		hs_close(c);
+		return;
+	}
+	mu__hostport_text(ip, port, c->peer, sizeof(c->peer));
+	uv_tcp_nodelay(&c->tcp, 1);
+	if (s->opts.handshake_timeout > 0)
+		uv_timer_start(&c->timer, hs_timeout,
+		               (uint64_t)(s->opts.handshake_timeout * 1000.0), 0);
+	uv_read_start((uv_stream_t *)&c->tcp, hs_alloc, hs_read);
+}
+
+/* ---- stopping ---- */
+
+static void close_all(mu__list_t *l)
+{
+	mu__list_t *it, *tmp;
+
+	mu__list_foreach_safe(it, tmp, l)
+		hs_close(mu__container_of(it, hs_conn_t, node));
+}
+
+static void service_stop_cb(mu__service_t *svc)
+{
+	mu_server_t *s = mu__container_of(svc, mu_server_t, svc);
+
+	uv_mutex_lock(&s->lock);
+	s->stopping = 1;
+	uv_cond_broadcast(&s->cond);
+	uv_mutex_unlock(&s->lock);
+	if (s->listener_init)
+		uv_close((uv_handle_t *)&s->listener, NULL);
+	close_all(&s->handshakes);
+	close_all(&s->waiting);
+	if (s->active != NULL) /* its handler sees I/O fail and returns */
+		shutdown(mu_session_fd(s->active), SHUT_RDWR);
+	else
+		close_loop_handles(s);
+}
+
+/* ---- public API ---- */
+
+void mu_server_opts_init(mu_server_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->host = "0.0.0.0";
+	o->port = 9090;
+	o->port_end = 9199;
+	o->handshake_timeout = 10;
+	o->poll_period = 2;
+	o->retry_max = 8;
+}
+
+static int copy_opt(char *dst, size_t n, const char *src)
+{
+	if (src == NULL) {
+		dst[0] = '\0';
+		return 0;
+	}
+	if (strlen(src) >= n)
+		return MU_EARG;
+	memcpy(dst, src, strlen(src) + 1);
+	return 0;
+}
+
+static int server_init(mu_server_t *s, const mu_server_opts_t *o)
+{
+	if (o->key == NULL || o->key[0] == '\0' || o->on_session == NULL ||
+	    o->handshake_timeout < 0 || o->poll_period <= 0 || o->retry_max <= 0 ||
+	    copy_opt(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||
+	    copy_opt(s->key, sizeof(s->key), o->key) ||
+	    copy_opt(s->tracker_host, sizeof(s->tracker_host), o->tracker_host) ||
+	    copy_opt(s->custom_addr, sizeof(s->custom_addr), o->custom_addr) ||
+	    strlen(o->key) + 24 >= MU_MATCHKEY_MAX)
+		return MU_EARG;
+	s->opts = *o;
+	s->opts.host = s->host;
+	s->opts.key = s->key;
+	s->opts.tracker_host = o->tracker_host ? s->tracker_host : NULL;
+	s->opts.custom_addr = o->custom_addr ? s->custom_addr : NULL;
+	s->standalone = o->tracker_host == NULL;
+	if (s->standalone) /* TVM: without a tracker the matchkey is the key */
+		memcpy(s->matchkey, s->key, strlen(s->key) + 1);
+	mu__list_init(&s->handshakes);
+	mu__list_init(&s->waiting);
+	return 0;
+}
+
+static int server_listen(mu_server_t *s)
+{
+	mu__listen_opts_t lo = {s->host, s->opts.port, s->opts.port_end, 1, 128};
+	int rc;
+
+	rc = uv_async_init(&s->svc.loop, &s->session_done, session_done_cb);
+	if (rc != 0)
+		return rc;
+	s->session_done.data = s;
+	uv_timer_init(&s->svc.loop, &s->session_timer);
+	s->session_timer.data = s;
+	rc = uv_tcp_init(&s->svc.loop, &s->listener);
+	if (rc != 0)
+		return rc;
+	s->listener_init = 1;
+	s->listener.data = s;
+	rc = mu__listen(&s->listener, &lo, &s->port);
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&s->listener, lo.backlog, on_connection);
+	return rc;
+}
+
+int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
+{
+	mu_server_t *s;
+	int rc;
+
+	*out = NULL;
+	if (o == NULL)
+		return MU_EARG;
+	s = mu__calloc(1, sizeof(*s));
+	if (s == NULL)
+		return MU_ENOMEM;
+	rc = server_init(s, o);
+	if (rc == 0)
+		rc = mu__service_init(&s->svc, service_stop_cb);
+	if (rc != 0) {
+		mu__free(s);
+		return rc;
+	}
+	uv_mutex_init(&s->lock);
+	uv_cond_init(&s->cond);
+	uv_mutex_init(&s->join_lock);
+	rc = server_listen(s);
+	if (rc == 0)
+		rc = mu__service_start(&s->svc);
+	if (rc == 0 && !s->standalone) {
+		rc = uv_thread_create(&s->registrar, mu__server_registrar, s);
+		s->registrar_started = rc == 0;
+	}
+	if (rc != 0) {
+		s->joined = 0;
+		mu_server_free(s);
+		return rc;
+	}
+	SLOG(s, MU_LOG_INFO, "Bind to %s:%d%s", s->host, s->port,
+	     s->standalone ? " (standalone: no tracker, matchkey is the key)" : "");
+	*out = s;
+	return 0;
+}
+
+int mu_server_port(const mu_server_t *s)
+{
+	return s->port;
+}
+
+void mu_server_matchkey(mu_server_t *s, char *buf, size_t len)
+{
+	uv_mutex_lock(&s->lock);
+	snprintf(buf, len, "%s", s->matchkey);
+	uv_mutex_unlock(&s->lock);
+}
+
+unsigned long mu_server_sessions(mu_server_t *s)
+{
+	unsigned long n;
+
+	uv_mutex_lock(&s->lock);
+	n = s->sessions;
+	uv_mutex_unlock(&s->lock);
+	return n;
+}
+
+void mu_server_stop(mu_server_t *s)
+{
+	mu__service_stop(&s->svc);
+	mu_server_wait(s);
+}
+
+void mu_server_wait(mu_server_t *s)
+{
+	uv_mutex_lock(&s->join_lock);
+	if (!s->joined) {
+		mu__service_join(&s->svc);
+		/* the loop is gone; make sure the registrar sees it too */
+		uv_mutex_lock(&s->lock);
+		s->stopping = 1;
+		uv_cond_broadcast(&s->cond);
+		uv_mutex_unlock(&s->lock);
+		if (s->registrar_started)
+			uv_thread_join(&s->registrar);
+		s->joined = 1;
+	}
+	uv_mutex_unlock(&s->join_lock);
+}
+
+void mu_server_free(mu_server_t *s)
+{
+	if (s == NULL)
+		return;
+	mu_server_stop(s);
+	mu__service_free(&s->svc);
+	uv_mutex_destroy(&s->join_lock);
+	uv_cond_destroy(&s->cond);
+	uv_mutex_destroy(&s->lock);
+	mu__free(s);
+}

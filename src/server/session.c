@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sessions: I/O helpers on either side, and the client's way in
+ * (mu_session_connect, TVM's rpc.connect; mu_session_request, TVM's
+ * TrackerSession.request with deadlines).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "muster/server.h"
+#include "muster/tracker.h"
+#include "core/alloc_int.h"
+#include "core/log_int.h"
+#include "core/sock_int.h"
+#include "core/time_int.h"
+#include "server/handshake_int.h"
+#include "server/session_int.h"
+
+/* Bound one connect+handshake to a granted device, whatever the budget. */
+#define HANDSHAKE_TRY_MS 10000
+
+mu_session_t *mu__session_new(int fd, const char *peer, double timeout,
+                              const void *early, size_t nearly)
+{
+	mu_session_t *s = mu__calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	s->fd = fd;
+	snprintf(s->peer, sizeof(s->peer), "%s", peer);
+	s->timeout = timeout;
+	mu__buf_init(&s->early, MU_RPC_MAX_KEY + 65536);
+	if (nearly > 0 && mu__buf_append(&s->early, early, nearly) != 0) {
+		mu__buf_free(&s->early);
+		mu__free(s);
+		return NULL;
+	}
+	return s;
+}
+
+void mu__session_free(mu_session_t *s)
+{
+	if (s == NULL)
+		return;
+	mu__sock_close(s->fd);
+	mu__buf_free(&s->early);
+	mu__free(s->server_key);
+	mu__free(s);
+}
+
+void mu_session_close(mu_session_t *s)
+{
+	mu__session_free(s);
+}
+
+int mu_session_fd(const mu_session_t *s)
+{
+	return s->fd;
+}
+
+const char *mu_session_peer(const mu_session_t *s)
+{
+	return s->peer;
+}
+
+double mu_session_timeout(const mu_session_t *s)
+{
+	return s->timeout;
+}
+
+const char *mu_session_server_key(const mu_session_t *s)
+{
+	return s->server_key != NULL ? s->server_key : "";
+}
+
+int mu_session_recv(mu_session_t *s, void *buf, size_t len, size_t *n,
+                    int timeout_ms)
+{
+	struct pollfd pfd = {s->fd, POLLIN, 0};
+	ssize_t r;
+	int rc;
+
+	*n = 0;
+	if (s->early.len > 0) {
+		*n = len < s->early.len ? len : s->early.len;
+		memcpy(buf, s->early.data, *n);
+		mu__buf_consume(&s->early, *n);
+		return 0;
+	}
+	for (;;) {
+		rc = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
+		if (rc == 0)
+			return -ETIMEDOUT;
+		if (rc < 0 && errno == EINTR)
+			continue;
+		if (rc < 0)
+			return -errno;
+		r = recv(s->fd, buf, len, MSG_DONTWAIT);
+		if (r >= 0) {
+			*n = (size_t)r;
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EINTR)
+			return errno == ECONNRESET ? MU_EEOF : -errno;
+	}
+}
+
+int mu_session_send(mu_session_t *s, const void *buf, size_t len,
+                    int timeout_ms)
+{
+	return mu__sock_send_all(s->fd, buf, len, mu__deadline(timeout_ms));
+}
+
+static int set_blocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Read the server's answer; leftover bytes go to the session. */
+static int read_reply(int fd, mu__buf_t *in, int64_t deadline, int *success,
+                      size_t *used)
+{
+	char tmp[4096];
+	int rc;
+
+	for (;;) {
+		ssize_t r;
+
+		rc = mu__rpc_reply_peek(in->data, in->len, success, used);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+		rc = mu__sock_wait_readable(fd, deadline);
+		if (rc != 0)
+			return rc;
+		r = recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+		if (r == 0)
+			return MU_EEOF;
+		if (r < 0 && errno != EAGAIN && errno != EINTR)
+			return errno == ECONNRESET ? MU_EEOF : -errno;
+		if (r > 0 && (rc = mu__buf_append(in, tmp, (size_t)r)) != 0)
+			return rc;
+	}
+}
+
+int mu_session_connect(const char *host, int port, const char *matchkey,
+                       double session_timeout, int timeout_ms,
+                       mu_session_t **out)
+{
+	int64_t deadline = mu__deadline(timeout_ms);
+	mu__buf_t hello, in;
+	size_t used = 0;
+	int fd = -1, ok = 0, rc;
+	char peer[MU_ADDRSTRLEN];
+
+	*out = NULL;
+	mu__buf_init(&hello, MU_RPC_MAX_KEY + 16);
+	mu__buf_init(&in, MU_RPC_MAX_KEY + 65536);
+	rc = mu__rpc_hello_encode(&hello, matchkey, session_timeout);
+	if (rc == 0)
+		rc = mu__sock_connect(host, port, deadline, &fd);
+	if (rc == 0)
+		rc = mu__sock_send_all(fd, hello.data, hello.len, deadline);
+	if (rc == 0)
+		rc = read_reply(fd, &in, deadline, &ok, &used);
+	if (rc == 0 && !ok)
+		rc = MU_EMISMATCH;
+	if (rc == 0)
+		rc = set_blocking(fd);
+	mu__hostport_text(host, port, peer, sizeof(peer));
+	if (rc == 0 && (*out = mu__session_new(fd, peer, 0, in.data + used,
+	                                       in.len - used)) == NULL)
+		rc = MU_ENOMEM;
+	if (rc == 0) {
+		/* the answer's key string, "server:KEY" (Java: the client's) */
+		(*out)->server_key = mu__strndup(in.data + 8, used - 8);
+	} else {
+		mu__sock_close(fd);
+	}
+	mu__buf_free(&hello);
+	mu__buf_free(&in);
+	return rc;
+}
+
+static int remaining(int64_t deadline)
+{
+	int ms = mu__remaining_ms(deadline);
+
+	return ms; /* -1 (none) or >= 0 */
+}
+
+int mu_session_request(const char *tracker_host, int tracker_port,
+                       const char *key, double priority,
+                       double session_timeout, int max_retry, int timeout_ms,
+                       mu_session_t **out)
+{
+	int64_t deadline = mu__deadline(timeout_ms);
+	mu_tracker_client_t *tc = NULL;
+	mu_tracker_grant_t g;
+	int i, rc = MU_EARG, left;
+
+	*out = NULL;
+	for (i = 0; i < (max_retry > 0 ? max_retry : 1); i++) {
+		left = remaining(deadline);
+		if (left == 0) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		if (tc == NULL) {
+			rc = mu_tracker_client_connect(tracker_host, tracker_port,
+			                               left, &tc);
+			if (rc != 0) {
+				/* nothing listens yet: pause before the next try */
+				if (rc == -ECONNREFUSED)
+					usleep(200000);
+				continue;
+			}
+		}
+		rc = mu_tracker_client_request(tc, key, priority, remaining(deadline), &g);
+		if (rc != 0) {
+			mu_tracker_client_close(tc);
+			tc = NULL;
+			if (rc == -ETIMEDOUT)
+				break;
+			continue;
+		}
+		left = remaining(deadline);
+		rc = mu_session_connect(g.addr, g.port, g.matchkey, session_timeout,
+		                        left < 0 || left > HANDSHAKE_TRY_MS ? HANDSHAKE_TRY_MS : left,
+		                        out);
+		if (rc == 0)
+			break;
+		/* like TVM: the grant is lost, ask again on the same connection */
+		mu__log(MU_LOG_INFO, "session", "device %s:%d (%s) refused us: %s; requesting again",
+		        g.addr, g.port, g.matchkey, mu_strerror(rc));
+	}
+	mu_tracker_client_close(tc);
+	return rc;
+}

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: MIT
+"""`make install` gives a working library, headers and Python package: a C
+program built only against the installed headers and libmuster runs a
+tracker, and the installed binding imports from outside the source tree and
+loads the installed library."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(REPO, "build")
+
+C_PROGRAM = textwrap.dedent("""
+    #include <stdio.h>
+    #include <muster/tracker.h>
+    #include <muster/server.h>
+
+    int main(void)
+    {
+        mu_tracker_opts_t o;
+        mu_tracker_t *t;
+        mu_tracker_client_t *c;
+        int rc;
+
+        mu_tracker_opts_init(&o);
+        o.host = "127.0.0.1";
+        o.port = 0;
+        o.silent = 1;
+        rc = mu_tracker_start(&o, &t);
+        if (rc != 0) {
+            fprintf(stderr, "start: %s\\n", mu_strerror(rc));
+            return 1;
+        }
+        rc = mu_tracker_client_connect("127.0.0.1", mu_tracker_port(t), 5000, &c);
+        if (rc == 0)
+            rc = mu_tracker_client_ping(c, 5000);
+        mu_tracker_client_close(c);
+        mu_tracker_free(t);
+        printf("ping %d\\n", rc);
+        return rc != 0;
+    }
+""")
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory):
+    if not os.path.isfile(os.path.join(BUILD, "CMakeCache.txt")):
+        pytest.fail(f"no build tree at {BUILD}: run `make build` first")
+    dest = tmp_path_factory.mktemp("prefix")
+    subprocess.run(["cmake", "--install", BUILD, "--prefix", str(dest)],
+                   check=True, capture_output=True, timeout=120)
+    return dest
+
+
+def test_public_headers_build_a_program(prefix, tmp_path):
+    src = tmp_path / "prog.c"
+    src.write_text(C_PROGRAM)
+    exe = tmp_path / "prog"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    # -std=c11 -Werror: the public headers are clean C11 with no libuv,
+    # cJSON or curl headers behind them
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", str(src),
+                    "-I", str(prefix / "include"), "-L", str(prefix / "lib"),
+                    "-lmuster", "-o", str(exe)], check=True, timeout=120)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "LD_LIBRARY_PATH": str(prefix / "lib")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "ping 0\n"
+
+
+def test_installed_python_package(prefix, tmp_path):
+    vers = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = prefix / "lib" / vers / "dist-packages"
+    assert (site / "muster" / "__init__.py").is_file()
+    code = textwrap.dedent("""
+        import muster, muster._lib as l
+        t = muster.Tracker(host="127.0.0.1", port=0, silent=True)
+        c = muster.connect_tracker("127.0.0.1", t.port)
+        assert c.summary() == {"queue_info": {}, "server_info": []}
+        c.close()
+        t.terminate()
+        print(muster.__file__)
+        print(l.lib._name)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "MUSTER_LIB"}
+    env["PYTHONPATH"] = str(site)
+    out = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pkg, libpath = out.stdout.split()
+    assert pkg.startswith(str(site))
+    assert libpath.startswith(str(prefix / "lib")), "it must use the installed library"
