@@ -72,6 +72,7 @@ fuzz check-fuzz: deps-test
 
 bench: build
 	bench/tracker.sh
+	bench/store.sh
 
 install: build
 	cmake --install $(BUILD)

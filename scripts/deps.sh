@@ -12,7 +12,7 @@
 set -eu
 
 build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev"
-test_pkgs="$build_pkgs libcmocka-dev python3 python3-pytest clang libclang-rt-14-dev"
+test_pkgs="$build_pkgs libcmocka-dev python3 python3-pytest python3-torch clang libclang-rt-14-dev"
 
 case "${1:-test}" in
 build) want=$build_pkgs ;;

@@ -9,8 +9,9 @@
 """
 
 from ._lib import MusterError, version as _version
+from .store import StoreClient, StoreServer
 from .tracker import Session, Tracker, TrackerSession, connect, connect_tracker
 
 __version__ = _version().decode()
-__all__ = ["MusterError", "Session", "Tracker", "TrackerSession", "connect",
-           "connect_tracker"]
+__all__ = ["MusterError", "Session", "StoreClient", "StoreServer", "Tracker",
+           "TrackerSession", "connect", "connect_tracker"]

@@ -55,6 +55,25 @@ class TrackerOpts(ctypes.Structure):
                 ("max_per_conn", c_uint)]
 
 
+class StoreServerOpts(ctypes.Structure):
+    """mu_store_server_opts_t (include/muster/store.h)."""
+    _fields_ = [("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
+                ("max_value_bytes", c_size_t), ("max_keys", c_size_t),
+                ("request_timeout", c_double), ("silent", c_int)]
+
+
+class StoreClientOpts(ctypes.Structure):
+    """mu_store_client_opts_t (include/muster/store.h)."""
+    _fields_ = [("host", c_char_p), ("port", c_int), ("dialect", c_int),
+                ("timeout_ms", c_int), ("raw_keys", c_int),
+                ("max_value_bytes", c_size_t)]
+
+
+class StoreValue(ctypes.Structure):
+    """mu_store_value_t."""
+    _fields_ = [("data", c_void_p), ("len", c_size_t)]
+
+
 def _fn(name, restype, *argtypes):
     f = getattr(lib, name)
     f.restype = restype
@@ -91,6 +110,28 @@ session_fd = _fn("mu_session_fd", c_int, c_void_p)
 session_peer = _fn("mu_session_peer", c_char_p, c_void_p)
 session_server_key = _fn("mu_session_server_key", c_char_p, c_void_p)
 session_close = _fn("mu_session_close", None, c_void_p)
+
+store_server_opts_init = _fn("mu_store_server_opts_init", None, P(StoreServerOpts))
+store_server_start = _fn("mu_store_server_start", c_int, P(StoreServerOpts), P(c_void_p))
+store_server_port = _fn("mu_store_server_port", c_int, c_void_p)
+store_server_free = _fn("mu_store_server_free", None, c_void_p)
+store_client_opts_init = _fn("mu_store_client_opts_init", None, P(StoreClientOpts))
+store_client_connect = _fn("mu_store_client_connect", c_int, P(StoreClientOpts), P(c_void_p))
+store_client_close = _fn("mu_store_client_close", None, c_void_p)
+store_client_dialect = _fn("mu_store_client_dialect", c_int, c_void_p)
+_KEYS = P(c_char_p)
+store_set = _fn("mu_store_set", c_int, c_void_p, c_char_p, c_char_p, c_size_t)
+store_get = _fn("mu_store_get", c_int, c_void_p, c_char_p, P(StoreValue))
+store_add = _fn("mu_store_add", c_int, c_void_p, c_char_p, ctypes.c_int64, P(ctypes.c_int64))
+store_compare_set = _fn("mu_store_compare_set", c_int, c_void_p, c_char_p, c_char_p,
+                        c_size_t, c_char_p, c_size_t, P(StoreValue))
+store_check = _fn("mu_store_check", c_int, c_void_p, _KEYS, c_size_t, P(c_int))
+store_wait = _fn("mu_store_wait", c_int, c_void_p, _KEYS, c_size_t, c_int)
+store_delete = _fn("mu_store_delete", c_int, c_void_p, c_char_p, P(c_int))
+store_num_keys = _fn("mu_store_num_keys", c_int, c_void_p, P(ctypes.c_int64))
+store_append = _fn("mu_store_append", c_int, c_void_p, c_char_p, c_char_p, c_size_t)
+store_multi_get = _fn("mu_store_multi_get", c_int, c_void_p, _KEYS, c_size_t, P(StoreValue))
+store_multi_set = _fn("mu_store_multi_set", c_int, c_void_p, _KEYS, P(StoreValue), c_size_t)
 
 # Codes of include/muster/common.h that callers branch on.
 MU_EBIND = -1008

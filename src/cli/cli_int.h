@@ -49,7 +49,10 @@ int cmd_query(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_request(int argc, char **argv);
+int cmd_store(int argc, char **argv);
+int cmd_store_cli(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
+int bench_store(int argc, char **argv);
 
 #endif

@@ -17,6 +17,8 @@ static const struct {
 	{"query", cmd_query, "show a tracker's servers and queues"},
 	{"server", cmd_server, "run on a device: register with a tracker, serve sessions"},
 	{"request", cmd_request, "get a device from a tracker and open a session on it"},
+	{"store", cmd_store, "run a TCPStore-compatible rendezvous store (torch 1.13 and 2.x)"},
+	{"store-cli", cmd_store_cli, "get, set, add, wait ... on any TCPStore"},
 	{"demo", cmd_demo, "show the system working on this machine"},
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };

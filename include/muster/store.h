@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The rendezvous store: a server and a client for PyTorch's c10d TCPStore
+ * protocol, both dialects (torch 1.13's "v1" and torch 2.x's "v2", told
+ * apart per connection), so torch jobs can rendezvous through a store that
+ * is not a Python rank-0 process, and C programs can use torch's stores.
+ *
+ * Server: mu_store_server_start() binds and serves on its own thread.
+ * Client: one mu_store_client_t is one connection, used by one thread at a
+ * time. Keys are C strings; like torch's client, the library sends them
+ * with a "/" in front unless the raw_keys option is set (torch's worker
+ * counter "init/" is a raw key). Values are bytes (NUL allowed).
+ */
+#ifndef MUSTER_STORE_H
+#define MUSTER_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "muster/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- server ---- */
+
+typedef struct mu_store_server_s mu_store_server_t;
+
+typedef struct {
+	const char *host;       /* default "::" (IPv6 and IPv4 both) */
+	int port;               /* default 29500; 0 = any */
+	size_t max_key_bytes;   /* default 64 KiB */
+	size_t max_value_bytes; /* default 64 MiB (torch 2.x libuv: 8 MiB) */
+	size_t max_keys;        /* keys per CHECK/WAIT/MULTI_*; default 131072 */
+	/*
+	 * Seconds a connection may take to finish a request it has started;
+	 * past that it is closed. Idle time between requests is never limited
+	 * (torch 1.13 keeps a silent second connection per client). Default
+	 * 60; 0 disables.
+	 */
+	double request_timeout;
+	int silent;             /* log only warnings and errors */
+} mu_store_server_opts_t;
+
+MU_EXTERN void mu_store_server_opts_init(mu_store_server_opts_t *o);
+
+/* Bind, listen and serve on a new thread. MU_EBIND, MU_ERESOLVE, -errno. */
+MU_EXTERN int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **out);
+MU_EXTERN int mu_store_server_port(const mu_store_server_t *s);
+/* Ask the server to stop (closing every connection); returns at once. */
+MU_EXTERN void mu_store_server_stop(mu_store_server_t *s);
+/* Wait until it has stopped. */
+MU_EXTERN void mu_store_server_wait(mu_store_server_t *s);
+/* Stop, wait, free. NULL is a no-op. */
+MU_EXTERN void mu_store_server_free(mu_store_server_t *s);
+
+/* ---- client ---- */
+
+typedef struct mu_store_client_s mu_store_client_t;
+
+typedef enum {
+	MU_STORE_AUTO = 0, /* try v2's handshake, fall back to v1 */
+	MU_STORE_DIALECT_V1 = 1,
+	MU_STORE_DIALECT_V2 = 2
+} mu_store_dialect_t;
+
+typedef struct {
+	const char *host;
+	int port;
+	mu_store_dialect_t dialect;
+	/*
+	 * Milliseconds for connecting (refused connections are retried until
+	 * then, so clients may start before the server), for each reply, and
+	 * the default for get/wait. Default 300000 (torch's 300 s).
+	 */
+	int timeout_ms;
+	int raw_keys;           /* send keys as given, without torch's "/" */
+	size_t max_value_bytes; /* largest reply value accepted; 64 MiB */
+} mu_store_client_opts_t;
+
+MU_EXTERN void mu_store_client_opts_init(mu_store_client_opts_t *o);
+
+/*
+ * Connect (and for v2, VALIDATE + PING). 0, -ETIMEDOUT, MU_ERESOLVE,
+ * MU_EPROTO (not a TCPStore), or -errno. After a failed call the next call
+ * reconnects on its own.
+ */
+MU_EXTERN int mu_store_client_connect(const mu_store_client_opts_t *o,
+                                      mu_store_client_t **out);
+MU_EXTERN void mu_store_client_close(mu_store_client_t *c);
+/* The dialect in use (never AUTO). */
+MU_EXTERN mu_store_dialect_t mu_store_client_dialect(const mu_store_client_t *c);
+
+/* A value handed to the caller: free data with mu_free. */
+typedef struct {
+	void *data;
+	size_t len;
+} mu_store_value_t;
+
+MU_EXTERN int mu_store_set(mu_store_client_t *c, const char *key,
+                           const void *value, size_t len);
+/*
+ * Wait for the key (up to the client's timeout, as torch does), then read
+ * it. -ETIMEDOUT when it never appears.
+ */
+MU_EXTERN int mu_store_get(mu_store_client_t *c, const char *key,
+                           mu_store_value_t *out);
+/* Add delta to the decimal number stored at key (missing = 0). */
+MU_EXTERN int mu_store_add(mu_store_client_t *c, const char *key,
+                           int64_t delta, int64_t *result);
+/*
+ * Set key to desired if its value equals expected (a missing key matches
+ * an empty expected). *out gets the value after the call, as torch's
+ * server reports it.
+ */
+MU_EXTERN int mu_store_compare_set(mu_store_client_t *c, const char *key,
+                                   const void *expected, size_t elen,
+                                   const void *desired, size_t dlen,
+                                   mu_store_value_t *out);
+/* *ready = 1 when every key exists. */
+MU_EXTERN int mu_store_check(mu_store_client_t *c, const char *const *keys,
+                             size_t n, int *ready);
+/*
+ * Wait until every key exists, at most timeout_ms (< 0: the client's
+ * timeout). -ETIMEDOUT on expiry; the connection stays usable (v2 cancels
+ * the wait; v1, which cannot, reconnects).
+ */
+MU_EXTERN int mu_store_wait(mu_store_client_t *c, const char *const *keys,
+                            size_t n, int timeout_ms);
+/* *deleted = 1 when the key existed. */
+MU_EXTERN int mu_store_delete(mu_store_client_t *c, const char *key,
+                              int *deleted);
+/* Number of keys in the store, torch's "init/" included. */
+MU_EXTERN int mu_store_num_keys(mu_store_client_t *c, int64_t *n);
+/* Append to a value (v2 servers only: -ENOTSUP on v1). */
+MU_EXTERN int mu_store_append(mu_store_client_t *c, const char *key,
+                              const void *value, size_t len);
+/*
+ * Wait for all keys, then read them into out[0..n) (v2: one request; v1:
+ * one GET each).
+ */
+MU_EXTERN int mu_store_multi_get(mu_store_client_t *c, const char *const *keys,
+                                 size_t n, mu_store_value_t *out);
+/* Set n keys (v2: one request; v1: one SET each). */
+MU_EXTERN int mu_store_multi_set(mu_store_client_t *c, const char *const *keys,
+                                 const mu_store_value_t *values, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `muster bench store`: a load generator for any TCPStore (muster's or
+ * torch's), speaking either dialect, so both servers are measured by the
+ * same code.
+ *
+ * Mix mode: N clients each cycle through the operations of --mix on keys of
+ * their own (set = SET, no reply, its latency is the send; get = WAIT then
+ * GET, two round trips, as torch's client does; add = ADD), and report
+ * ops/s and p50/p99 latency per operation.
+ * Rendezvous mode (--rendezvous N): N clients connect, each ADDs 1 to a
+ * counter, the one that brings it to N SETs a barrier key, and all WAIT for
+ * it: the time from the first connect to the last release is what a job of
+ * N ranks spends meeting.
+ *
+ * Single-threaded over poll(), connections opened at most 256 at a time.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "muster/common.h"
+#include "cli/cli_int.h"
+#include "core/buf_int.h"
+#include "core/endian_int.h"
+#include "core/net_int.h"
+#include "core/sock_int.h"
+#include "core/time_int.h"
+#include "store/proto_int.h"
+
+enum { OP_SET, OP_GET, OP_ADD, NOPS };
+static const char *op_names[NOPS] = {"set", "get", "add"};
+
+/* What the client waits for next. */
+typedef enum { R_NONE, R_STOP, R_VALUE, R_I64, R_BARRIER } expect_t;
+
+typedef struct {
+	int fd, id;
+	int step;        /* index into the mix */
+	expect_t expect;
+	int64_t t0_us;   /* start of the operation being timed */
+	mu__buf_t in;
+	int done;
+} bclient_t;
+
+typedef struct {
+	char host[256];
+	int port;
+	mu__store_dialect_t d;
+	int mix[8], nmix;
+	size_t vbytes;
+	char *value;
+	int64_t *lat[NOPS];
+	size_t nlat[NOPS], cap[NOPS];
+	long ops;
+	int measuring;
+	int rdv_n, released;
+	int64_t last_release_us;
+} sbench_t;
+
+static int64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void record(sbench_t *b, int op, int64_t us)
+{
+	if (!b->measuring)
+		return;
+	b->ops++;
+	if (b->nlat[op] == b->cap[op]) {
+		size_t n = b->cap[op] ? b->cap[op] * 2 : 4096;
+		int64_t *p = realloc(b->lat[op], n * sizeof(*p));
+
+		if (p == NULL)
+			return;
+		b->lat[op] = p;
+		b->cap[op] = n;
+	}
+	b->lat[op][b->nlat[op]++] = us;
+}
+
+static int put_key(mu__buf_t *m, int id, const char *name)
+{
+	char key[64];
+	int n = snprintf(key, sizeof(key), "/bench/%d/%s", id, name);
+
+	return mu__store_put_str(m, key, (size_t)n);
+}
+
+static int send_msg(bclient_t *c, mu__buf_t *m)
+{
+	int rc = mu__sock_send_all(c->fd, m->data, m->len, mu__deadline(30000));
+
+	mu__buf_free(m);
+	return rc;
+}
+
+static int op_code(sbench_t *b, mu__store_op_t op)
+{
+	return mu__store_opcode(b->d, op);
+}
+
+/* Start the client's next operation of the mix. */
+static int next_op(sbench_t *b, bclient_t *c)
+{
+	int op = b->mix[c->step++ % b->nmix];
+	mu__buf_t m;
+	int rc;
+
+	mu__buf_init(&m, (size_t)-1);
+	c->t0_us = now_us();
+	if (op == OP_SET) {
+		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
+		if (rc == 0)
+			rc = put_key(&m, c->id, "k");
+		if (rc == 0)
+			rc = mu__store_put_str(&m, b->value, b->vbytes);
+		if (rc == 0)
+			rc = send_msg(c, &m);
+		else
+			mu__buf_free(&m);
+		record(b, OP_SET, now_us() - c->t0_us); /* no reply: the send is all */
+		return rc != 0 ? rc : next_op(b, c);
+	}
+	if (op == OP_GET) { /* WAIT first, as torch's client does */
+		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_WAIT));
+		if (rc == 0)
+			rc = mu__store_put_u64(&m, 1);
+		if (rc == 0)
+			rc = put_key(&m, c->id, "k");
+		c->expect = R_STOP;
+	} else {
+		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_ADD));
+		if (rc == 0)
+			rc = put_key(&m, c->id, "n");
+		if (rc == 0)
+			rc = mu__store_put_u64(&m, 1);
+		c->expect = R_I64;
+	}
+	return rc != 0 ? rc : send_msg(c, &m);
+}
+
+static int send_get(sbench_t *b, bclient_t *c)
+{
+	mu__buf_t m;
+	int rc;
+
+	mu__buf_init(&m, (size_t)-1);
+	rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_GET));
+	if (rc == 0)
+		rc = put_key(&m, c->id, "k");
+	c->expect = R_VALUE;
+	return rc != 0 ? rc : send_msg(c, &m);
+}
+
+/* Consume whole replies from c->in; returns -1 on a protocol error. */
+static int on_input(sbench_t *b, bclient_t *c)
+{
+	for (;;) {
+		size_t need = c->expect == R_I64 ? 8 : c->expect == R_VALUE ? 8 : 1;
+
+		if (c->expect == R_NONE || c->in.len < need)
+			return 0;
+		if (c->expect == R_VALUE) {
+			uint64_t n = mu_le64_get(c->in.data);
+
+			if (c->in.len < 8 + n)
+				return 0;
+			need = 8 + (size_t)n;
+		}
+		mu__buf_consume(&c->in, need);
+		switch (c->expect) {
+		case R_STOP:
+			if (send_get(b, c) != 0)
+				return -1;
+			continue;
+		case R_VALUE:
+			record(b, OP_GET, now_us() - c->t0_us);
+			break;
+		case R_I64:
+			record(b, OP_ADD, now_us() - c->t0_us);
+			break;
+		default: /* R_BARRIER: released */
+			c->expect = R_NONE;
+			c->done = 1;
+			b->released++;
+			b->last_release_us = now_us();
+			return 0;
+		}
+		c->expect = R_NONE;
+		if (b->rdv_n == 0 && next_op(b, c) != 0)
+			return -1;
+	}
+}
+
+static int drain(sbench_t *b, bclient_t *c)
+{
+	char tmp[65536];
+	ssize_t n = recv(c->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+		return -1;
+	if (n > 0 && mu__buf_append(&c->in, tmp, (size_t)n) != 0)
+		return -1;
+	return on_input(b, c);
+}
+
+/* Connect and (v2) validate; blocking, with a deadline. */
+static int open_client(sbench_t *b, bclient_t *c, int id)
+{
+	unsigned char hs[10], echo[4];
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->id = id;
+	mu__buf_init(&c->in, (b->vbytes + 64) * 2 + 65536);
+	rc = mu__sock_connect(b->host, b->port, mu__deadline(30000), &c->fd);
+	if (rc != 0 || b->d == MU_STORE_V1)
+		return rc;
+	hs[0] = 0;
+	mu_le32_put(hs + 1, MU_STORE_V2_MAGIC);
+	hs[5] = (unsigned char)op_code(b, MU_SOP_PING);
+	mu_le32_put(hs + 6, (uint32_t)id);
+	rc = mu__sock_send_all(c->fd, hs, 10, mu__deadline(30000));
+	if (rc == 0)
+		rc = mu__sock_recv_all(c->fd, echo, 4, mu__deadline(30000));
+	return rc;
+}
+
+/* Poll every client until `until` returns true or the deadline passes. */
+static int pump(sbench_t *b, bclient_t *cl, int n, int64_t deadline_ms,
+                int (*until)(sbench_t *))
+{
+	struct pollfd *pf = calloc((size_t)n, sizeof(*pf));
+	int i, rc = 0;
+
+	if (pf == NULL)
+		return -ENOMEM;
+	while (rc == 0 && !until(b) && mu__now_ms() < deadline_ms) {
+		for (i = 0; i < n; i++) {
+			pf[i].fd = cl[i].done ? -1 : cl[i].fd;
+			pf[i].events = POLLIN;
+		}
+		if (poll(pf, (nfds_t)n, 50) < 0 && errno != EINTR)
+			rc = -errno;
+		for (i = 0; rc == 0 && i < n; i++)
+			if (pf[i].revents != 0 && drain(b, &cl[i]) != 0)
+				rc = -EPROTO;
+	}
+	free(pf);
+	return rc;
+}
+
+static int never(sbench_t *b)
+{
+	(void)b;
+	return 0;
+}
+
+static int all_released(sbench_t *b)
+{
+	return b->released == b->rdv_n;
+}
+
+static int cmp64(const void *x, const void *y)
+{
+	int64_t a = *(const int64_t *)x, c = *(const int64_t *)y;
+
+	return (a > c) - (a < c);
+}
+
+static double pct_ms(const int64_t *v, size_t n, double p)
+{
+	return n == 0 ? 0 : (double)v[(size_t)(p * (double)(n - 1))] / 1000.0;
+}
+
+static int run_mix(sbench_t *b, int nclients, double secs, int json)
+{
+	bclient_t *cl = calloc((size_t)nclients, sizeof(*cl));
+	int i, rc = 0;
+
+	if (cl == NULL)
+		return -ENOMEM;
+	for (i = 0; i < nclients && rc == 0; i++)
+		rc = open_client(b, &cl[i], i);
+	for (i = 0; i < nclients && rc == 0; i++)
+		rc = next_op(b, &cl[i]); /* the first get finds its key: set runs first */
+	if (rc == 0)
+		rc = pump(b, cl, nclients, mu__now_ms() + 1000, never); /* warm-up */
+	b->measuring = 1;
+	if (rc == 0)
+		rc = pump(b, cl, nclients, mu__now_ms() + (int64_t)(secs * 1000), never);
+	b->measuring = 0;
+	for (i = 0; i < nclients; i++) {
+		mu__sock_close(cl[i].fd);
+		mu__buf_free(&cl[i].in);
+	}
+	free(cl);
+	if (rc != 0)
+		return rc;
+	if (json)
+		printf("{\"mode\": \"mix\", \"clients\": %d, \"seconds\": %.1f, \"ops_per_s\": %.1f",
+		       nclients, secs, b->ops / secs);
+	else
+		printf("mix: %d clients, %.0f s: %.0f ops/s\n", nclients, secs, b->ops / secs);
+	for (i = 0; i < NOPS; i++) {
+		if (b->nlat[i] == 0)
+			continue;
+		qsort(b->lat[i], b->nlat[i], sizeof(int64_t), cmp64);
+		if (json)
+			printf(", \"%s_p50_ms\": %.3f, \"%s_p99_ms\": %.3f", op_names[i],
+			       pct_ms(b->lat[i], b->nlat[i], 0.5), op_names[i],
+			       pct_ms(b->lat[i], b->nlat[i], 0.99));
+		else
+			printf("  %-4s %9zu ops   p50 %.3f ms   p99 %.3f ms\n", op_names[i],
+			       b->nlat[i], pct_ms(b->lat[i], b->nlat[i], 0.5),
+			       pct_ms(b->lat[i], b->nlat[i], 0.99));
+	}
+	if (json)
+		printf("}\n");
+	return 0;
+}
+
+static int rdv_join(sbench_t *b, bclient_t *c)
+{
+	char count_msg[64], key[] = "/bench/rdv/count", go[] = "/bench/rdv/go";
+	int64_t v;
+	mu__buf_t m;
+	int rc;
+
+	mu__buf_init(&m, (size_t)-1);
+	rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_ADD));
+	if (rc == 0)
+		rc = mu__store_put_str(&m, key, sizeof(key) - 1);
+	if (rc == 0)
+		rc = mu__store_put_u64(&m, 1);
+	if (rc == 0)
+		rc = send_msg(c, &m);
+	else
+		mu__buf_free(&m);
+	if (rc == 0)
+		rc = mu__sock_recv_all(c->fd, count_msg, 8, mu__deadline(60000));
+	if (rc != 0)
+		return rc;
+	v = (int64_t)mu_le64_get(count_msg);
+	mu__buf_init(&m, (size_t)-1);
+	if (v == b->rdv_n) { /* the last one in opens the barrier */
+		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
+		if (rc == 0)
+			rc = mu__store_put_str(&m, go, sizeof(go) - 1);
+		if (rc == 0)
+			rc = mu__store_put_str(&m, "1", 1);
+	}
+	if (rc == 0)
+		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_WAIT));
+	if (rc == 0)
+		rc = mu__store_put_u64(&m, 1);
+	if (rc == 0)
+		rc = mu__store_put_str(&m, go, sizeof(go) - 1);
+	c->expect = R_BARRIER;
+	return rc != 0 ? rc : send_msg(c, &m);
+}
+
+static int run_rendezvous(sbench_t *b, int json)
+{
+	int n = b->rdv_n, i, rc = 0;
+	bclient_t *cl = calloc((size_t)n, sizeof(*cl));
+	int64_t t0 = now_us(), t_joined;
+
+	if (cl == NULL)
+		return -ENOMEM;
+	/* connect and join in order; waiters are released concurrently */
+	for (i = 0; i < n && rc == 0; i++) {
+		rc = open_client(b, &cl[i], i);
+		if (rc == 0)
+			rc = rdv_join(b, &cl[i]);
+	}
+	t_joined = now_us();
+	if (rc == 0)
+		rc = pump(b, cl, n, mu__now_ms() + 120000, all_released);
+	for (i = 0; i < n; i++) {
+		if (cl[i].fd > 0)
+			mu__sock_close(cl[i].fd);
+		mu__buf_free(&cl[i].in);
+	}
+	free(cl);
+	if (rc != 0 || b->released != n) {
+		fprintf(stderr, "bench: rendezvous: %d of %d released (%s)\n", b->released,
+		        n, mu_strerror(rc));
+		return rc != 0 ? rc : -ETIMEDOUT;
+	}
+	if (json)
+		printf("{\"mode\": \"rendezvous\", \"clients\": %d, \"join_s\": %.3f, \"total_s\": %.3f}\n",
+		       n, (double)(t_joined - t0) / 1e6, (double)(b->last_release_us - t0) / 1e6);
+	else
+		printf("rendezvous: %d clients joined in %.3f s, all released after %.3f s\n",
+		       n, (double)(t_joined - t0) / 1e6, (double)(b->last_release_us - t0) / 1e6);
+	return 0;
+}
+
+static int parse_mix(sbench_t *b, const char *mix)
+{
+	char tmp[128], *save = NULL, *tok;
+
+	snprintf(tmp, sizeof(tmp), "%s", mix);
+	for (tok = strtok_r(tmp, ",", &save); tok != NULL && b->nmix < 8;
+	     tok = strtok_r(NULL, ",", &save)) {
+		int i;
+
+		for (i = 0; i < NOPS && strcmp(tok, op_names[i]) != 0; i++)
+			;
+		if (i == NOPS)
+			return -1;
+		b->mix[b->nmix++] = i;
+	}
+	/* a get waits for the client's own key: a set must come first */
+	for (int i = 0; i < b->nmix; i++) {
+		if (b->mix[i] == OP_SET)
+			break;
+		if (b->mix[i] == OP_GET)
+			return -1;
+	}
+	return b->nmix > 0 ? 0 : -1;
+}
+
+int bench_store(int argc, char **argv)
+{
+	const char *target = NULL, *mix = "set,get,add", *dialect = "v1";
+	int clients = 1, vbytes = 64, rdv = 0, json = 0, npos, rc;
+	double secs = 10;
+	sbench_t b;
+	cli_opt_t opts[] = {
+		{"target", OPT_STR, &target, "HOST:PORT", "the store to load (required)"},
+		{"clients", OPT_INT, &clients, "N", "concurrent clients (default 1)"},
+		{"mix", OPT_STR, &mix, "OPS", "operations each client cycles through: set,get,add"},
+		{"value-bytes", OPT_INT, &vbytes, "B", "size of each value set (default 64)"},
+		{"duration", OPT_DOUBLE, &secs, "SECONDS", "measured time, after 1 s of warm-up (default 10)"},
+		{"dialect", OPT_STR, &dialect, "v1|v2", "protocol (default v1: torch 1.13's server speaks only that)"},
+		{"rendezvous", OPT_INT, &rdv, "N", "instead: N clients meet at a barrier, timed end to end"},
+		{"json", OPT_FLAG, &json, NULL, "one JSON line"},
+	};
+	cli_cmd_t cmd = {
+		"muster bench store --target HOST:PORT [--clients N] [--mix set,get,add] [--value-bytes B]",
+		"Load any TCPStore (muster's, torch's) the way torch's clients do and print\n"
+		"ops/s and p50/p99 latency per operation; or, with --rendezvous N, time N\n"
+		"clients meeting at a barrier (ADD a counter, the last sets a key, all WAIT).\n"
+		"bench/store.sh runs it against torch 1.13's server and muster store.",
+		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
+
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	memset(&b, 0, sizeof(b));
+	if (target == NULL || mu__split_hostport(target, b.host, sizeof(b.host), &b.port) != 0 ||
+	    clients < 1 || vbytes < 0 || secs <= 0 || rdv < 0 || parse_mix(&b, mix) != 0) {
+		fprintf(stderr, "muster bench store: need --target HOST:PORT, a mix of set,get,add and positive counts (see --help)\n");
+		return 2;
+	}
+	b.d = strcmp(dialect, "v2") == 0 ? MU_STORE_V2 : MU_STORE_V1;
+	b.vbytes = (size_t)vbytes;
+	b.value = malloc(b.vbytes + 1);
+	if (b.value == NULL)
+		return 1;
+	memset(b.value, 'v', b.vbytes);
+	b.rdv_n = rdv;
+	mu__raise_nofile_limit();
+	rc = rdv > 0 ? run_rendezvous(&b, json) : run_mix(&b, clients, secs, json);
+	for (int i = 0; i < NOPS; i++)
+		free(b.lat[i]);
+	free(b.value);
+	if (rc != 0)
+		fprintf(stderr, "muster bench store: %s\n", mu_strerror(rc));
+	return rc == 0 ? 0 : 1;
+}
