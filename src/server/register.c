@@ -7,7 +7,8 @@
  * every poll period ask GET_PENDING_MATCHKEYS; when the current matchkey has
  * been missing from that list four polls in a row (handed out, but nobody
  * came: about 8 s), make a new one and PUT it; after each session, PUT a new
- * one. The tracker connection is silent while a session runs.
+ * one. While a session runs the server offers nothing, but unlike TVM's it
+ * keeps polling, so a tracker restarted meanwhile sees the device at once.
  *
  * Unlike TVM's Python server, which stops registering for good after 60 s
  * without a tracker, this thread retries with capped exponential backoff
@@ -110,14 +111,22 @@ static int serve_tracker(mu_server_t *s, mu_tracker_client_t *c)
 		if (renew && !busy)
 			renew_matchkey(s);
 		uv_mutex_unlock(&s->lock);
-		if (renew || busy) {
+		if (renew && !busy) {
 			missed = 0;
-			if (renew && !busy && (rc = put_current(s, c)) != 0)
+			if ((rc = put_current(s, c)) != 0)
 				return rc;
 			continue;
 		}
+		/* Poll while a session runs too (TVM's servers fall silent):
+		 * the answer is moot, but a tracker that went away is noticed,
+		 * and the busy device registers again (UPDATE_INFO, no PUT) so
+		 * a restarted tracker counts it at once. */
 		if ((rc = still_pending(s, c, &found)) != 0)
 			return rc;
+		if (busy) {
+			missed = 0;
+			continue;
+		}
 		missed = found ? 0 : missed + 1;
 		if (missed < MISSES_BEFORE_RENEW)
 			continue;

@@ -323,6 +323,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	mu__list_insert_tail(&s->handshakes, &c->node);
 	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
 	    mu__tcp_peer(&c->tcp, ip, sizeof(ip), &port) != 0) {
+		SLOG(s, MU_LOG_INFO, "A client left before it could be served");
 		hs_close(c);
 		return;
 	}

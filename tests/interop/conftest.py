@@ -5,21 +5,32 @@
   `<repo>/build/bin/muster`. A missing binary fails every test that needs it
   (STYLE.md rule 12: a missing peer is never a silent skip).
 * `muster_tracker`: a factory that starts `muster tracker` on 127.0.0.1 and
-  returns a `MusterTracker` once its `Bind to HOST:PORT` log line appears;
-  teardown fails the test if a tracker died while the test ran, then stops
-  every tracker (SIGTERM, 5 s, SIGKILL).
+  returns a `MusterTracker` once its `Bind to HOST:PORT` log line appears.
+* `muster_server`: a factory that starts `muster server` (standalone, or
+  registering with a tracker) and returns a `MusterServer` once it is bound
+  (and, with a tracker, once it offers its first matchkey).
+* Teardown of both factories fails the test if a process died while the
+  test ran (unless the test killed it itself), then stops every process
+  with SIGTERM and fails the test unless each one exits within STOP_TIMEOUT
+  with status 0. Under the ASan build (`make check-sanitize`), a leak or a
+  memory error makes that status non-zero, so it fails the test.
 * `tracker`: one `muster tracker` on a kernel-chosen port.
 * `reference`: a tvmpeer.ReferenceTracker served from a thread.
 * `stack`: an ExitStack for sockets, sessions and servers a test opens.
 
 Helpers the tests import: `wait_for`, `assert_closed`, `settle`,
-`busy_port`, `queue_requests`.
+`busy_port`, `queue_requests`; `MusterProcess` (log waits, fd counts,
+SIGKILL) for other processes a test runs.
 
 Everything is bounded in time: sockets get tvmpeer.DEFAULT_TIMEOUT, startup
-waits at most STARTUP_TIMEOUT, and `wait_for` polls with a deadline.
+waits at most STARTUP_TIMEOUT, and `wait_for` polls with a deadline. As a
+last resort a watchdog ends the whole run, with every thread's stack, if one
+test takes longer than TEST_LIMIT (a hang in a library we do not control,
+such as torch's client, must fail the run, not stall it).
 """
 
 import contextlib
+import faulthandler
 import os
 import re
 import signal
@@ -37,8 +48,10 @@ import tvmpeer  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT = 10.0
-STOP_TIMEOUT = 5.0
+STOP_TIMEOUT = 10.0
+TEST_LIMIT = 300.0
 BIND_RE = re.compile(r"Bind to (\S+):(\d+)")
+OFFER_RE = re.compile(r"Offering matchkey (\S+)")
 
 
 def wait_for(predicate, timeout=5.0, interval=0.02, what="condition"):
@@ -54,56 +67,154 @@ def wait_for(predicate, timeout=5.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
-class MusterTracker:
-    """A running `muster tracker` subprocess. stdout and stderr both go to
-    `log_path`. Set `allow_exit` when the test expects the process to end
-    before teardown."""
+class MusterProcess:
+    """A running muster subprocess. stdout and stderr both go to `log_path`.
+    Set `allow_exit` when the test expects the process to end before
+    teardown (`kill()` sets it)."""
 
-    host = HOST
+    name = "muster"
 
-    def __init__(self, proc, log_path):
+    def __init__(self, proc, log_path, host=HOST):
         self.proc = proc
         self.log_path = log_path
+        self.host = host
         self.port = None
         self.allow_exit = False
+
+    @property
+    def pid(self):
+        return self.proc.pid
 
     def log_text(self):
         return self.log_path.read_text(errors="replace")
 
-    def session(self, timeout=tvmpeer.DEFAULT_TIMEOUT):
-        return tvmpeer.TrackerSession(HOST, self.port, timeout)
+    def log_count(self, pattern):
+        return len(re.findall(pattern, self.log_text()))
+
+    def wait_log(self, pattern, count=1, timeout=STARTUP_TIMEOUT):
+        """Wait until the log matches the regex `pattern` at least `count`
+        times; return all matches (re.findall). Fails the test, with the
+        log, on timeout or if the process exits meanwhile."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = regex.findall(self.log_text())
+            if len(found) >= count:
+                return found
+            if self.proc.poll() is not None:
+                pytest.fail(f"{self.name} exited with {self.proc.returncode}"
+                            f" while waiting for {count} x {pattern!r}; "
+                            f"log:\n{self.log_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.name}: fewer than {count} x {pattern!r} "
+                            f"after {timeout} s (found {len(found)}); "
+                            f"log:\n{self.log_text()}")
+            time.sleep(0.02)
 
     def wait_bound(self):
         """Wait for the bind log line; fail with the log if it never comes
         or the process exits first."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            match = BIND_RE.search(self.log_text())
-            if match:
-                self.port = int(match.group(2))
-                return
-            if self.proc.poll() is not None:
-                pytest.fail(f"muster tracker exited with "
-                            f"{self.proc.returncode} before binding; "
-                            f"log:\n{self.log_text()}")
-            time.sleep(0.02)
-        pytest.fail(f"no 'Bind to HOST:PORT' line within {STARTUP_TIMEOUT} s;"
-                    f" log:\n{self.log_text()}")
+        match = self.wait_log(BIND_RE, 1)[0]
+        self.port = int(match[1])
+
+    def fd_count(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def kill(self):
+        """SIGKILL, as a crash or power loss would; teardown then leaves the
+        process alone."""
+        self.allow_exit = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(STOP_TIMEOUT)
 
     def stop(self):
-        """SIGTERM, then SIGKILL after STOP_TIMEOUT. Returns a problem
-        description, or None if the process ended on SIGTERM."""
+        """SIGTERM and wait STOP_TIMEOUT (then SIGKILL). Returns a problem
+        description, or None if the process exited with status 0 (or had
+        already ended)."""
         if self.proc.poll() is not None:
             return None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(STOP_TIMEOUT)
-            return None
+            code = self.proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             return (f"did not exit within {STOP_TIMEOUT} s of SIGTERM; "
-                    f"log tail:\n{self.log_text()[-2000:]}")
+                    f"log tail:\n{self.log_text()[-3000:]}")
+        if code != 0:
+            return (f"exited with status {code} on SIGTERM (a sanitizer "
+                    f"report, if any, is in the log); log tail:\n"
+                    f"{self.log_text()[-6000:]}")
+        return None
+
+
+class MusterTracker(MusterProcess):
+    """A running `muster tracker`."""
+
+    name = "muster tracker"
+
+    def session(self, timeout=tvmpeer.DEFAULT_TIMEOUT):
+        return tvmpeer.TrackerSession(self.host, self.port, timeout)
+
+    @property
+    def address(self):
+        """HOST:PORT as `--tracker` takes it ([v6]:port for IPv6)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+class MusterServer(MusterProcess):
+    """A running `muster server`. `key` is its device key."""
+
+    name = "muster server"
+
+    def __init__(self, proc, log_path, host=HOST, key=None):
+        super().__init__(proc, log_path, host)
+        self.key = key
+
+    def matchkeys(self):
+        """Every matchkey the server has offered so far, oldest first."""
+        return OFFER_RE.findall(self.log_text())
+
+    @property
+    def matchkey(self):
+        """The matchkey offered last (per the log)."""
+        offered = self.matchkeys()
+        return offered[-1] if offered else None
+
+    def wait_offers(self, count, timeout=STARTUP_TIMEOUT):
+        """Wait until the server has offered `count` matchkeys in all;
+        return the list."""
+        return self.wait_log(OFFER_RE, count, timeout)
+
+    def connect(self, matchkey, session_timeout=None,
+                timeout=tvmpeer.DEFAULT_TIMEOUT):
+        """rpc_connect to this server directly."""
+        return tvmpeer.rpc_connect(self.host, self.port, matchkey,
+                                   session_timeout, timeout)
+
+
+def _stop_all(started, what):
+    """Teardown shared by the factories: problems as text, or []."""
+    problems = []
+    for process in started:
+        if process.proc.poll() is not None and not process.allow_exit:
+            problems.append(f"{what} on port {process.port} died during the "
+                            f"test (exit {process.proc.returncode}); log:\n"
+                            f"{process.log_text()}")
+    for process in started:
+        problem = process.stop()
+        if problem:
+            problems.append(f"{what} on port {process.port}: {problem}")
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def _watchdog():
+    faulthandler.dump_traceback_later(TEST_LIMIT, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")
@@ -119,13 +230,13 @@ def muster_bin():
 
 @pytest.fixture
 def muster_tracker(muster_bin, tmp_path):
-    """Factory: `muster_tracker(*extra_args, port=0, port_end=None)` starts
-    `muster tracker --host 127.0.0.1 --port PORT [--port-end E] EXTRA...`
-    and returns a bound MusterTracker."""
+    """Factory: `muster_tracker(*extra_args, port=0, port_end=None,
+    host=HOST)` starts `muster tracker --host HOST --port PORT
+    [--port-end E] EXTRA...` and returns a bound MusterTracker."""
     started = []
 
-    def start(*extra, port=0, port_end=None):
-        args = [str(muster_bin), "tracker", "--host", HOST,
+    def start(*extra, port=0, port_end=None, host=HOST):
+        args = [str(muster_bin), "tracker", "--host", host,
                 "--port", str(port)]
         if port_end is not None:
             args += ["--port-end", str(port_end)]
@@ -134,24 +245,59 @@ def muster_tracker(muster_bin, tmp_path):
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log)
-        tracker = MusterTracker(proc, log_path)
+        tracker = MusterTracker(proc, log_path, host)
         started.append(tracker)
         tracker.wait_bound()
         return tracker
 
     yield start
 
-    problems = []
-    for tracker in started:
-        if tracker.proc.poll() is not None and not tracker.allow_exit:
-            problems.append(f"muster tracker on port {tracker.port} died "
-                            f"during the test (exit {tracker.proc.returncode})"
-                            f"; log:\n{tracker.log_text()}")
-    for tracker in started:
-        problem = tracker.stop()
-        if problem:
-            problems.append(f"muster tracker on port {tracker.port}: "
-                            f"{problem}")
+    problems = _stop_all(started, "muster tracker")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def muster_server(muster_bin, tmp_path):
+    """Factory: `muster_server(*extra_args, tracker=None, key=None, port=0,
+    port_end=None, host=HOST, wait_offer=True)` starts
+    `muster server --host HOST --port PORT [--port-end E]
+    [--tracker T] [--key K] EXTRA...` and returns a bound MusterServer.
+    `tracker` is a MusterTracker / ReferenceTracker (anything with host and
+    port) or a "HOST:PORT" string. With a tracker and `wait_offer`, it also
+    waits for the first "Offering matchkey" line (registered and offered)."""
+    started = []
+
+    def start(*extra, tracker=None, key=None, port=0, port_end=None,
+              host=HOST, wait_offer=True):
+        args = [str(muster_bin), "server", "--host", host,
+                "--port", str(port)]
+        if port_end is not None:
+            args += ["--port-end", str(port_end)]
+        if tracker is not None:
+            if not isinstance(tracker, str):
+                thost = (f"[{tracker.host}]" if ":" in tracker.host
+                         else tracker.host)
+                tracker = f"{thost}:{tracker.port}"
+            args += ["--tracker", tracker]
+        if key is not None:
+            args += ["--key", key]
+        args += [str(a) for a in extra]
+        log_path = tmp_path / f"muster-server-{len(started)}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log)
+        server = MusterServer(proc, log_path, host,
+                              key if key is not None else "muster")
+        started.append(server)
+        server.wait_bound()
+        if tracker is not None and wait_offer:
+            server.wait_offers(1)
+        return server
+
+    yield start
+
+    problems = _stop_all(started, "muster server")
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
 

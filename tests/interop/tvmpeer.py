@@ -11,6 +11,10 @@ that talks to a tracker (STYLE.md rule 12). It owns:
 * `PythonServer`, `CppServer` and `JavaServer`, the three registration styles
   of section 8, each driven step by step (register, poll, re-put) by a test;
   they never accept RPC sessions;
+* the RPC session handshake of section 9, client side: `rpc_hello` (the
+  exact bytes), `rpc_connect` (TVM's `rpc.connect` up to the point where
+  RPC traffic would start), `rpc_raw` (arbitrary bytes, for malformed
+  hellos) and `request_session` (`TrackerSession.request`'s retry loop);
 * `ReferenceTracker`, a tracker that behaves like TVM's Python tracker,
   quirks included (sections 3, 4, 7 and 10), runnable in a thread or as
   `python3 tvmpeer.py tracker --host H --port P --port-end E [--silent]
@@ -259,6 +263,118 @@ class TrackerSession:
         return self.recv_grant(timeout)
 
 
+# --- RPC session handshake, client side (spec section 9) -----------------
+
+RPC_MAGIC_BYTES = _I32.pack(RPC_MAGIC)
+
+
+class RpcMismatch(RuntimeError):
+    """The server answered RPC_CODE_MISMATCH: the matchkey is not (or no
+    longer) the one it offers. TVM's client raises a RuntimeError here,
+    which makes TrackerSession.request ask the tracker again."""
+
+
+def rpc_key(matchkey, session_timeout=None):
+    """The key string a Python client sends: `client:MATCHKEY`, plus
+    ` -timeout=<value>` when `session_timeout` is given and non-zero. The
+    value is written with str(), i.e. as the caller typed it (1 -> "1",
+    0.5 -> "0.5"); a str is sent verbatim."""
+    key = "client:" + matchkey
+    if session_timeout:
+        key += " -timeout=" + str(session_timeout)
+    return key
+
+
+def rpc_hello(matchkey, session_timeout=None):
+    """The bytes a client sends to open a session: int32 RPC_MAGIC, int32
+    byte length of the key string, the UTF-8 key string."""
+    key = rpc_key(matchkey, session_timeout).encode("utf-8")
+    return RPC_MAGIC_BYTES + pack_i32(len(key)) + key
+
+
+def rpc_raw(host, port, data=b"", timeout=DEFAULT_TIMEOUT):
+    """A connected socket (with `timeout`) that has sent `data`, for hellos
+    that are wrong, partial or absent. The caller owns the socket."""
+    sock = connect(host, port, timeout)
+    try:
+        if data:
+            sock.sendall(data)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def rpc_read_reply(sock):
+    """Read the server's answer to a hello. SUCCESS: return the key string
+    that follows ("server:KEY"). MISMATCH: raise RpcMismatch. Anything else
+    (including EOF, which is how a server rejects a bad magic) raises
+    ConnectionError."""
+    (code,) = _I32.unpack(recvall(sock, 4))
+    if code == RPC_CODE_MISMATCH:
+        raise RpcMismatch("server answered RPC_CODE_MISMATCH")
+    if code != RPC_CODE_SUCCESS:
+        raise ConnectionError(f"server answered code {code:#x}")
+    (length,) = _I32.unpack(recvall(sock, 4))
+    if not 0 <= length <= MAX_TRACKER_MSG_BYTES:
+        raise ConnectionError(f"bad server key length {length}")
+    return recvall(sock, length).decode("utf-8")
+
+
+def rpc_connect(host, port, matchkey, session_timeout=None,
+                timeout=DEFAULT_TIMEOUT):
+    """Open a session the way TVM's Python `rpc.connect` does (section 9):
+    send the hello for `matchkey` (plus ` -timeout=N`), read the answer.
+    Returns (socket, server key string); the socket keeps `timeout` and is
+    the caller's. On MISMATCH the socket is closed and RpcMismatch raised."""
+    sock = rpc_raw(host, port, rpc_hello(matchkey, session_timeout), timeout)
+    try:
+        server_key = rpc_read_reply(sock)
+    except BaseException:
+        sock.close()
+        raise
+    return sock, server_key
+
+
+def request_session(tracker_host, tracker_port, key, priority=1,
+                    session_timeout=None, max_retry=5, grant_timeout=None,
+                    timeout=DEFAULT_TIMEOUT):
+    """TrackerSession.request (section 11): up to `max_retry` times, send
+    REQUEST and wait for the grant, then rpc_connect to it. An OSError
+    (tracker or device unreachable) reconnects to the tracker; a MISMATCH
+    or other RuntimeError asks again on the same connection, and that grant
+    is lost. Unlike TVM, waiting for a grant is bounded by `grant_timeout`
+    (default: `timeout`). Returns (socket, server key, (addr, port,
+    matchkey)); raises RuntimeError after the last try."""
+    tracker = None
+    last_error = None
+    try:
+        for _ in range(max_retry):
+            try:
+                if tracker is None:
+                    tracker = TrackerSession(tracker_host, tracker_port,
+                                             timeout)
+                grant = tracker.request(
+                    key, priority,
+                    timeout=timeout if grant_timeout is None
+                    else grant_timeout)
+                sock, server_key = rpc_connect(grant[0], grant[1], grant[2],
+                                               session_timeout, timeout)
+                return sock, server_key, grant
+            except RuntimeError as exc:
+                last_error = exc
+            except OSError as exc:
+                last_error = exc
+                if tracker is not None:
+                    tracker.close()
+                    tracker = None
+    finally:
+        if tracker is not None:
+            tracker.close()
+    raise RuntimeError(f"Cannot request {key} after {max_retry} retry, "
+                       f"last_error:{last_error!r}")
+
+
 # --- server registration styles (spec section 8) -------------------------
 
 class _EmulatedServer:
@@ -436,6 +552,9 @@ def _log_line(stream, level, message):
     stream.flush()
 
 
+Received = collections.namedtuple("Received", "time peer data")
+
+
 class _Resource(collections.namedtuple(
         "_Resource", "conn addr port matchkey")):
     """One free resource. Equality includes the owning connection object,
@@ -493,9 +612,10 @@ class _Conn:
     resource ever PUT here; `pending` the matchkeys PUT here and not yet
     delivered to a client."""
 
-    def __init__(self, sock, peer_ip):
+    def __init__(self, sock, peer):
         self.sock = sock
-        self.peer_ip = peer_ip
+        self.peer = peer
+        self.peer_ip = peer[0]
         self.handshaken = False
         self.closed = False
         self.inbuf = bytearray()
@@ -533,13 +653,22 @@ class ReferenceTracker:
     The constructor binds (so `port` is known at once); `serve_forever()`
     runs the single-threaded selector loop until STOP or `terminate()`;
     `start()` runs it on a daemon thread. Only the loop thread touches
-    connection state."""
+    connection state.
+
+    With `record=True` it appends `Received(time, peer, data)` to
+    `received` for every handshake chunk (data is the raw chunk) and every
+    frame (data is the body bytes, without the length), in arrival order,
+    so a test can check the exact bytes a peer sent. `peer` is the
+    connection's (ip, port). The list only grows (list.append is atomic, so
+    another thread may read a snapshot with list(tracker.received))."""
 
     def __init__(self, host="127.0.0.1", port=9190, port_end=9199,
-                 silent=False, log_stream=None, nodelay=False):
+                 silent=False, log_stream=None, nodelay=False, record=False):
         self.host = host
         self.silent = silent
         self.nodelay = nodelay
+        self.record = record
+        self.received = []
         self.log_stream = log_stream if log_stream is not None else sys.stderr
         self.stop_key = "tracker:" + str(random.random())
         self.listener = self._bind(host, port, port_end)
@@ -638,7 +767,7 @@ class ReferenceTracker:
             sock.setblocking(False)
             if self.nodelay:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, peer[0])
+            conn = _Conn(sock, peer[:2])
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -662,6 +791,7 @@ class ReferenceTracker:
                 self._on_frames(conn)
 
     def _on_handshake(self, conn, data):
+        self._record(conn, data)
         # The quirk: the whole first chunk is the handshake.
         if data != MAGIC_BYTES:
             self._close(conn, f"bad handshake chunk {data[:8].hex()}")
@@ -680,10 +810,15 @@ class ReferenceTracker:
                 return
             body = bytes(conn.inbuf[4:4 + length])
             del conn.inbuf[:4 + length]
+            self._record(conn, body)
             try:
                 self._handle(conn, json.loads(body.decode("utf-8")))
             except Exception as exc:  # any handler error closes, like TVM
                 self._close(conn, f"{type(exc).__name__}: {exc}")
+
+    def _record(self, conn, data):
+        if self.record:
+            self.received.append(Received(time.monotonic(), conn.peer, data))
 
     def _write(self, conn, obj):
         body = encode_json(obj)
