@@ -35,8 +35,8 @@ from conftest import HOST
 
 KEY = "soak"
 SERVERS = 5
-LOAD_SECONDS = 45
-RESTART_AT = 18
+LOAD_SECONDS = 60
+RESTART_AT = 25
 # Requests may fail from the kill until the new tracker is up and the
 # servers are back: the restart takes well under a second here and the
 # servers retry after 0.25 s, but allow for a slow sanitizer build.
