@@ -123,6 +123,9 @@ MU_EXTERN void mu_etcd_watch_cancel(mu_etcd_watch_t *w);
 
 /* Drive every watch for up to timeout_ms, delivering events. */
 MU_EXTERN int mu_etcd_poll(mu_etcd_t *e, int timeout_ms);
+/* Make a mu_etcd_poll running now (or the next one) return early. The one
+ * call that is safe from any thread. */
+MU_EXTERN void mu_etcd_wakeup(mu_etcd_t *e);
 
 #ifdef __cplusplus
 }

@@ -624,3 +624,8 @@ int mu_etcd_poll(mu_etcd_t *e, int timeout_ms)
 	}
 	return 0;
 }
+
+void mu_etcd_wakeup(mu_etcd_t *e)
+{
+	curl_multi_wakeup(e->multi);
+}

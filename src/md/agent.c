@@ -1,0 +1,679 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The md agent: configuration (API, then MUSTER_*, then NIXL_* variables),
+ * routing of each exchange to P2P or the one store, the local and remote
+ * metadata caches with NIXL's load rules, and the completion events. The
+ * queue and its thread are in worker.c; the transports in backend_*.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "muster/md.h"
+#include "core/alloc_int.h"
+#include "core/log_int.h"
+#include "md/md_int.h"
+
+#define EVENTS_MAX 4096
+
+void mu_md_opts_init(mu_md_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->listen_host = "0.0.0.0";
+	o->listen_port = 8888;
+	o->etcd_watch_timeout = 5;
+	o->lease_ttl = 10;
+	o->store_timeout = 30;
+	o->op_timeout = 5;
+}
+
+/* The first of the variables that is set (empty counts), or NULL. */
+static const char *env2(const char *mine, const char *nixl)
+{
+	const char *v = getenv(mine);
+
+	return v != NULL ? v : getenv(nixl);
+}
+
+static int copy(char *dst, size_t n, const char *src)
+{
+	if (src == NULL) {
+		dst[0] = '\0';
+		return 0;
+	}
+	if (strlen(src) >= n)
+		return MU_EARG;
+	memcpy(dst, src, strlen(src) + 1);
+	return 0;
+}
+
+/* Settle the configuration and pick the store backend. */
+static int configure(mu_md_agent_t *a, const mu_md_opts_t *o)
+{
+	const char *etcd = o->etcd_endpoints, *ns = o->etcd_namespace;
+	const char *ts = o->tcpstore_endpoint;
+
+	if (!o->no_env) {
+		if (etcd == NULL)
+			etcd = env2("MUSTER_ETCD_ENDPOINTS", "NIXL_ETCD_ENDPOINTS");
+		if (ns == NULL)
+			ns = env2("MUSTER_ETCD_NAMESPACE", "NIXL_ETCD_NAMESPACE");
+		if (ts == NULL)
+			ts = env2("MUSTER_TCPSTORE_ENDPOINT", "NIXL_TCPSTORE_ENDPOINT");
+	}
+	if (etcd != NULL && ts != NULL) {
+		mu__log(MU_LOG_ERROR, "md",
+		        "agent %s: etcd (%s) and a TCPStore (%s) are both configured; "
+		        "they are mutually exclusive (check MUSTER_/NIXL_ETCD_ENDPOINTS "
+		        "and MUSTER_/NIXL_TCPSTORE_ENDPOINT)", o->name, etcd, ts);
+		return MU_EARG;
+	}
+	if ((etcd != NULL && etcd[0] == '\0') || (ts != NULL && ts[0] == '\0')) {
+		mu__log(MU_LOG_ERROR, "md", "agent %s: a store endpoint is set but empty",
+		        o->name);
+		return MU_EARG;
+	}
+	if (copy(a->etcd_endpoints, sizeof(a->etcd_endpoints), etcd) ||
+	    copy(a->etcd_namespace, sizeof(a->etcd_namespace), ns ? ns : "/nixl/agents/") ||
+	    copy(a->tcpstore_endpoint, sizeof(a->tcpstore_endpoint), ts) ||
+	    copy(a->listen_host, sizeof(a->listen_host), o->listen_host ? o->listen_host : "0.0.0.0"))
+		return MU_EARG;
+	a->o.etcd_endpoints = etcd ? a->etcd_endpoints : NULL;
+	a->o.etcd_namespace = a->etcd_namespace;
+	a->o.tcpstore_endpoint = ts ? a->tcpstore_endpoint : NULL;
+	a->o.listen_host = a->listen_host;
+	if (etcd != NULL) {
+#ifdef MU_HAVE_CURL
+		a->store = &mu__md_backend_etcd;
+#else
+		mu__log(MU_LOG_ERROR, "md", "this libmuster was built without etcd (libcurl)");
+		return MU_EARG;
+#endif
+	} else if (ts != NULL) {
+		a->store = &mu__md_backend_tcpstore;
+	}
+	return 0;
+}
+
+static void free_blob_map(void *m)
+{
+	mu__strmap_free(m, mu__free);
+	mu__free(m);
+}
+
+static void agent_destroy(mu_md_agent_t *a)
+{
+	mu__strmap_free(&a->local, mu__free);
+	mu__strmap_free(&a->remote, free_blob_map);
+	mu__strmap_free(&a->done, mu__free); /* the done_t records */
+	mu__free(a->events);
+	if (a->efd >= 0)
+		close(a->efd);
+	uv_cond_destroy(&a->done_cond);
+	uv_cond_destroy(&a->work_cond);
+	uv_mutex_destroy(&a->lock);
+	mu__free(a);
+}
+
+int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
+{
+	mu_md_agent_t *a;
+	int rc;
+
+	*out = NULL;
+	if (o == NULL || o->name == NULL || o->name[0] == '\0' ||
+	    strlen(o->name) > MU_MD_NAME_MAX || o->op_timeout <= 0)
+		return MU_EARG;
+	a = mu__calloc(1, sizeof(*a));
+	if (a == NULL)
+		return MU_ENOMEM;
+	memcpy(a->name, o->name, strlen(o->name) + 1);
+	a->o = *o;
+	a->o.name = a->name;
+	a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	uv_mutex_init(&a->lock);
+	uv_cond_init(&a->work_cond);
+	uv_cond_init(&a->done_cond);
+	mu__strmap_init(&a->local);
+	mu__strmap_init(&a->remote);
+	mu__strmap_init(&a->done);
+	mu__list_init(&a->queue);
+	mu__list_init(&a->done_order);
+	a->ev_cap = 64;
+	a->events = mu__calloc(a->ev_cap, sizeof(*a->events));
+	rc = a->efd < 0 ? -errno : a->events == NULL ? MU_ENOMEM : configure(a, o);
+	a->p2p = &mu__md_backend_p2p;
+	if (rc == 0)
+		rc = a->p2p->open(a, &a->p2p_st);
+	if (rc == 0 && a->store != NULL && (rc = a->store->open(a, &a->store_st)) != 0) {
+		a->p2p->close(a->p2p_st);
+		a->p2p_st = NULL;
+	}
+	if (rc == 0 && (rc = mu__md_worker_start(a)) != 0) {
+		if (a->store != NULL)
+			a->store->close(a->store_st);
+		a->p2p->close(a->p2p_st);
+	}
+	if (rc != 0) {
+		agent_destroy(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void mu_md_agent_free(mu_md_agent_t *a)
+{
+	if (a == NULL)
+		return;
+	mu__md_worker_stop(a); /* drains the queue, then closes the backends */
+	agent_destroy(a);
+}
+
+const char *mu_md_agent_name(const mu_md_agent_t *a)
+{
+	return a->name;
+}
+
+int mu_md_listen_port(const mu_md_agent_t *a)
+{
+	return a->listen_port;
+}
+
+const char *mu_md_backend_name(const mu_md_agent_t *a)
+{
+	return a->store != NULL ? a->store->name : a->p2p->name;
+}
+
+/* ---- caches ---- */
+
+static mu__md_blob_t *blob_new(const void *p, size_t n)
+{
+	mu__md_blob_t *b = mu__malloc(sizeof(*b) + n);
+
+	if (b != NULL) {
+		b->len = n;
+		if (n > 0)
+			memcpy(b->data, p, n);
+	}
+	return b;
+}
+
+static const char *label_or_default(const char *label)
+{
+	return label != NULL && label[0] != '\0' ? label : MU_MD_DEFAULT_LABEL;
+}
+
+int mu_md_set_local_blob(mu_md_agent_t *a, const char *label, const void *blob,
+                         size_t n)
+{
+	char who[MU_MD_NAME_MAX + 1];
+	mu__md_blob_t *b;
+	void *old = NULL;
+	int rc;
+
+	label = label_or_default(label);
+	if (strlen(label) > MU_MD_LABEL_MAX || n > MU_MD_MAX_BLOB)
+		return MU_ETOOBIG;
+	if (mu_md_blob_name(blob, n, who, sizeof(who)) != 0 || strcmp(who, a->name) != 0)
+		return MU_EARG; /* not a blob, or someone else's */
+	b = blob_new(blob, n);
+	if (b == NULL)
+		return MU_ENOMEM;
+	uv_mutex_lock(&a->lock);
+	rc = mu__strmap_put(&a->local, label, strlen(label), b, &old);
+	uv_mutex_unlock(&a->lock);
+	mu__free(rc == 0 ? old : b);
+	return rc;
+}
+
+int mu_md_set_local(mu_md_agent_t *a, const char *label, const void *payload,
+                    size_t n)
+{
+	const char *l = label_or_default(label);
+	void *blob;
+	size_t len;
+	int rc = mu__md_blob_make(a->name, strcmp(l, MU_MD_DEFAULT_LABEL) ? l : NULL,
+	                          payload, n, &blob, &len);
+
+	if (rc == 0)
+		rc = mu_md_set_local_blob(a, label, blob, len);
+	mu__free(blob);
+	return rc;
+}
+
+mu__md_blob_t *mu__md_local_copy(mu_md_agent_t *a, const char *label)
+{
+	mu__md_blob_t *b, *c = NULL;
+
+	label = label_or_default(label);
+	uv_mutex_lock(&a->lock);
+	b = mu__strmap_get(&a->local, label, strlen(label));
+	if (b != NULL)
+		c = blob_new(b->data, b->len);
+	uv_mutex_unlock(&a->lock);
+	return c;
+}
+
+int mu__md_local_labels(mu_md_agent_t *a, char ***labels, size_t *n)
+{
+	mu__strmap_entry_t *e = NULL;
+	size_t slot = 0, i = 0;
+	char **v;
+
+	uv_mutex_lock(&a->lock);
+	v = mu__calloc(a->local.count + 1, sizeof(*v));
+	while (v != NULL && (e = mu__strmap_next(&a->local, &slot, e)) != NULL)
+		if ((v[i] = mu__strdup(e->key)) != NULL)
+			i++;
+	uv_mutex_unlock(&a->lock);
+	if (v == NULL)
+		return MU_ENOMEM;
+	*labels = v;
+	*n = i;
+	return 0;
+}
+
+int mu_md_get_local(mu_md_agent_t *a, const char *label, void **blob, size_t *n)
+{
+	mu__md_blob_t *b = mu__md_local_copy(a, label);
+
+	*blob = NULL;
+	*n = 0;
+	if (b == NULL)
+		return -ENOENT;
+	*n = b->len;
+	memmove(b, b->data, b->len); /* hand out the bytes, not the header */
+	*blob = b;
+	return 0;
+}
+
+int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob, size_t n,
+                char *name, size_t name_len)
+{
+	char who[MU_MD_NAME_MAX + 1];
+	mu__strmap_t *labels;
+	mu__md_blob_t *old, *b;
+	int rc = mu_md_blob_name(blob, n, who, sizeof(who));
+
+	label = label_or_default(label);
+	if (rc != 0)
+		return MU_EPROTO; /* NIXL: MISMATCH */
+	if (name != NULL && name_len > 0)
+		snprintf(name, name_len, "%s", who);
+	if (strcmp(who, a->name) == 0)
+		return MU_EARG; /* our own metadata */
+	uv_mutex_lock(&a->lock);
+	labels = mu__strmap_get(&a->remote, who, strlen(who));
+	if (labels == NULL) {
+		labels = mu__calloc(1, sizeof(*labels));
+		if (labels == NULL ||
+		    mu__strmap_put(&a->remote, who, strlen(who), labels, NULL) != 0) {
+			mu__free(labels);
+			uv_mutex_unlock(&a->lock);
+			return MU_ENOMEM;
+		}
+		mu__strmap_init(labels);
+	}
+	old = mu__strmap_get(labels, label, strlen(label));
+	if (old != NULL) {
+		/* the same bytes again: nothing to do; other bytes: refused
+		 * until someone invalidates this agent (NIXL's rule) */
+		rc = old->len == n && memcmp(old->data, blob, n) == 0 ? 0 : -EEXIST;
+	} else if ((b = blob_new(blob, n)) == NULL ||
+	           mu__strmap_put(labels, label, strlen(label), b, NULL) != 0) {
+		mu__free(b);
+		rc = MU_ENOMEM;
+	}
+	uv_mutex_unlock(&a->lock);
+	return rc;
+}
+
+int mu_md_load_remote(mu_md_agent_t *a, const char *label, const void *blob,
+                      size_t n, char *name, size_t name_len)
+{
+	return mu__md_load(a, label, blob, n, name, name_len);
+}
+
+int mu_md_check_remote(mu_md_agent_t *a, const char *name)
+{
+	int found;
+
+	uv_mutex_lock(&a->lock);
+	found = mu__strmap_get(&a->remote, name, strlen(name)) != NULL;
+	uv_mutex_unlock(&a->lock);
+	return found ? 0 : -ENOENT;
+}
+
+int mu_md_get_remote(mu_md_agent_t *a, const char *name, const char *label,
+                     void **blob, size_t *n)
+{
+	mu__strmap_t *labels;
+	mu__md_blob_t *b = NULL;
+
+	*blob = NULL;
+	*n = 0;
+	label = label_or_default(label);
+	uv_mutex_lock(&a->lock);
+	labels = mu__strmap_get(&a->remote, name, strlen(name));
+	if (labels != NULL)
+		b = mu__strmap_get(labels, label, strlen(label));
+	if (b != NULL && (*blob = mu__malloc(b->len + 1)) != NULL) {
+		memcpy(*blob, b->data, b->len);
+		*n = b->len;
+	}
+	uv_mutex_unlock(&a->lock);
+	return b == NULL ? -ENOENT : *blob == NULL ? MU_ENOMEM : 0;
+}
+
+int mu_md_invalidate_remote(mu_md_agent_t *a, const char *name)
+{
+	mu__strmap_t *labels;
+
+	if (strcmp(name, a->name) == 0)
+		return MU_EARG;
+	uv_mutex_lock(&a->lock);
+	labels = mu__strmap_remove(&a->remote, name, strlen(name));
+	uv_mutex_unlock(&a->lock);
+	if (labels == NULL)
+		return -ENOENT;
+	free_blob_map(labels);
+	return 0;
+}
+
+void mu__md_drop(mu_md_agent_t *a, const char *name, const char *why)
+{
+	if (mu_md_invalidate_remote(a, name) == 0)
+		mu__md_event(a, MU_MD_REMOTE_DROPPED, 0, name, why);
+}
+
+int mu_md_list_remote(mu_md_agent_t *a, char ***names, size_t *n)
+{
+	mu__strmap_entry_t *e = NULL;
+	size_t slot = 0, i = 0;
+	char **v;
+
+	uv_mutex_lock(&a->lock);
+	v = mu__calloc(a->remote.count + 1, sizeof(*v));
+	while (v != NULL && (e = mu__strmap_next(&a->remote, &slot, e)) != NULL)
+		if ((v[i] = mu__strdup(e->key)) != NULL)
+			i++;
+	uv_mutex_unlock(&a->lock);
+	if (v == NULL)
+		return MU_ENOMEM;
+	*names = v;
+	*n = i;
+	return 0;
+}
+
+void mu_md_strv_free(char **v)
+{
+	size_t i;
+
+	if (v == NULL)
+		return;
+	for (i = 0; v[i] != NULL; i++)
+		mu__free(v[i]);
+	mu__free(v);
+}
+
+/* ---- events ---- */
+
+/* Under a->lock. A full ring drops its oldest event: the newest matter. */
+static void push_event(mu_md_agent_t *a, const mu_md_event_t *ev)
+{
+	uint64_t one = 1;
+
+	if (a->ev_count == a->ev_cap && a->ev_cap < EVENTS_MAX) {
+		mu_md_event_t *n = mu__calloc(a->ev_cap * 2, sizeof(*n));
+
+		if (n != NULL) {
+			for (size_t i = 0; i < a->ev_count; i++)
+				n[i] = a->events[(a->ev_head + i) % a->ev_cap];
+			mu__free(a->events);
+			a->events = n;
+			a->ev_head = 0;
+			a->ev_cap *= 2;
+		}
+	}
+	if (a->ev_count == a->ev_cap) {
+		a->ev_head = (a->ev_head + 1) % a->ev_cap;
+		a->ev_count--;
+	}
+	a->events[(a->ev_head + a->ev_count) % a->ev_cap] = *ev;
+	a->ev_count++;
+	(void)!write(a->efd, &one, sizeof(one));
+}
+
+static void emit(mu_md_agent_t *a, const mu_md_event_t *ev)
+{
+	uv_mutex_lock(&a->lock);
+	push_event(a, ev);
+	uv_mutex_unlock(&a->lock);
+	if (a->o.on_event != NULL)
+		a->o.on_event(a->o.ud, ev);
+}
+
+static void fill(mu_md_event_t *ev, uint64_t op, mu_md_event_kind_t kind,
+                 int status, const char *name, const char *detail)
+{
+	memset(ev, 0, sizeof(*ev));
+	ev->op = op;
+	ev->kind = kind;
+	ev->status = status;
+	snprintf(ev->name, sizeof(ev->name), "%s", name ? name : "");
+	snprintf(ev->detail, sizeof(ev->detail), "%s",
+	         detail && detail[0] ? detail : status ? mu_strerror(status) : "");
+}
+
+void mu__md_event(mu_md_agent_t *a, mu_md_event_kind_t kind, int status,
+                  const char *name, const char *detail)
+{
+	mu_md_event_t ev;
+
+	fill(&ev, 0, kind, status, name, detail);
+	emit(a, &ev);
+}
+
+int mu_md_event_fd(mu_md_agent_t *a)
+{
+	return a->efd;
+}
+
+int mu_md_next_event(mu_md_agent_t *a, mu_md_event_t *ev)
+{
+	uint64_t v;
+	int rc = -EAGAIN;
+
+	uv_mutex_lock(&a->lock);
+	if (a->ev_count > 0) {
+		*ev = a->events[a->ev_head];
+		a->ev_head = (a->ev_head + 1) % a->ev_cap;
+		a->ev_count--;
+		rc = 0;
+	}
+	if (a->ev_count == 0) /* drain the eventfd: not readable any more */
+		(void)!read(a->efd, &v, sizeof(v));
+	uv_mutex_unlock(&a->lock);
+	return rc;
+}
+
+/* ---- completions ---- */
+
+typedef struct {
+	mu__list_t node;
+	uint64_t id;
+	int status;
+} done_t;
+
+void mu__md_complete(mu_md_agent_t *a, mu__md_op_t *op, int status,
+                     const char *name, const char *detail)
+{
+	mu_md_event_t ev;
+	done_t *d = mu__malloc(sizeof(*d));
+
+	if (status != 0)
+		mu__log(MU_LOG_WARN, "md", "agent %s: %s failed: %s", a->name,
+		        op->kind == MU_MD_SENT ? "send" : op->kind == MU_MD_FETCHED ? "fetch" : "invalidate",
+		        detail && detail[0] ? detail : mu_strerror(status));
+	fill(&ev, op->id, op->kind, status, name ? name : op->name, detail);
+	uv_mutex_lock(&a->lock);
+	if (d != NULL) {
+		d->id = op->id;
+		d->status = status;
+		if (mu__strmap_put(&a->done, &d->id, sizeof(d->id), d, NULL) == 0) {
+			mu__list_insert_tail(&a->done_order, &d->node);
+			a->ndone++;
+		} else {
+			mu__free(d);
+		}
+	}
+	while (a->ndone > 4096) { /* keep the newest results */
+		done_t *old = mu__container_of(mu__list_head(&a->done_order), done_t, node);
+
+		mu__list_remove(&old->node);
+		mu__strmap_remove(&a->done, &old->id, sizeof(old->id));
+		mu__free(old);
+		a->ndone--;
+	}
+	uv_cond_broadcast(&a->done_cond);
+	uv_mutex_unlock(&a->lock);
+	emit(a, &ev);
+	mu__free(op->blob);
+	mu__free(op);
+}
+
+int mu_md_wait(mu_md_agent_t *a, uint64_t op, int timeout_ms, int *status)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : (int64_t)uv_hrtime() / 1000000 + timeout_ms;
+	done_t *d;
+	int rc = -ETIMEDOUT;
+
+	uv_mutex_lock(&a->lock);
+	for (;;) {
+		d = mu__strmap_get(&a->done, &op, sizeof(op));
+		if (d != NULL) {
+			*status = d->status;
+			rc = 0;
+			break;
+		}
+		if (op == 0 || op > a->next_op) {
+			rc = -ENOENT;
+			break;
+		}
+		if (deadline < 0) {
+			uv_cond_wait(&a->done_cond, &a->lock);
+		} else {
+			int64_t left = deadline - (int64_t)uv_hrtime() / 1000000;
+
+			if (left <= 0 || uv_cond_timedwait(&a->done_cond, &a->lock,
+			                                   (uint64_t)left * 1000000) != 0) {
+				d = mu__strmap_get(&a->done, &op, sizeof(op));
+				if (d != NULL) {
+					*status = d->status;
+					rc = 0;
+				}
+				break;
+			}
+		}
+	}
+	uv_mutex_unlock(&a->lock);
+	return rc;
+}
+
+/* ---- exchange calls: validate, snapshot, queue ---- */
+
+static mu__md_op_t *op_new(mu_md_agent_t *a, mu_md_event_kind_t kind,
+                           const mu_md_peer_t *peer, const char *label,
+                           int *rc)
+{
+	mu__md_op_t *op;
+
+	*rc = 0;
+	if (peer == NULL && a->store == NULL) {
+		*rc = MU_EARG; /* no address and no store: nowhere to go */
+		return NULL;
+	}
+	if ((peer != NULL && (peer->ip == NULL || peer->port <= 0 || peer->port > 65535 ||
+	                      strlen(peer->ip) >= sizeof(op->ip))) ||
+	    (label != NULL && strlen(label) > MU_MD_LABEL_MAX)) {
+		*rc = MU_EARG;
+		return NULL;
+	}
+	op = mu__calloc(1, sizeof(*op));
+	if (op == NULL) {
+		*rc = MU_ENOMEM;
+		return NULL;
+	}
+	op->kind = kind;
+	op->p2p = peer != NULL;
+	if (peer != NULL) {
+		memcpy(op->ip, peer->ip, strlen(peer->ip) + 1);
+		op->port = peer->port;
+	}
+	snprintf(op->label, sizeof(op->label), "%s", label_or_default(label));
+	return op;
+}
+
+static int enqueue(mu_md_agent_t *a, mu__md_op_t *op, uint64_t *id)
+{
+	uv_mutex_lock(&a->lock);
+	op->id = ++a->next_op;
+	uv_mutex_unlock(&a->lock);
+	if (id != NULL)
+		*id = op->id;
+	mu__md_submit(a, op);
+	return 0;
+}
+
+int mu_md_send_local(mu_md_agent_t *a, const mu_md_peer_t *peer,
+                     const char *label, uint64_t *id)
+{
+	mu__md_blob_t *b;
+	mu__md_op_t *op;
+	int rc;
+
+	op = op_new(a, MU_MD_SENT, peer, label, &rc);
+	if (op == NULL)
+		return rc;
+	b = mu__md_local_copy(a, op->label);
+	if (b == NULL) {
+		mu__free(op);
+		return -ENOENT; /* nothing published under that label */
+	}
+	op->len = b->len;
+	memmove(b, b->data, b->len);
+	op->blob = b;
+	return enqueue(a, op, id);
+}
+
+int mu_md_fetch_remote(mu_md_agent_t *a, const char *name,
+                       const mu_md_peer_t *peer, const char *label, uint64_t *id)
+{
+	mu__md_op_t *op;
+	int rc;
+
+	if (name == NULL || strlen(name) > MU_MD_NAME_MAX || (peer == NULL && name[0] == '\0'))
+		return MU_EARG;
+	if (strcmp(name, a->name) == 0)
+		return MU_EARG;
+	op = op_new(a, MU_MD_FETCHED, peer, label, &rc);
+	if (op == NULL)
+		return rc;
+	memcpy(op->name, name, strlen(name) + 1);
+	return enqueue(a, op, id);
+}
+
+int mu_md_invalidate_local(mu_md_agent_t *a, const mu_md_peer_t *peer,
+                           uint64_t *id)
+{
+	int rc;
+	mu__md_op_t *op = op_new(a, MU_MD_INVALIDATED, peer, NULL, &rc);
+
+	if (op == NULL)
+		return rc;
+	return enqueue(a, op, id);
+}

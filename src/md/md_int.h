@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The md agent's internals, shared by agent.c (API, caches, events),
+ * worker.c (the queue and its thread) and the backends.
+ *
+ * Locking: a->lock guards the caches, the queue, completions and events.
+ * Backends run their send/fetch/invalidate/poll on the worker thread only
+ * and take the lock only through the mu__md_* helpers below; the P2P
+ * listener runs on its own loop thread and also goes through them.
+ */
+#ifndef MU_MD_INT_H
+#define MU_MD_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "muster/md.h"
+#include "core/list_int.h"
+#include "core/strmap_int.h"
+
+#define MU_MD_BACKEND_VERSION 1
+#define MU_MD_NAME_MAX 255
+#define MU_MD_LABEL_MAX 255
+#define MU_MD_MAX_BLOB (64u << 20)
+
+/* One queued exchange. The blob (send) is a snapshot taken at the call,
+ * as NIXL serializes on the caller's thread. */
+typedef struct {
+	mu__list_t node;
+	uint64_t id;
+	mu_md_event_kind_t kind;  /* SENT, FETCHED or INVALIDATED */
+	int p2p;
+	char ip[64];
+	int port;
+	char name[MU_MD_NAME_MAX + 1];
+	char label[MU_MD_LABEL_MAX + 1];
+	void *blob;
+	size_t len;
+	int64_t deadline;         /* for waits that outlive the call */
+} mu__md_op_t;
+
+/*
+ * A backend: a versioned method table, one file each (backend_*.c).
+ * send/fetch/invalidate return 0 (done), 1 (pending: the backend calls
+ * mu__md_complete later, from its poll) or an error with `why` filled.
+ */
+typedef struct {
+	int version;
+	const char *name;
+	int (*open)(mu_md_agent_t *a, void **st);
+	void (*close)(void *st); /* fails what is still pending */
+	int (*send)(void *st, mu__md_op_t *op, char *why, size_t wl);
+	int (*fetch)(void *st, mu__md_op_t *op, char *why, size_t wl);
+	int (*invalidate)(void *st, mu__md_op_t *op, char *why, size_t wl);
+	/* Wait up to ms for the backend's own activity and do what is due;
+	 * NULL when it has none. wakeup interrupts it from another thread. */
+	int (*poll)(void *st, int ms);
+	void (*wakeup)(void *st);
+} mu__md_backend_t;
+
+extern const mu__md_backend_t mu__md_backend_p2p;
+#ifdef MU_HAVE_CURL
+extern const mu__md_backend_t mu__md_backend_etcd;
+#endif
+extern const mu__md_backend_t mu__md_backend_tcpstore;
+
+typedef struct {
+	size_t len;
+	char data[];
+} mu__md_blob_t;
+
+struct mu_md_agent_s {
+	char name[MU_MD_NAME_MAX + 1];
+	mu_md_opts_t o;                 /* strings point at the copies below */
+	char listen_host[64];
+	char etcd_endpoints[1024];
+	char etcd_namespace[256];
+	char tcpstore_endpoint[256];
+
+	uv_mutex_t lock;
+	mu__strmap_t local;             /* label -> mu__md_blob_t */
+	mu__strmap_t remote;            /* name -> mu__strmap_t (label -> blob) */
+
+	mu__list_t queue;               /* mu__md_op_t, FIFO */
+	uv_cond_t work_cond;
+	uv_thread_t worker;
+	int worker_started;
+	int stopping;
+	uint64_t next_op;
+
+	mu__strmap_t done;              /* op id -> status, last 4096 */
+	mu__list_t done_order;
+	size_t ndone;
+	uv_cond_t done_cond;
+
+	mu_md_event_t *events;          /* ring of queued events */
+	size_t ev_head, ev_count, ev_cap;
+	int efd;                        /* eventfd: readable while events queue */
+
+	const mu__md_backend_t *p2p, *store;
+	void *p2p_st, *store_st;
+	int listen_port;
+};
+
+/* Load blob as name's metadata under label (the agent's rules). */
+int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob,
+                size_t n, char *name, size_t name_len);
+/* Drop name's metadata and report REMOTE_DROPPED (why: who said so). */
+void mu__md_drop(mu_md_agent_t *a, const char *name, const char *why);
+/* A copy of a local blob (mu__free), or NULL. */
+mu__md_blob_t *mu__md_local_copy(mu_md_agent_t *a, const char *label);
+/* Copies of every local blob with its label, for re-publishing. */
+int mu__md_local_labels(mu_md_agent_t *a, char ***labels, size_t *n);
+
+/* Finish op (frees it): record the status, wake waiters, emit the event. */
+void mu__md_complete(mu_md_agent_t *a, mu__md_op_t *op, int status,
+                     const char *name, const char *detail);
+/* Queue an unsolicited event. */
+void mu__md_event(mu_md_agent_t *a, mu_md_event_kind_t kind, int status,
+                  const char *name, const char *detail);
+
+/* blob.c: a muster blob, with a label record for partial ones (label
+ * NULL: the full blob); and the label a blob carries (MU_EPROTO: none). */
+int mu__md_blob_make(const char *name, const char *label, const void *payload,
+                     size_t n, void **blob, size_t *len);
+int mu__md_blob_label(const void *blob, size_t len, char *label, size_t label_len);
+
+/* worker.c */
+int mu__md_worker_start(mu_md_agent_t *a);
+void mu__md_worker_stop(mu_md_agent_t *a);
+void mu__md_submit(mu_md_agent_t *a, mu__md_op_t *op);
+
+#endif
