@@ -9,9 +9,10 @@
 """
 
 from ._lib import MusterError, version as _version
+from . import md
 from .store import StoreClient, StoreServer
 from .tracker import Session, Tracker, TrackerSession, connect, connect_tracker
 
 __version__ = _version().decode()
-__all__ = ["MusterError", "Session", "StoreClient", "StoreServer", "Tracker",
+__all__ = ["md", "MusterError", "Session", "StoreClient", "StoreServer", "Tracker",
            "TrackerSession", "connect", "connect_tracker"]

@@ -74,6 +74,25 @@ class StoreValue(ctypes.Structure):
     _fields_ = [("data", c_void_p), ("len", c_size_t)]
 
 
+class MdOpts(ctypes.Structure):
+    """mu_md_opts_t (include/muster/md.h)."""
+    _fields_ = [("name", c_char_p), ("listen", c_int), ("listen_host", c_char_p),
+                ("listen_port", c_int), ("etcd_endpoints", c_char_p),
+                ("etcd_namespace", c_char_p), ("tcpstore_endpoint", c_char_p),
+                ("no_env", c_int), ("etcd_watch_timeout", c_double),
+                ("lease_ttl", c_double), ("store_timeout", c_double),
+                ("op_timeout", c_double), ("on_event", c_void_p), ("ud", c_void_p)]
+
+
+class MdPeer(ctypes.Structure):
+    _fields_ = [("ip", c_char_p), ("port", c_int)]
+
+
+class MdEvent(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_uint64), ("kind", c_int), ("status", c_int),
+                ("name", ctypes.c_char * 256), ("detail", ctypes.c_char * 256)]
+
+
 def _fn(name, restype, *argtypes):
     f = getattr(lib, name)
     f.restype = restype
@@ -132,6 +151,35 @@ store_num_keys = _fn("mu_store_num_keys", c_int, c_void_p, P(ctypes.c_int64))
 store_append = _fn("mu_store_append", c_int, c_void_p, c_char_p, c_char_p, c_size_t)
 store_multi_get = _fn("mu_store_multi_get", c_int, c_void_p, _KEYS, c_size_t, P(StoreValue))
 store_multi_set = _fn("mu_store_multi_set", c_int, c_void_p, _KEYS, P(StoreValue), c_size_t)
+
+_U64P = P(ctypes.c_uint64)
+md_opts_init = _fn("mu_md_opts_init", None, P(MdOpts))
+md_agent_new = _fn("mu_md_agent_new", c_int, P(MdOpts), P(c_void_p))
+md_agent_free = _fn("mu_md_agent_free", None, c_void_p)
+md_listen_port = _fn("mu_md_listen_port", c_int, c_void_p)
+md_backend_name = _fn("mu_md_backend_name", c_char_p, c_void_p)
+md_set_local = _fn("mu_md_set_local", c_int, c_void_p, c_char_p, c_char_p, c_size_t)
+md_set_local_blob = _fn("mu_md_set_local_blob", c_int, c_void_p, c_char_p, c_char_p, c_size_t)
+md_get_local = _fn("mu_md_get_local", c_int, c_void_p, c_char_p, P(c_void_p), P(c_size_t))
+md_send_local = _fn("mu_md_send_local", c_int, c_void_p, c_void_p, c_char_p, _U64P)
+md_fetch_remote = _fn("mu_md_fetch_remote", c_int, c_void_p, c_char_p, c_void_p, c_char_p, _U64P)
+md_invalidate_local = _fn("mu_md_invalidate_local", c_int, c_void_p, c_void_p, _U64P)
+md_wait = _fn("mu_md_wait", c_int, c_void_p, ctypes.c_uint64, c_int, P(c_int))
+md_event_fd = _fn("mu_md_event_fd", c_int, c_void_p)
+md_next_event = _fn("mu_md_next_event", c_int, c_void_p, P(MdEvent))
+md_load_remote = _fn("mu_md_load_remote", c_int, c_void_p, c_char_p, c_char_p, c_size_t,
+                     c_char_p, c_size_t)
+md_check_remote = _fn("mu_md_check_remote", c_int, c_void_p, c_char_p)
+md_get_remote = _fn("mu_md_get_remote", c_int, c_void_p, c_char_p, c_char_p, P(c_void_p),
+                    P(c_size_t))
+md_invalidate_remote = _fn("mu_md_invalidate_remote", c_int, c_void_p, c_char_p)
+md_list_remote = _fn("mu_md_list_remote", c_int, c_void_p, P(P(c_char_p)), P(c_size_t))
+md_strv_free = _fn("mu_md_strv_free", None, P(c_char_p))
+md_blob_make = _fn("mu_md_blob_make", c_int, c_char_p, c_char_p, c_size_t, P(c_void_p),
+                   P(c_size_t))
+md_blob_name = _fn("mu_md_blob_name", c_int, c_char_p, c_size_t, c_char_p, c_size_t)
+md_blob_payload = _fn("mu_md_blob_payload", c_int, c_char_p, c_size_t, P(c_void_p),
+                      P(c_size_t))
 
 # Codes of include/muster/common.h that callers branch on.
 MU_EBIND = -1008

@@ -51,6 +51,7 @@ int cmd_server(int argc, char **argv);
 int cmd_request(int argc, char **argv);
 int cmd_store(int argc, char **argv);
 int cmd_store_cli(int argc, char **argv);
+int cmd_md(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);

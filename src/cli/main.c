@@ -19,6 +19,7 @@ static const struct {
 	{"request", cmd_request, "get a device from a tracker and open a session on it"},
 	{"store", cmd_store, "run a TCPStore-compatible rendezvous store (torch 1.13 and 2.x)"},
 	{"store-cli", cmd_store_cli, "get, set, add, wait ... on any TCPStore"},
+	{"md", cmd_md, "publish, fetch, invalidate, list agents' metadata (NIXL-style)"},
 	{"demo", cmd_demo, "show the system working on this machine"},
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };

@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `muster md publish|fetch|invalidate|list`: debug a metadata exchange
+ * against any backend, as an agent of its own.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "muster/md.h"
+#include "cli/cli_int.h"
+#include "core/net_int.h"
+#ifdef MU_HAVE_CURL
+#include "muster/etcd.h"
+#endif
+
+typedef struct {
+	const char *name, *label, *value, *file, *peer, *etcd, *ns, *tcpstore;
+	double timeout, lease_ttl;
+	int listen_port, raw, keep;
+	char peer_ip[256];
+	mu_md_peer_t p;
+} md_args_t;
+
+#define COMMON_OPTS(a)                                                         \
+	{"etcd", OPT_STR, &(a).etcd, "ENDPOINTS", "etcd members (else $MUSTER_/NIXL_ETCD_ENDPOINTS)"}, \
+	{"namespace", OPT_STR, &(a).ns, "NS", "etcd key namespace (default /nixl/agents/)"}, \
+	{"tcpstore", OPT_STR, &(a).tcpstore, "HOST:PORT", "a TCPStore (else $MUSTER_/NIXL_TCPSTORE_ENDPOINT)"}, \
+	{"peer", OPT_STR, &(a).peer, "IP:PORT", "talk to one agent's P2P listener instead of a store"}, \
+	{"label", OPT_STR, &(a).label, "LABEL", "partial metadata label (default: the full blob, \"metadata\")"}, \
+	{"timeout", OPT_DOUBLE, &(a).timeout, "SECONDS", "how long to wait for the result (default 30)"}
+
+static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
+{
+	mu_md_opts_t o;
+	mu_md_agent_t *ag;
+	int rc;
+
+	mu_md_opts_init(&o);
+	o.name = name;
+	o.etcd_endpoints = a->etcd;
+	o.etcd_namespace = a->ns;
+	o.tcpstore_endpoint = a->tcpstore;
+	o.lease_ttl = a->lease_ttl;
+	o.etcd_watch_timeout = a->timeout;
+	o.store_timeout = a->timeout;
+	if (a->listen_port > 0) {
+		o.listen = 1;
+		o.listen_port = a->listen_port;
+	}
+	rc = mu_md_agent_new(&o, &ag);
+	if (rc != 0) {
+		fprintf(stderr, "muster md: cannot create agent %s: %s\n", name, mu_strerror(rc));
+		return NULL;
+	}
+	return ag;
+}
+
+static int parse_peer(md_args_t *a)
+{
+	if (a->peer == NULL)
+		return 0;
+	if (mu__split_hostport(a->peer, a->peer_ip, sizeof(a->peer_ip), &a->p.port) != 0) {
+		fprintf(stderr, "muster md: --peer %s is not IP:PORT\n", a->peer);
+		return 2;
+	}
+	a->p.ip = a->peer_ip;
+	return 0;
+}
+
+/* Wait for op; print the failure with its cause. */
+static int finish(mu_md_agent_t *ag, uint64_t op, double timeout, const char *what)
+{
+	mu_md_event_t ev;
+	int st = 0, rc = mu_md_wait(ag, op, (int)(timeout * 1000) + 2000, &st);
+
+	if (rc != 0) {
+		fprintf(stderr, "muster md: %s: no result: %s\n", what, mu_strerror(rc));
+		return 1;
+	}
+	while (mu_md_next_event(ag, &ev) == 0)
+		if (ev.op == op && ev.status != 0) {
+			fprintf(stderr, "muster md: %s failed: %s\n", what, ev.detail);
+			return 1;
+		}
+	if (st != 0) {
+		fprintf(stderr, "muster md: %s failed: %s\n", what, mu_strerror(st));
+		return 1;
+	}
+	return 0;
+}
+
+static char *read_file(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long len;
+
+	if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 ||
+	    fseek(f, 0, SEEK_SET) != 0 || (buf = malloc((size_t)len + 1)) == NULL ||
+	    fread(buf, 1, (size_t)len, f) != (size_t)len) {
+		free(buf);
+		buf = NULL;
+	} else {
+		*n = (size_t)len;
+	}
+	if (f != NULL)
+		fclose(f);
+	return buf;
+}
+
+/* The signal thread wakes the main thread through this pipe. */
+static int hold_pipe[2] = {-1, -1};
+
+static void stop_waiting(void *ud)
+{
+	(void)ud;
+	(void)!write(hold_pipe[1], "x", 1);
+}
+
+static int md_publish(md_args_t *a)
+{
+	mu_md_agent_t *ag;
+	char *data;
+	size_t n = 0;
+	uint64_t op;
+	int rc;
+
+	if (a->name == NULL || (a->value == NULL) == (a->file == NULL)) {
+		fprintf(stderr, "muster md publish: needs --name and one of --value or --file\n");
+		return 2;
+	}
+	data = a->file ? read_file(a->file, &n) : strdup(a->value);
+	if (data == NULL) {
+		fprintf(stderr, "muster md publish: cannot read %s\n", a->file ? a->file : "value");
+		return 1;
+	}
+	if (a->value != NULL)
+		n = strlen(a->value);
+	ag = make_agent(a, a->name);
+	rc = ag == NULL ? 1 : mu_md_set_local(ag, a->label, data, n);
+	free(data);
+	if (rc == 0)
+		rc = mu_md_send_local(ag, a->peer ? &a->p : NULL, a->label, &op);
+	if (rc != 0 && ag != NULL)
+		fprintf(stderr, "muster md publish: %s\n", mu_strerror(rc));
+	if (rc == 0)
+		rc = finish(ag, op, a->timeout, "publish");
+	if (rc == 0)
+		fprintf(stderr, "muster md: published %s%s%s through %s\n", a->name,
+		        a->label ? " label " : "", a->label ? a->label : "",
+		        a->peer ? "P2P" : mu_md_backend_name(ag));
+	/* keep the lease alive (and any listener answering) until told */
+	if (rc == 0 && a->keep && pipe(hold_pipe) == 0) {
+		char c;
+
+		fprintf(stderr, "muster md: holding it until Ctrl-C\n");
+		cli_on_signal(stop_waiting, NULL);
+		(void)!read(hold_pipe[0], &c, 1);
+		cli_signal_disarm();
+	}
+	mu_md_agent_free(ag);
+	return rc == 0 ? 0 : rc == 2 ? 2 : 1;
+}
+
+static int md_fetch(md_args_t *a, const char *name)
+{
+	mu_md_agent_t *ag = make_agent(a, "muster-md-cli");
+	void *blob = NULL;
+	const void *p;
+	size_t n, pn;
+	uint64_t op;
+	int rc;
+
+	if (ag == NULL)
+		return 1;
+	rc = mu_md_fetch_remote(ag, name, a->peer ? &a->p : NULL, a->label, &op);
+	if (rc != 0)
+		fprintf(stderr, "muster md fetch: %s\n", mu_strerror(rc));
+	else
+		rc = finish(ag, op, a->timeout, "fetch");
+	if (rc == 0)
+		rc = mu_md_get_remote(ag, name, a->label, &blob, &n);
+	if (rc == 0) {
+		/* a muster blob prints its payload; anything else (NIXL's) raw */
+		if (!a->raw && mu_md_blob_payload(blob, n, &p, &pn) == 0)
+			fwrite(p, 1, pn, stdout);
+		else
+			fwrite(blob, 1, n, stdout);
+		fflush(stdout);
+	}
+	mu_free(blob);
+	mu_md_agent_free(ag);
+	return rc == 0 ? 0 : 1;
+}
+
+static int md_invalidate(md_args_t *a)
+{
+	mu_md_agent_t *ag;
+	uint64_t op;
+	int rc;
+
+	if (a->name == NULL) {
+		fprintf(stderr, "muster md invalidate: needs --name (the agent to withdraw)\n");
+		return 2;
+	}
+	ag = make_agent(a, a->name);
+	if (ag == NULL)
+		return 1;
+	/* a store invalidate only deletes what this agent published: publish
+	 * an empty marker first, so a fresh process can withdraw a name */
+	if (a->peer == NULL && mu_md_set_local(ag, NULL, "", 0) == 0 &&
+	    mu_md_send_local(ag, NULL, NULL, &op) == 0)
+		finish(ag, op, a->timeout, "announce");
+	rc = mu_md_invalidate_local(ag, a->peer ? &a->p : NULL, &op);
+	if (rc == 0)
+		rc = finish(ag, op, a->timeout, "invalidate");
+	else
+		fprintf(stderr, "muster md invalidate: %s\n", mu_strerror(rc));
+	mu_md_agent_free(ag);
+	return rc == 0 ? 0 : 1;
+}
+
+static int md_list(md_args_t *a)
+{
+#ifdef MU_HAVE_CURL
+	const char *eps = a->etcd ? a->etcd : getenv("MUSTER_ETCD_ENDPOINTS");
+	const char *ns = a->ns ? a->ns : getenv("MUSTER_ETCD_NAMESPACE");
+	mu_etcd_opts_t o;
+	mu_etcd_range_t r;
+	mu_etcd_t *e;
+	char prefix[512];
+	size_t i, plen;
+	int rc;
+
+	if (eps == NULL)
+		eps = getenv("NIXL_ETCD_ENDPOINTS");
+	if (ns == NULL)
+		ns = getenv("NIXL_ETCD_NAMESPACE");
+	if (eps == NULL) {
+		fprintf(stderr, "muster md list: lists agents in etcd; give --etcd (a TCPStore cannot list)\n");
+		return 2;
+	}
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%s/", ns ? ns : "/nixl/agents/");
+	mu_etcd_opts_init(&o);
+	o.endpoints = eps;
+	o.timeout_ms = (int)(a->timeout * 1000);
+	rc = mu_etcd_new(&o, &e);
+	if (rc == 0)
+		rc = mu_etcd_get(e, prefix, plen, 1, &r);
+	if (rc != 0) {
+		fprintf(stderr, "muster md list: %s\n", e ? mu_etcd_last_error(e) : mu_strerror(rc));
+		mu_etcd_free(e);
+		return 1;
+	}
+	/* markers are NS/agent/ : one per announced agent */
+	for (i = 0; i < r.n; i++) {
+		const char *k = r.kvs[i].key + plen;
+		size_t kl = r.kvs[i].klen - plen;
+
+		if (kl > 1 && k[kl - 1] == '/' && memchr(k, '/', kl - 1) == NULL)
+			printf("%.*s\n", (int)(kl - 1), k);
+	}
+	mu_etcd_range_free(&r);
+	mu_etcd_free(e);
+	return 0;
+#else
+	(void)a;
+	fprintf(stderr, "muster md list: this muster was built without etcd support\n");
+	return 1;
+#endif
+}
+
+int cmd_md(int argc, char **argv)
+{
+	md_args_t a;
+	int npos, rc;
+	cli_opt_t opts[] = {
+		COMMON_OPTS(a),
+		{"name", OPT_STR, &a.name, "AGENT", "the agent to act as (publish, invalidate)"},
+		{"value", OPT_STR, &a.value, "TEXT", "publish: the metadata payload"},
+		{"file", OPT_STR, &a.file, "PATH", "publish: read the payload from a file"},
+		{"listen-port", OPT_INT, &a.listen_port, "PORT", "publish: also answer P2P fetches on this port"},
+		{"lease-ttl", OPT_DOUBLE, &a.lease_ttl, "SECONDS", "etcd lease of the keys (default 10; 0: keep them forever)"},
+		{"hold", OPT_FLAG, &a.keep, NULL, "publish: keep running (lease, listener) until Ctrl-C"},
+		{"raw", OPT_FLAG, &a.raw, NULL, "fetch: print the whole blob, not its payload"},
+	};
+	cli_cmd_t cmd = {
+		"muster md publish|fetch NAME|invalidate|list [options]",
+		"Debug a NIXL-style metadata exchange from the command line.\n"
+		"  publish --name A --value TEXT   publish A's metadata (to the store, or --peer)\n"
+		"  fetch A                         fetch A's metadata and print its payload\n"
+		"  invalidate --name A             withdraw A's metadata (store: its keys go,\n"
+		"                                  and peers that fetched it drop it; --peer: INVL)\n"
+		"  list                            the agents announced in etcd\n"
+		"The store comes from --etcd/--tcpstore or the environment (MUSTER_ETCD_ENDPOINTS,\n"
+		"NIXL_ETCD_ENDPOINTS, NIXL_TCPSTORE_ENDPOINT, ...); --peer talks P2P instead.",
+		opts, (int)(sizeof(opts) / sizeof(opts[0])), 1, 2};
+
+	memset(&a, 0, sizeof(a));
+	a.timeout = 30;
+	a.lease_ttl = 10;
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	if ((rc = parse_peer(&a)) != 0)
+		return rc;
+	/* failures reach the user through finish(); the log adds nothing */
+	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_ERROR);
+	if (strcmp(argv[0], "publish") == 0 && npos == 1)
+		return md_publish(&a);
+	if (strcmp(argv[0], "fetch") == 0 && npos == 2)
+		return md_fetch(&a, argv[1]);
+	if (strcmp(argv[0], "invalidate") == 0 && npos == 1)
+		return md_invalidate(&a);
+	if (strcmp(argv[0], "list") == 0 && npos == 1)
+		return md_list(&a);
+	fprintf(stderr, "muster md: unknown use '%s' (see muster md --help)\n", argv[0]);
+	return 2;
+}
