@@ -108,14 +108,19 @@ typedef void (*mu_etcd_watch_cb)(void *ud, const mu_etcd_event_t *ev, int err);
 
 typedef struct mu_etcd_watch_s mu_etcd_watch_t;
 
+/* mu_etcd_watch flags */
+#define MU_ETCD_PREFIX 1u /* every key starting with key */
+#define MU_ETCD_NOPUT 2u  /* deletes only (etcd's NOPUT filter) */
+
 /*
- * Watch key (or every key under it, prefix = 1) from start_revision
- * (inclusive; 0 = from now). The stream is kept alive across endpoint
- * failures: it reconnects to the next member from the revision after the
- * last one delivered, so no event is missed or repeated.
+ * Watch key (or, with MU_ETCD_PREFIX, every key under it) from
+ * start_revision (inclusive; 0 = from now). The stream is kept alive
+ * across endpoint failures: it reconnects to the next member from the
+ * revision after the last one delivered, so no event is missed or
+ * repeated.
  */
 MU_EXTERN int mu_etcd_watch(mu_etcd_t *e, const void *key, size_t klen,
-                            int prefix, int64_t start_revision,
+                            unsigned flags, int64_t start_revision,
                             mu_etcd_watch_cb cb, void *ud,
                             mu_etcd_watch_t **out);
 /* Stop and free a watch (not from inside its own callback). */

@@ -50,6 +50,7 @@ struct mu_etcd_watch_s {
 	char *key, *end;
 	size_t klen, elen;
 	int64_t next_rev; /* first revision not yet delivered */
+	int noput;
 	mu_etcd_watch_cb cb;
 	void *ud;
 };
@@ -434,7 +435,8 @@ static int watch_connect(mu_etcd_watch_t *w)
 
 	mu__buf_reset(&w->body);
 	mu__buf_reset(&w->in);
-	rc = mu__etcd_body_watch(&w->body, w->key, w->klen, w->end, w->elen, w->next_rev);
+	rc = mu__etcd_body_watch(&w->body, w->key, w->klen, w->end, w->elen,
+	                         w->next_rev, w->noput);
 	if (rc != 0)
 		return rc;
 	if (w->easy == NULL && (w->easy = curl_easy_init()) == NULL)
@@ -461,7 +463,7 @@ static int watch_connect(mu_etcd_watch_t *w)
 	return 0;
 }
 
-int mu_etcd_watch(mu_etcd_t *e, const void *key, size_t klen, int prefix,
+int mu_etcd_watch(mu_etcd_t *e, const void *key, size_t klen, unsigned flags,
                   int64_t start_revision, mu_etcd_watch_cb cb, void *ud,
                   mu_etcd_watch_t **out)
 {
@@ -479,6 +481,7 @@ int mu_etcd_watch(mu_etcd_t *e, const void *key, size_t klen, int prefix,
 	w->ud = ud;
 	w->ep = e->cur;
 	w->next_rev = start_revision;
+	w->noput = (flags & MU_ETCD_NOPUT) != 0;
 	w->delay_ms = 100;
 	mu__buf_init(&w->body, (size_t)-1);
 	mu__buf_init(&w->in, MAX_RESPONSE);
@@ -486,7 +489,7 @@ int mu_etcd_watch(mu_etcd_t *e, const void *key, size_t klen, int prefix,
 	w->key = mu__memdup(key, klen ? klen : 1);
 	w->klen = klen;
 	if (w->key != NULL)
-		rc = prefix ? mu__etcd_prefix_end(key, klen, &w->end, &w->elen) : 0;
+		rc = flags & MU_ETCD_PREFIX ? mu__etcd_prefix_end(key, klen, &w->end, &w->elen) : 0;
 	mu__list_insert_tail(&e->watches, &w->node);
 	if (rc == 0)
 		rc = watch_connect(w);

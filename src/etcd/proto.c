@@ -128,7 +128,8 @@ int mu__etcd_body_lease(mu__buf_t *b, const char *field, int64_t v)
 }
 
 int mu__etcd_body_watch(mu__buf_t *b, const void *k, size_t kn,
-                        const void *end, size_t en, int64_t start_rev)
+                        const void *end, size_t en, int64_t start_rev,
+                        int noput)
 {
 	int rc = mu__buf_appends(b, "{\"create_request\":{");
 
@@ -136,6 +137,8 @@ int mu__etcd_body_watch(mu__buf_t *b, const void *k, size_t kn,
 		rc = key_fields(b, k, kn, end, en);
 	if (rc == 0 && start_rev > 0)
 		rc = mu__buf_printf(b, ",\"start_revision\":\"%lld\"", (long long)start_rev);
+	if (rc == 0 && noput)
+		rc = mu__buf_appends(b, ",\"filters\":[\"NOPUT\"]");
 	return rc != 0 ? rc : mu__buf_appends(b, "}}");
 }
 

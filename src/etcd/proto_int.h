@@ -32,7 +32,8 @@ int mu__etcd_body_txn_put(mu__buf_t *b, const void *k, size_t kn,
                           int64_t lease);
 int mu__etcd_body_lease(mu__buf_t *b, const char *field, int64_t v);
 int mu__etcd_body_watch(mu__buf_t *b, const void *k, size_t kn,
-                        const void *end, size_t en, int64_t start_rev);
+                        const void *end, size_t en, int64_t start_rev,
+                        int noput);
 
 /*
  * Classify a response: 0 for a 2xx with a JSON object body (*root is the

@@ -14,8 +14,10 @@
  * - everything an agent writes carries its lease, kept alive from the
  *   worker's poll, so a crashed agent's keys expire (and peers drop it);
  *   a lease found lost is re-granted and every key put again;
- * - the marker is watched from the revision right after the fetch's read,
- *   so an invalidation between the read and the watch is not missed;
+ * - markers are watched from the revision right after the fetch's read,
+ *   so an invalidation between the read and the watch is not missed, and
+ *   through one watch per agent on the namespace's deletes (NIXL opens one
+ *   per remote agent, which caps it at thousands of peers);
  * - a fetch of a key not there yet waits on a watch without holding the
  *   worker, so many such fetches wait together;
  * - a blob over etcd's request limit is written in 1 MiB chunks under
@@ -53,12 +55,11 @@ typedef struct {
 	int state;        /* 0 waiting, 1 published, 2 deleted */
 } pending_t;
 
+/* An agent we fetched: dropped when its marker goes after `rev`. */
 typedef struct {
-	etcd_be_t *be;
-	char name[MU_MD_NAME_MAX + 1];
-	mu_etcd_watch_t *w;
+	int64_t rev;      /* the revision our copy was read at */
 	int dropped;      /* the marker went: drop the agent after the poll */
-} marker_t;
+} fetched_t;
 
 struct etcd_be_s {
 	mu_md_agent_t *a;
@@ -68,7 +69,9 @@ struct etcd_be_s {
 	int announced;
 	mu__strmap_t published; /* labels we put since the last invalidate */
 	mu__list_t pending;
-	mu__strmap_t markers;   /* name -> marker_t */
+	mu__strmap_t fetched;   /* name -> fetched_t */
+	mu_etcd_watch_t *deletes; /* the namespace's deletes, once we fetch */
+	mu__buf_t ns;           /* NS "/": where every agent's keys live */
 };
 
 static int key_of(const etcd_be_t *be, const char *agent, const char *label,
@@ -215,36 +218,51 @@ static int etcd_send(void *st, mu__md_op_t *op, char *why, size_t wl)
 
 /* ---- fetching ---- */
 
-static void marker_cb(void *ud, const mu_etcd_event_t *ev, int err)
+/* A delete in the namespace: if it is the marker of an agent we hold
+ * (NS/name/) and newer than our copy, that agent is gone. */
+static void deletes_cb(void *ud, const mu_etcd_event_t *ev, int err)
 {
-	marker_t *m = ud;
+	etcd_be_t *be = ud;
+	const char *k, *slash;
+	fetched_t *f;
+	size_t n;
 
-	if (ev == NULL || ev->type == MU_ETCD_EVENT_DELETE)
-		m->dropped = 1; /* deleted, expired with its lease, or unwatchable */
-	(void)err;
+	if (ev == NULL) { /* canceled: the next fetch watches again */
+		be->deletes = NULL;
+		(void)err;
+		return;
+	}
+	if (ev->type != MU_ETCD_EVENT_DELETE || ev->kv->klen <= be->ns.len ||
+	    memcmp(ev->kv->key, be->ns.data, be->ns.len) != 0)
+		return;
+	k = ev->kv->key + be->ns.len;
+	n = ev->kv->klen - be->ns.len;
+	slash = memchr(k, '/', n);
+	if (slash == NULL || (size_t)(slash - k) != n - 1)
+		return; /* a blob or a chunk, not a marker */
+	f = mu__strmap_get(&be->fetched, k, n - 1);
+	if (f != NULL && ev->kv->mod_revision > f->rev)
+		f->dropped = 1;
 }
 
-/* Watch name's marker from `rev` on, once per agent. */
-static void watch_marker(etcd_be_t *be, const char *name, int64_t rev)
+/* Note that we hold name's metadata as of rev; watch deletes from then. */
+static void track(etcd_be_t *be, const char *name, int64_t rev)
 {
-	marker_t *m;
-	mu__buf_t k;
+	fetched_t *f = mu__strmap_get(&be->fetched, name, strlen(name));
 
-	if (mu__strmap_get(&be->markers, name, strlen(name)) != NULL)
-		return;
-	m = mu__calloc(1, sizeof(*m));
-	if (m == NULL)
-		return;
-	m->be = be;
-	snprintf(m->name, sizeof(m->name), "%s", name);
-	mu__buf_init(&k, 4096);
-	if (key_of(be, name, NULL, &k) != 0 ||
-	    mu_etcd_watch(be->e, k.data, k.len, 0, rev, marker_cb, m, &m->w) != 0 ||
-	    mu__strmap_put(&be->markers, name, strlen(name), m, NULL) != 0) {
-		mu_etcd_watch_cancel(m->w);
-		mu__free(m);
+	if (f == NULL) {
+		f = mu__calloc(1, sizeof(*f));
+		if (f == NULL || mu__strmap_put(&be->fetched, name, strlen(name), f, NULL) != 0) {
+			mu__free(f);
+			return;
+		}
 	}
-	mu__buf_free(&k);
+	if (rev > f->rev)
+		f->rev = rev;
+	f->dropped = 0;
+	if (be->deletes == NULL)
+		mu_etcd_watch(be->e, be->ns.data, be->ns.len, MU_ETCD_PREFIX | MU_ETCD_NOPUT,
+		              rev + 1, deletes_cb, be, &be->deletes);
 }
 
 /* Load a fetched value (maybe a chunk manifest) into the agent. */
@@ -309,7 +327,7 @@ static int etcd_fetch(void *st, mu__md_op_t *op, char *why, size_t wl)
 	if (r.n == 1 && r.kvs[0].vlen > 0) { /* NIXL: an empty value is absent */
 		rc = load_value(be, op, &k, r.kvs[0].value, r.kvs[0].vlen, why, wl);
 		if (rc == 0)
-			watch_marker(be, op->name, r.revision + 1);
+			track(be, op->name, r.revision);
 		mu_etcd_range_free(&r);
 		mu__buf_free(&k);
 		return rc;
@@ -380,17 +398,11 @@ static void settle_markers(etcd_be_t *be)
 	char names[16][MU_MD_NAME_MAX + 1];
 	int n = 0;
 
-	while (n < 16 && (e = mu__strmap_next(&be->markers, &slot, e)) != NULL) {
-		marker_t *m = e->value;
-
-		if (m->dropped)
-			memcpy(names[n++], m->name, sizeof(names[0]));
-	}
+	while (n < 16 && (e = mu__strmap_next(&be->fetched, &slot, e)) != NULL)
+		if (((fetched_t *)e->value)->dropped)
+			snprintf(names[n++], sizeof(names[0]), "%s", e->key);
 	for (int i = 0; i < n; i++) {
-		marker_t *m = mu__strmap_remove(&be->markers, names[i], strlen(names[i]));
-
-		mu_etcd_watch_cancel(m->w);
-		mu__free(m);
+		mu__free(mu__strmap_remove(&be->fetched, names[i], strlen(names[i])));
 		mu__md_drop(be->a, names[i], "its etcd keys were deleted or expired");
 	}
 }
@@ -488,14 +500,6 @@ static void etcd_wakeup(void *st)
 
 /* ---- lifecycle ---- */
 
-static void marker_free(void *v)
-{
-	marker_t *m = v;
-
-	mu_etcd_watch_cancel(m->w);
-	mu__free(m);
-}
-
 static void etcd_close(void *st)
 {
 	etcd_be_t *be = st;
@@ -506,8 +510,10 @@ static void etcd_close(void *st)
 	mu__list_foreach_safe(it, tmp, &be->pending)
 		finish_pending(be, mu__container_of(it, pending_t, node), MU_ESTOPPED,
 		               "the agent stopped while the fetch waited");
-	mu__strmap_free(&be->markers, marker_free);
+	mu_etcd_watch_cancel(be->deletes);
+	mu__strmap_free(&be->fetched, mu__free);
 	mu__strmap_free(&be->published, NULL);
+	mu__buf_free(&be->ns);
 	/* the lease is left to expire: our keys go a TTL after we do */
 	mu_etcd_free(be->e);
 	mu__free(be);
@@ -524,11 +530,14 @@ static int etcd_open(mu_md_agent_t *a, void **st)
 	be->a = a;
 	mu__list_init(&be->pending);
 	mu__strmap_init(&be->published);
-	mu__strmap_init(&be->markers);
+	mu__strmap_init(&be->fetched);
+	mu__buf_init(&be->ns, 4096);
 	mu_etcd_opts_init(&o);
 	o.endpoints = a->o.etcd_endpoints;
 	o.timeout_ms = (int)(a->o.op_timeout * 1000);
-	rc = mu_etcd_new(&o, &be->e);
+	rc = mu__buf_printf(&be->ns, "%s/", a->o.etcd_namespace);
+	if (rc == 0)
+		rc = mu_etcd_new(&o, &be->e);
 	if (rc != 0) {
 		mu__log(MU_LOG_ERROR, "md", "agent %s: bad etcd endpoints \"%s\"", a->name,
 		        a->o.etcd_endpoints);

@@ -155,7 +155,7 @@ static void test_watch(void **state)
 	assert_int_equal(mu_etcd_put(e, "/w/x", 4, "before", 6, 0, &rev), 0);
 	/* from a past revision: history replays first */
 	assert_int_equal(mu_etcd_watch(w, "/w/x", 4, 0, rev, watch_cb, &a, &wa), 0);
-	assert_int_equal(mu_etcd_watch(w, "/w/", 3, 1, 0, watch_cb, &b, &wb), 0);
+	assert_int_equal(mu_etcd_watch(w, "/w/", 3, MU_ETCD_PREFIX, 0, watch_cb, &b, &wb), 0);
 	poll_until(w, &a.puts, 1);
 	assert_string_equal(a.last, "before");
 	mu_etcd_poll(w, 200); /* both streams are created before we write */
@@ -291,7 +291,7 @@ static void test_cluster_leader_loss(void **state)
 	etcd_start(&fx, 3);
 	e = client(fx.endpoints);
 	w = client(fx.endpoints);
-	assert_int_equal(mu_etcd_watch(w, "/c/", 3, 1, 0, watch_cb, &a, &wa), 0);
+	assert_int_equal(mu_etcd_watch(w, "/c/", 3, MU_ETCD_PREFIX, 0, watch_cb, &a, &wa), 0);
 	mu_etcd_poll(w, 300);
 	for (i = 0; i < 10; i++) {
 		char key[16];

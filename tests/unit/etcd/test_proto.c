@@ -72,8 +72,11 @@ static void test_bodies(void **state)
 	assert_int_equal(mu__etcd_body_txn_put(&b, "k", 1, 42, "v", 1, 0), 0);
 	assert_non_null(strstr(b.data, "\"target\":\"MOD\",\"mod_revision\":\"42\""));
 	mu__buf_reset(&b);
-	assert_int_equal(mu__etcd_body_watch(&b, "k", 1, NULL, 0, 13), 0);
+	assert_int_equal(mu__etcd_body_watch(&b, "k", 1, NULL, 0, 13, 0), 0);
 	assert_string_equal(b.data, "{\"create_request\":{\"key\":\"aw==\",\"start_revision\":\"13\"}}");
+	mu__buf_reset(&b);
+	assert_int_equal(mu__etcd_body_watch(&b, "k", 1, "l", 1, 0, 1), 0);
+	assert_string_equal(b.data, "{\"create_request\":{\"key\":\"aw==\",\"range_end\":\"bA==\",\"filters\":[\"NOPUT\"]}}");
 	mu__buf_free(&b);
 }
 
