@@ -73,6 +73,7 @@ fuzz check-fuzz: deps-test
 bench: build
 	bench/tracker.sh
 	bench/store.sh
+	bench/md.sh
 
 install: build
 	cmake --install $(BUILD)

@@ -55,5 +55,6 @@ int cmd_md(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
+int bench_md(int argc, char **argv);
 
 #endif
