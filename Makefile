@@ -74,6 +74,7 @@ bench: build
 	bench/tracker.sh
 	bench/store.sh
 	bench/md.sh
+	bench/pipeline.sh
 
 install: build
 	cmake --install $(BUILD)

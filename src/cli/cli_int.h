@@ -7,6 +7,9 @@
 #ifndef MU_CLI_INT_H
 #define MU_CLI_INT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE } cli_opt_kind_t;
 
 typedef struct {
@@ -44,6 +47,11 @@ void cli_on_signal(void (*fn)(void *), void *ud);
 /* Forget that callback; when this returns it is not running. */
 void cli_signal_disarm(void);
 
+/* "1.5 MiB" */
+void cli_bytes(double b, char *buf, size_t len);
+/* "512M", "2G", "1.5GiB", "4096" -> bytes; -1 when not a size. */
+int cli_parse_size(const char *s, uint64_t *out);
+
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
@@ -53,8 +61,13 @@ int cmd_store(int argc, char **argv);
 int cmd_store_cli(int argc, char **argv);
 int cmd_md(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_stage(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_model(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);
+int bench_pipeline(int argc, char **argv);
 
 #endif

@@ -16,14 +16,17 @@ int cmd_bench(int argc, char **argv)
 		return bench_store(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "md") == 0)
 		return bench_md(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "pipeline") == 0)
+		return bench_pipeline(argc - 1, argv + 1);
 	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-		printf("usage: muster bench tracker|store|md [options]\n\n"
+		printf("usage: muster bench tracker|store|md|pipeline [options]\n\n"
 		       "Benchmarks:\n"
 		       "  tracker   any TVM-protocol tracker (muster bench tracker --help)\n"
 		       "  store     any TCPStore, either dialect (muster bench store --help)\n"
-		       "  md        metadata exchange through etcd, a TCPStore or P2P\n");
+		       "  md        metadata exchange through etcd, a TCPStore or P2P\n"
+		       "  pipeline  tensor frames, pipelined stages, the executor\n");
 		return 0;
 	}
-	fprintf(stderr, "usage: muster bench tracker|store|md [options] (see muster bench --help)\n");
+	fprintf(stderr, "usage: muster bench tracker|store|md|pipeline [options] (see muster bench --help)\n");
 	return 2;
 }

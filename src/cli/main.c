@@ -20,6 +20,10 @@ static const struct {
 	{"store", cmd_store, "run a TCPStore-compatible rendezvous store (torch 1.13 and 2.x)"},
 	{"store-cli", cmd_store_cli, "get, set, add, wait ... on any TCPStore"},
 	{"md", cmd_md, "publish, fetch, invalidate, list agents' metadata (NIXL-style)"},
+	{"model", cmd_model, "generate a model, or inputs for one"},
+	{"plan", cmd_plan, "show how a model splits into stages"},
+	{"stage", cmd_stage, "serve one stage of a split model"},
+	{"run", cmd_run, "run a model through its stages (or in this process)"},
 	{"demo", cmd_demo, "show the system working on this machine"},
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };

@@ -138,6 +138,25 @@ static pthread_mutex_t sig_lock = PTHREAD_MUTEX_INITIALIZER;
 static void (*sig_fn)(void *);
 static void *sig_ud;
 static sigset_t sig_set;
+static pthread_t sig_tid;
+static volatile sig_atomic_t sig_armed;
+
+/*
+ * Threads that libraries start before main (OpenBLAS starts its pool from
+ * a constructor) do not block our signals, so the kernel may deliver
+ * SIGINT/SIGTERM to one of them. There the handler passes the signal on
+ * to the sigwait thread; with no such thread yet, it does what the signal
+ * would have done.
+ */
+static void forward_signal(int sig)
+{
+	if (sig_armed) {
+		pthread_kill(sig_tid, sig);
+		return;
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
 
 static void *sig_thread(void *arg)
 {
@@ -156,10 +175,17 @@ static void *sig_thread(void *arg)
 
 void cli_block_signals(void)
 {
+	struct sigaction sa;
+
 	sigemptyset(&sig_set);
 	sigaddset(&sig_set, SIGINT);
 	sigaddset(&sig_set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = forward_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -172,8 +198,11 @@ void cli_on_signal(void (*fn)(void *), void *ud)
 	sig_fn = fn;
 	sig_ud = ud;
 	pthread_mutex_unlock(&sig_lock);
-	if (pthread_create(&th, NULL, sig_thread, NULL) == 0)
+	if (pthread_create(&th, NULL, sig_thread, NULL) == 0) {
+		sig_tid = th;
+		sig_armed = 1;
 		pthread_detach(th);
+	}
 }
 
 void cli_signal_disarm(void)
@@ -181,4 +210,48 @@ void cli_signal_disarm(void)
 	pthread_mutex_lock(&sig_lock);
 	sig_fn = NULL;
 	pthread_mutex_unlock(&sig_lock);
+}
+
+/* ---- sizes ---- */
+
+void cli_bytes(double b, char *buf, size_t len)
+{
+	static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+
+	while (b >= 1024 && u < 4) {
+		b /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%.0f B", b);
+	else
+		snprintf(buf, len, "%.1f %s", b, unit[u]);
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+	double mult = 1;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno != 0 || v < 0)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': mult = 1024.0; end++; break;
+	case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (mult > 1 && *end == 'i')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end != '\0' || v * mult > 1.8e19)
+		return -1;
+	*out = (uint64_t)(v * mult);
+	return 0;
 }

@@ -9,6 +9,27 @@
 
 #include <stdint.h>
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define MU_BIG_ENDIAN_HOST 1
+#else
+#define MU_BIG_ENDIAN_HOST 0
+#endif
+
+static inline uint16_t mu_le16_get(const void *p)
+{
+	const uint8_t *b = p;
+
+	return (uint16_t)(b[0] | b[1] << 8);
+}
+
+static inline void mu_le16_put(void *p, uint16_t v)
+{
+	uint8_t *b = p;
+
+	b[0] = (uint8_t)v;
+	b[1] = (uint8_t)(v >> 8);
+}
+
 static inline uint32_t mu_le32_get(const void *p)
 {
 	const uint8_t *b = p;

@@ -8,9 +8,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "muster/common.h"
@@ -147,6 +149,96 @@ int mu__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline)
 			return MU_EEOF;
 		return -errno;
 	}
+	return 0;
+}
+
+int mu__sock_sendv(int fd, struct iovec *iov, int n, int64_t deadline,
+                   int idle_ms)
+{
+	struct msghdr mh;
+	int rc;
+
+	while (n > 0 && iov->iov_len == 0) {
+		iov++;
+		n--;
+	}
+	while (n > 0) {
+		ssize_t w;
+
+		memset(&mh, 0, sizeof(mh));
+		mh.msg_iov = iov;
+		mh.msg_iovlen = (size_t)(n > IOV_MAX ? IOV_MAX : n);
+		w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int64_t until = deadline;
+
+			if (idle_ms >= 0 && mu__deadline(idle_ms) < until)
+				until = mu__deadline(idle_ms);
+			rc = wait_fd(fd, POLLOUT, until);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		if (w < 0)
+			return errno == EPIPE || errno == ECONNRESET ? MU_EEOF : -errno;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+int mu__sock_listen(const char *host, int port, int backlog, int *out,
+                    int *bound_port)
+{
+	struct addrinfo hints, *res = NULL, *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char service[8];
+	int fd = -1, rc = MU_ERESOLVE, one = 1;
+
+	*out = -1;
+	if (port < 0 || port > 65535)
+		return MU_EARG;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	snprintf(service, sizeof(service), "%d", port);
+	if (getaddrinfo(host != NULL ? host : "0.0.0.0", service, &hints, &res) != 0)
+		return MU_ERESOLVE;
+	for (ai = res; ai != NULL; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			rc = -errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0)
+			break;
+		rc = errno == EADDRINUSE ? MU_EBIND : -errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return rc;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	*bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+	                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	*out = fd;
 	return 0;
 }
 

@@ -33,6 +33,24 @@ int mu__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline);
  */
 int mu__sock_wait_readable(int fd, int64_t deadline);
 
+/*
+ * Send every byte of iov[0..n) (which is consumed as it goes) with
+ * sendmsg, never raising SIGPIPE. Waits end at the deadline, and also when
+ * the peer takes nothing for idle_ms (< 0: no such limit), so a huge
+ * transfer may take long as long as it moves. 0, -ETIMEDOUT, MU_EEOF.
+ */
+struct iovec;
+int mu__sock_sendv(int fd, struct iovec *iov, int n, int64_t deadline,
+                   int idle_ms);
+
+/*
+ * A listening socket on host:port (port 0: any; host NULL: "0.0.0.0"),
+ * non-blocking and close-on-exec, with SO_REUSEADDR. *bound_port gets the
+ * port. 0, MU_ERESOLVE, MU_EBIND (address in use) or -errno.
+ */
+int mu__sock_listen(const char *host, int port, int backlog, int *fd,
+                    int *bound_port);
+
 void mu__sock_close(int fd);
 
 #endif

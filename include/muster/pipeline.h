@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One model split across machines.
+ *
+ * A model is a directory: model.json (the graph, see docs/model-format.md)
+ * and model.safetensors (its weights). A plan cuts the graph's nodes into
+ * contiguous stages; a stage holds only its own weights and runs its nodes
+ * for whoever sends it the tensors it consumes. A coordinator holds no
+ * weights: it sends each stage its inputs, collects what the stage hands
+ * on, and relays those named tensors to the stages that read them.
+ *
+ * Stages and coordinators speak muster's pipeline messages (a 40-byte
+ * header around an rlx tensor frame or a JSON body; docs/protocols/
+ * pipeline.md), over a plain TCP connection to `muster stage` or over a
+ * session opened through the tracker.
+ *
+ * Calls that can fail for a reason a person must read take `err` (errlen
+ * bytes, may be NULL) and write the cause there: which node, which tensor,
+ * which stage at which address, and what went wrong.
+ */
+#ifndef MUSTER_PIPELINE_H
+#define MUSTER_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "muster/common.h"
+#include "muster/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- models and plans ---- */
+
+typedef struct mu_model_s mu_model_t;
+
+/*
+ * Open a model directory: parse and check the graph, map the weights and
+ * validate their header, infer every value's shape. Nothing is loaded.
+ */
+MU_EXTERN int mu_model_open(const char *dir, mu_model_t **out, char *err,
+                            size_t errlen);
+MU_EXTERN void mu_model_close(mu_model_t *m);
+MU_EXTERN int mu_model_nodes(const mu_model_t *m);
+/* The graph's declared inputs: how many, and input i's name and shape. */
+MU_EXTERN int mu_model_inputs(const mu_model_t *m);
+MU_EXTERN void mu_model_input(const mu_model_t *m, int i, const char **name,
+                              uint32_t *rank, uint64_t *dims);
+/* Bytes of all weights the graph uses, as f32. */
+MU_EXTERN uint64_t mu_model_param_bytes(const mu_model_t *m);
+/* A digest of the graph and weight header: stages of one model agree. */
+MU_EXTERN uint64_t mu_model_digest(const mu_model_t *m);
+
+typedef enum {
+	MU_SPLIT_PARAMS = 0, /* balance weight bytes (what each machine holds) */
+	MU_SPLIT_FLOPS = 1   /* balance estimated compute */
+} mu_split_t;
+
+typedef struct {
+	int first, last;          /* nodes [first, last) */
+	uint64_t param_bytes;
+	double flops;
+	int ninputs, noutputs, nparams;
+	const char *const *inputs;   /* names, valid while the plan lives */
+	const char *const *outputs;
+	const char *const *params;
+} mu_stage_info_t;
+
+typedef struct mu_plan_s mu_plan_t;
+
+/*
+ * Split into n contiguous stages balanced by `by`. n larger than the
+ * number of nodes is MU_EARG.
+ */
+MU_EXTERN int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by,
+                               mu_plan_t **out, char *err, size_t errlen);
+/*
+ * Split into at most nb stages, in order, so stage i's weights fit
+ * budget[i] bytes; a budget too small for the next node gets no stage
+ * (its entry in *device is skipped). *device[i] (nb entries) gets the
+ * budget index of stage i. MU_ETOOBIG, with the numbers in err, when the
+ * model does not fit.
+ */
+MU_EXTERN int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget,
+                              int nb, mu_plan_t **out, int *device, char *err,
+                              size_t errlen);
+MU_EXTERN int mu_plan_stages(const mu_plan_t *p);
+MU_EXTERN void mu_plan_stage(const mu_plan_t *p, int i, mu_stage_info_t *out);
+MU_EXTERN void mu_plan_free(mu_plan_t *p);
+
+/*
+ * Run the whole model in this process (the reference a split run must
+ * match bit for bit). inputs by name; the graph's outputs are appended to
+ * out in the graph's order.
+ */
+MU_EXTERN int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs,
+                           mu_tensor_list_t *out, char *err, size_t errlen);
+
+/*
+ * Tensors to and from a safetensors file (inputs and outputs of runs):
+ * read converts F32/F16/BF16 to f32 copies appended to out; write stores
+ * F32.
+ */
+MU_EXTERN int mu_safetensors_read(const char *path, mu_tensor_list_t *out,
+                                  char *err, size_t errlen);
+MU_EXTERN int mu_safetensors_write(const char *path,
+                                   const mu_tensor_list_t *l);
+
+/*
+ * Write a generated MLP to dir (created if missing): `layers` gemm layers
+ * (weights [out, in] as PyTorch's Linear stores them, plus bias) from
+ * widths[0] to widths[layers], an activation ("relu", "gelu", "tanh",
+ * "sigmoid", "silu") between them, input "x" of shape [batch, widths[0]],
+ * output "y". Weights are seeded pseudo-random, identical for a seed on
+ * every host, and streamed to disk a row at a time.
+ */
+MU_EXTERN int mu_model_generate_mlp(const char *dir, const uint64_t *widths,
+                                    int layers, uint64_t batch,
+                                    const char *act, uint64_t seed,
+                                    char *err, size_t errlen);
+/* A tensor of seeded pseudo-random values in [-1, 1). */
+MU_EXTERN int mu_tensor_random(const char *name, uint32_t rank,
+                               const uint64_t *dims, uint64_t seed,
+                               mu_tensor_t **out);
+
+/* ---- stages ---- */
+
+typedef struct mu_stage_s mu_stage_t;
+
+/*
+ * Load stage i of the balanced n-way split of the model in dir (by weight
+ * bytes): only its own weights are read and made resident.
+ */
+MU_EXTERN int mu_stage_load(const char *dir, int i, int n, mu_stage_t **out,
+                            char *err, size_t errlen);
+/* The same with the node range given: stage i of n is nodes [first, last). */
+MU_EXTERN int mu_stage_load_range(const char *dir, int i, int n, int first,
+                                  int last, mu_stage_t **out, char *err,
+                                  size_t errlen);
+/*
+ * Run the stage on inputs (its boundary inputs by name); its outputs are
+ * appended to out in the stage's order. Thread-safe: forwards on one
+ * stage run one at a time.
+ */
+MU_EXTERN int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *inputs,
+                               mu_tensor_list_t *out, char *err,
+                               size_t errlen);
+/* The stage's description as JSON text (the INFO message's body). */
+MU_EXTERN const char *mu_stage_describe(const mu_stage_t *s);
+MU_EXTERN void mu_stage_free(mu_stage_t *s);
+
+typedef struct mu_stage_server_s mu_stage_server_t;
+
+typedef struct {
+	const char *host;        /* default "127.0.0.1" */
+	int port;                /* default 0: any free port */
+	unsigned long requests;  /* stop after this many forwards; 0: never */
+	int max_conns;           /* connections served at once; default 64 */
+	int io_timeout_ms;       /* a read or write that makes no progress for
+	                          * this long closes the connection; 30000 */
+	int idle_timeout_ms;     /* a connection idle between messages; default
+	                          * -1: kept (a coordinator's connection idles
+	                          * between runs) */
+	uint64_t max_frame_bytes;/* tensor data per message; default 1 GiB */
+	const char *name;        /* for logs and errors: "stage 2/3" */
+} mu_stage_server_opts_t;
+
+MU_EXTERN void mu_stage_server_opts_init(mu_stage_server_opts_t *o);
+/*
+ * Serve a loaded stage (borrowed; keep it until the server is freed).
+ * Returns once bound: the stage is resident, so this is when to announce.
+ */
+MU_EXTERN int mu_stage_server_start(mu_stage_t *s,
+                                    const mu_stage_server_opts_t *o,
+                                    mu_stage_server_t **out);
+MU_EXTERN int mu_stage_server_port(const mu_stage_server_t *srv);
+/* Forwards served so far. */
+MU_EXTERN unsigned long mu_stage_server_forwards(mu_stage_server_t *srv);
+/* Wait until `requests` forwards were served or the server was stopped. */
+MU_EXTERN void mu_stage_server_wait(mu_stage_server_t *srv);
+/* Stop accepting, shut every connection down, join. Safe from any thread. */
+MU_EXTERN void mu_stage_server_stop(mu_stage_server_t *srv);
+MU_EXTERN void mu_stage_server_free(mu_stage_server_t *srv);
+
+/* ---- the coordinator ---- */
+
+typedef struct mu_coord_s mu_coord_t;
+
+typedef struct {
+	int connect_timeout_ms;  /* retrying each stage's connect; 10000 */
+	int io_timeout_ms;       /* each read/write's progress; 60000 */
+	uint64_t max_frame_bytes;/* largest reply accepted; default 1 GiB */
+} mu_coord_opts_t;
+
+MU_EXTERN void mu_coord_opts_init(mu_coord_opts_t *o);
+
+/*
+ * Connect to the stage servers addrs[0..n) ("host:port", in stage order),
+ * ask each what it serves, and check they are one model's consecutive
+ * stages, together covering the whole graph.
+ */
+MU_EXTERN int mu_coord_connect(const char *const *addrs, int n,
+                               const mu_coord_opts_t *o, mu_coord_t **out,
+                               char *err, size_t errlen);
+
+typedef struct {
+	double load_ms;          /* the stage's own load time */
+	uint64_t resident_bytes; /* its weights in memory */
+	uint64_t rss_bytes;      /* its process's resident set at load */
+	double forward_ms;       /* total wall time of its forwards, as seen
+	                          * from here (send + compute + receive) */
+	double compute_ms;       /* total of the stage's own compute time */
+	uint64_t bytes_in;       /* tensor bytes sent to it */
+	uint64_t bytes_out;      /* tensor bytes received from it */
+	unsigned long forwards;
+} mu_stage_timing_t;
+
+MU_EXTERN int mu_coord_stages(const mu_coord_t *c);
+/* The digest of the model the stages serve (see mu_model_digest). */
+MU_EXTERN uint64_t mu_coord_digest(const mu_coord_t *c);
+/* "host:port" of stage i. */
+MU_EXTERN const char *mu_coord_addr(const mu_coord_t *c, int i);
+/* The stage's INFO reply (JSON text). */
+MU_EXTERN const char *mu_coord_describe(const mu_coord_t *c, int i);
+/* Accumulated figures of stage i since connect. */
+MU_EXTERN void mu_coord_timing(const mu_coord_t *c, int i,
+                               mu_stage_timing_t *t);
+
+/*
+ * One forward: inputs (the model's, by name) through every stage; the
+ * model's outputs are appended to out. On a stage's failure, err names the
+ * stage, its address and the cause (its own error text when it sent one).
+ */
+MU_EXTERN int mu_coord_forward(mu_coord_t *c, const mu_tensor_list_t *inputs,
+                               mu_tensor_list_t *out, char *err,
+                               size_t errlen);
+/*
+ * m forwards pipelined: up to one per stage in flight, so stage k works on
+ * input j while stage k+1 works on input j-1. out[j] gets input j's
+ * outputs. The first failure stops the run and is reported.
+ */
+MU_EXTERN int mu_coord_forward_many(mu_coord_t *c,
+                                    const mu_tensor_list_t *inputs, int m,
+                                    mu_tensor_list_t *out, char *err,
+                                    size_t errlen);
+/* Say goodbye to every stage and close. NULL is a no-op. */
+MU_EXTERN void mu_coord_close(mu_coord_t *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

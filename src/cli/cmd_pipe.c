@@ -1,0 +1,533 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `muster plan`, `muster stage` and `muster run`: see how a model splits,
+ * serve one stage of it, and drive forwards through the stages (or run it
+ * whole in this process, the reference a split run matches bit for bit).
+ */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "muster/pipeline.h"
+#include "cli/cli_int.h"
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- plan ---- */
+
+static int parse_split(const char *by, mu_split_t *out)
+{
+	if (strcmp(by, "params") == 0)
+		*out = MU_SPLIT_PARAMS;
+	else if (strcmp(by, "flops") == 0)
+		*out = MU_SPLIT_FLOPS;
+	else
+		return -1;
+	return 0;
+}
+
+static void print_names(const char *const *v, int n, int max)
+{
+	for (int i = 0; i < n && i < max; i++)
+		printf("%s%s", i ? "," : "", v[i]);
+	if (n > max)
+		printf(",+%d", n - max);
+	if (n == 0)
+		printf("-");
+}
+
+static cJSON *names_json(const char *const *v, int n)
+{
+	cJSON *a = cJSON_CreateArray();
+
+	for (int i = 0; i < n; i++)
+		cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
+	return a;
+}
+
+static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p, int json)
+{
+	char b[32], total[32];
+
+	if (json) {
+		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "stages");
+		char hex[20], *text;
+
+		snprintf(hex, sizeof(hex), "%016" PRIx64, mu_model_digest(m));
+		cJSON_AddStringToObject(o, "model", dir);
+		cJSON_AddStringToObject(o, "digest", hex);
+		cJSON_AddNumberToObject(o, "nodes", mu_model_nodes(m));
+		cJSON_AddNumberToObject(o, "param_bytes", (double)mu_model_param_bytes(m));
+		for (int i = 0; i < mu_plan_stages(p); i++) {
+			mu_stage_info_t s;
+			cJSON *x = cJSON_CreateObject();
+
+			mu_plan_stage(p, i, &s);
+			cJSON_AddNumberToObject(x, "index", i);
+			cJSON_AddNumberToObject(x, "first", s.first);
+			cJSON_AddNumberToObject(x, "last", s.last);
+			cJSON_AddItemToObject(x, "inputs", names_json(s.inputs, s.ninputs));
+			cJSON_AddItemToObject(x, "outputs", names_json(s.outputs, s.noutputs));
+			cJSON_AddItemToObject(x, "params", names_json(s.params, s.nparams));
+			cJSON_AddNumberToObject(x, "param_bytes", (double)s.param_bytes);
+			cJSON_AddNumberToObject(x, "flops", s.flops);
+			cJSON_AddItemToArray(a, x);
+		}
+		text = cJSON_Print(o);
+		printf("%s\n", text);
+		cJSON_free(text);
+		cJSON_Delete(o);
+		return;
+	}
+	cli_bytes((double)mu_model_param_bytes(m), total, sizeof(total));
+	printf("model %s: %d nodes, %s of weights, %d stages\n\n", dir, mu_model_nodes(m), total,
+	       mu_plan_stages(p));
+	printf("%-6s %-11s %-12s %-7s %-10s %s\n", "stage", "nodes", "weights", "share", "MFLOP",
+	       "takes -> hands on");
+	for (int i = 0; i < mu_plan_stages(p); i++) {
+		mu_stage_info_t s;
+		char nodes[32];
+
+		mu_plan_stage(p, i, &s);
+		cli_bytes((double)s.param_bytes, b, sizeof(b));
+		snprintf(nodes, sizeof(nodes), "%d..%d", s.first, s.last - 1);
+		printf("%-6d %-11s %-12s %5.1f%%  %-10.3f ", i, nodes, b,
+		       mu_model_param_bytes(m) ? 100.0 * (double)s.param_bytes / (double)mu_model_param_bytes(m) : 0,
+		       s.flops / 1e6);
+		print_names(s.inputs, s.ninputs, 4);
+		printf(" -> ");
+		print_names(s.outputs, s.noutputs, 4);
+		printf("\n");
+	}
+}
+
+int cmd_plan(int argc, char **argv)
+{
+	const char *dir = NULL, *by = "params", *budgets = NULL;
+	int stages = 0, json = 0, npos, rc;
+	char err[1024];
+	mu_model_t *m;
+	mu_plan_t *p = NULL;
+	mu_split_t split;
+	cli_opt_t opts[] = {
+		{"model", OPT_STR, &dir, "DIR", "the model: DIR/model.json and DIR/model.safetensors"},
+		{"stages", OPT_INT, &stages, "N", "cut into N stages"},
+		{"by", OPT_STR, &by, "params|flops", "balance weight bytes (default) or estimated compute"},
+		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --stages: fill devices of these memory budgets in order (e.g. 512M,1G,1G)"},
+		{"json", OPT_FLAG, &json, NULL, "print the plan as JSON (what `muster stage --plan` reads)"},
+	};
+	cli_cmd_t cmd = {
+		"muster plan --model DIR (--stages N | --budgets SIZE,...) [--by params|flops] [--json]",
+		"Show how a model's graph is cut into contiguous stages: each stage's nodes,\n"
+		"the weights it alone holds, and the named tensors it takes from earlier\n"
+		"stages (or the input) and hands on. Stages never depend on later ones.",
+		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
+
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	if (dir == NULL || (stages < 1 && budgets == NULL) || parse_split(by, &split) != 0) {
+		fprintf(stderr, "muster plan: needs --model DIR and --stages N >= 1 (or --budgets); "
+		                "--by is params or flops\n");
+		return 2;
+	}
+	rc = mu_model_open(dir, &m, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "muster plan: %s\n", err);
+		return 1;
+	}
+	if (budgets != NULL) {
+		uint64_t b[256];
+		int dev[256], nb = 0;
+		char *copy = strdup(budgets), *save = NULL;
+
+		for (char *t = strtok_r(copy, ",", &save); t != NULL && nb < 256;
+		     t = strtok_r(NULL, ",", &save))
+			if (cli_parse_size(t, &b[nb++]) != 0) {
+				fprintf(stderr, "muster plan: \"%s\" is not a size (try 512M or 2G)\n", t);
+				free(copy);
+				mu_model_close(m);
+				return 2;
+			}
+		free(copy);
+		rc = mu_plan_budgets(m, b, nb, &p, dev, err, sizeof(err));
+	} else {
+		rc = mu_plan_balanced(m, stages, split, &p, err, sizeof(err));
+	}
+	if (rc != 0)
+		fprintf(stderr, "muster plan: %s\n", err);
+	else
+		print_plan(dir, m, p, json);
+	mu_plan_free(p);
+	mu_model_close(m);
+	return rc == 0 ? 0 : 1;
+}
+
+/* ---- stage ---- */
+
+/* Stage i's node range from a `muster plan --json` file; *n gets the count. */
+static int plan_range(const char *path, int i, int *n, int *first, int *last)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	long len;
+	cJSON *o, *st, *x;
+	int rc = -1;
+
+	if (f == NULL)
+		return -1;
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	text = len >= 0 && len < (64L << 20) ? malloc((size_t)len + 1) : NULL;
+	if (text == NULL || fread(text, 1, (size_t)len, f) != (size_t)len) {
+		free(text);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	text[len] = '\0';
+	o = cJSON_Parse(text);
+	free(text);
+	st = cJSON_GetObjectItemCaseSensitive(o, "stages");
+	if (cJSON_IsArray(st) && i < cJSON_GetArraySize(st)) {
+		*n = cJSON_GetArraySize(st);
+		x = cJSON_GetArrayItem(st, i);
+		if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x, "first")) &&
+		    cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x, "last"))) {
+			*first = cJSON_GetObjectItemCaseSensitive(x, "first")->valueint;
+			*last = cJSON_GetObjectItemCaseSensitive(x, "last")->valueint;
+			rc = 0;
+		}
+	}
+	cJSON_Delete(o);
+	return rc;
+}
+
+static void stop_stage(void *ud)
+{
+	mu_stage_server_stop(ud);
+}
+
+int cmd_stage(int argc, char **argv)
+{
+	const char *dir = NULL, *plan = NULL, *max_frame = "1G";
+	int index = -1, of = 0, npos, rc, requests = 0, io_timeout = 30, first = -1, last = -1;
+	mu_stage_server_opts_t o;
+	mu_stage_server_t *srv;
+	mu_stage_t *s;
+	char err[1024], name[64], rb[32];
+	cli_opt_t opts[] = {
+		{"model", OPT_STR, &dir, "DIR", "the model directory (model.json, model.safetensors)"},
+		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
+		{"of", OPT_INT, &of, "N", "the model is split into N stages balanced by weight bytes"},
+		{"plan", OPT_STR, &plan, "FILE", "instead of --of: the split in FILE (`muster plan --json`)"},
+		{"host", OPT_STR, &o.host, "HOST", "address to listen on (default 127.0.0.1; 0.0.0.0 for all)"},
+		{"port", OPT_INT, &o.port, "PORT", "port (default 0: any free port, printed when ready)"},
+		{"requests", OPT_INT, &requests, "N", "exit after serving N forwards (default 0: serve until stopped)"},
+		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "close a peer that stalls mid-message this long (default 30)"},
+		{"max-frame-bytes", OPT_STR, &max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
+	};
+	cli_cmd_t cmd = {
+		"muster stage --model DIR --stage I (--of N | --plan FILE) [--host H] [--port P] [--requests N]",
+		"Serve one stage of a split model. The stage loads its own weights, and only\n"
+		"those, from the model's files (the rest of the file is never read), then\n"
+		"prints one line when it is ready:\n"
+		"\n"
+		"    muster stage I/N: serving on HOST:PORT\n"
+		"\n"
+		"and answers forwards from `muster run --stages ...` until stopped (Ctrl-C or\n"
+		"SIGTERM) or until --requests forwards were served.",
+		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
+	uint64_t mf;
+
+	mu_stage_server_opts_init(&o);
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	if (dir == NULL || index < 0 || (of < 1 && plan == NULL) || requests < 0 || io_timeout < 1 ||
+	    cli_parse_size(max_frame, &mf) != 0) {
+		fprintf(stderr, "muster stage: needs --model DIR, --stage I >= 0 and --of N or --plan "
+		                "FILE (see --help)\n");
+		return 2;
+	}
+	if (plan != NULL && plan_range(plan, index, &of, &first, &last) != 0) {
+		fprintf(stderr, "muster stage: %s has no stage %d (is it `muster plan --json` output?)\n",
+		        plan, index);
+		return 2;
+	}
+	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	cli_block_signals();
+	rc = first >= 0 ? mu_stage_load_range(dir, index, of, first, last, &s, err, sizeof(err))
+	                : mu_stage_load(dir, index, of, &s, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "muster stage: cannot load stage %d/%d: %s\n", index, of, err);
+		return 1;
+	}
+	snprintf(name, sizeof(name), "stage %d/%d", index, of);
+	o.name = name;
+	o.requests = (unsigned long)requests;
+	o.io_timeout_ms = io_timeout * 1000;
+	o.max_frame_bytes = mf;
+	rc = mu_stage_server_start(s, &o, &srv);
+	if (rc != 0) {
+		fprintf(stderr, "muster stage: cannot listen on %s port %d: %s\n", o.host, o.port,
+		        rc == MU_EBIND ? "address in use" : mu_strerror(rc));
+		mu_stage_free(s);
+		return 1;
+	}
+	{
+		cJSON *d = cJSON_Parse(mu_stage_describe(s));
+
+		cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes")), rb,
+		          sizeof(rb));
+		fprintf(stderr, "muster stage %d/%d: nodes %d..%d, %s of weights resident, loaded in %.0f ms\n",
+		        index, of, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "first")),
+		        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "last")) - 1, rb,
+		        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "load_ms")));
+		cJSON_Delete(d);
+	}
+	printf("muster stage %d/%d: serving on %s:%d\n", index, of, o.host, mu_stage_server_port(srv));
+	fflush(stdout);
+	cli_on_signal(stop_stage, srv);
+	mu_stage_server_wait(srv);
+	cli_signal_disarm();
+	fprintf(stderr, "muster stage %d/%d: served %lu forwards\n", index, of,
+	        mu_stage_server_forwards(srv));
+	mu_stage_server_free(srv);
+	mu_stage_free(s);
+	return 0;
+}
+
+/* ---- run ---- */
+
+static int same_outputs(const mu_tensor_list_t *a, const mu_tensor_list_t *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (a->t[i]->numel != b->t[i]->numel || strcmp(a->t[i]->name, b->t[i]->name) != 0 ||
+		    memcmp(a->t[i]->data, b->t[i]->data, a->t[i]->numel * 4) != 0)
+			return 0;
+	return 1;
+}
+
+static void print_outputs(const mu_tensor_list_t *out)
+{
+	for (size_t i = 0; i < out->n; i++) {
+		const mu_tensor_t *t = out->t[i];
+
+		printf("output %s [", t->name);
+		for (uint32_t d = 0; d < t->rank; d++)
+			printf("%s%" PRIu64, d ? ", " : "", t->dims[d]);
+		printf("] =");
+		for (uint64_t k = 0; k < t->numel && k < 8; k++)
+			printf(" %.7g", (double)t->data[k]);
+		printf("%s\n", t->numel > 8 ? " ..." : "");
+	}
+}
+
+static int split_addrs(char *list, const char **addrs, int max)
+{
+	int n = 0;
+	char *save = NULL;
+
+	for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+		if (n == max)
+			return -1;
+		addrs[n++] = t;
+	}
+	return n;
+}
+
+static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, double first_ms)
+{
+	int n = c != NULL ? mu_coord_stages(c) : 0;
+
+	if (json) {
+		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "stages");
+		char *text;
+
+		for (int i = 0; i < n; i++) {
+			mu_stage_timing_t t;
+			cJSON *x = cJSON_CreateObject();
+
+			mu_coord_timing(c, i, &t);
+			cJSON_AddNumberToObject(x, "index", i);
+			cJSON_AddStringToObject(x, "address", mu_coord_addr(c, i));
+			cJSON_AddNumberToObject(x, "load_ms", t.load_ms);
+			cJSON_AddNumberToObject(x, "resident_bytes", (double)t.resident_bytes);
+			cJSON_AddNumberToObject(x, "rss_bytes", (double)t.rss_bytes);
+			cJSON_AddNumberToObject(x, "forward_ms", t.forward_ms);
+			cJSON_AddNumberToObject(x, "compute_ms", t.compute_ms);
+			cJSON_AddNumberToObject(x, "bytes_in", (double)t.bytes_in);
+			cJSON_AddNumberToObject(x, "bytes_out", (double)t.bytes_out);
+			cJSON_AddNumberToObject(x, "forwards", (double)t.forwards);
+			cJSON_AddItemToArray(a, x);
+		}
+		cJSON_AddNumberToObject(o, "forwards", forwards);
+		cJSON_AddNumberToObject(o, "wall_ms", wall_ms);
+		cJSON_AddNumberToObject(o, "first_output_ms", first_ms);
+		cJSON_AddNumberToObject(o, "forwards_per_s", wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0);
+		text = cJSON_Print(o);
+		printf("%s\n", text);
+		cJSON_free(text);
+		cJSON_Delete(o);
+		return;
+	}
+	if (n > 0) {
+		printf("\n%-6s %-22s %9s %11s %11s %11s %11s %11s\n", "stage", "address", "load ms",
+		       "resident", "forward ms", "compute ms", "sent", "received");
+		for (int i = 0; i < n; i++) {
+			mu_stage_timing_t t;
+			char r[32], in[32], out[32];
+
+			mu_coord_timing(c, i, &t);
+			cli_bytes((double)t.resident_bytes, r, sizeof(r));
+			cli_bytes((double)t.bytes_in, in, sizeof(in));
+			cli_bytes((double)t.bytes_out, out, sizeof(out));
+			printf("%-6d %-22s %9.1f %11s %11.2f %11.2f %11s %11s\n", i, mu_coord_addr(c, i),
+			       t.load_ms, r, t.forwards ? t.forward_ms / (double)t.forwards : 0,
+			       t.forwards ? t.compute_ms / (double)t.forwards : 0, in, out);
+		}
+		printf("(forward and compute ms are per forward; sent/received are tensor bytes in all)\n");
+	}
+	printf("%d forward%s in %.1f ms (%.1f/s); first output after %.1f ms\n", forwards,
+	       forwards == 1 ? "" : "s", wall_ms, wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0,
+	       first_ms);
+}
+
+int cmd_run(int argc, char **argv)
+{
+	const char *dir = NULL, *input = NULL, *output = NULL, *stages = NULL;
+	int npos, rc, repeat = 1, micro = 1, json = 0, done = 0, connect_timeout = 10,
+	    io_timeout = 60;
+	double t_start = now_ms(), t0;
+	double first_ms = 0;
+	char err[2048];
+	mu_tensor_list_t in, first, *outs = NULL, *ins = NULL;
+	mu_model_t *m = NULL;
+	mu_coord_t *c = NULL;
+	cli_opt_t opts[] = {
+		{"model", OPT_STR, &dir, "DIR", "the model directory (required without --stages; with them, checked against what they serve)"},
+		{"input", OPT_STR, &input, "FILE", "the model's inputs, by name, in a safetensors file"},
+		{"stages", OPT_STR, &stages, "H:P,...", "stage servers in stage order (`muster stage`); without: run in this process"},
+		{"output", OPT_STR, &output, "FILE", "write the outputs to FILE (safetensors, F32)"},
+		{"repeat", OPT_INT, &repeat, "R", "run R forwards of the input (default 1)"},
+		{"micro-batches", OPT_INT, &micro, "M", "keep up to M forwards in flight, pipelined over the stages (default 1)"},
+		{"connect-timeout", OPT_INT, &connect_timeout, "SECONDS", "keep trying to reach each stage this long (default 10)"},
+		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "give up on a stage that makes no progress this long (default 60)"},
+		{"json", OPT_FLAG, &json, NULL, "print the figures as JSON instead of a table"},
+	};
+	cli_cmd_t cmd = {
+		"muster run --input FILE (--stages H:P,... | --model DIR) [--output FILE] [--repeat R] [--micro-batches M]",
+		"Run a model's forward pass. With --stages, through stage servers each holding\n"
+		"one part of the model (`muster stage`): this process holds no weights and only\n"
+		"relays the named tensors each stage needs. Without, in this process. Both give\n"
+		"bit-identical outputs. Prints the outputs and, per stage, its load time,\n"
+		"resident weights, time per forward and the bytes sent and received.",
+		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
+
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	if (input == NULL || (stages == NULL && dir == NULL) || repeat < 1 || micro < 1 ||
+	    connect_timeout < 0 || io_timeout < 1) {
+		fprintf(stderr, "muster run: needs --input FILE and --stages or --model (see --help)\n");
+		return 2;
+	}
+	mu_tensor_list_init(&in);
+	mu_tensor_list_init(&first);
+	signal(SIGPIPE, SIG_IGN);
+	rc = mu_safetensors_read(input, &in, err, sizeof(err));
+	if (rc == 0 && dir != NULL)
+		rc = mu_model_open(dir, &m, err, sizeof(err));
+	if (rc == 0 && stages != NULL) {
+		const char *addrs[256];
+		char *list = strdup(stages);
+		int n = split_addrs(list, addrs, 256);
+		mu_coord_opts_t co;
+
+		mu_coord_opts_init(&co);
+		co.connect_timeout_ms = connect_timeout * 1000;
+		co.io_timeout_ms = io_timeout * 1000;
+		if (n < 1) {
+			snprintf(err, sizeof(err), "--stages needs 1 to 256 HOST:PORT addresses");
+			rc = MU_EARG;
+		} else {
+			rc = mu_coord_connect(addrs, n, &co, &c, err, sizeof(err));
+		}
+		free(list);
+		if (rc == 0 && m != NULL && mu_coord_digest(c) != mu_model_digest(m)) {
+			snprintf(err, sizeof(err), "the stages serve a different model than %s "
+			         "(digest %016" PRIx64 " vs %016" PRIx64 ")", dir, mu_coord_digest(c),
+			         mu_model_digest(m));
+			rc = MU_EARG;
+		}
+	}
+	outs = calloc((size_t)micro, sizeof(*outs));
+	ins = calloc((size_t)micro, sizeof(*ins));
+	if (rc == 0 && (outs == NULL || ins == NULL)) {
+		snprintf(err, sizeof(err), "out of memory");
+		rc = MU_ENOMEM;
+	}
+	t0 = now_ms();
+	while (rc == 0 && done < repeat) {
+		int b = repeat - done < micro ? repeat - done : micro;
+
+		for (int j = 0; j < b; j++) {
+			mu_tensor_list_init(&outs[j]);
+			ins[j] = in; /* the same inputs, borrowed */
+		}
+		if (c == NULL)
+			rc = mu_model_run(m, &in, &outs[0], err, sizeof(err));
+		else if (b == 1)
+			rc = mu_coord_forward(c, &in, &outs[0], err, sizeof(err));
+		else
+			rc = mu_coord_forward_many(c, ins, b, outs, err, sizeof(err));
+		if (c == NULL)
+			b = 1;
+		for (int j = 0; j < b; j++) {
+			if (rc == 0 && done == 0 && j == 0) {
+				first = outs[0];
+				mu_tensor_list_init(&outs[0]);
+				first_ms = now_ms() - t_start;
+			} else if (rc == 0 && !same_outputs(&first, &outs[j])) {
+				snprintf(err, sizeof(err), "forward %d gave different outputs than the first", done + j);
+				rc = MU_EPROTO;
+			}
+			mu_tensor_list_free(&outs[j]);
+		}
+		done += b;
+	}
+	if (rc == 0) {
+		double wall = now_ms() - t0;
+
+		if (!json)
+			print_outputs(&first);
+		if (output != NULL && (rc = mu_safetensors_write(output, &first)) != 0)
+			snprintf(err, sizeof(err), "cannot write %s: %s", output, mu_strerror(rc));
+		if (rc == 0)
+			print_table(c, json, wall, done, first_ms);
+	}
+	if (rc != 0)
+		fprintf(stderr, "muster run: %s\n", err);
+	mu_tensor_list_free(&first);
+	mu_tensor_list_free(&in);
+	free(outs);
+	free(ins);
+	mu_coord_close(c);
+	mu_model_close(m);
+	return rc == 0 ? 0 : 1;
+}

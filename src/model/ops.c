@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The op table and what ops share: attribute access, shapes, broadcasting.
+ * The ops themselves are in ops_math.c (elementwise, activations),
+ * ops_nn.c (matmul, gemm, norms, softmax, reductions) and ops_shape.c
+ * (reshape, flatten, transpose, concat, slice, embedding).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model_int.h"
+#include "model/ops_int.h"
+
+static const mu__op_t *const table[] = {
+	&mu__op_add, &mu__op_sub, &mu__op_mul, &mu__op_div, &mu__op_pow,
+	&mu__op_relu, &mu__op_sigmoid, &mu__op_tanh, &mu__op_sqrt, &mu__op_exp,
+	&mu__op_neg, &mu__op_erf, &mu__op_gelu, &mu__op_silu,
+	&mu__op_matmul, &mu__op_gemm, &mu__op_layernorm, &mu__op_rmsnorm,
+	&mu__op_softmax, &mu__op_reduce_mean, &mu__op_reduce_sum, &mu__op_reduce_max,
+	&mu__op_reshape, &mu__op_flatten, &mu__op_transpose, &mu__op_concat,
+	&mu__op_slice, &mu__op_embedding,
+};
+
+const mu__op_t *mu__op_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (strcmp(table[i]->name, name) == 0)
+			return table[i];
+	return NULL;
+}
+
+/* A JSON number as int64: truncated, saturating at the ends (casting an
+ * out-of-range double, 1e300 or inf, is undefined behaviour). */
+static int64_t to_i64(double d)
+{
+	if (isnan(d))
+		return 0;
+	if (d <= -9223372036854775808.0)
+		return INT64_MIN;
+	if (d >= 9223372036854775808.0)
+		return INT64_MAX;
+	return (int64_t)d;
+}
+
+int64_t mu__attr_int(const mu__node_t *n, const char *k, int64_t dflt)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, k);
+
+	return cJSON_IsNumber(v) ? to_i64(v->valuedouble) : dflt;
+}
+
+double mu__attr_num(const mu__node_t *n, const char *k, double dflt)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, k);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+const char *mu__attr_str(const mu__node_t *n, const char *k, const char *dflt)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, k);
+
+	return cJSON_IsString(v) ? v->valuestring : dflt;
+}
+
+int mu__attr_ints(const mu__node_t *n, const char *k, int64_t *out, int max)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, k), *it;
+	int i = 0;
+
+	if (!cJSON_IsArray(v))
+		return -1;
+	cJSON_ArrayForEach(it, v) {
+		if (i == max || !cJSON_IsNumber(it))
+			return -2;
+		out[i++] = to_i64(it->valuedouble);
+	}
+	return i;
+}
+
+/* ---- checks shared by ops ---- */
+
+int mu__check_ints(const mu__node_t *n, const char *const *keys, char *why, size_t wl)
+{
+	for (; *keys != NULL; keys++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, *keys);
+
+		if (v != NULL && !mu__json_int_or_list(v))
+			return mu__fail(why, wl, "node %.100s: attribute %.60s must be an integer (list)",
+			                n->name, *keys);
+	}
+	return 0;
+}
+
+/* Integers up to 2^53 in magnitude: exact in a double, and far from
+ * overflowing the int64 arithmetic the ops do with them. */
+#define INT_ATTR_MAX 9007199254740992.0
+
+int mu__want_int(const mu__node_t *n, const char *k, int list, char *why, size_t wl)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, k);
+
+	if (v == NULL || (mu__json_int_or_list(v) && cJSON_IsArray(v) == list))
+		return 0;
+	return mu__fail(why, wl, "node %.100s: attribute %.60s must be %s", n->name, k,
+	                list ? "a list of at most 8 integers" : "an integer");
+}
+
+int mu__json_int_or_list(const cJSON *v)
+{
+	const cJSON *it;
+
+	if (cJSON_IsNumber(v))
+		return mu__json_is_int(v, -INT_ATTR_MAX, INT_ATTR_MAX);
+	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > MU_TENSOR_MAX_RANK)
+		return 0;
+	cJSON_ArrayForEach(it, v)
+		if (!mu__json_is_int(it, -INT_ATTR_MAX, INT_ATTR_MAX))
+			return 0;
+	return 1;
+}
+
+int mu__fail(char *why, size_t wl, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why != NULL) {
+		va_start(ap, fmt);
+		vsnprintf(why, wl, fmt, ap);
+		va_end(ap);
+	}
+	return MU_EPROTO;
+}
+
+/* ---- shapes ---- */
+
+uint64_t mu__shape_numel(const mu__shape_t *s)
+{
+	uint64_t n = 1;
+
+	for (uint32_t i = 0; i < s->rank; i++)
+		n *= s->dims[i];
+	return n;
+}
+
+int mu__broadcast(const mu__shape_t *a, const mu__shape_t *b, mu__shape_t *out)
+{
+	uint32_t r = a->rank > b->rank ? a->rank : b->rank, i;
+
+	out->rank = r;
+	for (i = 0; i < r; i++) {
+		uint64_t da = i < r - a->rank ? 1 : a->dims[i - (r - a->rank)];
+		uint64_t db = i < r - b->rank ? 1 : b->dims[i - (r - b->rank)];
+
+		if (da != db && da != 1 && db != 1)
+			return MU_EPROTO;
+		out->dims[i] = da == 1 ? db : da;
+	}
+	return 0;
+}
+
+int mu__axis(int64_t axis, uint32_t rank)
+{
+	if (axis < 0)
+		axis += rank;
+	return axis >= 0 && axis < (int64_t)rank ? (int)axis : -1;
+}
+
+void mu__shape_of(const mu_tensor_t *t, mu__shape_t *s)
+{
+	s->rank = t->rank;
+	memcpy(s->dims, t->dims, sizeof(s->dims));
+}
+
+/* Strides that read `s` broadcast into `out` (0 along broadcast dims). */
+void mu__bstrides(const mu__shape_t *s, const mu__shape_t *out, uint64_t *st)
+{
+	uint64_t stride = 1;
+	int i;
+
+	for (i = (int)out->rank - 1; i >= 0; i--) {
+		int j = i - (int)(out->rank - s->rank);
+
+		if (j < 0 || s->dims[j] == 1) {
+			st[i] = 0;
+		} else {
+			st[i] = stride;
+		}
+		if (j >= 0)
+			stride *= s->dims[j];
+	}
+}
+
+double mu__flops_numel(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
+{
+	(void)n;
+	(void)in;
+	return (double)mu__shape_numel(&out[0]);
+}

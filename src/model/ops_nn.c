@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Linear algebra and normalization: matmul (numpy semantics, batch dims
+ * broadcast) and gemm (ONNX: alpha * A' * B' + beta * C) through OpenBLAS;
+ * layernorm, rmsnorm, softmax and the last-axis or any-axis reductions,
+ * accumulated in index order.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "model/ops_int.h"
+
+/* ---- attribute checks (at load: a wrong type is an error, never a
+ * silent default) ---- */
+
+/* k, when present, is a finite number. */
+static int want_num(const mu__node_t *n, const char *k, char *why, size_t wl)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(n->attrs, k);
+
+	if (v == NULL || (cJSON_IsNumber(v) && isfinite(v->valuedouble)))
+		return 0;
+	return mu__fail(why, wl, "node %.100s: attribute %.60s must be a number", n->name, k);
+}
+
+/* ---- matmul ---- */
+
+/* a [.., M, K] x b [.., K, N] (rank-1 operands promoted, as numpy) */
+static int mm_dims(const mu__shape_t *a, const mu__shape_t *b, uint64_t *m,
+                   uint64_t *k, uint64_t *kb, uint64_t *n)
+{
+	if (a->rank == 0 || b->rank == 0)
+		return MU_EPROTO;
+	*m = a->rank == 1 ? 1 : a->dims[a->rank - 2];
+	*k = a->dims[a->rank - 1];
+	*kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+	*n = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+	return *k == *kb ? 0 : MU_EPROTO;
+}
+
+static void batch_shape(const mu__shape_t *s, mu__shape_t *b)
+{
+	b->rank = s->rank > 2 ? s->rank - 2 : 0;
+	memcpy(b->dims, s->dims, sizeof(uint64_t) * b->rank);
+}
+
+static int matmul_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                        char *why, size_t wl)
+{
+	mu__shape_t ba, bb, bo;
+	uint64_t m, k, kb, nn;
+
+	if (mm_dims(&in[0], &in[1], &m, &k, &kb, &nn) != 0)
+		return mu__fail(why, wl, "node %.100s: inner dimensions of %.100s and its other operand differ",
+		                n->name, n->in[0]);
+	batch_shape(&in[0], &ba);
+	batch_shape(&in[1], &bb);
+	if (mu__broadcast(&ba, &bb, &bo) != 0)
+		return mu__fail(why, wl, "node %.100s: batch dimensions do not broadcast%.0s", n->name, "");
+	out[0] = bo;
+	if (in[0].rank > 1)
+		out[0].dims[out[0].rank++] = m;
+	if (in[1].rank > 1)
+		out[0].dims[out[0].rank++] = nn;
+	return 0;
+}
+
+static void sgemm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, float alpha,
+                  const float *a, uint64_t lda, const float *b, uint64_t ldb,
+                  float beta, float *c)
+{
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+	            tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
+	            alpha, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)n);
+}
+
+static int matmul_run(const mu__node_t *node, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	mu__shape_t sa, sb, ba, bb, bo;
+	uint64_t m, k, kb, n, sta[MU_TENSOR_MAX_RANK], stb[MU_TENSOR_MAX_RANK];
+	uint64_t idx[MU_TENSOR_MAX_RANK] = {0}, nb, i, oa = 0, ob = 0;
+
+	(void)node;
+	mu__shape_of(in[0], &sa);
+	mu__shape_of(in[1], &sb);
+	if (mm_dims(&sa, &sb, &m, &k, &kb, &n) != 0)
+		return MU_EPROTO;
+	batch_shape(&sa, &ba);
+	batch_shape(&sb, &bb);
+	mu__broadcast(&ba, &bb, &bo);
+	mu__bstrides(&ba, &bo, sta);
+	mu__bstrides(&bb, &bo, stb);
+	nb = mu__shape_numel(&bo);
+	if (m == 0 || n == 0 || nb == 0)
+		return 0;
+	if (k == 0) {
+		memset(out[0]->data, 0, out[0]->numel * 4);
+		return 0;
+	}
+	for (i = 0; i < nb; i++) {
+		sgemm(0, 0, m, n, k, 1.0f, in[0]->data + oa * m * k, k,
+		      in[1]->data + ob * k * n, n, 0.0f, out[0]->data + i * m * n);
+		for (int d = (int)bo.rank - 1; d >= 0; d--) { /* next batch index */
+			idx[d]++;
+			oa += sta[d];
+			ob += stb[d];
+			if (idx[d] < bo.dims[d])
+				break;
+			oa -= sta[d] * idx[d];
+			ob -= stb[d] * idx[d];
+			idx[d] = 0;
+		}
+	}
+	return 0;
+}
+
+static double matmul_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
+{
+	uint64_t m, k, kb, nn;
+
+	(void)n;
+	if (mm_dims(&in[0], &in[1], &m, &k, &kb, &nn) != 0)
+		return 0;
+	return 2.0 * (double)k * (double)mu__shape_numel(&out[0]);
+}
+
+const mu__op_t mu__op_matmul = {"matmul", 2, 2, 1, NULL, matmul_shape, matmul_run, matmul_flops};
+
+/* ---- gemm ---- */
+
+static int gemm_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int rc = mu__want_int(n, "transA", 0, why, wl);
+
+	if (rc == 0)
+		rc = mu__want_int(n, "transB", 0, why, wl);
+	if (rc == 0)
+		rc = want_num(n, "alpha", why, wl);
+	return rc == 0 ? want_num(n, "beta", why, wl) : rc;
+}
+
+static int gemm_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                      char *why, size_t wl)
+{
+	int ta = mu__attr_int(n, "transA", 0) != 0, tb = mu__attr_int(n, "transB", 0) != 0;
+	uint64_t m, k, kb, nn;
+	mu__shape_t mn, bc;
+
+	if (in[0].rank != 2 || in[1].rank != 2)
+		return mu__fail(why, wl, "node %.100s: gemm needs 2-D A and B (%.100s is not)", n->name, n->in[0]);
+	m = in[0].dims[ta ? 1 : 0];
+	k = in[0].dims[ta ? 0 : 1];
+	kb = in[1].dims[tb ? 1 : 0];
+	nn = in[1].dims[tb ? 0 : 1];
+	if (k != kb)
+		return mu__fail(why, wl, "node %.100s: inner dimensions of A and B differ%.0s", n->name, "");
+	mn.rank = 2;
+	mn.dims[0] = m;
+	mn.dims[1] = nn;
+	if (n->nin == 3 && (mu__broadcast(&in[2], &mn, &bc) != 0 || bc.dims[0] != m || bc.dims[1] != nn))
+		return mu__fail(why, wl, "node %.100s: C does not broadcast to [M, N]%.0s", n->name, "");
+	out[0] = mn;
+	return 0;
+}
+
+static int gemm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	int ta = mu__attr_int(n, "transA", 0) != 0, tb = mu__attr_int(n, "transB", 0) != 0;
+	float alpha = (float)mu__attr_num(n, "alpha", 1.0), beta = (float)mu__attr_num(n, "beta", 1.0);
+	const mu_tensor_t *a = in[0], *b = in[1];
+	mu_tensor_t *y = out[0];
+	uint64_t m = y->dims[0], nn = y->dims[1], k = a->dims[ta ? 0 : 1];
+
+	if (n->nin == 3) { /* Y starts as C broadcast; sgemm adds alpha*AB */
+		mu__shape_t sc, sy;
+		uint64_t st[MU_TENSOR_MAX_RANK];
+
+		mu__shape_of(in[2], &sc);
+		mu__shape_of(y, &sy);
+		mu__bstrides(&sc, &sy, st);
+		for (uint64_t i = 0; i < m; i++)
+			for (uint64_t j = 0; j < nn; j++)
+				y->data[i * nn + j] = in[2]->data[i * st[0] + j * st[1]];
+	} else {
+		beta = 0.0f;
+	}
+	if (m == 0 || nn == 0)
+		return 0;
+	if (k == 0) {
+		for (uint64_t i = 0; i < m * nn; i++)
+			y->data[i] *= beta;
+		return 0;
+	}
+	sgemm(ta, tb, m, nn, k, alpha, a->data, a->dims[1], b->data, b->dims[1], beta, y->data);
+	return 0;
+}
+
+static double gemm_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
+{
+	int ta = mu__attr_int(n, "transA", 0) != 0;
+
+	return 2.0 * (double)in[0].dims[ta ? 0 : 1] * (double)mu__shape_numel(&out[0]);
+}
+
+const mu__op_t mu__op_gemm = {"gemm", 2, 3, 1, gemm_check, gemm_shape, gemm_run, gemm_flops};
+
+/* ---- normalization ---- */
+
+static int same_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                      char *why, size_t wl)
+{
+	(void)n;
+	(void)why;
+	(void)wl;
+	out[0] = in[0];
+	return 0;
+}
+
+/* The split of x into [outer, inner] at axis (inner = dims from axis on). */
+static int split(const mu__node_t *n, const mu_tensor_t *x, int64_t dflt,
+                 uint64_t *outer, uint64_t *inner)
+{
+	int axis = mu__axis(mu__attr_int(n, "axis", dflt), x->rank);
+
+	if (axis < 0)
+		return MU_EPROTO;
+	*outer = 1;
+	*inner = 1;
+	for (uint32_t i = 0; i < x->rank; i++)
+		*((int)i < axis ? outer : inner) *= x->dims[i];
+	return 0;
+}
+
+static int norm_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                      char *why, size_t wl)
+{
+	int axis = mu__axis(mu__attr_int(n, "axis", -1), in[0].rank);
+	uint64_t inner = 1;
+
+	if (axis < 0)
+		return mu__fail(why, wl, "node %.100s: axis out of range for %.100s", n->name, n->in[0]);
+	for (uint32_t i = (uint32_t)axis; i < in[0].rank; i++)
+		inner *= in[0].dims[i];
+	for (int j = 1; j < n->nin; j++)
+		if (mu__shape_numel(&in[j]) != inner && mu__shape_numel(&in[j]) != 1)
+			return mu__fail(why, wl, "node %.100s: scale or bias %.100s does not match the normalized size",
+			                n->name, n->in[j]);
+	out[0] = in[0];
+	return 0;
+}
+
+static int layernorm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	float eps = (float)mu__attr_num(n, "epsilon", 1e-5);
+	const float *g = in[1]->data, *b = n->nin > 2 ? in[2]->data : NULL;
+	int gs = in[1]->numel > 1, bs = n->nin > 2 && in[2]->numel > 1;
+	uint64_t outer, inner;
+
+	if (split(n, in[0], -1, &outer, &inner) != 0)
+		return MU_EPROTO;
+	for (uint64_t r = 0; r < outer; r++) {
+		const float *x = in[0]->data + r * inner;
+		float *y = out[0]->data + r * inner, mean = 0, var = 0;
+
+		for (uint64_t i = 0; i < inner; i++)
+			mean += x[i];
+		mean /= (float)inner;
+		for (uint64_t i = 0; i < inner; i++)
+			var += (x[i] - mean) * (x[i] - mean);
+		var /= (float)inner;
+		for (uint64_t i = 0; i < inner; i++) {
+			float v = (x[i] - mean) / sqrtf(var + eps) * g[gs ? i : 0];
+
+			y[i] = b != NULL ? v + b[bs ? i : 0] : v;
+		}
+	}
+	return 0;
+}
+
+static int rmsnorm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	float eps = (float)mu__attr_num(n, "epsilon", 1e-6);
+	int gs = in[1]->numel > 1;
+	uint64_t outer, inner;
+
+	if (split(n, in[0], -1, &outer, &inner) != 0)
+		return MU_EPROTO;
+	for (uint64_t r = 0; r < outer; r++) {
+		const float *x = in[0]->data + r * inner;
+		float *y = out[0]->data + r * inner, ss = 0, scale;
+
+		for (uint64_t i = 0; i < inner; i++)
+			ss += x[i] * x[i];
+		scale = 1.0f / sqrtf(ss / (float)inner + eps);
+		for (uint64_t i = 0; i < inner; i++)
+			y[i] = x[i] * scale * in[1]->data[gs ? i : 0];
+	}
+	return 0;
+}
+
+static double norm_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
+{
+	(void)n;
+	(void)in;
+	return 5.0 * (double)mu__shape_numel(&out[0]);
+}
+
+static int norm_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int rc = mu__want_int(n, "axis", 0, why, wl);
+
+	return rc == 0 ? want_num(n, "epsilon", why, wl) : rc;
+}
+
+const mu__op_t mu__op_layernorm = {"layernorm", 2, 3, 1, norm_check, norm_shape, layernorm_run, norm_flops};
+const mu__op_t mu__op_rmsnorm = {"rmsnorm", 2, 2, 1, norm_check, norm_shape, rmsnorm_run, norm_flops};
+
+/* ---- softmax over one axis ---- */
+
+static int softmax_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                         char *why, size_t wl)
+{
+	if (mu__axis(mu__attr_int(n, "axis", -1), in[0].rank) < 0)
+		return mu__fail(why, wl, "node %.100s: axis out of range for %.100s", n->name, n->in[0]);
+	return same_shape(n, in, out, why, wl);
+}
+
+static int softmax_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	const mu_tensor_t *x = in[0];
+	int axis = mu__axis(mu__attr_int(n, "axis", -1), x->rank);
+	uint64_t outer = 1, len, inner = 1;
+
+	if (axis < 0)
+		return MU_EPROTO;
+	for (int i = 0; i < axis; i++)
+		outer *= x->dims[i];
+	len = x->dims[axis];
+	for (uint32_t i = (uint32_t)axis + 1; i < x->rank; i++)
+		inner *= x->dims[i];
+	for (uint64_t o = 0; o < outer; o++)
+		for (uint64_t j = 0; j < inner; j++) {
+			const float *p = x->data + o * len * inner + j;
+			float *q = out[0]->data + o * len * inner + j, mx = -INFINITY, sum = 0;
+
+			for (uint64_t i = 0; i < len; i++)
+				mx = p[i * inner] > mx ? p[i * inner] : mx;
+			for (uint64_t i = 0; i < len; i++) {
+				q[i * inner] = expf(p[i * inner] - mx);
+				sum += q[i * inner];
+			}
+			for (uint64_t i = 0; i < len; i++)
+				q[i * inner] /= sum;
+		}
+	return 0;
+}
+
+static int softmax_check(const mu__node_t *n, char *why, size_t wl)
+{
+	return mu__want_int(n, "axis", 0, why, wl);
+}
+
+const mu__op_t mu__op_softmax = {"softmax", 1, 1, 1, softmax_check, softmax_shape, softmax_run, norm_flops};
+
+/* ---- reductions ---- */
+
+typedef enum { R_MEAN, R_SUM, R_MAX } rop_t;
+
+/* Which axes are reduced (all when "axes" is absent). */
+static int reduced(const mu__node_t *n, uint32_t rank, int *mask)
+{
+	int64_t axes[MU_TENSOR_MAX_RANK];
+	int na = mu__attr_ints(n, "axes", axes, MU_TENSOR_MAX_RANK);
+
+	for (uint32_t i = 0; i < rank; i++)
+		mask[i] = na < 0;
+	for (int i = 0; i < na; i++) {
+		int a = mu__axis(axes[i], rank);
+
+		if (a < 0)
+			return MU_EPROTO;
+		mask[a] = 1;
+	}
+	return na == -2 ? MU_EPROTO : 0;
+}
+
+static int reduce_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int rc = mu__want_int(n, "axes", 1, why, wl);
+
+	return rc == 0 ? mu__want_int(n, "keepdims", 0, why, wl) : rc;
+}
+
+static int reduce_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                        char *why, size_t wl)
+{
+	int mask[MU_TENSOR_MAX_RANK], keep = mu__attr_int(n, "keepdims", 1) != 0;
+
+	if (reduced(n, in[0].rank, mask) != 0)
+		return mu__fail(why, wl, "node %.100s: axes out of range for %.100s", n->name, n->in[0]);
+	out[0].rank = 0;
+	for (uint32_t i = 0; i < in[0].rank; i++)
+		if (!mask[i])
+			out[0].dims[out[0].rank++] = in[0].dims[i];
+		else if (keep)
+			out[0].dims[out[0].rank++] = 1;
+	return 0;
+}
+
+static int reduce_run(rop_t op, const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	const mu_tensor_t *x = in[0];
+	int mask[MU_TENSOR_MAX_RANK];
+	uint64_t ost[MU_TENSOR_MAX_RANK], idx[MU_TENSOR_MAX_RANK] = {0}, stride = 1, o = 0;
+	uint64_t count = out[0]->numel ? x->numel / out[0]->numel : 0;
+
+	if (reduced(n, x->rank, mask) != 0)
+		return MU_EPROTO;
+	/* output strides in terms of the input's dims (0 where reduced) */
+	for (int i = (int)x->rank - 1; i >= 0; i--) {
+		ost[i] = mask[i] ? 0 : stride;
+		if (!mask[i])
+			stride *= x->dims[i];
+	}
+	for (uint64_t i = 0; i < out[0]->numel; i++)
+		out[0]->data[i] = op == R_MAX ? -INFINITY : 0.0f;
+	for (uint64_t i = 0; i < x->numel; i++) { /* input order: deterministic */
+		float v = x->data[i];
+
+		if (op == R_MAX)
+			out[0]->data[o] = v > out[0]->data[o] ? v : out[0]->data[o];
+		else
+			out[0]->data[o] += v;
+		for (int d = (int)x->rank - 1; d >= 0; d--) {
+			idx[d]++;
+			o += ost[d];
+			if (idx[d] < x->dims[d])
+				break;
+			o -= ost[d] * idx[d];
+			idx[d] = 0;
+		}
+	}
+	if (op == R_MEAN)
+		for (uint64_t i = 0; i < out[0]->numel; i++)
+			out[0]->data[i] /= (float)count;
+	return 0;
+}
+
+#define REDUCE(NAME, OP)                                                       \
+	static int run_##NAME(const mu__node_t *n, mu_tensor_t *const *in,     \
+	                      mu_tensor_t **out)                               \
+	{                                                                      \
+		return reduce_run(OP, n, in, out);                             \
+	}                                                                      \
+	const mu__op_t mu__op_##NAME = {#NAME, 1, 1, 1, reduce_check,          \
+	                                reduce_shape, run_##NAME, mu__flops_numel}
+
+REDUCE(reduce_mean, R_MEAN);
+REDUCE(reduce_sum, R_SUM);
+REDUCE(reduce_max, R_MAX);

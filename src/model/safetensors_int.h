@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * safetensors, read and written:
+ *
+ *   u64 LE header_len, header_len bytes of JSON
+ *     {"NAME": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...,
+ *      "__metadata__": {"k": "v", ...}}
+ *   then the data area; offsets are relative to its start.
+ *
+ * The header is validated whole before any tensor is used: its size
+ * (capped), known dtypes, shapes, offsets inside the data area, byte counts
+ * equal to numel * dtype size, and no two tensors overlapping. The file is
+ * memory-mapped; loading a tensor touches only its own bytes, so what a
+ * process holds resident is the tensors it loaded.
+ */
+#ifndef MU_MODEL_SAFETENSORS_INT_H
+#define MU_MODEL_SAFETENSORS_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "muster/tensor.h"
+
+#define MU_ST_MAX_HEADER ((uint64_t)100 << 20)
+
+typedef enum {
+	MU_DT_F32, MU_DT_F16, MU_DT_BF16, MU_DT_F64, MU_DT_I64, MU_DT_I32,
+	MU_DT_I16, MU_DT_I8, MU_DT_U8, MU_DT_BOOL, MU_DT_F8_E4M3, MU_DT_F8_E5M2
+} mu__dtype_t;
+
+typedef struct {
+	char *name;
+	mu__dtype_t dtype;
+	uint32_t rank;
+	uint64_t dims[MU_TENSOR_MAX_RANK];
+	uint64_t numel;
+	uint64_t begin, end; /* within the data area */
+} mu__st_entry_t;
+
+typedef struct {
+	mu__st_entry_t *e;
+	size_t n;
+	void *map;           /* the whole file */
+	size_t map_len;
+	const unsigned char *data; /* start of the data area */
+	uint64_t data_len;
+} mu__st_file_t;
+
+/*
+ * Parse and validate a header (its JSON text) against a data area of
+ * data_len bytes. Pure: fuzzers call it. 0, MU_EJSON, MU_EPROTO (with
+ * why: the tensor and the rule), MU_ETOOBIG, MU_ENOMEM.
+ */
+int mu__st_parse(const char *json, size_t len, uint64_t data_len,
+                 mu__st_file_t *f, char *why, size_t wl);
+
+/* Map and validate a file. */
+int mu__st_open(const char *path, mu__st_file_t *f, char *why, size_t wl);
+void mu__st_close(mu__st_file_t *f);
+
+const mu__st_entry_t *mu__st_find(const mu__st_file_t *f, const char *name);
+
+/*
+ * A tensor with e's contents as f32: F32 data that is aligned is used in
+ * place (a borrowed view of the map, made resident); F16/BF16 (and
+ * misaligned F32) are converted into new storage, and the mapped source
+ * pages are released. MU_EPROTO for other dtypes.
+ */
+int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e,
+                mu_tensor_t **out);
+
+/* Write f32 tensors as a safetensors file. */
+int mu__st_write(const char *path, const mu_tensor_list_t *l);
+
+#endif

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Generated models, for demos, benchmarks and tests: an MLP of gemm +
+ * activation layers with seeded pseudo-random weights. The weights are
+ * written to disk one tensor at a time, so a model of many GiB is made
+ * without holding more than one layer.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "core/endian_int.h"
+#include "pipe/pipe_int.h"
+
+static uint64_t next_rand(uint64_t *s)
+{
+	/* splitmix64: fast, seedable, the same on every host */
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [-scale, scale). */
+static float uniform(uint64_t *s, float scale)
+{
+	return ((float)(next_rand(s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * scale;
+}
+
+static int write_all(FILE *f, const void *p, size_t n)
+{
+	return fwrite(p, 1, n, f) == n ? 0 : -errno;
+}
+
+/* n floats as little-endian bytes (in place), then written */
+static int write_floats(FILE *f, float *v, uint64_t n)
+{
+	for (uint64_t i = 0; MU_BIG_ENDIAN_HOST && i < n; i++) {
+		uint32_t bits;
+
+		memcpy(&bits, &v[i], 4);
+		mu_le32_put(&v[i], bits);
+	}
+	return write_all(f, v, n * 4);
+}
+
+int mu_model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
+                          uint64_t batch, const char *act, uint64_t seed, char *err, size_t el)
+{
+	char path[4096];
+	mu__buf_t g, h;
+	FILE *f = NULL;
+	uint64_t off = 0, s = seed;
+	float *row = NULL;
+	int rc = 0;
+
+	if (err == NULL)
+		el = 0;
+	if (layers < 1 || layers > 100000 || batch < 1) {
+		snprintf(err, el, "an MLP needs 1 to 100000 layers and a batch of at least 1");
+		return MU_EARG;
+	}
+	if (strcmp(act, "relu") != 0 && strcmp(act, "gelu") != 0 && strcmp(act, "tanh") != 0 &&
+	    strcmp(act, "sigmoid") != 0 && strcmp(act, "silu") != 0) {
+		snprintf(err, el, "unknown activation %s (relu, gelu, tanh, sigmoid, silu)", act);
+		return MU_EARG;
+	}
+	if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(err, el, "cannot create %s: %s", dir, strerror(errno));
+		return rc;
+	}
+	/* the graph */
+	mu__buf_init(&g, MU_GRAPH_MAX_BYTES);
+	mu__buf_init(&h, MU_ST_MAX_HEADER);
+	rc = mu__buf_printf(&g, "{\"format\": \"muster-graph\", \"version\": 1,\n"
+	                    " \"inputs\": [{\"name\": \"x\", \"shape\": [%llu, %llu]}],\n"
+	                    " \"outputs\": [\"y\"],\n \"nodes\": [\n",
+	                    (unsigned long long)batch, (unsigned long long)widths[0]);
+	for (int i = 0; rc == 0 && i < layers; i++) {
+		char in[32], out[32];
+
+		snprintf(in, sizeof(in), i == 0 ? "x" : "a%d", i - 1);
+		snprintf(out, sizeof(out), i == layers - 1 ? "y" : "h%d", i);
+		rc = mu__buf_printf(&g, "  {\"name\": \"fc%d\", \"op\": \"gemm\", \"inputs\": [\"%s\", "
+		                    "\"fc%d.weight\", \"fc%d.bias\"], \"outputs\": [\"%s\"], "
+		                    "\"attrs\": {\"transB\": 1}},\n", i, in, i, i, out);
+		if (rc == 0 && i < layers - 1)
+			rc = mu__buf_printf(&g, "  {\"name\": \"act%d\", \"op\": \"%s\", \"inputs\": "
+			                    "[\"h%d\"], \"outputs\": [\"a%d\"]},\n", i, act, i, i);
+	}
+	if (rc == 0) {
+		g.len -= 2; /* the last ",\n" */
+		rc = mu__buf_appends(&g, "\n ]}\n");
+	}
+	/* the weights' header: PyTorch's Linear layout, weight [out, in] */
+	if (rc == 0)
+		rc = mu__buf_appendc(&h, '{');
+	for (int i = 0; rc == 0 && i < layers; i++) {
+		uint64_t in = widths[i], out = widths[i + 1];
+
+		rc = mu__buf_printf(&h, "%s\"fc%d.weight\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu],"
+		                    "\"data_offsets\":[%llu,%llu]},\"fc%d.bias\":{\"dtype\":\"F32\","
+		                    "\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
+		                    i ? "," : "", i, (unsigned long long)out, (unsigned long long)in,
+		                    (unsigned long long)off, (unsigned long long)(off + in * out * 4), i,
+		                    (unsigned long long)out, (unsigned long long)(off + in * out * 4),
+		                    (unsigned long long)(off + in * out * 4 + out * 4));
+		off += in * out * 4 + out * 4;
+	}
+	if (rc == 0)
+		rc = mu__buf_appendc(&h, '}');
+	while (rc == 0 && h.len % 8 != 0) /* keep the data 8-byte aligned */
+		rc = mu__buf_appendc(&h, ' ');
+	if (rc != 0) {
+		snprintf(err, el, "the model is too large to describe");
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/model.json", dir);
+	if ((f = fopen(path, "wb")) == NULL || write_all(f, g.data, g.len) != 0 || fclose(f) != 0) {
+		rc = -errno;
+		snprintf(err, el, "cannot write %s: %s", path, strerror(errno));
+		f = NULL;
+		goto out;
+	}
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	if ((f = fopen(path, "wb")) == NULL) {
+		rc = -errno;
+		snprintf(err, el, "cannot write %s: %s", path, strerror(errno));
+		goto out;
+	}
+	{
+		unsigned char len[8];
+
+		mu_le64_put(len, h.len);
+		rc = write_all(f, len, 8);
+		if (rc == 0)
+			rc = write_all(f, h.data, h.len);
+	}
+	for (int i = 0; rc == 0 && i < layers; i++) {
+		uint64_t in = widths[i], out = widths[i + 1];
+		/* scaled so activations keep their size through deep stacks */
+		float scale = 1.0f / sqrtf((float)in);
+
+		mu__free(row);
+		row = mu__calloc(in > out ? in : out, sizeof(float));
+		if (row == NULL) {
+			rc = MU_ENOMEM;
+			break;
+		}
+		for (uint64_t r = 0; rc == 0 && r < out; r++) {
+			for (uint64_t k = 0; k < in; k++)
+				row[k] = uniform(&s, scale);
+			rc = write_floats(f, row, in);
+		}
+		for (uint64_t k = 0; rc == 0 && k < out; k++)
+			row[k] = uniform(&s, scale);
+		if (rc == 0)
+			rc = write_floats(f, row, out);
+	}
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	f = NULL;
+	if (rc != 0)
+		snprintf(err, el, "cannot write %s: %s", path, mu_strerror(rc));
+out:
+	if (f != NULL)
+		fclose(f);
+	mu__free(row);
+	mu__buf_free(&g);
+	mu__buf_free(&h);
+	return rc;
+}
+
+int mu_tensor_random(const char *name, uint32_t rank, const uint64_t *dims, uint64_t seed,
+                     mu_tensor_t **out)
+{
+	uint64_t s = seed;
+	int rc = mu_tensor_new(name, rank, dims, out);
+
+	for (uint64_t i = 0; rc == 0 && i < (*out)->numel; i++)
+		(*out)->data[i] = uniform(&s, 1.0f);
+	return rc;
+}

@@ -1,0 +1,437 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A model directory opened: its graph checked against its weights' header
+ * (every weight present, of a float type, shapes that flow through every
+ * node), every value's shape and every node's work estimated, and plans
+ * cut from it. Nothing is loaded until something runs.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "pipe/pipe_int.h"
+
+uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+uint64_t mu__self_rss(void)
+{
+	char line[256];
+	unsigned long long kb = 0;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	off += (size_t)snprintf(buf, len, "[");
+	for (uint32_t i = 0; i < rank && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%llu", i ? ", " : "",
+		                        (unsigned long long)dims[i]);
+	if (off < len)
+		snprintf(buf + off, len - off, "]");
+}
+
+static int read_file(const char *path, mu__buf_t *b, char *err, size_t el)
+{
+	char tmp[65536];
+	size_t n;
+	FILE *f = fopen(path, "rb");
+	int rc = 0;
+
+	mu__buf_init(b, MU_GRAPH_MAX_BYTES);
+	if (f == NULL) {
+		rc = -errno;
+		snprintf(err, el, "cannot open %.300s: %s", path, strerror(-rc));
+		return rc;
+	}
+	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+		rc = mu__buf_append(b, tmp, n);
+	fclose(f);
+	if (rc != 0)
+		snprintf(err, el, "%.300s is larger than the graph limit (64 MiB)", path);
+	return rc;
+}
+
+static int check_weights(mu_model_t *m, char *err, size_t el)
+{
+	for (int i = 0; i < m->g.nparams; i++) {
+		const char *p = m->g.params[i];
+		const mu__st_entry_t *e = mu__st_find(&m->st, p);
+		mu__shape_t *s;
+		uint64_t *b;
+
+		if (e == NULL) {
+			snprintf(err, el, "weight %.200s is used by the graph but not in model.safetensors", p);
+			return MU_EPROTO;
+		}
+		if (e->dtype != MU_DT_F32 && e->dtype != MU_DT_F16 && e->dtype != MU_DT_BF16) {
+			snprintf(err, el, "weight %.200s: only F32, F16 and BF16 weights can be loaded", p);
+			return MU_EPROTO;
+		}
+		s = mu__calloc(1, sizeof(*s));
+		b = mu__malloc(sizeof(*b));
+		if (s == NULL || b == NULL) {
+			mu__free(s);
+			mu__free(b);
+			return MU_ENOMEM;
+		}
+		s->rank = e->rank;
+		memcpy(s->dims, e->dims, sizeof(s->dims));
+		*b = e->numel * 4;
+		m->param_bytes += *b;
+		if (mu__strmap_put(&m->pshapes, p, strlen(p), s, NULL) != 0 ||
+		    mu__strmap_put(&m->pbytes, p, strlen(p), b, NULL) != 0) {
+			mu__free(s);
+			mu__free(b);
+			return MU_ENOMEM;
+		}
+	}
+	return 0;
+}
+
+int mu_model_open(const char *dir, mu_model_t **out, char *err, size_t el)
+{
+	char path[4096], why[512] = "";
+	mu__buf_t text;
+	mu_model_t *m;
+	int rc;
+
+	*out = NULL;
+	if (err == NULL)
+		el = 0;
+	m = mu__calloc(1, sizeof(*m));
+	if (m == NULL || (m->dir = mu__strdup(dir)) == NULL) {
+		mu__free(m);
+		return MU_ENOMEM;
+	}
+	mu__strmap_init(&m->pbytes);
+	mu__strmap_init(&m->pshapes);
+	mu__strmap_init(&m->shapes);
+	mu__strmap_init(&m->loaded);
+	snprintf(path, sizeof(path), "%s/model.json", dir);
+	rc = read_file(path, &text, err, el);
+	if (rc == 0) {
+		m->digest = mu__fnv(MU_FNV_INIT, text.data, text.len);
+		rc = mu__graph_parse(text.data != NULL ? text.data : "", text.len, &m->g, why, sizeof(why));
+		if (rc != 0)
+			snprintf(err, el, "%.300s: %s", path, why);
+	}
+	mu__buf_free(&text);
+	if (rc == 0) {
+		snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+		rc = mu__st_open(path, &m->st, why, sizeof(why));
+		if (rc != 0)
+			snprintf(err, el, "%.300s: %s", path, why);
+		else /* the header, as text, fixes the weights' layout */
+			m->digest = mu__fnv(m->digest, m->st.map, (size_t)(m->st.data - (const unsigned char *)m->st.map));
+	}
+	if (rc == 0)
+		rc = check_weights(m, err, el);
+	if (rc == 0) {
+		m->flops = mu__calloc((size_t)m->g.nnodes + 1, sizeof(double));
+		rc = m->flops == NULL ? MU_ENOMEM
+		                      : mu__graph_shapes(&m->g, &m->pshapes, &m->shapes, m->flops, why, sizeof(why));
+		if (rc != 0 && rc != MU_ENOMEM)
+			snprintf(err, el, "%.300s/model.json does not fit its weights: %s", dir, why);
+	}
+	for (int i = 0; rc == 0 && i < m->g.noutputs; i++)
+		if (mu__strmap_get(&m->shapes, m->g.outputs[i], strlen(m->g.outputs[i])) == NULL) {
+			snprintf(err, el, "output %.200s is not computed by any node", m->g.outputs[i]);
+			rc = MU_EPROTO;
+		}
+	if (rc == MU_ENOMEM)
+		snprintf(err, el, "out of memory opening %.300s", dir);
+	if (rc != 0) {
+		mu_model_close(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+static void tensor_free(void *t)
+{
+	mu_tensor_free(t);
+}
+
+void mu_model_close(mu_model_t *m)
+{
+	if (m == NULL)
+		return;
+	mu__strmap_free(&m->loaded, tensor_free);
+	mu__strmap_free(&m->pbytes, mu__free);
+	mu__strmap_free(&m->pshapes, mu__free);
+	mu__strmap_free(&m->shapes, mu__free);
+	mu__graph_free(&m->g);
+	mu__st_close(&m->st);
+	mu__free(m->flops);
+	mu__free(m->dir);
+	mu__free(m);
+}
+
+int mu_model_nodes(const mu_model_t *m)
+{
+	return m->g.nnodes;
+}
+
+int mu_model_inputs(const mu_model_t *m)
+{
+	return m->g.ninputs;
+}
+
+void mu_model_input(const mu_model_t *m, int i, const char **name, uint32_t *rank,
+                    uint64_t *dims)
+{
+	*name = m->g.inputs[i].name;
+	*rank = m->g.inputs[i].rank;
+	memcpy(dims, m->g.inputs[i].dims, sizeof(uint64_t) * m->g.inputs[i].rank);
+}
+
+uint64_t mu_model_param_bytes(const mu_model_t *m)
+{
+	return m->param_bytes;
+}
+
+uint64_t mu_model_digest(const mu_model_t *m)
+{
+	return m->digest;
+}
+
+/* ---- plans ---- */
+
+/* Per node: the bytes of the weights it is first to use. */
+static int node_bytes(const mu_model_t *m, double *w)
+{
+	mu__strmap_t seen;
+	int rc = 0;
+
+	mu__strmap_init(&seen);
+	for (int i = 0; rc == 0 && i < m->g.nnodes; i++) {
+		const mu__node_t *n = &m->g.nodes[i];
+
+		w[i] = 0;
+		for (int j = 0; rc == 0 && j < n->nin; j++) {
+			const uint64_t *b = mu__strmap_get(&m->pbytes, n->in[j], strlen(n->in[j]));
+
+			if (b != NULL && mu__strmap_get(&seen, n->in[j], strlen(n->in[j])) == NULL) {
+				w[i] += (double)*b;
+				rc = mu__strmap_put(&seen, n->in[j], strlen(n->in[j]), &seen, NULL);
+			}
+		}
+	}
+	mu__strmap_free(&seen, NULL);
+	return rc;
+}
+
+int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by, mu_plan_t **out,
+                     char *err, size_t el)
+{
+	double *w;
+	int *cuts, rc;
+	mu_plan_t *p;
+
+	*out = NULL;
+	if (err == NULL)
+		el = 0;
+	if (n < 1 || n > m->g.nnodes) {
+		snprintf(err, el, "cannot cut %d node%s into %d stages: each stage needs a node",
+		         m->g.nnodes, m->g.nnodes == 1 ? "" : "s", n);
+		return MU_EARG;
+	}
+	w = mu__calloc((size_t)m->g.nnodes, sizeof(*w));
+	cuts = mu__calloc((size_t)n + 1, sizeof(*cuts));
+	p = mu__calloc(1, sizeof(*p));
+	rc = w == NULL || cuts == NULL || p == NULL ? MU_ENOMEM : 0;
+	if (rc == 0 && by == MU_SPLIT_FLOPS)
+		memcpy(w, m->flops, sizeof(*w) * (size_t)m->g.nnodes);
+	else if (rc == 0)
+		rc = node_bytes(m, w);
+	if (rc == 0)
+		rc = mu__plan_balanced(w, m->g.nnodes, n, cuts);
+	if (rc == 0)
+		rc = mu__plan_from_cuts(&m->g, cuts, n, &m->pbytes, m->flops, &p->p);
+	mu__free(w);
+	mu__free(cuts);
+	if (rc != 0) {
+		mu__free(p);
+		snprintf(err, el, "cannot plan %d stages: %s", n, mu_strerror(rc));
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan_t **out,
+                    int *device, char *err, size_t el)
+{
+	int *cuts, *keep, used = 0, k = 0, rc;
+	mu_plan_t *p;
+
+	*out = NULL;
+	if (err == NULL)
+		el = 0;
+	if (nb < 1)
+		return MU_EARG;
+	cuts = mu__calloc((size_t)nb + 1, sizeof(*cuts));
+	keep = mu__calloc((size_t)nb + 1, sizeof(*keep));
+	p = mu__calloc(1, sizeof(*p));
+	rc = cuts == NULL || keep == NULL || p == NULL ? MU_ENOMEM : 0;
+	if (rc == 0)
+		rc = mu__plan_budgets(&m->g, &m->pbytes, budget, nb, cuts, &used, err, el);
+	if (rc == 0) {
+		/* drop the devices that got no nodes */
+		for (int i = 0; i < used; i++)
+			if (cuts[i + 1] > cuts[i]) {
+				device[k] = i;
+				keep[k++] = cuts[i];
+			}
+		keep[k] = m->g.nnodes;
+		rc = mu__plan_from_cuts(&m->g, keep, k, &m->pbytes, m->flops, &p->p);
+	}
+	mu__free(cuts);
+	mu__free(keep);
+	if (rc != 0) {
+		mu__free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int mu_plan_stages(const mu_plan_t *p)
+{
+	return p->p.n;
+}
+
+void mu_plan_stage(const mu_plan_t *p, int i, mu_stage_info_t *o)
+{
+	const mu__stage_t *s = &p->p.s[i];
+
+	o->first = s->first;
+	o->last = s->last;
+	o->param_bytes = s->param_bytes;
+	o->flops = s->flops;
+	o->ninputs = s->ninputs;
+	o->noutputs = s->noutputs;
+	o->nparams = s->nparams;
+	o->inputs = (const char *const *)s->inputs;
+	o->outputs = (const char *const *)s->outputs;
+	o->params = (const char *const *)s->params;
+}
+
+void mu_plan_free(mu_plan_t *p)
+{
+	if (p == NULL)
+		return;
+	mu__plan_free(&p->p);
+	mu__free(p);
+}
+
+/* ---- the whole model in one process ---- */
+
+int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t *out,
+                 char *err, size_t el)
+{
+	char why[512] = "", a[128], b[128];
+	int rc = 0;
+
+	if (err == NULL)
+		el = 0;
+	openblas_set_num_threads(1);
+	for (int i = 0; rc == 0 && i < m->g.nparams; i++) {
+		const char *p = m->g.params[i];
+		mu_tensor_t *t;
+
+		if (mu__strmap_get(&m->loaded, p, strlen(p)) != NULL)
+			continue;
+		rc = mu__st_load(&m->st, mu__st_find(&m->st, p), &t);
+		if (rc == 0 && (rc = mu__strmap_put(&m->loaded, p, strlen(p), t, NULL)) != 0)
+			mu_tensor_free(t);
+		if (rc != 0)
+			snprintf(err, el, "loading weight %.200s: %s", p, mu_strerror(rc));
+	}
+	for (int i = 0; rc == 0 && i < m->g.ninputs; i++) {
+		const mu__io_t *io = &m->g.inputs[i];
+		const mu_tensor_t *t = mu_tensor_list_find(inputs, io->name);
+
+		if (t == NULL) {
+			snprintf(err, el, "input %.200s is missing", io->name);
+			rc = MU_EARG;
+		} else if (t->rank != io->rank || memcmp(t->dims, io->dims, sizeof(uint64_t) * io->rank) != 0) {
+			mu__dims_text(t->rank, t->dims, a, sizeof(a));
+			mu__dims_text(io->rank, io->dims, b, sizeof(b));
+			snprintf(err, el, "input %.200s has shape %s; the model takes %s", io->name, a, b);
+			rc = MU_EARG;
+		}
+	}
+	if (rc == 0) {
+		rc = mu__exec_run(&m->g, 0, m->g.nnodes, &m->loaded, inputs, m->g.outputs,
+		                  m->g.noutputs, out, why, sizeof(why));
+		if (rc != 0)
+			snprintf(err, el, "%s", why);
+	}
+	return rc;
+}
+
+/* ---- tensors in files ---- */
+
+int mu_safetensors_read(const char *path, mu_tensor_list_t *out, char *err, size_t el)
+{
+	mu__st_file_t f;
+	char why[512] = "";
+	int rc;
+
+	if (err == NULL)
+		el = 0;
+	rc = mu__st_open(path, &f, why, sizeof(why));
+	if (rc != 0) {
+		snprintf(err, el, "%.300s: %s", path, why);
+		return rc;
+	}
+	for (size_t i = 0; rc == 0 && i < f.n; i++) {
+		mu_tensor_t *t = NULL, *c = NULL;
+
+		rc = mu__st_load(&f, &f.e[i], &t);
+		if (rc == 0 && t->mem == NULL) { /* a view of the map: copy it out */
+			rc = mu_tensor_new(t->name, t->rank, t->dims, &c);
+			if (rc == 0)
+				memcpy(c->data, t->data, t->numel * 4);
+			mu_tensor_free(t);
+			t = c;
+		}
+		if (rc == 0 && (rc = mu_tensor_list_push(out, t)) != 0)
+			mu_tensor_free(t);
+		if (rc != 0)
+			snprintf(err, el, "%.300s: tensor %.200s: %s", path, f.e[i].name,
+			         rc == MU_EPROTO ? "only F32, F16 and BF16 are read" : mu_strerror(rc));
+	}
+	mu__st_close(&f);
+	return rc;
+}
+
+int mu_safetensors_write(const char *path, const mu_tensor_list_t *l)
+{
+	return mu__st_write(path, l);
+}

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Pipeline messages over a channel: headers checked before bodies, frame
+ * bodies read straight into the tensors, every wait bounded.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "core/alloc_int.h"
+#include "core/endian_int.h"
+#include "core/sock_int.h"
+#include "core/time_int.h"
+#include "pipe/msg_int.h"
+#include "tensor/frame_int.h"
+
+void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
+                   uint64_t max_frame)
+{
+	int fl;
+
+	c->fd = fd;
+	c->sess = sess;
+	c->io_ms = io_ms;
+	c->max_frame = max_frame;
+	fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+const char *mu__msg_type_name(int type)
+{
+	static const char *const names[] = {
+		"?", "INFO", "FORWARD", "RESULT", "ERROR", "CLOSE",
+		"ASSIGN", "WEIGHTS", "LOAD", "READY",
+	};
+
+	return type > 0 && type <= MU_MSG_TYPE_MAX ? names[type] : "?";
+}
+
+void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
+{
+	memcpy(h, MU_MSG_MAGIC, 4);
+	mu_le16_put(h + 4, MU_MSG_VERSION);
+	mu_le16_put(h + 6, m->type);
+	mu_le32_put(h + 8, (uint32_t)m->status);
+	mu_le32_put(h + 12, 0);
+	mu_le64_put(h + 16, m->id);
+	mu_le64_put(h + 24, m->aux);
+	mu_le64_put(h + 32, m->len);
+}
+
+static int is_frame_type(int type)
+{
+	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS;
+}
+
+int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
+{
+	uint64_t limit;
+
+	if (memcmp(h, MU_MSG_MAGIC, 4) != 0)
+		return MU_EBADMAGIC;
+	if (mu_le16_get(h + 4) != MU_MSG_VERSION)
+		return MU_EPROTO;
+	m->type = mu_le16_get(h + 6);
+	m->status = (int32_t)mu_le32_get(h + 8);
+	m->id = mu_le64_get(h + 16);
+	m->aux = mu_le64_get(h + 24);
+	m->len = mu_le64_get(h + 32);
+	if (m->type == 0 || m->type > MU_MSG_TYPE_MAX)
+		return MU_EPROTO;
+	/* a frame's names and shapes come on top of its data */
+	limit = is_frame_type(m->type) ? max_frame + MU_MSG_MAX_TEXT : MU_MSG_MAX_TEXT;
+	return m->len > limit ? MU_ETOOBIG : 0;
+}
+
+/* ---- reading ---- */
+
+/* Up to len bytes; *n > 0 on success. wait_ms bounds the wait. */
+static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_ms)
+{
+	struct pollfd pfd;
+	ssize_t r;
+	int rc;
+
+	if (c->sess != NULL)
+		rc = mu_session_recv(c->sess, buf, len, n, wait_ms);
+	else {
+		*n = 0;
+		for (;;) {
+			r = recv(c->fd, buf, len, MSG_DONTWAIT);
+			if (r >= 0) {
+				*n = (size_t)r;
+				rc = 0;
+				break;
+			}
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				rc = errno == ECONNRESET ? MU_EEOF : -errno;
+				break;
+			}
+			pfd.fd = c->fd;
+			pfd.events = POLLIN;
+			pfd.revents = 0;
+			rc = poll(&pfd, 1, wait_ms);
+			if (rc == 0)
+				return -ETIMEDOUT;
+			if (rc < 0 && errno != EINTR)
+				return -errno;
+		}
+	}
+	if (rc == 0 && *n == 0)
+		rc = MU_EEOF;
+	return rc;
+}
+
+static int read_exact(mu__chan_t *c, void *buf, size_t len, int first_wait_ms)
+{
+	char *p = buf;
+	size_t n;
+	int rc, wait = first_wait_ms;
+
+	while (len > 0) {
+		rc = chan_read(c, p, len, &n, wait);
+		if (rc != 0)
+			return rc;
+		p += n;
+		len -= n;
+		wait = c->io_ms;
+	}
+	return 0;
+}
+
+int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
+{
+	unsigned char h[MU_MSG_HEADER];
+	size_t n;
+	int rc;
+
+	rc = chan_read(c, h, 1, &n, wait_ms);
+	if (rc == 0)
+		rc = read_exact(c, h + 1, sizeof(h) - 1, c->io_ms);
+	else if (rc == MU_EEOF)
+		return MU_EEOF;
+	if (rc == MU_EEOF)
+		return MU_EPROTO; /* closed inside a header: a truncated message */
+	if (rc != 0)
+		return rc;
+	return mu__msg_decode(h, c->max_frame, m);
+}
+
+int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body)
+{
+	char *b = mu__malloc((size_t)m->len + 1);
+	int rc;
+
+	*body = NULL;
+	if (b == NULL)
+		return MU_ENOMEM;
+	rc = read_exact(c, b, (size_t)m->len, c->io_ms);
+	if (rc != 0) {
+		mu__free(b);
+		return rc;
+	}
+	b[m->len] = '\0';
+	*body = b;
+	return 0;
+}
+
+int mu__msg_skip(mu__chan_t *c, const mu__msg_t *m)
+{
+	char scratch[4096];
+	uint64_t left = m->len;
+	int rc = 0;
+
+	while (rc == 0 && left > 0) {
+		size_t k = left < sizeof(scratch) ? (size_t)left : sizeof(scratch);
+
+		rc = read_exact(c, scratch, k, c->io_ms);
+		left -= k;
+	}
+	return rc;
+}
+
+int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out)
+{
+	mu_frame_limits_t lim;
+	mu__frame_reader_t r;
+	unsigned char small[4096];
+	uint64_t left = m->len;
+	int rc = 0;
+
+	mu_frame_limits_init(&lim);
+	lim.max_bytes = c->max_frame;
+	mu__frame_reader_init(&r, &lim);
+	while (rc == 0) {
+		size_t room, got, used = 0;
+		void *dst = mu__frame_reader_space(&r, &room);
+
+		if (left == 0) {
+			rc = MU_EPROTO; /* the frame runs past the body */
+			break;
+		}
+		/* headers through a scratch buffer, exactly as many bytes as the
+		 * field needs; tensor data straight into the tensor */
+		if (dst == NULL) {
+			dst = small;
+			room = r.need - r.have;
+			if (room > sizeof(small))
+				room = sizeof(small);
+		}
+		if (room > left)
+			room = (size_t)left;
+		rc = chan_read(c, dst, room, &got, c->io_ms);
+		if (rc != 0)
+			break;
+		left -= got;
+		if (dst != small) {
+			rc = mu__frame_reader_wrote(&r, got);
+		} else {
+			rc = mu__frame_reader_feed(&r, small, got, &used);
+			if (rc >= 0 && used != got)
+				rc = MU_EPROTO;
+		}
+	}
+	if (rc == 1 && left != 0)
+		rc = MU_EPROTO; /* bytes after the frame inside the body */
+	if (rc == 1)
+		rc = mu__frame_reader_take(&r, out);
+	mu__frame_reader_free(&r);
+	return rc;
+}
+
+/* ---- writing ---- */
+
+int mu__msg_send(mu__chan_t *c, mu__msg_t *m, const void *body, size_t len)
+{
+	unsigned char h[MU_MSG_HEADER];
+	struct iovec iov[2];
+
+	m->len = len;
+	mu__msg_encode(m, h);
+	iov[0].iov_base = h;
+	iov[0].iov_len = sizeof(h);
+	iov[1].iov_base = (void *)body;
+	iov[1].iov_len = len;
+	return mu__sock_sendv(c->fd, iov, 2, MU_NO_DEADLINE, c->io_ms);
+}
+
+int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l)
+{
+	unsigned char h[MU_MSG_HEADER];
+
+	m->len = mu_frame_size(l);
+	mu__msg_encode(m, h);
+	return mu__frame_sendv(c->fd, h, sizeof(h), l, MU_NO_DEADLINE, c->io_ms);
+}
+
+int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text)
+{
+	mu__msg_t m = {MU_MSG_ERROR, code, id, 0, 0};
+
+	return mu__msg_send(c, &m, text, strlen(text));
+}
+
+void mu__chan_linger(mu__chan_t *c)
+{
+	char scratch[4096];
+	struct pollfd pfd = {c->fd, POLLIN, 0};
+	int64_t deadline = mu__deadline(200);
+	size_t total = 0;
+
+	/* closing with unread bytes makes the kernel send a reset, which can
+	 * destroy the error we just sent before the peer reads it */
+	shutdown(c->fd, SHUT_WR);
+	while (total < (1u << 20) && poll(&pfd, 1, mu__remaining_ms(deadline)) > 0) {
+		ssize_t r = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+
+		if (r <= 0)
+			break;
+		total += (size_t)r;
+	}
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * muster's pipeline messages (docs/protocols/pipeline.md). Every message
+ * is a 40-byte little-endian header and a body:
+ *
+ *   0  magic    "MUPL"
+ *   4  u16      version (1)
+ *   6  u16      type (mu__msg_type_t)
+ *   8  i32      status: 0, or a muster/errno code (ERROR)
+ *   12 u32      reserved, 0
+ *   16 u64      request id (a reply carries its request's)
+ *   24 u64      aux: RESULT: the stage's compute time in ns
+ *   32 u64      body length
+ *
+ * Bodies: FORWARD, RESULT and WEIGHTS are one rlx tensor frame filling the
+ * body exactly; INFO replies, ASSIGN and READY are JSON; ERROR is UTF-8
+ * text. The reader checks magic, version, type and the length against its
+ * limits before it reads a byte of the body.
+ *
+ * A channel is a connected socket (non-blocking underneath; every wait is
+ * bounded) and, on a tracker session, the bytes that came in behind the
+ * handshake, read first.
+ */
+#ifndef MU_PIPE_MSG_INT_H
+#define MU_PIPE_MSG_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "muster/server.h"
+#include "muster/tensor.h"
+
+#define MU_MSG_MAGIC "MUPL"
+#define MU_MSG_VERSION 1
+#define MU_MSG_HEADER 40
+#define MU_MSG_MAX_TEXT ((uint64_t)64 << 20) /* JSON and error bodies */
+
+typedef enum {
+	MU_MSG_INFO = 1,     /* -> INFO with the stage's JSON description */
+	MU_MSG_FORWARD = 2,  /* inputs frame -> RESULT or ERROR */
+	MU_MSG_RESULT = 3,   /* outputs frame */
+	MU_MSG_ERROR = 4,    /* text; status is the code */
+	MU_MSG_CLOSE = 5,    /* goodbye; no reply */
+	MU_MSG_ASSIGN = 6,   /* JSON: the stage to become -> READY or ERROR */
+	MU_MSG_WEIGHTS = 7,  /* a frame of the assigned stage's weights */
+	MU_MSG_LOAD = 8,     /* every weight was sent: load -> READY or ERROR */
+	MU_MSG_READY = 9,    /* JSON: what the stage loaded and how long it took */
+	MU_MSG_TYPE_MAX = 9
+} mu__msg_type_t;
+
+typedef struct {
+	uint16_t type;
+	int32_t status;
+	uint64_t id;
+	uint64_t aux;
+	uint64_t len;
+} mu__msg_t;
+
+typedef struct {
+	int fd;
+	mu_session_t *sess;  /* when set, reads go through it first */
+	int io_ms;           /* a wait with no progress longer than this fails */
+	uint64_t max_frame;  /* tensor data bytes per frame body */
+} mu__chan_t;
+
+/* A channel over fd (made non-blocking) or over a session's socket. */
+void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
+                   uint64_t max_frame);
+
+/*
+ * Before closing after an error: stop writing and read what the peer has
+ * still in flight (briefly, bounded), so the error reaches it.
+ */
+void mu__chan_linger(mu__chan_t *c);
+
+const char *mu__msg_type_name(int type);
+
+void mu__msg_encode(const mu__msg_t *m, unsigned char *hdr);
+/* MU_EBADMAGIC, MU_EPROTO (version, type), MU_ETOOBIG (length vs limit). */
+int mu__msg_decode(const unsigned char *hdr, uint64_t max_frame, mu__msg_t *m);
+
+/* Send a header and a body of bytes (len in m is set here). */
+int mu__msg_send(mu__chan_t *c, mu__msg_t *m, const void *body, size_t len);
+/* Send a header and a frame of l (len in m is set here). */
+int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l);
+/* An ERROR reply to id with code and text. */
+int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text);
+
+/*
+ * Read the next header. wait_ms bounds the wait for its first byte (< 0:
+ * forever; an idle channel between messages), io_ms the rest. MU_EEOF
+ * when the peer closed before a header began.
+ */
+int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms);
+/* Read a body of m->len bytes into a new NUL-terminated buffer. */
+int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body);
+/* Read a frame body (it must fill m->len exactly); tensors go into out. */
+int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out);
+/* Read and drop a body. */
+int mu__msg_skip(mu__chan_t *c, const mu__msg_t *m);
+
+#endif

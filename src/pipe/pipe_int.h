@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the pipeline's files share: the model (model.c), the stage
+ * (stage.c), the serving loop (serve.c) and the coordinator (coord.c).
+ */
+#ifndef MU_PIPE_PIPE_INT_H
+#define MU_PIPE_PIPE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "muster/pipeline.h"
+#include "core/strmap_int.h"
+#include "model/model_int.h"
+#include "model/plan_int.h"
+#include "model/safetensors_int.h"
+#include "pipe/msg_int.h"
+
+struct mu_model_s {
+	char *dir;
+	mu__graph_t g;
+	mu__st_file_t st;
+	mu__strmap_t pbytes;   /* param -> uint64_t f32 bytes */
+	mu__strmap_t pshapes;  /* param -> mu__shape_t */
+	mu__strmap_t shapes;   /* every value -> mu__shape_t */
+	double *flops;         /* per node */
+	uint64_t param_bytes;
+	uint64_t digest;
+	mu__strmap_t loaded;   /* mu_model_run's weights: name -> tensor */
+};
+
+struct mu_plan_s {
+	mu__plan_t p;
+};
+
+struct mu_stage_s {
+	mu_model_t *model;     /* owned, when loaded from a directory */
+	mu__graph_t own;       /* the graph, when assigned over a session */
+	const mu__graph_t *g;
+	int index, of;
+	mu__plan_t plan;       /* one stage: the range and its boundary */
+	mu__strmap_t in_shapes;/* input -> mu__shape_t, when known */
+	mu__strmap_t params;   /* name -> mu_tensor_t */
+	uint64_t digest;
+	uint64_t resident;     /* bytes of the weights held */
+	uint64_t rss;          /* the process's resident set after loading */
+	double load_ms;
+	char *desc;            /* JSON */
+	pthread_mutex_t lock;  /* one forward at a time */
+};
+
+/* FNV-1a, 64 bits, continued from h (start with MU_FNV_INIT). */
+#define MU_FNV_INIT 0xcbf29ce484222325ULL
+uint64_t mu__fnv(uint64_t h, const void *p, size_t n);
+
+/* "[1, 2400]" */
+void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len);
+
+/* VmRSS of this process in bytes (0 when unknown). */
+uint64_t mu__self_rss(void);
+
+/*
+ * A stage to be filled over a session: the graph's JSON text, the node
+ * range and the input shapes (name -> shape JSON object, may be NULL).
+ * Then mu__stage_add_param for each weight and mu__stage_finish.
+ */
+int mu__stage_new(const char *graph_json, size_t len, int first, int last,
+                  int index, int of, uint64_t digest, const cJSON *in_shapes,
+                  mu_stage_t **out, char *err, size_t errlen);
+/* Take t as one of the stage's weights (checked: wanted, not seen yet). */
+int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t errlen);
+/* Every weight is there: record figures, describe. */
+int mu__stage_finish(mu_stage_t *s, double load_ms, char *err, size_t errlen);
+
+/*
+ * Serve one connection (or session) until it closes, says CLOSE, breaks
+ * the protocol (an ERROR is sent first when the header was readable) or
+ * *stop is set. Each FORWARD runs on `stage`. served counts forwards; the
+ * callback (may be NULL) runs after each.
+ */
+typedef struct {
+	mu_stage_t *stage;
+	const char *name;        /* "stage 2/3", for errors */
+	int idle_ms;             /* between messages; < 0 forever */
+	void (*on_forward)(void *ud);
+	void *ud;
+	volatile int *stop;
+} mu__serve_ctx_t;
+
+int mu__serve_chan(mu__chan_t *c, const mu__serve_ctx_t *ctx);
+
+#endif

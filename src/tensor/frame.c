@@ -1,0 +1,445 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rlx tensor frames: the incremental reader (frame_int.h), whole-buffer
+ * encode/decode, and blocking socket I/O that moves tensor data without
+ * touching it element by element (on little-endian hosts the wire and
+ * memory layouts are the same; big-endian hosts swap in place).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "muster/tensor.h"
+#include "core/alloc_int.h"
+#include "core/endian_int.h"
+#include "core/json_int.h"
+#include "core/sock_int.h"
+#include "core/time_int.h"
+#include "tensor/frame_int.h"
+
+
+/* Wire order <-> host order for a run of f32 (a no-op on little-endian). */
+static void swap_f32(float *d, uint64_t n)
+{
+#if MU_BIG_ENDIAN_HOST
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t v;
+
+		memcpy(&v, &d[i], 4);
+		v = __builtin_bswap32(v);
+		memcpy(&d[i], &v, 4);
+	}
+#else
+	(void)d;
+	(void)n;
+#endif
+}
+
+void mu_frame_limits_init(mu_frame_limits_t *l)
+{
+	l->max_name = 4096;
+	l->max_count = 65536;
+	l->max_bytes = (uint64_t)1 << 30;
+}
+
+/* ---- the reader ---- */
+
+void mu__frame_reader_init(mu__frame_reader_t *r, const mu_frame_limits_t *lim)
+{
+	memset(r, 0, sizeof(*r));
+	if (lim != NULL)
+		r->lim = *lim;
+	else
+		mu_frame_limits_init(&r->lim);
+	r->state = FR_COUNT;
+	r->need = 4;
+	mu_tensor_list_init(&r->got);
+}
+
+void mu__frame_reader_free(mu__frame_reader_t *r)
+{
+	mu__free(r->name);
+	r->name = NULL;
+	mu_tensor_free(r->cur);
+	r->cur = NULL;
+	mu_tensor_list_free(&r->got);
+}
+
+static void expect(mu__frame_reader_t *r, mu__fr_state_t s, size_t need)
+{
+	r->state = s;
+	r->have = 0;
+	r->need = need;
+}
+
+/* The next tensor's header, or the end of the frame. */
+static void next_tensor(mu__frame_reader_t *r)
+{
+	if (r->idx == r->count)
+		expect(r, FR_DONE, 0);
+	else
+		expect(r, FR_NAME_LEN, 4);
+}
+
+/* numel == product of dims, and its bytes fit the budget: then allocate. */
+static int start_data(mu__frame_reader_t *r, uint64_t numel)
+{
+	uint64_t prod = 1;
+	uint32_t i;
+	int rc;
+
+	for (i = 0; i < r->rank; i++) {
+		if (r->dims[i] != 0 && prod > UINT64_MAX / r->dims[i])
+			return MU_ETOOBIG;
+		prod *= r->dims[i];
+	}
+	if (prod != numel)
+		return MU_EPROTO;
+	if (numel > (r->lim.max_bytes - r->bytes) / 4)
+		return MU_ETOOBIG;
+	r->bytes += numel * 4;
+	rc = mu_tensor_new(r->name, r->rank, r->dims, &r->cur);
+	mu__free(r->name);
+	r->name = NULL;
+	if (rc != 0)
+		return rc;
+	r->data_have = 0;
+	r->idx++;
+	if (numel == 0) {
+		rc = mu_tensor_list_push(&r->got, r->cur);
+		r->cur = NULL;
+		if (rc != 0)
+			return rc;
+		next_tensor(r);
+		return 0;
+	}
+	expect(r, FR_DATA, 0);
+	return 0;
+}
+
+/* A field just completed: check it and move on. */
+static int field_done(mu__frame_reader_t *r)
+{
+	switch (r->state) {
+	case FR_COUNT:
+		r->count = mu_le32_get(r->field);
+		if (r->count > r->lim.max_count)
+			return MU_ETOOBIG;
+		next_tensor(r);
+		return 0;
+	case FR_NAME_LEN:
+		r->name_len = mu_le32_get(r->field);
+		if (r->name_len > r->lim.max_name)
+			return MU_ETOOBIG;
+		r->name = mu__malloc((size_t)r->name_len + 1);
+		if (r->name == NULL)
+			return MU_ENOMEM;
+		expect(r, FR_NAME, r->name_len);
+		if (r->name_len == 0)
+			return field_done(r);
+		return 0;
+	case FR_NAME:
+		r->name[r->name_len] = '\0';
+		/* rlx requires UTF-8; we also refuse NULs (names are C strings) */
+		if (memchr(r->name, '\0', r->name_len) != NULL ||
+		    !mu__utf8_valid(r->name, r->name_len))
+			return MU_EPROTO;
+		expect(r, FR_RANK, 4);
+		return 0;
+	case FR_RANK:
+		r->rank = mu_le32_get(r->field);
+		if (r->rank > MU_TENSOR_MAX_RANK)
+			return MU_ETOOBIG;
+		expect(r, r->rank ? FR_DIMS : FR_NUMEL, r->rank ? 8u * r->rank : 8);
+		return 0;
+	case FR_DIMS:
+		for (uint32_t i = 0; i < r->rank; i++)
+			r->dims[i] = mu_le64_get(r->field + 8 * i);
+		expect(r, FR_NUMEL, 8);
+		return 0;
+	case FR_NUMEL:
+		return start_data(r, mu_le64_get(r->field));
+	default:
+		return MU_EPROTO;
+	}
+}
+
+void *mu__frame_reader_space(mu__frame_reader_t *r, size_t *n)
+{
+	uint64_t left;
+
+	if (r->state != FR_DATA) {
+		*n = 0;
+		return NULL;
+	}
+	left = r->cur->numel * 4 - r->data_have;
+	*n = left > SIZE_MAX ? SIZE_MAX : (size_t)left;
+	return (char *)r->cur->data + r->data_have;
+}
+
+int mu__frame_reader_wrote(mu__frame_reader_t *r, size_t n)
+{
+	int rc;
+
+	r->data_have += n;
+	if (r->data_have < r->cur->numel * 4)
+		return 0;
+	swap_f32(r->cur->data, r->cur->numel);
+	rc = mu_tensor_list_push(&r->got, r->cur);
+	if (rc != 0)
+		return rc;
+	r->cur = NULL;
+	next_tensor(r);
+	return r->state == FR_DONE;
+}
+
+int mu__frame_reader_feed(mu__frame_reader_t *r, const void *p, size_t n,
+                          size_t *used)
+{
+	const unsigned char *b = p;
+	size_t off = 0, k;
+	int rc;
+
+	while (r->state != FR_DONE && off < n) {
+		if (r->state == FR_DATA) {
+			void *dst = mu__frame_reader_space(r, &k);
+
+			k = k < n - off ? k : n - off;
+			memcpy(dst, b + off, k); /* one copy of the run, not per element */
+			off += k;
+			rc = mu__frame_reader_wrote(r, k);
+			if (rc < 0) {
+				*used = off;
+				return rc;
+			}
+			continue;
+		}
+		k = r->need - r->have < n - off ? r->need - r->have : n - off;
+		memcpy(r->state == FR_NAME ? (unsigned char *)r->name + r->have
+		                           : r->field + r->have, b + off, k);
+		r->have += k;
+		off += k;
+		if (r->have == r->need && (rc = field_done(r)) != 0) {
+			*used = off;
+			return rc;
+		}
+	}
+	*used = off;
+	return r->state == FR_DONE;
+}
+
+/*
+ * Move a complete frame's tensors to the end of out, all or none: on
+ * MU_ENOMEM out is as it was and the tensors are still the reader's.
+ */
+static int move_all(mu__frame_reader_t *r, mu_tensor_list_t *out)
+{
+	size_t n0 = out->n, i;
+
+	for (i = 0; i < r->got.n; i++)
+		if (mu_tensor_list_push(out, r->got.t[i]) != 0) {
+			out->n = n0;
+			return MU_ENOMEM;
+		}
+	r->got.n = 0;
+	return 0;
+}
+
+int mu__frame_reader_take(mu__frame_reader_t *r, mu_tensor_list_t *out)
+{
+	return move_all(r, out);
+}
+
+/* ---- encoding ---- */
+
+size_t mu__frame_header_size(const mu_tensor_t *t)
+{
+	return 4 + strlen(t->name) + 4 + 8 * (size_t)t->rank + 8;
+}
+
+void mu__frame_header(const mu_tensor_t *t, unsigned char *h)
+{
+	size_t n = strlen(t->name), off = 0;
+	uint32_t i;
+
+	mu_le32_put(h, (uint32_t)n);
+	memcpy(h + 4, t->name, n);
+	off = 4 + n;
+	mu_le32_put(h + off, t->rank);
+	off += 4;
+	for (i = 0; i < t->rank; i++, off += 8)
+		mu_le64_put(h + off, t->dims[i]);
+	mu_le64_put(h + off, t->numel);
+}
+
+uint64_t mu_frame_size(const mu_tensor_list_t *l)
+{
+	uint64_t n = 4;
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		n += mu__frame_header_size(l->t[i]) + l->t[i]->numel * 4;
+	return n;
+}
+
+int mu_frame_encode(const mu_tensor_list_t *l, void **buf, size_t *len)
+{
+	uint64_t size = mu_frame_size(l);
+	unsigned char *p;
+	size_t off = 4, i;
+
+	*buf = NULL;
+	*len = 0;
+	if (size > SIZE_MAX || l->n > UINT32_MAX)
+		return MU_ETOOBIG;
+	p = mu__malloc((size_t)size);
+	if (p == NULL)
+		return MU_ENOMEM;
+	mu_le32_put(p, (uint32_t)l->n);
+	for (i = 0; i < l->n; i++) {
+		const mu_tensor_t *t = l->t[i];
+
+		mu__frame_header(t, p + off);
+		off += mu__frame_header_size(t);
+		if (t->numel > 0) /* an empty borrowed tensor may have no data */
+			memcpy(p + off, t->data, t->numel * 4);
+		swap_f32((float *)(void *)(p + off), t->numel);
+		off += t->numel * 4;
+	}
+	*buf = p;
+	*len = (size_t)size;
+	return 0;
+}
+
+int mu_frame_decode(const void *buf, size_t len, const mu_frame_limits_t *lim,
+                    mu_tensor_list_t *out)
+{
+	mu__frame_reader_t r;
+	size_t used = 0;
+	int rc;
+
+	mu__frame_reader_init(&r, lim);
+	rc = mu__frame_reader_feed(&r, buf, len, &used);
+	if (rc == 0)
+		rc = MU_EEOF;
+	else if (rc == 1 && used != len)
+		rc = MU_EPROTO;
+	else if (rc == 1)
+		rc = 0;
+	if (rc == 0)
+		rc = move_all(&r, out);
+	mu__frame_reader_free(&r);
+	return rc;
+}
+
+/* ---- sockets ---- */
+
+int mu__frame_sendv(int fd, const void *head, size_t head_len,
+                    const mu_tensor_list_t *l, int64_t deadline, int idle_ms)
+{
+	unsigned char *hdrs, count[4];
+	struct iovec *iov;
+	size_t i, total = 0, off = 0;
+	int rc, n = 0;
+
+#if MU_BIG_ENDIAN_HOST
+	void *buf;
+	size_t len;
+	struct iovec two[2];
+
+	rc = mu_frame_encode(l, &buf, &len);
+	if (rc != 0)
+		return rc;
+	two[0].iov_base = (void *)head;
+	two[0].iov_len = head_len;
+	two[1].iov_base = buf;
+	two[1].iov_len = len;
+	rc = mu__sock_sendv(fd, two, 2, deadline, idle_ms);
+	mu__free(buf);
+	return rc;
+#endif
+	for (i = 0; i < l->n; i++)
+		total += mu__frame_header_size(l->t[i]);
+	hdrs = mu__malloc(total + 1);
+	iov = mu__calloc(2 * l->n + 2, sizeof(*iov));
+	if (hdrs == NULL || iov == NULL) {
+		mu__free(hdrs);
+		mu__free(iov);
+		return MU_ENOMEM;
+	}
+	if (head_len > 0) {
+		iov[n].iov_base = (void *)head;
+		iov[n++].iov_len = head_len;
+	}
+	mu_le32_put(count, (uint32_t)l->n);
+	iov[n].iov_base = count;
+	iov[n++].iov_len = 4;
+	for (i = 0; i < l->n; i++) {
+		const mu_tensor_t *t = l->t[i];
+		size_t h = mu__frame_header_size(t);
+
+		mu__frame_header(t, hdrs + off);
+		iov[n].iov_base = hdrs + off;
+		iov[n++].iov_len = h;
+		off += h;
+		if (t->numel > 0) { /* straight from the tensor's memory */
+			iov[n].iov_base = t->data;
+			iov[n++].iov_len = t->numel * 4;
+		}
+	}
+	rc = mu__sock_sendv(fd, iov, n, deadline, idle_ms);
+	mu__free(hdrs);
+	mu__free(iov);
+	return rc;
+}
+
+int mu_frame_send(int fd, const mu_tensor_list_t *l, int timeout_ms)
+{
+	return mu__frame_sendv(fd, NULL, 0, l, mu__deadline(timeout_ms), -1);
+}
+
+int mu_frame_recv(int fd, const mu_frame_limits_t *lim, mu_tensor_list_t *out,
+                  int timeout_ms)
+{
+	int64_t deadline = mu__deadline(timeout_ms);
+	mu__frame_reader_t r;
+	unsigned char small[4096];
+	int rc = 0;
+
+	mu__frame_reader_init(&r, lim);
+	while (rc == 0) {
+		size_t room, used;
+		void *dst = mu__frame_reader_space(&r, &room);
+		ssize_t got;
+
+		/* headers: small reads into a scratch buffer, parsed in place;
+		 * data: straight into the tensor */
+		if (dst == NULL) { /* never past the field, nor past small */
+			dst = small;
+			room = r.need - r.have < sizeof(small) ? r.need - r.have : sizeof(small);
+		}
+		got = recv(fd, dst, room, MSG_DONTWAIT);
+		if (got == 0) {
+			rc = MU_EEOF;
+			break;
+		}
+		if (got < 0) {
+			if (errno == EAGAIN || errno == EINTR) {
+				rc = mu__sock_wait_readable(fd, deadline);
+				continue;
+			}
+			rc = errno == ECONNRESET ? MU_EEOF : -errno;
+			break;
+		}
+		if (dst != small)
+			rc = mu__frame_reader_wrote(&r, (size_t)got);
+		else
+			rc = mu__frame_reader_feed(&r, small, (size_t)got, &used);
+	}
+	if (rc == 1)
+		rc = move_all(&r, out);
+	mu__frame_reader_free(&r);
+	return rc;
+}
