@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "pipe/pipe_int.h"
+#include "pipeline/pipeline_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -6,13 +6,14 @@
 # dpkg queries and no network traffic.
 #
 #   scripts/deps.sh build    compiler, CMake and the libraries libmuster links
-#   scripts/deps.sh test     build + cmocka, pytest, clang's fuzzer runtime
+#   scripts/deps.sh test     build + cmocka, pytest, torch, etcd, numpy, onnx,
+#                            npm, clang's fuzzer runtime
 #
 # Runs apt-get as root, or through sudo when we are not root.
 set -eu
 
 build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev"
-test_pkgs="$build_pkgs libcmocka-dev python3 python3-pytest python3-torch etcd-server etcd-client clang libclang-rt-14-dev"
+test_pkgs="$build_pkgs libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev"
 
 case "${1:-test}" in
 build) want=$build_pkgs ;;
@@ -29,6 +30,11 @@ for p in $want; do
 	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
 	[ "$st" = "install ok installed" ] || missing="$missing $p"
 done
+# The tests fetch a real ONNX model from the npm registry with `npm pack`:
+# any npm will do (Debian's, or one that came with another Node.js).
+if [ "${1:-test}" = test ] && ! command -v npm >/dev/null 2>&1; then
+	missing="$missing npm"
+fi
 [ -z "$missing" ] && exit 0
 
 echo "deps: installing missing Debian packages:$missing" >&2

@@ -165,6 +165,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 	mu_tensor_list_t in;
 	mu_tensor_t *x;
 	uint64_t xd[2] = {(uint64_t)batch, (uint64_t)width};
+	double maxs = 0, sum = 0;
 
 	if (nstages > 16 || layers > 256)
 		return 2;
@@ -190,10 +191,11 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		rc = mu_coord_connect(addrs, nstages, NULL, &c, err, sizeof(err));
 	printf("pipeline: %d equal stages of %d layers %dx%d (batch %d), in this process, %d cores\n",
 	       nstages, per_stage, width, width, batch, ncpu);
-	printf("  %-14s %12s %12s %10s\n", "in flight", "forwards/s", "ideal/s", "of ideal");
+	printf("  %-10s %12s %12s %10s %18s\n", "in flight", "forwards/s", "ideal/s", "of ideal",
+	       "slowest stage ms");
 	for (int m = 1; rc == 0 && m <= 2 * nstages; m = m == 1 ? nstages : m * 2) {
 		mu_tensor_list_t *ins = calloc((size_t)m, sizeof(*ins)), *outs = calloc((size_t)m, sizeof(*outs));
-		double before[16], t0, t, maxs = 0, sum = 0, ideal;
+		double before[16], t0, t, ideal;
 		int done = 0;
 
 		for (int k = 0; k < nstages; k++) {
@@ -215,10 +217,10 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 			done += m;
 		}
 		t = now_s() - t0;
-		/* each stage's own compute per forward: the ideal pipeline is
-		 * paced by the slowest stage, or by the cores when there are
-		 * more stages than cores */
-		for (int k = 0; k < nstages; k++) {
+		/* each stage's own compute per forward, measured alone (one in
+		 * flight): the ideal pipeline is paced by the slowest stage, or
+		 * by the cores when there are more stages than cores */
+		for (int k = 0; m == 1 && k < nstages; k++) {
 			mu_stage_timing_t tm;
 			double per;
 
@@ -228,13 +230,27 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 			sum += per;
 		}
 		ideal = m == 1 ? 1.0 / sum : 1.0 / (maxs > sum / ncpu ? maxs : sum / ncpu);
-		if (rc == 0)
-			printf("  %-14d %12.1f %12.1f %9.0f%%\n", m, done / t, ideal, 100.0 * done / t / ideal);
+		{
+			double worst = 0;
+
+			for (int k = 0; k < nstages; k++) {
+				mu_stage_timing_t tm;
+
+				mu_coord_timing(c, k, &tm);
+				if ((tm.compute_ms - before[k]) / done > worst)
+					worst = (tm.compute_ms - before[k]) / done;
+			}
+			if (rc == 0)
+				printf("  %-10d %12.1f %12.1f %9.0f%% %18.2f\n", m, done / t, ideal,
+				       100.0 * done / t / ideal, worst);
+		}
 		free(ins);
 		free(outs);
 	}
-	printf("  (ideal: 1 in flight, the sum of the stages' compute times; more, the slowest\n"
-	       "   stage or the work spread over every core, whichever is slower)\n\n");
+	printf("  (ideal, from each stage's compute time measured with 1 in flight: their sum\n"
+	       "   for 1 in flight; for more, the slowest stage or all the work spread over\n"
+	       "   every core, whichever is slower. A stage's own compute per forward grows\n"
+	       "   when stages share the cores' caches and memory bandwidth.)\n\n");
 	if (rc != 0)
 		fprintf(stderr, "muster bench pipeline: %s\n", err);
 	mu_coord_close(c);

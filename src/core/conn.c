@@ -17,7 +17,11 @@ typedef struct {
 	char head[]; /* the copied head */
 } wreq_t;
 
+
+
 static void update_reading(mu__conn_t *c);
+static void timer_cb(uv_timer_t *t);
+static void write_cb(uv_write_t *req, int status);
 
 static void handle_closed(uv_handle_t *h)
 {
@@ -47,9 +51,17 @@ size_t mu__conn_queued(const mu__conn_t *c)
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
 	mu__conn_t *c = h->data;
+	size_t n = 0;
+	void *p = NULL;
 
 	(void)hint;
-	*buf = uv_buf_init(c->scratch, (unsigned)c->scratch_len);
+	if (c->ops->on_alloc != NULL && c->in.len == 0 && !c->draining)
+		p = c->ops->on_alloc(c, &n);
+	c->direct = p != NULL;
+	if (p != NULL)
+		*buf = uv_buf_init(p, (unsigned)(n > (1u << 30) ? 1u << 30 : n));
+	else
+		*buf = uv_buf_init(c->scratch, (unsigned)c->scratch_len);
 }
 
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -60,7 +72,14 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread == 0 || c->closing)
 		return;
 	if (nread < 0) {
-		mu__conn_close(c, nread == UV_EOF || nread == UV_ECONNRESET ? 0 : (int)nread);
+		mu__conn_close(c, c->draining ? c->finish_err
+		                              : nread == UV_EOF || nread == UV_ECONNRESET ? 0 : (int)nread);
+		return;
+	}
+	if (c->draining)
+		return; /* the peer's last words, dropped */
+	if (c->direct) {
+		c->ops->on_direct(c, (size_t)nread);
 		return;
 	}
 	rc = mu__buf_append(&c->in, buf->base, (size_t)nread);
@@ -140,6 +159,59 @@ int mu__conn_send(mu__conn_t *c, const void *head, size_t hn,
 	return 0;
 }
 
+int mu__conn_sendv(mu__conn_t *c, const uv_buf_t *bufs, unsigned n,
+                   mu__conn_done_cb done, void *arg)
+{
+	wreq_t *w;
+	int rc;
+
+	if (c->closing)
+		return UV_ECANCELED;
+	w = mu__malloc(sizeof(*w));
+	if (w == NULL)
+		return MU_ENOMEM;
+	w->done = done;
+	w->arg = arg;
+	w->hn = 0;
+	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, n, write_cb);
+	if (rc != 0) {
+		mu__free(w);
+		return rc;
+	}
+	if (!c->paused && mu__conn_queued(c) > c->wq_high) {
+		c->paused = 1;
+		update_reading(c);
+	}
+	return 0;
+}
+
+static void shutdown_cb(uv_shutdown_t *req, int status)
+{
+	mu__conn_t *c = req->handle->data;
+
+	(void)status;
+	if (c->closing)
+		return;
+	/* keep reading (and dropping) until the peer closes or the timer */
+	c->held = 0;
+	c->paused = 0;
+	update_reading(c);
+}
+
+void mu__conn_finish(mu__conn_t *c, int err, uint64_t linger_ms)
+{
+	if (c->closing || c->draining)
+		return;
+	c->draining = 1;
+	c->finish_err = err;
+	uv_timer_stop(&c->timer);
+	if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, shutdown_cb) != 0) {
+		mu__conn_close(c, err);
+		return;
+	}
+	uv_timer_start(&c->timer, timer_cb, linger_ms, 0);
+}
+
 void mu__conn_hold(mu__conn_t *c, int hold)
 {
 	c->held = hold;
@@ -150,7 +222,11 @@ static void timer_cb(uv_timer_t *t)
 {
 	mu__conn_t *c = t->data;
 
-	if (!c->closing)
+	if (c->closing)
+		return;
+	if (c->draining)
+		mu__conn_close(c, c->finish_err);
+	else
 		c->ops->on_timeout(c);
 }
 

@@ -33,6 +33,14 @@ typedef struct {
 	void (*on_free)(mu__conn_t *c);
 	/* The timer of mu__conn_timer fired. */
 	void (*on_timeout)(mu__conn_t *c);
+	/*
+	 * Optional, for bodies read straight into their destination: asked
+	 * before each read while c->in is empty; return where the next bytes
+	 * go and how many fit (*n), or NULL for the usual path through c->in.
+	 * on_direct(c, n) then reports n bytes written there.
+	 */
+	void *(*on_alloc)(mu__conn_t *c, size_t *n);
+	void (*on_direct)(mu__conn_t *c, size_t n);
 } mu__conn_ops_t;
 
 struct mu__conn_s {
@@ -49,6 +57,10 @@ struct mu__conn_s {
 	int paused;         /* reading stopped for backpressure */
 	int held;           /* reading stopped by the owner (mu__conn_hold) */
 	int reading;        /* uv_read_start is in effect */
+	int draining;       /* mu__conn_finish: discarding input until close */
+	int finish_err;     /* ... and the error to close with */
+	int direct;         /* the read in progress goes to on_alloc's buffer */
+	uv_shutdown_t shut;
 	char peer[MU_ADDRSTRLEN]; /* "ip:port" */
 	char ip[MU_ADDRSTRLEN];
 };
@@ -72,6 +84,22 @@ int mu__conn_accept(mu__conn_t *c, uv_stream_t *listener,
 int mu__conn_send(mu__conn_t *c, const void *head, size_t hn,
                   const void *tail, size_t tn, mu__conn_done_cb done,
                   void *arg);
+
+/*
+ * Queue bufs[0..n) as one write, every buffer referenced (not copied) until
+ * done(arg) runs. 0, or an error without calling done.
+ */
+int mu__conn_sendv(mu__conn_t *c, const uv_buf_t *bufs, unsigned n,
+                   mu__conn_done_cb done, void *arg);
+
+/*
+ * Close after an error reply: the queued writes go out, the sending side
+ * is shut, what the peer still sends is read and dropped for up to
+ * linger_ms (closing on unread bytes would send a reset that can destroy
+ * the reply before the peer reads it), then the connection closes with
+ * err.
+ */
+void mu__conn_finish(mu__conn_t *c, int err, uint64_t linger_ms);
 
 /* Close (idempotent); err goes to on_close. */
 void mu__conn_close(mu__conn_t *c, int err);

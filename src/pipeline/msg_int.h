@@ -21,8 +21,8 @@
  * bounded) and, on a tracker session, the bytes that came in behind the
  * handshake, read first.
  */
-#ifndef MU_PIPE_MSG_INT_H
-#define MU_PIPE_MSG_INT_H
+#ifndef MU_PIPELINE_MSG_INT_H
+#define MU_PIPELINE_MSG_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -74,6 +74,8 @@ void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
 void mu__chan_linger(mu__chan_t *c);
 
 const char *mu__msg_type_name(int type);
+/* Does a message of this type carry a frame? */
+int mu__msg_is_frame(int type);
 
 void mu__msg_encode(const mu__msg_t *m, unsigned char *hdr);
 /* MU_EBADMAGIC, MU_EPROTO (version, type), MU_ETOOBIG (length vs limit). */

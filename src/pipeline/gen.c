@@ -14,7 +14,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/endian_int.h"
-#include "pipe/pipe_int.h"
+#include "pipeline/pipeline_int.h"
 
 static uint64_t next_rand(uint64_t *s)
 {

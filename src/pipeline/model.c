@@ -13,7 +13,7 @@
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
-#include "pipe/pipe_int.h"
+#include "pipeline/pipeline_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 {

@@ -3,8 +3,8 @@
  * What the pipeline's files share: the model (model.c), the stage
  * (stage.c), the serving loop (serve.c) and the coordinator (coord.c).
  */
-#ifndef MU_PIPE_PIPE_INT_H
-#define MU_PIPE_PIPE_INT_H
+#ifndef MU_PIPELINE_PIPELINE_INT_H
+#define MU_PIPELINE_PIPELINE_INT_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -14,7 +14,7 @@
 #include "model/model_int.h"
 #include "model/plan_int.h"
 #include "model/safetensors_int.h"
-#include "pipe/msg_int.h"
+#include "pipeline/msg_int.h"
 
 struct mu_model_s {
 	char *dir;
@@ -73,20 +73,50 @@ int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t errlen)
 int mu__stage_finish(mu_stage_t *s, double load_ms, char *err, size_t errlen);
 
 /*
- * Serve one connection (or session) until it closes, says CLOSE, breaks
- * the protocol (an ERROR is sent first when the header was readable) or
- * *stop is set. Each FORWARD runs on `stage`. served counts forwards; the
- * callback (may be NULL) runs after each.
+ * Serving, apart from any I/O: a message whose body was read in full
+ * (text, NUL-terminated, for JSON types; decoded tensors for frame types)
+ * becomes a reply. The stage's own blocking loop over a session
+ * (mu__serve_chan) and `muster stage`'s libuv server (serve.c) both call
+ * mu__pipe_handle; FORWARD runs the stage's compute, so the libuv server
+ * calls it off the loop.
  */
+typedef struct mu__serve_ctx_s mu__serve_ctx_t;
+
 typedef struct {
-	mu_stage_t *stage;
-	const char *name;        /* "stage 2/3", for errors */
+	mu__msg_t m;            /* type 0: no reply */
+	char *text;             /* body for INFO, READY, ERROR */
+	int text_owned;
+	mu_tensor_list_t out;   /* body for RESULT */
+	int fatal;              /* close once it is sent */
+} mu__reply_t;
+
+struct mu__serve_ctx_s {
+	mu_stage_t *stage;       /* NULL until one is assigned */
+	const char *name;        /* "stage 2/3", for logs */
 	int idle_ms;             /* between messages; < 0 forever */
 	void (*on_forward)(void *ud);
 	void *ud;
 	volatile int *stop;
-} mu__serve_ctx_t;
+	/* types ASSIGN, WEIGHTS, LOAD (sessions of the main job); NULL: refused */
+	void (*on_other)(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
+	                 mu_tensor_list_t *in, mu__reply_t *r);
+	void *other_ud;
+};
 
-int mu__serve_chan(mu__chan_t *c, const mu__serve_ctx_t *ctx);
+void mu__reply_init(mu__reply_t *r);
+void mu__reply_free(mu__reply_t *r);
+/* An ERROR reply to id, the text copied. */
+void mu__reply_error(mu__reply_t *r, uint64_t id, int code, int fatal, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
+                     mu_tensor_list_t *in, mu__reply_t *r);
+
+/*
+ * Serve one session (a blocking channel) until it closes, says CLOSE, or
+ * breaks the protocol (told why first, when its header was readable), or
+ * *stop is set. 0 for an orderly end.
+ */
+int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
 
 #endif

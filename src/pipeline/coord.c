@@ -22,7 +22,7 @@
 #include "core/net_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
-#include "pipe/pipe_int.h"
+#include "pipeline/pipeline_int.h"
 
 #define LOG "coord"
 

@@ -14,7 +14,7 @@
 #include "core/endian_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
-#include "pipe/msg_int.h"
+#include "pipeline/msg_int.h"
 #include "tensor/frame_int.h"
 
 void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
@@ -53,7 +53,7 @@ void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
 	mu_le64_put(h + 32, m->len);
 }
 
-static int is_frame_type(int type)
+int mu__msg_is_frame(int type)
 {
 	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS;
 }
@@ -74,7 +74,7 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 	if (m->type == 0 || m->type > MU_MSG_TYPE_MAX)
 		return MU_EPROTO;
 	/* a frame's names and shapes come on top of its data */
-	limit = is_frame_type(m->type) ? max_frame + MU_MSG_MAX_TEXT : MU_MSG_MAX_TEXT;
+	limit = mu__msg_is_frame(m->type) ? max_frame + MU_MSG_MAX_TEXT : MU_MSG_MAX_TEXT;
 	return m->len > limit ? MU_ETOOBIG : 0;
 }
 

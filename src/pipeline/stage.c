@@ -16,7 +16,7 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
-#include "pipe/pipe_int.h"
+#include "pipeline/pipeline_int.h"
 
 static void tensor_free(void *t)
 {

@@ -18,7 +18,7 @@
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "model/safetensors_int.h"
-#include "pipe/msg_int.h"
+#include "pipeline/msg_int.h"
 
 static char dir[64];
 

@@ -1,0 +1,660 @@
+# SPDX-License-Identifier: MIT
+"""`muster plan`, `muster stage` and `muster run`: one model split across
+stage processes on loopback, against the command contract:
+
+  muster plan --model DIR --stages N --json
+      {"stages": [{"index", "first", "last", "inputs", "outputs", "params",
+                   "param_bytes", "flops"}, ...]}, contiguous [first, last)
+  muster stage --model DIR --stage I --of N --host H --port 0 [--requests K]
+      loads stage I of the balanced N-way split, then prints (flushed)
+      "muster stage I/N: serving on HOST:PORT" once its weights are
+      resident; serves until K requests (exit 0) or SIGTERM (exit 0)
+  muster run --model DIR --input IN [--stages H:P,...] [--output OUT]
+             [--micro-batches M] [--repeat R] [--json]
+      in-process without --stages, else through the stage servers in
+      order; writes the graph outputs (F32 safetensors); a per-stage table;
+      on a stage error exits non-zero naming "stage i/N (HOST:PORT)"
+
+What is checked:
+* plans cover the graph, and each stage's boundary is what
+  src/model/plan.c's rule gives (mumodel.stage_io);
+* the real hello_deepa model (converted from ONNX) and generated MLPs and
+  transformer blocks (whose residuals skip stages), split 1..min(nodes, 4)
+  ways with --stage/--of, give outputs bit-identical (bytes equal) to the
+  in-process run, and within 1e-5 of numpy (mumodel's evaluator, and for
+  hello_deepa the ONNX reference interpreter). Only the balanced splits
+  can be chosen from the command line; the C unit tests cover arbitrary
+  cuts of the same graphs;
+* a stage SIGKILLed while forwards are in flight, or down before a run,
+  makes `muster run` fail naming that stage; stages left alive keep
+  serving;
+* a client that connects and never sends (or stalls mid-frame) does not
+  stop a run from being served;
+* a stage of a 1 GiB model split 4 ways has its weights resident when it
+  announces itself, and a peak RSS (VmHWM) within its param_bytes plus
+  64 MiB, far below the model size;
+* bad bytes on a stage's port (garbage, an HTTP request, raw rlx frames
+  with huge declared counts/lengths, a truncated frame, and messages in
+  docs/protocols/pipeline.md's framing with a bad version, type, length or
+  frame) get that connection closed within seconds, and the stage still
+  serves a correct run. (A well-formed FORWARD that fails inside the stage
+  is answered and the connection kept: that is the protocol's own tests'
+  business, not these.)
+
+Every process is stopped at the end (SIGTERM, then SIGKILL): a stage that
+died unexpectedly, or does not exit 0 on SIGTERM, fails the test. Every
+wait and every socket has a deadline. Processes run with
+OPENBLAS_NUM_THREADS=1 unless the environment says otherwise
+(spec/pipeline-choices.md: bit-exact comparisons need single-threaded BLAS
+on every side).
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import mumodel
+from conftest import HOST, assert_closed
+from modelfix import (big_model, hello_deepa, hello_deepa_model,  # noqa: F401
+                      model_cache)
+from test_onnx_convert import HELLO_INPUT, onnx_reference
+
+TOL = 1e-5
+MIB = 1 << 20
+STARTUP_TIMEOUT = 60.0       # a stage of the big model maps 256+ MiB first
+STOP_TIMEOUT = 10.0
+RUN_TIMEOUT = 120.0
+CLOSE_TIMEOUT = 5.0
+RSS_SLACK = 64 * MIB
+ENV = dict(os.environ)
+ENV.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+# --------------------------------------------------------------------------
+# processes
+# --------------------------------------------------------------------------
+
+class Stage:
+    """A running `muster stage`; stdout and stderr go to `log_path`."""
+
+    def __init__(self, proc, log_path, index, of):
+        self.proc, self.log_path = proc, log_path
+        self.index, self.of = index, of
+        self.host, self.port = None, None
+        self.allow_exit = False     # it may end before teardown (killed, --requests)
+        self.stopped = False
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    @property
+    def address(self):
+        return f"{self.host}:{self.port}"
+
+    def log(self):
+        return self.log_path.read_text(errors="replace")
+
+    def wait_serving(self, timeout=STARTUP_TIMEOUT):
+        regex = re.compile(rf"muster stage {self.index}/{self.of}: serving on (\S+):(\d+)")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = regex.search(self.log())
+            if m:
+                self.host, self.port = m.group(1), int(m.group(2))
+                return
+            if self.proc.poll() is not None:
+                pytest.fail(f"stage {self.index}/{self.of} exited with {self.proc.returncode} "
+                            f"before serving; log:\n{self.log()}", pytrace=False)
+            if time.monotonic() > deadline:
+                pytest.fail(f"stage {self.index}/{self.of} not serving after {timeout} s; "
+                            f"log:\n{self.log()}", pytrace=False)
+            time.sleep(0.02)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def kill(self):
+        """SIGKILL, as a crash would; teardown leaves it alone."""
+        self.allow_exit = True
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(STOP_TIMEOUT)
+
+    def stop(self):
+        """SIGTERM, wait, SIGKILL: a problem description or None."""
+        if self.proc.poll() is not None:
+            return None
+        self.stopped = True
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return f"did not exit within {STOP_TIMEOUT} s of SIGTERM"
+        return None if code == 0 else f"exited with {code} on SIGTERM"
+
+    def status(self, field):
+        """A /proc/PID/status field in bytes (VmHWM, VmRSS ...)."""
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    value, unit = line.split()[1:3]
+                    assert unit == "kB"
+                    return int(value) * 1024
+        raise AssertionError(f"no {field} in /proc/{self.pid}/status")
+
+
+@pytest.fixture
+def stages(muster_bin, tmp_path):
+    """Factory: `stages(model_dir, n, *extra)` starts stages 0..n-1 of the
+    n-way split (all at once, so they load in parallel) and returns them
+    once each is serving. `stages.one(model_dir, i, n, *extra)` starts one."""
+    started = []
+
+    def start_one(model_dir, index, of, *extra):
+        log_path = tmp_path / f"stage-{len(started)}-{index}of{of}.log"
+        args = [str(muster_bin), "stage", "--model", str(model_dir), "--stage", str(index),
+                "--of", str(of), "--host", HOST, "--port", "0"] + [str(a) for a in extra]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    env=ENV)
+        stage = Stage(proc, log_path, index, of)
+        started.append(stage)
+        return stage
+
+    def start(model_dir, n, *extra):
+        group = [start_one(model_dir, i, n, *extra) for i in range(n)]
+        for stage in group:
+            stage.wait_serving()
+        return group
+
+    def one(model_dir, index, of, *extra):
+        stage = start_one(model_dir, index, of, *extra)
+        stage.wait_serving()
+        return stage
+
+    start.one = one
+    yield start
+
+    problems = []
+    for s in started:
+        if s.proc.poll() is not None and not (s.allow_exit or s.stopped):
+            problems.append(f"stage {s.index}/{s.of} ({s.address}) died during the test "
+                            f"(exit {s.proc.returncode}); log:\n{s.log()[-3000:]}")
+    for s in started:
+        problem = s.stop()
+        if problem and not s.allow_exit:
+            problems.append(f"stage {s.index}/{s.of} ({s.address}): {problem}; log:\n"
+                            f"{s.log()[-3000:]}")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+def muster(muster_bin, *args, timeout=RUN_TIMEOUT):
+    """Run a muster command to completion (bounded); CompletedProcess."""
+    try:
+        return subprocess.run([str(muster_bin)] + [str(a) for a in args],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout, env=ENV)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"`muster {' '.join(map(str, args))}` did not finish within {timeout} s;"
+                    f" stderr:\n{exc.stderr}", pytrace=False)
+
+
+class Runner:
+    """`muster run` on one model with files in a temp directory."""
+
+    def __init__(self, muster_bin, tmp_path, model_dir):
+        self.bin, self.dir, self.model = muster_bin, tmp_path, model_dir
+        self.count = 0
+
+    def args(self, inputs, group=None, *extra):
+        self.count += 1
+        src = self.dir / f"in-{self.count}.safetensors"
+        self.out = self.dir / f"out-{self.count}.safetensors"
+        mumodel.write_safetensors(src, inputs)
+        args = ["run", "--model", self.model, "--input", src, "--output", self.out]
+        if group is not None:
+            args += ["--stages", ",".join(s.address for s in group)]
+        return args + list(extra)
+
+    def proc(self, inputs, group=None, *extra, timeout=RUN_TIMEOUT):
+        return muster(self.bin, *self.args(inputs, group, *extra), timeout=timeout)
+
+    def __call__(self, inputs, group=None, *extra):
+        """Run; must succeed; returns {name: array} from --output."""
+        proc = self.proc(inputs, group, *extra)
+        where = "in-process" if group is None else f"through {len(group)} stages"
+        assert proc.returncode == 0, (f"muster run ({where}) failed with {proc.returncode}:\n"
+                                      f"{proc.stderr}{stage_logs(group)}")
+        return read_outputs(self.out)
+
+
+def stop_all(group):
+    """Stop stages now (freeing their memory and ports); each must exit 0."""
+    problems = [f"stage {s.index}/{s.of}: {p}\n{s.log()[-2000:]}"
+                for s in group for p in [s.stop()] if p]
+    assert not problems, "\n".join(problems)
+
+
+def stage_logs(group):
+    if not group:
+        return ""
+    return "".join(f"\n--- stage {s.index}/{s.of} log:\n{s.log()[-2000:]}" for s in group)
+
+
+def read_outputs(path):
+    header_dtypes = mumodel.SafetensorsFile(path)
+    assert all(header_dtypes.dtype(n) == "F32" for n in header_dtypes), \
+        "muster run must write F32"
+    return mumodel.read_safetensors(path)
+
+
+def assert_bit_identical(got, want, what):
+    assert sorted(got) == sorted(want), f"{what}: outputs {list(got)} != {list(want)}"
+    for name in want:
+        assert got[name].shape == want[name].shape, f"{what}: {name} shape"
+        if got[name].tobytes() != want[name].tobytes():
+            diff = np.abs(got[name].astype(np.float64) - want[name]).max()
+            pytest.fail(f"{what}: {name} is not bit-identical to the in-process run "
+                        f"(max |diff| {diff:.3g})", pytrace=False)
+
+
+def plan(muster_bin, model_dir, n):
+    proc = muster(muster_bin, "plan", "--model", model_dir, "--stages", n, "--json")
+    assert proc.returncode == 0, f"muster plan --stages {n} failed:\n{proc.stderr}"
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"muster plan --json printed no JSON:\n{proc.stdout[:2000]}",
+                    pytrace=False)
+
+
+def check_close(got, want, what):
+    assert set(got) == set(want), f"{what}: {sorted(got)} vs {sorted(want)}"
+    for name in want:
+        mumodel.assert_close(got[name], want[name], TOL, what=f"{what}: {name}")
+
+
+# --------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------
+
+GENERATED = {
+    "mlp_gemm": lambda p: mumodel.write_mlp(p, widths=(24, 48, 48, 32, 8), seed=11),
+    "mlp_mixed": lambda p: mumodel.write_mlp(
+        p, widths=(16, 32, 32, 32, 4), style="mixed", in_shape=(3, 2, 8), seed=12,
+        activations=["gelu", "silu", "gelu_erf", "sigmoid"]),
+    "transformer": lambda p: mumodel.write_transformer(p, layers=2, seed=13),
+    "transformer_ids": lambda p: mumodel.write_transformer(
+        p, layers=2, vocab=64, act="relu", seed=14, batch=1, seq=7, dim=24, heads=2),
+}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """name -> mumodel.ModelInfo, written once per module."""
+    root = tmp_path_factory.mktemp("generated")
+    return {name: make(root / name) for name, make in GENERATED.items()}
+
+
+@pytest.fixture(scope="module")
+def small_mlp(tmp_path_factory):
+    """A 4-layer MLP with batch 4 (micro-batches split it)."""
+    return mumodel.write_mlp(tmp_path_factory.mktemp("small") / "mlp",
+                             widths=(32, 64, 64, 64, 16), batch=4, seed=5,
+                             activations=["relu", "tanh", "relu", "none"])
+
+
+def hello_inputs(seed):
+    return {HELLO_INPUT: np.random.default_rng(seed).standard_normal(
+        (1, 25, 96)).astype(np.float32) * 2}
+
+
+# --------------------------------------------------------------------------
+# muster plan
+# --------------------------------------------------------------------------
+
+def check_plan(muster_bin, model_dir, graph, weights):
+    nbytes = mumodel.param_bytes_of(weights)
+    n_nodes = len(graph["nodes"])
+    totals = []
+    for n in range(1, min(n_nodes, 4) + 1):
+        stages = plan(muster_bin, model_dir, n)["stages"]
+        assert len(stages) == n
+        assert [s["index"] for s in stages] == list(range(n))
+        assert stages[0]["first"] == 0 and stages[-1]["last"] == n_nodes
+        for a, b in zip(stages, stages[1:]):
+            assert a["last"] == b["first"], f"{n} stages: gap or overlap {a} {b}"
+        for s in stages:
+            assert s["first"] < s["last"], f"{n} stages: empty stage {s['index']}"
+            want = mumodel.stage_io(graph, s["first"], s["last"], nbytes)
+            for key in ("inputs", "outputs", "params"):
+                assert len(set(s[key])) == len(s[key]), f"duplicates in {key}"
+                assert set(s[key]) == set(want[key]), \
+                    f"{n} stages, stage {s['index']} {key}: {s[key]} != {want[key]}"
+            assert s["param_bytes"] == want["param_bytes"]
+            assert isinstance(s["flops"], (int, float)) and s["flops"] >= 0
+        totals.append(sum(s["flops"] for s in stages))
+        params = [p for s in stages for p in s["params"]]
+        assert set(params) == set(mumodel.graph_params(graph))
+    assert max(totals) - min(totals) <= 1e-9 * max(totals), \
+        f"total flops differ between splits: {totals}"
+
+
+def test_plan_hello_deepa(muster_bin, hello_deepa_model):
+    check_plan(muster_bin, hello_deepa_model, mumodel.load_graph(hello_deepa_model),
+               mumodel.load_weights(hello_deepa_model))
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_plan_generated(muster_bin, generated, name):
+    info = generated[name]
+    check_plan(muster_bin, info.path, info.graph, mumodel.load_weights(info.path))
+
+
+def test_plan_human_readable(muster_bin, generated):
+    proc = muster(muster_bin, "plan", "--model", generated["transformer"].path,
+                  "--stages", 3)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+
+
+# --------------------------------------------------------------------------
+# split runs: bit-identical to the in-process run
+# --------------------------------------------------------------------------
+
+def test_hello_deepa_splits(muster_bin, tmp_path, stages, hello_deepa, hello_deepa_model):
+    run = Runner(muster_bin, tmp_path, hello_deepa_model)
+    inputs = [hello_inputs(seed) for seed in (0, 1)]
+    whole = [run(x) for x in inputs]
+    for x, out in zip(inputs, whole):
+        check_close(out, onnx_reference(hello_deepa, x), "in-process vs ONNX reference")
+        check_close(out, mumodel.evaluate_dir(hello_deepa_model, x), "in-process vs numpy")
+    assert whole[0]["39"].tobytes() != whole[1]["39"].tobytes()
+    for n in (1, 2, 3):
+        group = stages(hello_deepa_model, n)
+        for x, want in zip(inputs, whole):     # each stage serves two forwards
+            assert_bit_identical(run(x, group), want, f"hello_deepa, {n} stages")
+        stop_all(group)
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_generated_splits(muster_bin, tmp_path, stages, generated, name):
+    info = generated[name]
+    run = Runner(muster_bin, tmp_path, info.path)
+    x = info.inputs(seed=2)
+    whole = run(x)
+    check_close(whole, mumodel.evaluate_dir(info.path, x), "in-process vs numpy")
+    for n in range(1, min(info.nnodes, 4) + 1):
+        group = stages(info.path, n)
+        assert_bit_identical(run(x, group), whole, f"{name}, {n} stages")
+        stop_all(group)
+
+
+def test_run_table_and_json(muster_bin, tmp_path, stages, generated):
+    info = generated["transformer"]
+    run = Runner(muster_bin, tmp_path, info.path)
+    group = stages(info.path, 3)
+    proc = run.proc(info.inputs(0), group)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("load", "resident", "forward"):
+        assert re.search(word, proc.stdout, re.I), f"no {word!r} column:\n{proc.stdout}"
+    proc = run.proc(info.inputs(0), group, "--json")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.strip()
+    try:
+        json.loads(text)
+    except ValueError:
+        for line in text.splitlines():    # or one JSON document per line
+            json.loads(line)
+
+
+def test_micro_batches_and_repeat(muster_bin, tmp_path, stages, small_mlp):
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    x = small_mlp.inputs(seed=3)
+    want = mumodel.evaluate_dir(small_mlp.path, x)
+    group = stages(small_mlp.path, 2)
+    check_close(run(x, group, "--micro-batches", 2, "--repeat", 3), want,
+                "2 stages, 2 micro-batches, 3 repeats")
+    check_close(run(x, group, "--micro-batches", 4), want, "2 stages, 4 micro-batches")
+    check_close(run(x, None, "--repeat", 2), want, "in-process, 2 repeats")
+
+
+def test_requests_limit(muster_bin, tmp_path, stages, small_mlp):
+    """--requests K: the stage exits 0 by itself after K forwards (the
+    INFO exchange a run starts with is not a forward)."""
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    x = small_mlp.inputs(seed=4)
+    want = run(x)
+    group = stages(small_mlp.path, 2, "--requests", 2)
+    for s in group:
+        s.allow_exit = True
+    for _ in range(2):
+        assert_bit_identical(run(x, group), want, "--requests 2")
+    for s in group:
+        try:
+            code = s.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"stage {s.index} still running after serving its 2 requests")
+        assert code == 0, f"stage {s.index} exited {code}:\n{s.log()}"
+
+
+def test_sigterm_exits_zero_with_a_client_connected(stages, small_mlp):
+    stage = stages.one(small_mlp.path, 0, 2)
+    stage.allow_exit = True
+    with socket.create_connection((HOST, stage.port), timeout=CLOSE_TIMEOUT):
+        stage.proc.send_signal(signal.SIGTERM)
+        try:
+            code = stage.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail("stage ignored SIGTERM with a client connected")
+    assert code == 0, stage.log()
+
+
+# --------------------------------------------------------------------------
+# failures name the stage
+# --------------------------------------------------------------------------
+
+def assert_names_stage(stderr, stage, n):
+    """stderr has "stage i/N (HOST:PORT)" for this stage (i counted from 0
+    or from 1)."""
+    found = re.findall(rf"stage (\d+)/{n} \({re.escape(stage.host)}:(\d+)\)", stderr)
+    assert any(int(port) == stage.port and int(i) in (stage.index, stage.index + 1)
+               for i, port in found), \
+        f"stderr does not name stage {stage.index}/{n} ({stage.address}):\n{stderr}"
+
+
+def test_stage_killed_mid_run(muster_bin, tmp_path, stages, big_model):
+    """SIGKILL the middle stage while forwards stream through it: the run
+    fails naming that stage; the other stages keep serving."""
+    run = Runner(muster_bin, tmp_path, big_model.path)
+    group = stages(big_model.path, 3)
+    args = [str(muster_bin)] + [str(a) for a in run.args(big_model.inputs(0), group,
+                                                         "--repeat", 100000)]
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, (f"the run ended before the kill (exit {proc.returncode})"
+                                     f"; the model is too small to keep forwards in flight")
+        group[1].kill()
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("muster run kept going for 60 s after a stage was killed")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0, "muster run succeeded with a stage killed"
+    assert_names_stage(err, group[1], 3)
+    assert group[0].alive() and group[2].alive()
+
+
+def test_stage_down_before_run(muster_bin, tmp_path, stages, small_mlp):
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    group = stages(small_mlp.path, 3)
+    group[2].kill()
+    proc = run.proc(small_mlp.inputs(0), group, timeout=60)
+    assert proc.returncode != 0
+    assert_names_stage(proc.stderr, group[2], 3)
+
+
+def test_stages_in_the_wrong_order(muster_bin, tmp_path, stages, small_mlp):
+    """Stage servers given in the wrong order never give a wrong answer:
+    the run fails naming a stage (or, should the coordinator put the
+    servers back in order, gives the right output); the stages stay up
+    and serve the right order afterwards."""
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    x = small_mlp.inputs(1)
+    want = run(x)
+    group = stages(small_mlp.path, 2)
+    proc = run.proc(x, [group[1], group[0]], timeout=60)
+    if proc.returncode == 0:
+        assert_bit_identical(read_outputs(run.out), want, "swapped stages")
+    else:      # names a stage: its address and "stage i/2", in whatever words
+        assert re.search(r"stage \d+/2\b", proc.stderr), proc.stderr
+        assert any(s.address in proc.stderr for s in group), proc.stderr
+    assert all(s.alive() for s in group)
+    assert_bit_identical(run(x, group), want, "after a failed run")
+
+
+# --------------------------------------------------------------------------
+# clients that misbehave
+# --------------------------------------------------------------------------
+
+def test_idle_clients_do_not_block_runs(muster_bin, tmp_path, stages, generated):
+    info = generated["transformer"]
+    run = Runner(muster_bin, tmp_path, info.path)
+    x = info.inputs(5)
+    want = run(x)
+    group = stages(info.path, 3)
+    idle = []
+    try:
+        for s in group:
+            quiet = socket.create_connection((HOST, s.port), timeout=CLOSE_TIMEOUT)
+            stalled = socket.create_connection((HOST, s.port), timeout=CLOSE_TIMEOUT)
+            stalled.sendall(struct.pack("<II", 1, 1))     # a frame begun, never finished
+            idle += [quiet, stalled]
+        start = time.monotonic()
+        for _ in range(2):
+            assert_bit_identical(run(x, group), want, "with idle clients connected")
+        assert time.monotonic() - start < 60
+    finally:
+        for sock in idle:
+            sock.close()
+    assert all(s.alive() for s in group)
+
+
+def rlx_tensor(name, array):
+    data = np.asarray(array, "<f4")
+    raw = name.encode()
+    return (struct.pack("<I", len(raw)) + raw + struct.pack("<I", data.ndim)
+            + b"".join(struct.pack("<Q", d) for d in data.shape)
+            + struct.pack("<Q", data.size) + data.tobytes())
+
+
+PAD = b"\0" * 64   # completes any fixed-size header a framing may put first
+FORWARD = 2
+
+
+def mupl(mtype, body=b"", length=None, version=1, magic=b"MUPL"):
+    """A message as docs/protocols/pipeline.md frames it: a 40-byte header
+    (magic, u16 version, u16 type, i32 status, u32 reserved, u64 id,
+    u64 aux, u64 length) and the body."""
+    length = len(body) if length is None else length
+    return struct.pack("<4sHHiIQQQ", magic, version, mtype, 0, 0, 7, 0, length) + body
+
+
+def bad_inputs(x_name, x):
+    """Bytes no stage may accept, and whether to half-close after them.
+    Raw rlx frames (no header) are bad too: they fail the magic."""
+    frame = struct.pack("<I", 1) + rlx_tensor(x_name, x)
+    huge_numel = struct.pack("<II", 1, 1) + b"x" + struct.pack("<IQQ", 1, 1 << 40, 1 << 40)
+    mismatch = struct.pack("<II", 1, 1) + b"x" + struct.pack("<IQQQ", 2, 2, 3, 7) + b"\0" * 28
+    return {
+        "garbage": (b"\xff" * 256, False),
+        "http": (b"GET / HTTP/1.1\r\nHost: muster\r\nX-Pad: " + b"a" * 200 + b"\r\n\r\n",
+                 False),
+        "rlx_huge_count": (struct.pack("<I", 0xFFFFFFFF) + PAD, False),
+        "rlx_huge_name": (struct.pack("<II", 1, 0xFFFFFFF0) + PAD, False),
+        "rlx_huge_numel": (huge_numel + PAD, False),
+        "rlx_numel_mismatch": (mismatch + PAD, False),
+        "rlx_huge_rank": (struct.pack("<II", 1, 1) + b"x" + struct.pack("<I", 1000) + PAD,
+                          False),
+        "rlx_truncated": (frame[:len(frame) // 2], True),
+        "bad_version": (mupl(1, version=99) + PAD, False),
+        "bad_type": (mupl(77) + PAD, False),
+        "huge_length": (mupl(FORWARD, length=1 << 62) + PAD, False),
+        "forward_huge_numel": (mupl(FORWARD, huge_numel), False),
+        "forward_numel_mismatch": (mupl(FORWARD, mismatch), False),
+        "forward_trailing_bytes": (mupl(FORWARD, frame + b"\0" * 4), False),
+        "forward_frame_past_body": (mupl(FORWARD, frame, length=len(frame) - 4), False),
+        "forward_truncated": (mupl(FORWARD, frame)[:40 + len(frame) // 2], True),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(bad_inputs("x", np.zeros(1))))
+def test_bad_input_closes_the_connection(muster_bin, tmp_path, stages, small_mlp, case):
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    x = small_mlp.inputs(6)
+    want = run(x)
+    group = stages(small_mlp.path, 2)
+    payload, half_close = bad_inputs("x", x["x"])[case]
+    for s in group:
+        with socket.create_connection((HOST, s.port), timeout=CLOSE_TIMEOUT) as sock:
+            try:
+                sock.sendall(payload)
+                if half_close:
+                    sock.shutdown(socket.SHUT_WR)
+            except (BrokenPipeError, ConnectionResetError):
+                pass                       # closed while we were still sending
+            assert_closed(sock, CLOSE_TIMEOUT)
+        assert s.alive(), f"stage {s.index} died on {case} input:\n{s.log()}"
+    assert_bit_identical(run(x, group), want, f"after {case} input")
+
+
+# --------------------------------------------------------------------------
+# memory: a stage holds its own weights, not the model's
+# --------------------------------------------------------------------------
+
+def is_asan(path):
+    with open(path, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
+def test_stage_memory_is_its_share(muster_bin, tmp_path, stages, big_model):
+    n = 4
+    total = os.path.getsize(os.path.join(big_model.path, "model.safetensors"))
+    shares = plan(muster_bin, big_model.path, n)["stages"]
+    # an ASan build shadows what it touches (1/8) and keeps a quarantine
+    asan = is_asan(muster_bin)
+    slack = lambda share: RSS_SLACK + (share // 8 + 256 * MIB if asan else 0)  # noqa: E731
+    group = stages(big_model.path, n)
+    for s, share in zip(group, shares):
+        rss = s.status("VmRSS")
+        assert rss >= 0.9 * share["param_bytes"], (
+            f"stage {s.index} announced itself with {rss >> 20} MiB resident, "
+            f"less than its {share['param_bytes'] >> 20} MiB of weights")
+    run = Runner(muster_bin, tmp_path, big_model.path)
+    x = big_model.inputs(0)
+    got = run(x, group)
+    check_close(got, mumodel.evaluate_dir(big_model.path, x), f"{n} stages vs numpy")
+    for s, share in zip(group, shares):
+        peak = s.status("VmHWM")
+        limit = share["param_bytes"] + slack(share["param_bytes"])
+        assert peak <= limit, (f"stage {s.index}: peak RSS {peak / MIB:.0f} MiB is over its "
+                               f"weights ({share['param_bytes'] / MIB:.0f} MiB) + "
+                               f"{(limit - share['param_bytes']) / MIB:.0f} MiB")
+        assert peak < 0.6 * total, f"stage {s.index}: peak RSS near the whole model"
