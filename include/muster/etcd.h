@@ -3,8 +3,11 @@
  * A client for etcd 3.4's v3 API over its JSON gateway (plain HTTP/1.1,
  * libcurl underneath). Keys and values are bytes. Every call takes the
  * client's timeout; a list of endpoints gives failover: a member that
- * refuses, times out or answers 5xx is skipped for the next one, and calls
- * whose effect cannot have happened twice are retried there.
+ * refuses, times out, answers 5xx or answers something that is not etcd
+ * is left for the next one, by this call's retry and by every later call.
+ * A call is retried there unless the failed try may have taken effect and
+ * repeating it could give a wrong answer: create and cas are not retried
+ * once sent (their failure may hide a success; read the key to know).
  *
  * One mu_etcd_t is used by one thread at a time (calls and mu_etcd_poll).
  * Built only with MU_HAVE_CURL.
@@ -65,7 +68,8 @@ MU_EXTERN void mu_etcd_range_free(mu_etcd_range_t *r);
  * Calls return 0 or: -ECONNREFUSED / -ETIMEDOUT (no endpoint answered),
  * MU_ETOOBIG (over etcd's request limit), -ENOENT (an unknown lease),
  * MU_EFAIL (another etcd error: see mu_etcd_last_error), MU_EPROTO (a
- * response that is not etcd's), MU_ENOMEM.
+ * response that is not etcd's), MU_ENOMEM. The text of a member's failure
+ * names the member ("http://10.0.0.2:2379/v3/kv/range: ...").
  */
 MU_EXTERN int mu_etcd_put(mu_etcd_t *e, const void *key, size_t klen,
                           const void *value, size_t vlen, int64_t lease,
@@ -75,11 +79,14 @@ MU_EXTERN int mu_etcd_get(mu_etcd_t *e, const void *key, size_t klen,
                           int prefix, mu_etcd_range_t *out);
 MU_EXTERN int mu_etcd_delete(mu_etcd_t *e, const void *key, size_t klen,
                              int prefix, int64_t *deleted);
-/* Create key only if it does not exist (a txn on version == 0). */
+/* Create key only if it does not exist (a txn on version == 0). Not
+ * retried on another member once sent: after -ETIMEDOUT or -ECONNREFUSED
+ * the key may have been created by this very call. */
 MU_EXTERN int mu_etcd_create(mu_etcd_t *e, const void *key, size_t klen,
                              const void *value, size_t vlen, int64_t lease,
                              int *created);
-/* Replace key only if its mod_revision is still mod_revision. */
+/* Replace key only if its mod_revision is still mod_revision (retried
+ * like create). */
 MU_EXTERN int mu_etcd_cas(mu_etcd_t *e, const void *key, size_t klen,
                           int64_t mod_revision, const void *value,
                           size_t vlen, int64_t lease, int *swapped);

@@ -76,15 +76,25 @@ typedef struct {
 	double op_timeout;         /* each network operation; 5 s */
 	mu_md_event_cb on_event;
 	void *ud;
+	/*
+	 * Optional (NULL/0: none): a buffer of the caller's where
+	 * mu_md_agent_new writes, on failure, why in words ("etcd (...) and a
+	 * TCPStore (...) are both configured ..."), as an event's detail says
+	 * why an exchange failed; "" on success. The text also goes to the
+	 * log. Truncated to errbuf_len - 1 bytes; 256 is enough.
+	 */
+	char *errbuf;
+	size_t errbuf_len;
 } mu_md_opts_t;
 
 MU_EXTERN void mu_md_opts_init(mu_md_opts_t *o);
 
 /*
  * Create an agent (and its listener, when asked). MU_EARG for a missing
- * name or both stores configured (the log says which variables), MU_EBIND
- * for a listen port in use. No store I/O happens here: a store that is
- * down shows in the first exchange's event.
+ * name, a malformed store endpoint, or both stores configured; MU_EBIND
+ * for a listen port in use. The reason, naming the options or variables
+ * at fault, goes to o->errbuf (and the log). No store I/O happens here: a
+ * store that is down shows in the first exchange's event.
  */
 MU_EXTERN int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out);
 /* Finish queued work (bounded by op_timeout each), stop, free. */
@@ -147,7 +157,8 @@ MU_EXTERN int mu_md_invalidate_local(mu_md_agent_t *a, const mu_md_peer_t *peer,
 /*
  * Wait for op to complete, at most timeout_ms (< 0: forever); *status gets
  * its result. -ETIMEDOUT when it has not; -ENOENT for an unknown op (or
- * one whose result was dropped: the last 4096 are kept).
+ * one whose result was dropped: the last 4096 are kept). When it returns
+ * 0, op's event (with its detail) is already in the event queue.
  */
 MU_EXTERN int mu_md_wait(mu_md_agent_t *a, uint64_t op, int timeout_ms,
                          int *status);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/server.h"
 #include "muster/tensor.h"
 
 #ifdef __cplusplus
@@ -183,6 +184,49 @@ MU_EXTERN void mu_stage_server_wait(mu_stage_server_t *srv);
 MU_EXTERN void mu_stage_server_stop(mu_stage_server_t *srv);
 MU_EXTERN void mu_stage_server_free(mu_stage_server_t *srv);
 
+/* ---- devices (the main job) ---- */
+
+/*
+ * A device serves stages to coordinators over tracker sessions: give
+ * mu_device_session to mu_server_opts_t.on_session with the device as ud.
+ * In a session it takes the stage the coordinator assigns (loaded from a
+ * model directory it holds, found by digest, or built from weights the
+ * coordinator streams), within its memory budget, then serves forwards;
+ * the stage is freed when the session ends. A session whose first bytes
+ * are not a pipeline message is echoed (what `muster request` shows).
+ */
+typedef struct mu_device_s mu_device_t;
+
+typedef struct {
+	const char *key;            /* the tracker key it registers under */
+	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
+	int threads;                /* OpenBLAS threads per forward; default 1 */
+	const char *const *models;  /* model directories held here */
+	int nmodels;
+	const char *md_host;        /* metadata agent's P2P listener; 0.0.0.0 */
+	int md_port;                /* default 0: any */
+} mu_device_opts_t;
+
+MU_EXTERN void mu_device_opts_init(mu_device_opts_t *o);
+/* Opens each held model once (to know its digest); loads nothing. */
+MU_EXTERN int mu_device_new(const mu_device_opts_t *o, mu_device_t **out,
+                            char *err, size_t errlen);
+/*
+ * Publish the device's capabilities as md metadata, once its session
+ * address ("host:port", what the tracker hands out) is known: agent
+ * "muster-device/KEY/ADDR", through P2P (a listener on md_host:md_port)
+ * and, when the environment configures one (MUSTER_ETCD_ENDPOINTS, ...),
+ * the store. The JSON: {"key", "address", "mem_budget", "threads",
+ * "models": [{"dir", "digest", "param_bytes"}], "muster"}.
+ */
+MU_EXTERN int mu_device_publish(mu_device_t *d, const char *addr, char *err,
+                                size_t errlen);
+MU_EXTERN const char *mu_device_describe(const mu_device_t *d);
+MU_EXTERN void mu_device_session(mu_session_t *s, void *device);
+MU_EXTERN void mu_device_free(mu_device_t *d);
+/* MemAvailable of /proc/meminfo, in bytes (0 when unknown). */
+MU_EXTERN uint64_t mu_mem_available(void);
+
 /* ---- the coordinator ---- */
 
 typedef struct mu_coord_s mu_coord_t;
@@ -246,6 +290,69 @@ MU_EXTERN int mu_coord_forward_many(mu_coord_t *c,
                                     size_t errlen);
 /* Say goodbye to every stage and close. NULL is a no-op. */
 MU_EXTERN void mu_coord_close(mu_coord_t *c);
+
+/* ---- a cluster found through the tracker (the main job) ---- */
+
+typedef struct mu_cluster_s mu_cluster_t;
+
+typedef enum {
+	MU_WEIGHTS_AUTO = 0,   /* from a device's own copy when it has one */
+	MU_WEIGHTS_LOCAL = 1,  /* every device must hold a copy */
+	MU_WEIGHTS_STREAM = 2  /* always streamed from the coordinator */
+} mu_weights_t;
+
+typedef struct {
+	const char *tracker_host;  /* default "127.0.0.1" */
+	int tracker_port;          /* default 9190 */
+	const char *key;           /* device key (required) */
+	int devices;               /* how many to request; default 1 */
+	double priority;           /* of the requests (TVM's: higher first) */
+	int request_timeout_ms;    /* to get each device; default 30000 */
+	mu_weights_t weights;
+	int max_replacements;      /* devices lost mid-run replaced; default 3 */
+	mu_coord_opts_t coord;
+	/* narration of each step (may be NULL), one line at a time */
+	void (*say)(void *ud, const char *line);
+	void *ud;
+} mu_cluster_opts_t;
+
+MU_EXTERN void mu_cluster_opts_init(mu_cluster_opts_t *o);
+
+/*
+ * Request the devices, fetch their capabilities (md), split the model so
+ * each stage fits its device's memory budget (devices not needed are
+ * released), and load each stage on its device. MU_ETOOBIG with the
+ * numbers in err when the model does not fit the devices granted. m must
+ * outlive the cluster (weights are streamed from its mapped file).
+ */
+MU_EXTERN int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o,
+                               mu_cluster_t **out, char *err, size_t errlen);
+/*
+ * n forwards (pipelined when n > 1; see mu_coord_forward_many). A device
+ * lost on the way is replaced by another from the tracker, its stage
+ * loaded there, and the forwards run again (up to max_replacements).
+ */
+MU_EXTERN int mu_cluster_forward_many(mu_cluster_t *c,
+                                      const mu_tensor_list_t *inputs, int n,
+                                      mu_tensor_list_t *out, char *err,
+                                      size_t errlen);
+
+typedef struct {
+	const char *address;       /* the device's session address */
+	uint64_t budget;           /* its memory budget */
+	int streamed;              /* weights streamed (else its own copy) */
+	int replaced;              /* times this stage moved to a new device */
+	int first, last;           /* nodes [first, last) */
+	uint64_t param_bytes;
+	mu_stage_timing_t timing;
+} mu_cluster_stage_t;
+
+MU_EXTERN int mu_cluster_stages(const mu_cluster_t *c);
+MU_EXTERN void mu_cluster_stage(const mu_cluster_t *c, int i,
+                                mu_cluster_stage_t *out);
+MU_EXTERN int mu_cluster_replacements(const mu_cluster_t *c);
+/* Close every session (the devices register as free again). */
+MU_EXTERN void mu_cluster_close(mu_cluster_t *c);
 
 #ifdef __cplusplus
 }

@@ -103,6 +103,12 @@ MU_EXTERN int mu_session_send(mu_session_t *s, const void *buf, size_t len,
                               int timeout_ms);
 
 /*
+ * Put n bytes back in front of what the session reads next: a handler
+ * that peeked at the first bytes to tell protocols apart. 0 or MU_ENOMEM.
+ */
+MU_EXTERN int mu_session_unread(mu_session_t *s, const void *buf, size_t n);
+
+/*
  * Handshake with a server at host:port using matchkey (TVM's rpc.connect).
  * session_timeout > 0 asks the server to end the session after that many
  * seconds. MU_EMISMATCH when the server refuses the matchkey.

@@ -52,6 +52,11 @@ void cli_bytes(double b, char *buf, size_t len);
 /* "512M", "2G", "1.5GiB", "4096" -> bytes; -1 when not a size. */
 int cli_parse_size(const char *s, uint64_t *out);
 
+/* `muster run`'s table of a cluster run (also the demo's). */
+struct mu_cluster_s;
+void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int forwards,
+                       double first_ms);
+
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_demo(int argc, char **argv);

@@ -1,284 +1,377 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `muster demo`: the system on one machine, narrated for a newcomer.
+ * `muster demo`: the main job on one machine, narrated for a newcomer.
  *
- * Today it shows the device layer: a tracker starts, three device servers
- * register with it (the same code as `muster server`), jobs open sessions
- * on devices through the tracker, queue by priority while the devices are
- * busy, and a device that goes away is withdrawn at once. Everything it
- * starts it stops before returning.
+ * It starts a tracker and three device servers as separate processes (the
+ * very commands one would run on real machines, printed as it goes), makes
+ * a model that no one of the devices can hold, and runs it across them
+ * through the tracker: devices requested, capabilities fetched, the model
+ * cut to fit, each stage loaded (one device from its own copy, the others
+ * streamed), forwards pipelined. Then it checks the split run against the
+ * whole model in one process, bit for bit, and stops everything it
+ * started.
  */
 #include <errno.h>
-#include <pthread.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "muster/server.h"
+#include "muster/pipeline.h"
 #include "muster/tracker.h"
 #include "cli/cli_int.h"
 #include "core/time_int.h"
 
-#define T 10000 /* ms bound on every demo step */
+#define T 15000 /* ms bound on every step */
+#define NDEV 3
+#define LAYERS 8
+#define WIDTH 1024
+#define BATCH 4
+#define FORWARDS 24
+#define MICRO 3
+
+static const char *const budgets[NDEV] = {"12M", "16M", "20M"};
 
 typedef struct {
-	const char *name;
-	const char *key;
-	mu_server_t *srv;
-} device_t;
+	char dir[64];
+	char exe[4096];
+	pid_t pids[NDEV + 1];
+	int npids;
+	int tport;
+} demo_t;
 
-typedef struct {
-	const char *name;
-	double priority;
-	int tracker_port;
-	pthread_t th;
-	int rc;
-	mu_session_t *sess;
-} job_t;
-
-/* The order in which waiting jobs got their sessions. */
-static pthread_mutex_t order_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t order_cond = PTHREAD_COND_INITIALIZER;
-static job_t *order[8];
-static int norder;
-
-/* What every device runs for a session: echo (the stage runner comes later). */
-static void echo(mu_session_t *s, void *ud)
+static double now_ms(void)
 {
-	char buf[4096];
-	size_t n;
+	struct timespec ts;
 
-	(void)ud;
-	while (mu_session_recv(s, buf, sizeof(buf), &n, -1) == 0 && n > 0)
-		if (mu_session_send(s, buf, n, T) != 0)
-			break;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void *job_main(void *arg)
+/* A port nobody uses now (the tracker must have a known one). */
+static int free_port(void)
 {
-	job_t *j = arg;
+	struct sockaddr_in a;
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
 
-	j->rc = mu_session_request("127.0.0.1", j->tracker_port, "rasp",
-	                           j->priority, 0, 3, 3 * T, &j->sess);
-	pthread_mutex_lock(&order_lock);
-	order[norder++] = j;
-	pthread_cond_broadcast(&order_cond);
-	pthread_mutex_unlock(&order_lock);
-	return NULL;
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
 }
 
-static char *summary_json(int port)
+/* Start `muster ARGS...` with its output in the demo's log. */
+static int spawn(demo_t *d, char *const *args)
 {
-	mu_tracker_client_t *c;
+	char log[128];
+	pid_t pid;
+	int fd;
+
+	snprintf(log, sizeof(log), "%s/demo.log", d->dir);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		execv(d->exe, args);
+		_exit(127);
+	}
+	d->pids[d->npids++] = pid;
+	printf("   $ muster");
+	for (int i = 1; args[i] != NULL; i++)
+		printf(" %s", args[i]);
+	printf("\n");
+	return 0;
+}
+
+static void stop_all(demo_t *d)
+{
+	double deadline = now_ms() + 5000;
+	int left = d->npids;
+
+	for (int i = 0; i < d->npids; i++)
+		kill(d->pids[i], SIGTERM);
+	while (left > 0 && now_ms() < deadline) {
+		left = 0;
+		for (int i = 0; i < d->npids; i++)
+			if (d->pids[i] > 0 && waitpid(d->pids[i], NULL, WNOHANG) == 0)
+				left++;
+			else
+				d->pids[i] = 0;
+		if (left > 0)
+			usleep(20000);
+	}
+	for (int i = 0; i < d->npids; i++)
+		if (d->pids[i] > 0) {
+			kill(d->pids[i], SIGKILL);
+			waitpid(d->pids[i], NULL, 0);
+		}
+	d->npids = 0;
+}
+
+static char *summary(int port)
+{
+	mu_tracker_client_t *c = NULL;
 	char *json = NULL;
 
-	if (mu_tracker_client_connect("127.0.0.1", port, T, &c) == 0)
-		mu_tracker_client_summary(c, T, &json);
+	if (mu_tracker_client_connect("127.0.0.1", port, 1000, &c) == 0)
+		mu_tracker_client_summary(c, 1000, &json);
 	mu_tracker_client_close(c);
 	return json;
 }
 
-static int show_table(int port)
+/* Wait until the tracker's summary contains needle. */
+static int wait_summary(int port, const char *needle)
 {
-	char *json = summary_json(port), *text = NULL;
-	int rc = json != NULL ? mu_tracker_summary_text(json, &text) : MU_EEOF;
+	double deadline = now_ms() + T;
 
-	if (rc == 0)
-		printf("\n%s\n", text);
-	mu_free(json);
-	mu_free(text);
-	return rc;
-}
-
-/* Wait until the summary JSON does (or does not) contain needle. */
-static int wait_summary(int port, const char *needle, int present)
-{
-	int64_t deadline = mu__deadline(T);
-
-	while (mu__now_ms() < deadline) {
-		char *json = summary_json(port);
+	while (now_ms() < deadline) {
+		char *json = summary(port);
 		int hit = json != NULL && strstr(json, needle) != NULL;
 
 		mu_free(json);
-		if (hit == present)
+		if (hit)
 			return 0;
+		usleep(50000);
 	}
 	return -ETIMEDOUT;
 }
 
-static const char *device_at(device_t *devs, const mu_session_t *s)
+static void show_queue(int port)
 {
-	const char *colon = strrchr(mu_session_peer(s), ':');
-	int port = colon != NULL ? (int)strtol(colon + 1, NULL, 10) : -1;
+	char *json = summary(port), *text = NULL;
 
-	for (int i = 0; i < 3; i++)
-		if (devs[i].srv != NULL && mu_server_port(devs[i].srv) == port)
-			return devs[i].name;
-	return "?";
+	if (json != NULL && mu_tracker_summary_text(json, &text) == 0)
+		printf("\n%s\n", text);
+	mu_free(json);
+	mu_free(text);
 }
 
-static int say_hello(job_t *j, device_t *devs)
+static void narrate(void *ud, const char *line)
 {
-	char buf[64];
-	size_t n = 0;
-	int rc = mu_session_send(j->sess, "hello", 5, T);
-
-	if (rc == 0)
-		rc = mu_session_recv(j->sess, buf, sizeof(buf), &n, T);
-	if (rc == 0)
-		printf("   %s has a session on %s: it sent \"hello\", the device echoed \"%.*s\"\n",
-		       j->name, device_at(devs, j->sess), (int)n, buf);
-	return rc;
+	(void)ud;
+	printf("   %s\n", line);
 }
 
-static int start_devices(int tport, device_t *devs)
+static int same(const mu_tensor_list_t *a, const mu_tensor_list_t *b)
 {
-	mu_server_opts_t o;
-	int i, rc = 0;
-
-	for (i = 0; i < 3 && rc == 0; i++) {
-		mu_server_opts_init(&o);
-		o.host = "127.0.0.1";
-		o.port = 0;
-		o.tracker_host = "127.0.0.1";
-		o.tracker_port = tport;
-		o.key = devs[i].key;
-		o.silent = 1;
-		o.on_session = echo;
-		rc = mu_server_start(&o, &devs[i].srv);
-		if (rc == 0)
-			printf("   %-8s key %-7s listening on 127.0.0.1:%d\n", devs[i].name,
-			       devs[i].key, mu_server_port(devs[i].srv));
-	}
-	if (rc == 0)
-		rc = wait_summary(tport, "\"rasp\": {\"free\": 2,", 1);
-	if (rc == 0)
-		rc = wait_summary(tport, "\"jetson\": {\"free\": 1,", 1);
-	return rc;
+	if (a->n != b->n)
+		return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (a->t[i]->numel != b->t[i]->numel ||
+		    memcmp(a->t[i]->data, b->t[i]->data, a->t[i]->numel * 4) != 0)
+			return 0;
+	return 1;
 }
 
-/* Steps 3 and 4: two jobs hold both boards; three more queue by priority. */
-static int run_jobs(int tport, device_t *devs)
+static int run_model(demo_t *d, const char *model, char *err, size_t el)
 {
-	job_t jobs[5] = {{"job-1", 1, tport, 0, 0, NULL}, {"job-2", 1, tport, 0, 0, NULL},
-	                 {"job-A", 1, tport, 0, 0, NULL}, {"job-B", 5, tport, 0, 0, NULL},
-	                 {"job-C", 3, tport, 0, 0, NULL}};
-	int i, rc = 0, started = 0;
+	mu_model_t *m = NULL;
+	mu_cluster_t *cl = NULL;
+	mu_cluster_opts_t o;
+	mu_tensor_list_t in, first, ref, outs[MICRO], ins[MICRO];
+	uint64_t dims[2] = {BATCH, WIDTH};
+	mu_tensor_t *x;
+	double t0, first_ms = 0, t1;
+	int rc, done = 0;
 
-	printf("\n3. Two jobs ask the tracker for a rasp board. Each gets a device's address\n"
-	       "   and matchkey, connects to the device and opens a session on it:\n");
-	for (i = 0; i < 2 && rc == 0; i++) {
-		rc = mu_session_request("127.0.0.1", tport, "rasp", 1, 0, 3, T, &jobs[i].sess);
-		if (rc == 0)
-			rc = say_hello(&jobs[i], devs);
-	}
-	printf("\n4. While both boards are busy, three more jobs ask for one, in this order:\n"
-	       "   job-A (priority 1), job-B (priority 5), job-C (priority 3). They wait:\n");
-	for (i = 2; i < 5 && rc == 0; i++) {
-		char needle[64];
-
-		/* one at a time, so the arrival order is the one announced */
-		snprintf(needle, sizeof(needle), "\"pending\": %d}", i - 1);
-		rc = pthread_create(&jobs[i].th, NULL, job_main, &jobs[i]) == 0 ? 0 : MU_ENOMEM;
-		started += rc == 0;
-		if (rc == 0)
-			rc = wait_summary(tport, needle, 1);
-	}
+	mu_tensor_list_init(&in);
+	mu_tensor_list_init(&first);
+	mu_tensor_list_init(&ref);
+	rc = mu_model_open(model, &m, err, el);
+	if (rc == 0 && (rc = mu_tensor_random("x", 2, dims, 7, &x)) == 0)
+		rc = mu_tensor_list_push(&in, x);
+	printf("\n4. A coordinator gets the devices through the tracker and splits the model\n"
+	       "   over them. This process plays it; elsewhere it is\n"
+	       "   $ muster run --tracker 127.0.0.1:%d --key demo --devices 3 \\\n"
+	       "         --model %s --input FILE\n\n", d->tport, model);
+	mu_cluster_opts_init(&o);
+	o.tracker_host = "127.0.0.1";
+	o.tracker_port = d->tport;
+	o.key = "demo";
+	o.devices = NDEV;
+	o.request_timeout_ms = T;
+	o.say = narrate;
+	t0 = now_ms();
 	if (rc == 0)
-		rc = show_table(tport);
-	printf("5. The sessions end one at a time. Each board registers again at once, and\n"
-	       "   the tracker gives it to the waiting job with the highest priority:\n");
-	for (i = 0; i < 3 && rc == 0; i++) {
-		job_t *done = i < 2 ? &jobs[i] : order[0];
-
-		mu_session_close(done->sess); /* the board is free again */
-		done->sess = NULL;
-		pthread_mutex_lock(&order_lock);
-		while (norder <= i)
-			pthread_cond_wait(&order_cond, &order_lock);
-		pthread_mutex_unlock(&order_lock);
-		rc = order[i]->rc;
-		if (rc == 0)
-			printf("   %s ended  ->  %s (priority %g) gets %s\n", done->name,
-			       order[i]->name, order[i]->priority, device_at(devs, order[i]->sess));
-	}
-	for (i = 2; i < 2 + started; i++)
-		pthread_join(jobs[i].th, NULL);
-	for (i = 0; i < 5; i++)
-		mu_session_close(jobs[i].sess);
-	return rc;
-}
-
-static int demo(mu_tracker_t *t)
-{
-	int tport = mu_tracker_port(t), rc, i;
-	device_t devs[3] = {{"rasp-0", "rasp", NULL}, {"rasp-1", "rasp", NULL},
-	                    {"jetson-0", "jetson", NULL}};
-
-	printf("1. A tracker runs on 127.0.0.1:%d. It speaks Apache TVM's RPC tracker\n"
-	       "   protocol, so TVM's own servers and clients can use it too.\n", tport);
-	printf("\n2. Three devices start and register with it (what `muster server --tracker\n"
-	       "   HOST:PORT --key KEY` does on each machine):\n");
-	rc = start_devices(tport, devs);
+		rc = mu_cluster_start(m, &o, &cl, err, el);
+	/* one forward alone (the time to a first answer), then pipelined */
 	if (rc == 0) {
-		printf("\n   `muster query` (or TVM's query_rpc_tracker) shows:\n");
-		rc = show_table(tport);
+		rc = mu_cluster_forward_many(cl, &in, 1, &first, err, el);
+		first_ms = now_ms() - t0;
+		done = 1;
 	}
-	if (rc == 0)
-		rc = run_jobs(tport, devs);
+	t1 = now_ms();
+	while (rc == 0 && done < FORWARDS + 1) {
+		for (int j = 0; j < MICRO; j++) {
+			ins[j] = in;
+			mu_tensor_list_init(&outs[j]);
+		}
+		rc = mu_cluster_forward_many(cl, ins, MICRO, outs, err, el);
+		for (int j = 0; j < MICRO; j++) {
+			if (rc == 0 && !same(&first, &outs[j])) {
+				snprintf(err, el, "a pipelined forward differs from the first");
+				rc = MU_EPROTO;
+			}
+			mu_tensor_list_free(&outs[j]);
+		}
+		done += MICRO;
+	}
 	if (rc == 0) {
-		printf("\n6. jetson-0 is switched off. The tracker withdraws it at once, so no job\n"
-		       "   is ever sent to a dead device:\n");
-		mu_server_free(devs[2].srv);
-		devs[2].srv = NULL;
-		rc = wait_summary(tport, "server:jetson", 0);
-		if (rc == 0)
-			rc = show_table(tport);
+		printf("\n5. One forward ran alone, then %d more with %d in flight at a time, so each\n"
+		       "   device works on one input while the next works on the one before. Per\n"
+		       "   stage: the device, where its weights came from, its nodes, how long it\n"
+		       "   took to load them, what it holds in memory, and its time per forward:\n",
+		       FORWARDS, MICRO);
+		cli_print_cluster(cl, 0, now_ms() - t1, done - 1, first_ms);
+		printf("   (the first output's time includes getting the devices and loading every\n"
+		       "   stage; forwards/s counts the pipelined ones)\n");
 	}
-	for (i = 0; i < 3; i++)
-		mu_server_free(devs[i].srv);
+	if (rc == 0) {
+		printf("\n6. The check: the same input through the whole model in this process, with\n"
+		       "   the same kernels. A split run must give exactly the same bits:\n");
+		rc = mu_model_run(m, &in, &ref, err, el);
+		if (rc == 0 && same(&first, &ref)) {
+			printf("   y [%d, %d] = %.7g %.7g %.7g ... from the devices\n", BATCH, WIDTH,
+			       (double)first.t[0]->data[0], (double)first.t[0]->data[1],
+			       (double)first.t[0]->data[2]);
+			printf("   y [%d, %d] = %.7g %.7g %.7g ... in one process\n", BATCH, WIDTH,
+			       (double)ref.t[0]->data[0], (double)ref.t[0]->data[1],
+			       (double)ref.t[0]->data[2]);
+			printf("   bit-identical: all %d values match exactly.\n", BATCH * WIDTH);
+		} else if (rc == 0) {
+			snprintf(err, el, "the split run's output differs from the single-process run");
+			rc = MU_EPROTO;
+		}
+	}
+	mu_cluster_close(cl);
+	if (rc == 0) {
+		printf("\n7. The run is over: the sessions close and the devices register as free\n"
+		       "   again, ready for the next job:\n");
+		rc = wait_summary(d->tport, "\"demo\": {\"free\": 3,");
+		if (rc == 0)
+			show_queue(d->tport);
+		else
+			snprintf(err, el, "the devices did not register again");
+	}
+	mu_tensor_list_free(&first);
+	mu_tensor_list_free(&ref);
+	mu_tensor_list_free(&in);
+	mu_model_close(m);
+	return rc;
+}
+
+static int demo(demo_t *d, char *err, size_t el)
+{
+	char model[128], tport[16], tend[16], targ[32], b[32];
+	uint64_t widths[LAYERS + 1];
+	int rc;
+
+	snprintf(model, sizeof(model), "%s/model", d->dir);
+	for (int i = 0; i <= LAYERS; i++)
+		widths[i] = WIDTH;
+	rc = mu_model_generate_mlp(model, widths, LAYERS, BATCH, "gelu", 1, err, el);
+	if (rc != 0)
+		return rc;
+	cli_bytes((double)LAYERS * (WIDTH * WIDTH + WIDTH) * 4, b, sizeof(b));
+	printf("1. A model to run: %d dense layers of %dx%d with GELU between them, %s of\n"
+	       "   weights (made by `muster model gen`), in %s.\n"
+	       "   None of the devices below can hold it alone.\n", LAYERS, WIDTH, WIDTH, b, model);
+
+	d->tport = free_port();
+	snprintf(tport, sizeof(tport), "%d", d->tport);
+	snprintf(tend, sizeof(tend), "%d", d->tport + 1); /* exactly that port */
+	snprintf(targ, sizeof(targ), "127.0.0.1:%d", d->tport);
+	printf("\n2. A tracker keeps the pool of devices. It speaks Apache TVM's RPC tracker\n"
+	       "   protocol, so TVM's own servers and clients can use it too:\n");
+	{
+		char *args[] = {d->exe, "tracker", "--host", "127.0.0.1", "--port", tport,
+		                "--port-end", tend, NULL};
+
+		rc = spawn(d, args);
+	}
+	printf("\n3. Three devices register with it under the key \"demo\", each with a memory\n"
+	       "   budget for weights; the third holds its own copy of the model. Each also\n"
+	       "   publishes its capabilities as metadata (md, over P2P here):\n");
+	for (int i = 0; rc == 0 && i < NDEV; i++) {
+		char *args[] = {d->exe, "server", "--host", "127.0.0.1", "--port", "0", "--tracker",
+		                targ, "--key", "demo", "--mem", (char *)budgets[i], NULL, NULL, NULL};
+
+		if (i == NDEV - 1) {
+			args[12] = "--model";
+			args[13] = model;
+		}
+		rc = spawn(d, args);
+	}
+	if (rc == 0 && (rc = wait_summary(d->tport, "\"demo\": {\"free\": 3,")) != 0)
+		snprintf(err, el, "the devices did not all register within %d s (see %s/demo.log)",
+		         T / 1000, d->dir);
+	if (rc == 0) {
+		printf("\n   `muster query --port %d` (or TVM's query_rpc_tracker) shows them:\n", d->tport);
+		show_queue(d->tport);
+		rc = run_model(d, model, err, el);
+	}
 	return rc;
 }
 
 int cmd_demo(int argc, char **argv)
 {
-	mu_tracker_opts_t o;
-	mu_tracker_t *t;
-	mu_tracker_client_t *c;
+	demo_t d;
 	int npos, rc;
-	cli_cmd_t cmd = {
+	ssize_t n;
+	char err[2048] = "", cmd[128];
+	cli_cmd_t c = {
 		"muster demo",
-		"Show muster working on this machine, step by step: a device tracker, devices\n"
-		"registering with it, jobs opening sessions on devices and queueing for them\n"
-		"by priority. Everything it starts is stopped before it exits. No arguments.",
+		"Show muster's main job on this machine, step by step: a tracker, three device\n"
+		"servers with different memory budgets, and a model none of them could hold\n"
+		"alone, split across them and run, with a check that the split output is\n"
+		"bit-identical to a single-process run. Everything it starts is stopped and\n"
+		"everything it writes (under /tmp) removed before it exits. No arguments.",
 		NULL, 0, 0, 0};
 
-	rc = cli_parse(&cmd, argc, argv, &npos);
+	rc = cli_parse(&c, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	memset(&d, 0, sizeof(d));
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("muster demo: devices, a tracker, and jobs\n"
-	       "=========================================\n\n");
-	mu_tracker_opts_init(&o);
-	o.host = "127.0.0.1";
-	o.port = 0; /* any free port: the demo must not collide with a real tracker */
-	o.silent = 1;
-	rc = mu_tracker_start(&o, &t);
-	if (rc != 0) {
-		fprintf(stderr, "muster demo: cannot start a tracker: %s\n", mu_strerror(rc));
+	signal(SIGPIPE, SIG_IGN);
+	n = readlink("/proc/self/exe", d.exe, sizeof(d.exe) - 1);
+	snprintf(d.dir, sizeof(d.dir), "/tmp/muster-demo-XXXXXX");
+	if (n <= 0 || mkdtemp(d.dir) == NULL) {
+		fprintf(stderr, "muster demo: cannot find this program or make a directory under /tmp\n");
 		return 1;
 	}
-	rc = demo(t);
-	/* Stop it the way TVM's Tracker.terminate() does: STOP with the key. */
-	if (rc == 0 && mu_tracker_client_connect("127.0.0.1", mu_tracker_port(t), T, &c) == 0) {
-		if (mu_tracker_client_stop(c, mu_tracker_stop_key(t), T) == 0)
-			printf("7. The tracker is stopped with its secret stop key. Done.\n");
-		mu_tracker_client_close(c);
+	d.exe[n] = '\0';
+	printf("muster demo: one model, split across devices found through a tracker\n"
+	       "====================================================================\n\n");
+	rc = demo(&d, err, sizeof(err));
+	stop_all(&d);
+	if (rc == 0)
+		printf("8. Everything the demo started is stopped. Done.\n");
+	else
+		fprintf(stderr, "\nmuster demo: a step failed: %s\n(the processes' log: %s/demo.log, "
+		        "kept)\n", err[0] ? err : mu_strerror(rc), d.dir);
+	if (rc == 0) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d.dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "muster demo: could not remove %s\n", d.dir);
 	}
-	mu_tracker_free(t);
-	if (rc != 0) {
-		fprintf(stderr, "muster demo: a step failed: %s\n", mu_strerror(rc));
-		return 1;
-	}
-	return 0;
+	return rc == 0 ? 0 : 1;
 }

@@ -37,10 +37,13 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 {
 	mu_md_opts_t o;
 	mu_md_agent_t *ag;
+	char why[512];
 	int rc;
 
 	mu_md_opts_init(&o);
 	o.name = name;
+	o.errbuf = why;
+	o.errbuf_len = sizeof(why);
 	o.etcd_endpoints = a->etcd;
 	o.etcd_namespace = a->ns;
 	o.tcpstore_endpoint = a->tcpstore;
@@ -53,7 +56,11 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 	}
 	rc = mu_md_agent_new(&o, &ag);
 	if (rc != 0) {
-		fprintf(stderr, "muster md: cannot create agent %s: %s\n", name, mu_strerror(rc));
+		if (why[0] != '\0') /* it names the agent and what is wrong */
+			fprintf(stderr, "muster md: cannot create the agent: %s\n", why);
+		else
+			fprintf(stderr, "muster md: cannot create agent %s: %s\n", name,
+			        mu_strerror(rc));
 		return NULL;
 	}
 	return ag;
@@ -308,8 +315,8 @@ int cmd_md(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	if ((rc = parse_peer(&a)) != 0)
 		return rc;
-	/* failures reach the user through finish(); the log adds nothing */
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_ERROR);
+	/* failures reach the user through make_agent() (the agent's errbuf)
+	 * and finish() (the event's detail): the log would repeat them */
 	if (strcmp(argv[0], "publish") == 0 && npos == 1)
 		return md_publish(&a);
 	if (strcmp(argv[0], "fetch") == 0 && npos == 2)

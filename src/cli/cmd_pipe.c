@@ -15,6 +15,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "core/net_int.h"
 
 static double now_ms(void)
 {
@@ -408,44 +409,158 @@ static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, d
 	       first_ms);
 }
 
+/* The cluster's table: where each stage ran and what it cost. */
+void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, double first_ms)
+{
+	int n = mu_cluster_stages(c);
+
+	if (json) {
+		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "stages");
+		char *text;
+
+		for (int i = 0; i < n; i++) {
+			mu_cluster_stage_t s;
+			cJSON *x = cJSON_CreateObject();
+
+			mu_cluster_stage(c, i, &s);
+			cJSON_AddNumberToObject(x, "index", i);
+			cJSON_AddStringToObject(x, "device", s.address);
+			cJSON_AddNumberToObject(x, "budget", (double)s.budget);
+			cJSON_AddStringToObject(x, "weights", s.streamed ? "streamed" : "local");
+			cJSON_AddNumberToObject(x, "replaced", s.replaced);
+			cJSON_AddNumberToObject(x, "first", s.first);
+			cJSON_AddNumberToObject(x, "last", s.last);
+			cJSON_AddNumberToObject(x, "load_ms", s.timing.load_ms);
+			cJSON_AddNumberToObject(x, "resident_bytes", (double)s.timing.resident_bytes);
+			cJSON_AddNumberToObject(x, "forward_ms", s.timing.forward_ms);
+			cJSON_AddNumberToObject(x, "compute_ms", s.timing.compute_ms);
+			cJSON_AddNumberToObject(x, "bytes_in", (double)s.timing.bytes_in);
+			cJSON_AddNumberToObject(x, "bytes_out", (double)s.timing.bytes_out);
+			cJSON_AddNumberToObject(x, "forwards", (double)s.timing.forwards);
+			cJSON_AddItemToArray(a, x);
+		}
+		cJSON_AddNumberToObject(o, "replacements", mu_cluster_replacements(c));
+		cJSON_AddNumberToObject(o, "forwards", forwards);
+		cJSON_AddNumberToObject(o, "wall_ms", wall_ms);
+		cJSON_AddNumberToObject(o, "first_output_ms", first_ms);
+		cJSON_AddNumberToObject(o, "forwards_per_s", wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0);
+		text = cJSON_Print(o);
+		printf("%s\n", text);
+		cJSON_free(text);
+		cJSON_Delete(o);
+		return;
+	}
+	printf("\n%-5s %-21s %-9s %-8s %9s %10s %10s %10s %10s\n", "stage", "device", "weights",
+	       "nodes", "load ms", "resident", "forward ms", "sent", "received");
+	for (int i = 0; i < n; i++) {
+		mu_cluster_stage_t s;
+		char r[32], in[32], out[32], nodes[24];
+
+		mu_cluster_stage(c, i, &s);
+		cli_bytes((double)s.timing.resident_bytes, r, sizeof(r));
+		cli_bytes((double)s.timing.bytes_in, in, sizeof(in));
+		cli_bytes((double)s.timing.bytes_out, out, sizeof(out));
+		snprintf(nodes, sizeof(nodes), "%d..%d", s.first, s.last - 1);
+		printf("%-5d %-21s %-9s %-8s %9.1f %10s %10.2f %10s %10s%s\n", i, s.address,
+		       s.streamed ? "streamed" : "local", nodes, s.timing.load_ms, r,
+		       s.timing.forwards ? s.timing.forward_ms / (double)s.timing.forwards : 0, in, out,
+		       s.replaced ? "  (replacement)" : "");
+	}
+	printf("(load ms: the device's own load of its stage; resident: its weights in memory;\n"
+	       " forward ms: per forward, as seen from here; sent/received: tensor bytes in all)\n");
+	printf("%d forward%s in %.1f ms (%.1f/s); first output %.1f ms after the start%s\n", forwards,
+	       forwards == 1 ? "" : "s", wall_ms, wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0,
+	       first_ms, mu_cluster_replacements(c) ? "; a lost device was replaced" : "");
+}
+
+static void say_stderr(void *ud, const char *line)
+{
+	(void)ud;
+	fprintf(stderr, "%s\n", line);
+}
+
 int cmd_run(int argc, char **argv)
 {
-	const char *dir = NULL, *input = NULL, *output = NULL, *stages = NULL;
+	const char *dir = NULL, *input = NULL, *output = NULL, *stages = NULL, *tracker = NULL,
+	           *key = NULL, *weights = "auto";
 	int npos, rc, repeat = 1, micro = 1, json = 0, done = 0, connect_timeout = 10,
-	    io_timeout = 60;
-	double t_start = now_ms(), t0;
+	    io_timeout = 60, devices = 1, request_timeout = 30, quiet = 0;
+	double t_start = now_ms(), t0, priority = 0;
 	double first_ms = 0;
-	char err[2048];
+	char err[2048], thost[256];
 	mu_tensor_list_t in, first, *outs = NULL, *ins = NULL;
 	mu_model_t *m = NULL;
 	mu_coord_t *c = NULL;
+	mu_cluster_t *cl = NULL;
+	mu_cluster_opts_t clo;
 	cli_opt_t opts[] = {
 		{"model", OPT_STR, &dir, "DIR", "the model directory (required without --stages; with them, checked against what they serve)"},
-		{"input", OPT_STR, &input, "FILE", "the model's inputs, by name, in a safetensors file"},
-		{"stages", OPT_STR, &stages, "H:P,...", "stage servers in stage order (`muster stage`); without: run in this process"},
+		{"input", OPT_STR, &input, "FILE", "the model's inputs, by name, in a safetensors file (`muster model input` makes one)"},
+		{"stages", OPT_STR, &stages, "H:P,...", "stage servers in stage order (`muster stage`)"},
+		{"tracker", OPT_STR, &tracker, "HOST:PORT", "instead of --stages: get devices from this tracker (`muster server` on each)"},
+		{"key", OPT_STR, &key, "KEY", "with --tracker: the device key to request"},
+		{"devices", OPT_INT, &devices, "N", "with --tracker: how many devices to request (default 1)"},
+		{"priority", OPT_DOUBLE, &priority, "P", "with --tracker: priority of the requests (higher first; default 0)"},
+		{"weights", OPT_STR, &weights, "auto|local|stream", "with --tracker: load stages from the devices' copies (local), stream them from here, or local where a device has a copy (auto, default)"},
+		{"request-timeout", OPT_INT, &request_timeout, "SECONDS", "with --tracker: wait this long for each device (default 30)"},
 		{"output", OPT_STR, &output, "FILE", "write the outputs to FILE (safetensors, F32)"},
 		{"repeat", OPT_INT, &repeat, "R", "run R forwards of the input (default 1)"},
 		{"micro-batches", OPT_INT, &micro, "M", "keep up to M forwards in flight, pipelined over the stages (default 1)"},
 		{"connect-timeout", OPT_INT, &connect_timeout, "SECONDS", "keep trying to reach each stage this long (default 10)"},
 		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "give up on a stage that makes no progress this long (default 60)"},
 		{"json", OPT_FLAG, &json, NULL, "print the figures as JSON instead of a table"},
+		{"quiet", OPT_FLAG, &quiet, NULL, "with --tracker: do not narrate the steps on stderr"},
 	};
 	cli_cmd_t cmd = {
-		"muster run --input FILE (--stages H:P,... | --model DIR) [--output FILE] [--repeat R] [--micro-batches M]",
-		"Run a model's forward pass. With --stages, through stage servers each holding\n"
-		"one part of the model (`muster stage`): this process holds no weights and only\n"
-		"relays the named tensors each stage needs. Without, in this process. Both give\n"
-		"bit-identical outputs. Prints the outputs and, per stage, its load time,\n"
-		"resident weights, time per forward and the bytes sent and received.",
+		"muster run --input FILE (--model DIR | --stages H:P,... | --tracker H:P --key K --devices N --model DIR)",
+		"Run a model's forward pass, and print its outputs and a per-stage table.\n"
+		"\n"
+		"  --model DIR alone     in this process (the reference every split matches\n"
+		"                        bit for bit);\n"
+		"  --stages H:P,...      through `muster stage` servers, one per stage;\n"
+		"  --tracker H:P         through devices found by the tracker: N devices of KEY\n"
+		"                        are requested, their capabilities fetched, the model\n"
+		"                        cut so each stage fits its device's memory, each device\n"
+		"                        given its stage (from its own copy, or streamed from\n"
+		"                        here), and a device lost mid-run replaced.\n"
+		"\n"
+		"The coordinator (this process) holds no weights: it relays the named tensors\n"
+		"each stage needs.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (input == NULL || (stages == NULL && dir == NULL) || repeat < 1 || micro < 1 ||
-	    connect_timeout < 0 || io_timeout < 1) {
-		fprintf(stderr, "muster run: needs --input FILE and --stages or --model (see --help)\n");
+	    connect_timeout < 0 || io_timeout < 1 || (stages != NULL && tracker != NULL)) {
+		fprintf(stderr, "muster run: needs --input FILE and one of --model, --stages, --tracker "
+		                "(see --help)\n");
 		return 2;
+	}
+	mu_cluster_opts_init(&clo);
+	if (tracker != NULL) {
+		if (mu__split_hostport(tracker, thost, sizeof(thost), &clo.tracker_port) != 0 ||
+		    key == NULL || dir == NULL || devices < 1 || request_timeout < 1) {
+			fprintf(stderr, "muster run: --tracker HOST:PORT needs --key, --model and --devices >= 1\n");
+			return 2;
+		}
+		clo.tracker_host = thost;
+		clo.key = key;
+		clo.devices = devices;
+		clo.priority = priority;
+		clo.request_timeout_ms = request_timeout * 1000;
+		clo.coord.io_timeout_ms = io_timeout * 1000;
+		clo.say = quiet ? NULL : say_stderr;
+		if (strcmp(weights, "auto") == 0)
+			clo.weights = MU_WEIGHTS_AUTO;
+		else if (strcmp(weights, "local") == 0)
+			clo.weights = MU_WEIGHTS_LOCAL;
+		else if (strcmp(weights, "stream") == 0)
+			clo.weights = MU_WEIGHTS_STREAM;
+		else {
+			fprintf(stderr, "muster run: --weights is auto, local or stream\n");
+			return 2;
+		}
 	}
 	mu_tensor_list_init(&in);
 	mu_tensor_list_init(&first);
@@ -453,6 +568,8 @@ int cmd_run(int argc, char **argv)
 	rc = mu_safetensors_read(input, &in, err, sizeof(err));
 	if (rc == 0 && dir != NULL)
 		rc = mu_model_open(dir, &m, err, sizeof(err));
+	if (rc == 0 && tracker != NULL)
+		rc = mu_cluster_start(m, &clo, &cl, err, sizeof(err));
 	if (rc == 0 && stages != NULL) {
 		const char *addrs[256];
 		char *list = strdup(stages);
@@ -486,18 +603,20 @@ int cmd_run(int argc, char **argv)
 	while (rc == 0 && done < repeat) {
 		int b = repeat - done < micro ? repeat - done : micro;
 
+		if (c == NULL && cl == NULL)
+			b = 1;
 		for (int j = 0; j < b; j++) {
 			mu_tensor_list_init(&outs[j]);
 			ins[j] = in; /* the same inputs, borrowed */
 		}
-		if (c == NULL)
+		if (cl != NULL)
+			rc = mu_cluster_forward_many(cl, ins, b, outs, err, sizeof(err));
+		else if (c == NULL)
 			rc = mu_model_run(m, &in, &outs[0], err, sizeof(err));
 		else if (b == 1)
 			rc = mu_coord_forward(c, &in, &outs[0], err, sizeof(err));
 		else
 			rc = mu_coord_forward_many(c, ins, b, outs, err, sizeof(err));
-		if (c == NULL)
-			b = 1;
 		for (int j = 0; j < b; j++) {
 			if (rc == 0 && done == 0 && j == 0) {
 				first = outs[0];
@@ -518,7 +637,9 @@ int cmd_run(int argc, char **argv)
 			print_outputs(&first);
 		if (output != NULL && (rc = mu_safetensors_write(output, &first)) != 0)
 			snprintf(err, sizeof(err), "cannot write %s: %s", output, mu_strerror(rc));
-		if (rc == 0)
+		if (rc == 0 && cl != NULL)
+			cli_print_cluster(cl, json, wall, done, first_ms);
+		else if (rc == 0)
 			print_table(c, json, wall, done, first_ms);
 	}
 	if (rc != 0)
@@ -527,6 +648,7 @@ int cmd_run(int argc, char **argv)
 	mu_tensor_list_free(&in);
 	free(outs);
 	free(ins);
+	mu_cluster_close(cl);
 	mu_coord_close(c);
 	mu_model_close(m);
 	return rc == 0 ? 0 : 1;

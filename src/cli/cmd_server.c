@@ -1,36 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `muster server`: the device side. Registers with a tracker under a key,
- * stays registered forever, and serves sessions. Until the stage runner
- * exists, the built-in session is an echo: every byte the client sends
- * comes back, which is what tests and `muster request` use to see that a
- * session really reached this device.
+ * stays registered forever, publishes what it offers (memory budget,
+ * threads, models held) as md metadata, and serves sessions: a
+ * coordinator's session gets a stage of a model to load and serve; any
+ * other session is echoed, which is what `muster request` and the tests
+ * use to see that a session reached this device.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "muster/pipeline.h"
 #include "muster/server.h"
 #include "cli/cli_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
-
-static void echo_session(mu_session_t *s, void *ud)
-{
-	char buf[65536];
-	size_t n, total = 0;
-
-	(void)ud;
-	/* -1: no timeout of our own; the client's -timeout or a server stop
-	 * shuts the socket down under us */
-	while (mu_session_recv(s, buf, sizeof(buf), &n, -1) == 0 && n > 0) {
-		if (mu_session_send(s, buf, n, 30000) != 0)
-			break;
-		total += n;
-	}
-	if (total > 0)
-		mu__log(MU_LOG_INFO, "server", "Echoed %zu bytes to %s", total,
-		        mu_session_peer(s));
-}
 
 static void stop_server(void *ud)
 {
@@ -41,9 +26,13 @@ int cmd_server(int argc, char **argv)
 {
 	mu_server_opts_t o;
 	mu_server_t *s;
-	const char *tracker = NULL;
-	char thost[256];
-	int npos, rc;
+	const char *tracker = NULL, *mem = NULL, *models = NULL;
+	char thost[256], err[1024], addr[300];
+	int npos, rc, threads = 1, md_port = 0;
+	mu_device_opts_t dopt;
+	mu_device_t *dev = NULL;
+	const char *dirs[64];
+	char *list = NULL;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to listen on (default 0.0.0.0)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9090; 0 = any)"},
@@ -53,6 +42,10 @@ int cmd_server(int argc, char **argv)
 		{"custom-addr", OPT_STR, &o.custom_addr, "ADDR", "address the tracker gives clients instead of the one it sees"},
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 		{"handshake-timeout", OPT_DOUBLE, &o.handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
+		{"mem", OPT_STR, &mem, "SIZE", "memory for a stage's weights, e.g. 2G (default: what the machine has available now)"},
+		{"model", OPT_STR, &models, "DIR[,DIR...]", "models this device holds a copy of (stages load from them instead of being streamed)"},
+		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
+		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
 	};
 	cli_cmd_t cmd = {
 		"muster server [--tracker HOST:PORT --key KEY] [--host H] [--port P] [--port-end E]",
@@ -61,7 +54,11 @@ int cmd_server(int argc, char **argv)
 		"(restarts, outages: it retries forever and registers again). Clients get this\n"
 		"device through the tracker (`muster request KEY`, TVM's TrackerSession) and\n"
 		"open a session with TVM's handshake. Without --tracker it runs standalone and\n"
-		"clients connect directly with the bare key. Sessions here echo what they get.\n"
+		"clients connect directly with the bare key.\n"
+		"\n"
+		"A coordinator (`muster run --tracker`) that gets this device assigns it one\n"
+		"stage of a model, within --mem: loaded from a copy given with --model, or\n"
+		"streamed by the coordinator. Other sessions are echoed (for diagnostics).\n"
 		"Stop it with Ctrl-C or SIGTERM.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
@@ -82,8 +79,37 @@ int cmd_server(int argc, char **argv)
 	}
 	if (o.key == NULL || o.key[0] == '\0')
 		o.key = "muster"; /* standalone: the matchkey clients must send */
-	o.on_session = echo_session;
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	mu_device_opts_init(&dopt);
+	dopt.key = o.key;
+	dopt.threads = threads;
+	dopt.md_port = md_port;
+	dopt.md_host = o.host;
+	if (mem != NULL && (cli_parse_size(mem, &dopt.mem_budget) != 0 || dopt.mem_budget == 0)) {
+		fprintf(stderr, "muster server: --mem %s is not a size (try 512M or 2G)\n", mem);
+		return 2;
+	}
+	if (threads < 1 || md_port < 0 || md_port > 65535) {
+		fprintf(stderr, "muster server: --threads must be >= 1 and --md-port a port\n");
+		return 2;
+	}
+	if (models != NULL) {
+		char *save = NULL;
+
+		list = strdup(models);
+		for (char *t = strtok_r(list, ",", &save); t != NULL && dopt.nmodels < 64;
+		     t = strtok_r(NULL, ",", &save))
+			dirs[dopt.nmodels++] = t;
+		dopt.models = dirs;
+	}
+	mu_log_set_sink(mu_log_stderr_sink, NULL, o.silent ? MU_LOG_WARN : MU_LOG_INFO);
+	rc = mu_device_new(&dopt, &dev, err, sizeof(err));
+	free(list);
+	if (rc != 0) {
+		fprintf(stderr, "muster server: %s\n", err);
+		return 1;
+	}
+	o.on_session = mu_device_session;
+	o.ud = dev;
 	cli_block_signals();
 	rc = mu_server_start(&o, &s);
 	if (rc != 0) {
@@ -92,11 +118,24 @@ int cmd_server(int argc, char **argv)
 			        o.port, o.port_end);
 		else
 			fprintf(stderr, "muster server: cannot start: %s\n", mu_strerror(rc));
+		mu_device_free(dev);
+		return 1;
+	}
+	if (o.custom_addr != NULL)
+		snprintf(addr, sizeof(addr), "%s", o.custom_addr);
+	else
+		mu__hostport_text(o.host, mu_server_port(s), addr, sizeof(addr));
+	rc = mu_device_publish(dev, addr, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "muster server: %s\n", err);
+		mu_server_free(s);
+		mu_device_free(dev);
 		return 1;
 	}
 	cli_on_signal(stop_server, s);
 	mu_server_wait(s); /* returns once a signal has stopped it */
 	cli_signal_disarm();
 	mu_server_free(s);
+	mu_device_free(dev);
 	return 0;
 }

@@ -280,7 +280,8 @@ static void make_resident(const void *p, uint64_t n)
 	(void)sink;
 }
 
-int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out)
+static int load(const mu__st_file_t *f, const mu__st_entry_t *e, int resident,
+                mu_tensor_t **out)
 {
 	const unsigned char *src = f->data + e->begin;
 	mu_tensor_t *t;
@@ -289,7 +290,8 @@ int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **o
 
 	*out = NULL;
 	if (e->dtype == MU_DT_F32 && ((uintptr_t)src & 3) == 0 && !MU_BIG_ENDIAN_HOST) {
-		make_resident(src, e->end - e->begin);
+		if (resident)
+			make_resident(src, e->end - e->begin);
 		return mu_tensor_wrap(e->name, e->rank, e->dims, (float *)(uintptr_t)src, out);
 	}
 	if (e->dtype != MU_DT_F32 && e->dtype != MU_DT_F16 && e->dtype != MU_DT_BF16)
@@ -313,6 +315,21 @@ int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **o
 	release(src, e->end - e->begin);
 	*out = t;
 	return 0;
+}
+
+int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out)
+{
+	return load(f, e, 1, out);
+}
+
+int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out)
+{
+	return load(f, e, 0, out);
+}
+
+void mu__st_drop(const mu__st_file_t *f, const mu__st_entry_t *e)
+{
+	release(f->data + e->begin, e->end - e->begin);
 }
 
 int mu__st_write(const char *path, const mu_tensor_list_t *l)

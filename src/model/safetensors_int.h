@@ -69,6 +69,14 @@ const mu__st_entry_t *mu__st_find(const mu__st_file_t *f, const char *name);
 int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e,
                 mu_tensor_t **out);
 
+/*
+ * As mu__st_load, but a borrowed F32 view is not faulted in: for sending a
+ * tensor on (its pages are read as they are sent). mu__st_drop then takes
+ * e's pages out of this process's resident set; the file stays cached.
+ */
+int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out);
+void mu__st_drop(const mu__st_file_t *f, const mu__st_entry_t *e);
+
 /* Write f32 tensors as a safetensors file. */
 int mu__st_write(const char *path, const mu_tensor_list_t *l);
 

@@ -29,6 +29,7 @@
 typedef struct {
 	char addr[300];
 	int fd;
+	mu_session_t *sess;    /* a tracker session (owned), or NULL: fd is ours */
 	mu__chan_t c;
 	char *desc;
 	int first, last, nodes;
@@ -45,6 +46,7 @@ struct mu_coord_s {
 	char **model_out;
 	int nmodel_out;
 	uint64_t next_id;
+	int failed_stage;      /* whose connection broke in the last call; -1 */
 	pthread_mutex_t lock;  /* ids, timings and pools while pipelining */
 };
 
@@ -114,7 +116,7 @@ static int parse_info(mu_coord_t *c, int i, const char *json, char *err, size_t 
 			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "inputs"), "name", &s->in, &s->nin);
 		if (rc == 0)
 			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "outputs"), NULL, &s->out, &s->nout);
-		if (rc == 0 && i == c->n - 1)
+		if (rc == 0 && c->model_out == NULL)
 			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "model_outputs"), NULL,
 			              &c->model_out, &c->nmodel_out);
 	}
@@ -129,26 +131,37 @@ static int parse_info(mu_coord_t *c, int i, const char *json, char *err, size_t 
 		         i, c->n);
 		return MU_EARG;
 	}
-	if (i == 0)
+	if (c->digest == 0)
 		c->digest = dg;
 	if (dg != c->digest) {
 		snprintf(err, el, "%s serves a different model (digest %016llx) than %s (%016llx)",
 		         s->addr, dg, c->s[0].addr, (unsigned long long)c->digest);
 		return MU_EARG;
 	}
-	if (s->first != (i == 0 ? 0 : c->s[i - 1].last) || (i == c->n - 1 && s->last != s->nodes)) {
-		snprintf(err, el, "%s serves nodes %d..%d, which does not continue the stages before it "
-		         "(the stages must come from one split of one model)", s->addr, s->first,
-		         s->last - 1);
-		return MU_EARG;
+	return 0;
+}
+
+/* The stages, in order, cover the graph's nodes exactly once. */
+static int check_chain(const mu_coord_t *c, char *err, size_t el)
+{
+	for (int i = 0; i < c->n; i++) {
+		const cstage_t *s = &c->s[i];
+
+		if (s->first != (i == 0 ? 0 : c->s[i - 1].last) || (i == c->n - 1 && s->last != s->nodes)) {
+			snprintf(err, el, "%s serves nodes %d..%d, which does not continue the stages before "
+			         "it (the stages must come from one split of one model)", s->addr, s->first,
+			         s->last - 1);
+			return MU_EARG;
+		}
 	}
 	return 0;
 }
 
-static int stage_error(const mu_coord_t *c, int i, int rc, char *err, size_t el, const char *what)
+static int stage_error(mu_coord_t *c, int i, int rc, char *err, size_t el, const char *what)
 {
 	const cstage_t *s = &c->s[i];
 
+	c->failed_stage = i; /* its connection is not usable any more */
 	if (rc == MU_EEOF || rc == -ECONNRESET || rc == -EPIPE)
 		snprintf(err, el, "stage %d/%d (%s): the connection was lost %s (the stage stopped or "
 		         "closed it)", i, c->n, s->addr, what);
@@ -249,10 +262,13 @@ int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *o, 
 	else
 		mu_coord_opts_init(&c->o);
 	pthread_mutex_init(&c->lock, NULL);
+	c->failed_stage = -1;
 	for (int i = 0; i < n; i++)
 		c->s[i].fd = -1;
 	for (int i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
+	if (rc == 0)
+		rc = check_chain(c, err, el);
 	if (rc != 0) {
 		mu_coord_close(c);
 		return rc;
@@ -298,7 +314,10 @@ void mu_coord_close(mu_coord_t *c)
 
 			s->c.io_ms = 1000; /* a goodbye is worth a second at most */
 			mu__msg_send(&s->c, &m, NULL, 0);
-			mu__sock_close(s->fd);
+			if (s->sess != NULL)
+				mu_session_close(s->sess);
+			else
+				mu__sock_close(s->fd);
 		}
 		free_names(s->in, s->nin);
 		free_names(s->out, s->nout);
@@ -449,6 +468,7 @@ int mu_coord_forward(mu_coord_t *c, const mu_tensor_list_t *inputs, mu_tensor_li
 
 	if (err == NULL)
 		el = 0;
+	c->failed_stage = -1;
 	mu_tensor_list_init(&pool);
 	for (int k = 0; rc == 0 && k < c->n; k++)
 		rc = run_stage(c, k, inputs, &pool, 0, err, el);
@@ -516,6 +536,7 @@ int mu_coord_forward_many(mu_coord_t *c, const mu_tensor_list_t *inputs, int m,
 		el = 0;
 	if (m < 1)
 		return MU_EARG;
+	c->failed_stage = -1;
 	w = mu__calloc((size_t)c->n, sizeof(*w));
 	pools = mu__calloc((size_t)m, sizeof(*pools));
 	done = mu__calloc((size_t)c->n, sizeof(*done));
@@ -551,4 +572,82 @@ int mu_coord_forward_many(mu_coord_t *c, const mu_tensor_list_t *inputs, int m,
 	mu__free(pools);
 	mu__free(done);
 	return rc;
+}
+
+/* ---- over sessions (the main job) ---- */
+
+int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out)
+{
+	mu_coord_t *c = mu__calloc(1, sizeof(*c));
+
+	*out = NULL;
+	if (c == NULL || n < 1 || (c->s = mu__calloc((size_t)n, sizeof(*c->s))) == NULL) {
+		mu__free(c);
+		return n < 1 ? MU_EARG : MU_ENOMEM;
+	}
+	c->n = n;
+	if (o != NULL)
+		c->o = *o;
+	else
+		mu_coord_opts_init(&c->o);
+	pthread_mutex_init(&c->lock, NULL);
+	c->failed_stage = -1;
+	for (int i = 0; i < n; i++)
+		c->s[i].fd = -1;
+	*out = c;
+	return 0;
+}
+
+int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
+                  const char *desc, char *err, size_t el)
+{
+	cstage_t *s = &c->s[i];
+	cstage_t old = *s;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	snprintf(s->addr, sizeof(s->addr), "%s", addr);
+	s->sess = sess;
+	s->fd = mu_session_fd(sess);
+	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
+	s->desc = mu__strdup(desc);
+	rc = s->desc == NULL ? MU_ENOMEM : parse_info(c, i, desc, err, el);
+	if (rc == 0 && old.fd >= 0 && (s->first != old.first || s->last != old.last)) {
+		snprintf(err, el, "%s took nodes %d..%d in place of %d..%d", addr, s->first, s->last - 1,
+		         old.first, old.last - 1);
+		rc = MU_EPROTO;
+	}
+	if (rc != 0) {
+		free_names(s->in, s->nin);
+		free_names(s->out, s->nout);
+		mu__free(s->desc);
+		*s = old; /* the caller still owns sess */
+		return rc;
+	}
+	/* a replacement: the old session is gone; keep its figures going */
+	if (old.fd >= 0) {
+		s->t.forward_ms = old.t.forward_ms;
+		s->t.compute_ms = old.t.compute_ms;
+		s->t.bytes_in = old.t.bytes_in;
+		s->t.bytes_out = old.t.bytes_out;
+		s->t.forwards = old.t.forwards;
+		if (old.sess != NULL)
+			mu_session_close(old.sess);
+		else
+			mu__sock_close(old.fd);
+		free_names(old.in, old.nin);
+		free_names(old.out, old.nout);
+		mu__free(old.desc);
+	}
+	return 0;
+}
+
+int mu__coord_check(const mu_coord_t *c, char *err, size_t el)
+{
+	return check_chain(c, err, el);
+}
+
+int mu__coord_failed_stage(const mu_coord_t *c)
+{
+	return c->failed_stage;
 }

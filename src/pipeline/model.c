@@ -283,10 +283,60 @@ int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by, mu_plan_t **out,
 	return 0;
 }
 
+/* Fill devices in order, each up to min(cap, its budget); 1 when every
+ * node found a place. cuts[k]..cuts[k+1] is device k's (maybe empty). */
+static int pack(const double *w, int n, const uint64_t *budget, int nb, double cap, int *cuts)
+{
+	int i = 0;
+
+	for (int k = 0; k < nb; k++) {
+		double sum = 0, lim = (double)budget[k] < cap ? (double)budget[k] : cap;
+
+		cuts[k] = i;
+		while (i < n && sum + w[i] <= lim)
+			sum += w[i++];
+	}
+	cuts[nb] = i;
+	return i == n;
+}
+
+static void fit_error(const mu_model_t *m, const double *w, const uint64_t *budget, int nb,
+                      char *err, size_t el)
+{
+	double total = 0, big = 0, room = 0;
+	int at = 0;
+
+	for (int i = 0; i < m->g.nnodes; i++) {
+		total += w[i];
+		if (w[i] > big) {
+			big = w[i];
+			at = i;
+		}
+	}
+	for (int k = 0; k < nb; k++)
+		room += (double)budget[k];
+	if (big > 0 && m->g.nnodes > 0) {
+		uint64_t most = 0;
+
+		for (int k = 0; k < nb; k++)
+			most = budget[k] > most ? budget[k] : most;
+		if (big > (double)most) {
+			snprintf(err, el, "node %s alone needs %.1f MiB of weights, more than the largest "
+			         "budget (%.1f MiB)", m->g.nodes[at].name, big / 1048576.0,
+			         (double)most / 1048576.0);
+			return;
+		}
+	}
+	snprintf(err, el, "the model's weights (%.1f MiB) do not fit %d device%s with %.1f MiB in "
+	         "all (a stage holds whole nodes, so some room is always lost at the cuts)",
+	         total / 1048576.0, nb, nb == 1 ? "" : "s", room / 1048576.0);
+}
+
 int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan_t **out,
                     int *device, char *err, size_t el)
 {
-	int *cuts, *keep, used = 0, k = 0, rc;
+	double *w, lo = 0, hi = 0;
+	int *cuts, *keep, k = 0, rc;
 	mu_plan_t *p;
 
 	*out = NULL;
@@ -294,15 +344,34 @@ int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan
 		el = 0;
 	if (nb < 1)
 		return MU_EARG;
+	w = mu__calloc((size_t)m->g.nnodes + 1, sizeof(*w));
 	cuts = mu__calloc((size_t)nb + 1, sizeof(*cuts));
 	keep = mu__calloc((size_t)nb + 1, sizeof(*keep));
 	p = mu__calloc(1, sizeof(*p));
-	rc = cuts == NULL || keep == NULL || p == NULL ? MU_ENOMEM : 0;
+	rc = w == NULL || cuts == NULL || keep == NULL || p == NULL ? MU_ENOMEM : 0;
 	if (rc == 0)
-		rc = mu__plan_budgets(&m->g, &m->pbytes, budget, nb, cuts, &used, err, el);
+		rc = node_bytes(m, w);
+	for (int i = 0; rc == 0 && i < m->g.nnodes; i++) {
+		hi += w[i];
+		lo = w[i] > lo ? w[i] : lo;
+	}
+	if (rc == 0 && !pack(w, m->g.nnodes, budget, nb, hi, cuts)) {
+		fit_error(m, w, budget, nb, err, el);
+		rc = MU_ETOOBIG;
+	}
+	/* the smallest per-stage cap that still fits: balanced stages,
+	 * each within its device's budget */
+	while (rc == 0 && hi - lo > 1) {
+		double mid = lo + (hi - lo) / 2;
+
+		if (pack(w, m->g.nnodes, budget, nb, mid, cuts))
+			hi = mid;
+		else
+			lo = mid;
+	}
 	if (rc == 0) {
-		/* drop the devices that got no nodes */
-		for (int i = 0; i < used; i++)
+		pack(w, m->g.nnodes, budget, nb, hi, cuts);
+		for (int i = 0; i < nb; i++) /* devices that got nothing are not used */
 			if (cuts[i + 1] > cuts[i]) {
 				device[k] = i;
 				keep[k++] = cuts[i];
@@ -310,6 +379,17 @@ int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan
 		keep[k] = m->g.nnodes;
 		rc = mu__plan_from_cuts(&m->g, keep, k, &m->pbytes, m->flops, &p->p);
 	}
+	/* a weight two stages share is held by both: check the real totals */
+	for (int i = 0; rc == 0 && i < k; i++)
+		if (p->p.s[i].param_bytes > budget[device[i]]) {
+			snprintf(err, el, "stage %d needs %.1f MiB (weights it shares with another stage "
+			         "count twice), over its device's %.1f MiB", i,
+			         (double)p->p.s[i].param_bytes / 1048576.0,
+			         (double)budget[device[i]] / 1048576.0);
+			mu__plan_free(&p->p);
+			rc = MU_ETOOBIG;
+		}
+	mu__free(w);
 	mu__free(cuts);
 	mu__free(keep);
 	if (rc != 0) {

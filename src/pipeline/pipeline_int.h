@@ -119,4 +119,18 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
  */
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
 
+/*
+ * A coordinator over sessions already open (the main job): n empty
+ * stages, then each set from its session (taken on success) and its
+ * READY/INFO description; setting a stage again replaces its device (the
+ * node range must be the same). mu__coord_check: the stages cover the
+ * graph. mu__coord_failed_stage: whose connection broke in the last
+ * forward call (-1: none; a stage's own ERROR is not a broken connection).
+ */
+int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out);
+int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
+                  const char *desc, char *err, size_t el);
+int mu__coord_check(const mu_coord_t *c, char *err, size_t el);
+int mu__coord_failed_stage(const mu_coord_t *c);
+
 #endif

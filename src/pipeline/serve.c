@@ -81,6 +81,10 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 	int rc;
 
 	mu__reply_init(r);
+	if (m->type == MU_MSG_INFO && ctx->stage == NULL && ctx->on_other != NULL) {
+		ctx->on_other(ctx, m, body, in, r); /* a device not assigned yet */
+		return;
+	}
 	switch (m->type) {
 	case MU_MSG_INFO:
 		if (ctx->stage == NULL) {

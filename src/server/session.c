@@ -77,6 +77,24 @@ const char *mu_session_server_key(const mu_session_t *s)
 	return s->server_key != NULL ? s->server_key : "";
 }
 
+int mu_session_unread(mu_session_t *s, const void *buf, size_t n)
+{
+	mu__buf_t b;
+	int rc;
+
+	mu__buf_init(&b, s->early.max + n);
+	rc = mu__buf_append(&b, buf, n);
+	if (rc == 0 && s->early.len > 0)
+		rc = mu__buf_append(&b, s->early.data, s->early.len);
+	if (rc != 0) {
+		mu__buf_free(&b);
+		return rc;
+	}
+	mu__buf_free(&s->early);
+	s->early = b;
+	return 0;
+}
+
 int mu_session_recv(mu_session_t *s, void *buf, size_t len, size_t *n,
                     int timeout_ms)
 {
