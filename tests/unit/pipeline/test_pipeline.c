@@ -536,6 +536,45 @@ static void test_load_errors(void **state)
 	assert_null(m);
 }
 
+/* Budgets: stages fit their devices, a device too small gets nothing,
+ * and a model that cannot fit says so with the numbers. The test model's
+ * weights: fc0 8x16+16, fc1 16x16+16, fc2 16x4+4 floats. */
+static void test_plan_budgets(void **state)
+{
+	mu_model_t *m;
+	mu_plan_t *p = NULL;
+	int dev[4];
+	char err[512];
+	uint64_t fc0 = (8 * 16 + 16) * 4, fc1 = (16 * 16 + 16) * 4, fc2 = (16 * 4 + 4) * 4;
+	uint64_t roomy[3] = {1 << 20, 1 << 20, 1 << 20};
+	uint64_t tight[3] = {fc0, 8, fc1 + fc2};
+	uint64_t small[2] = {fc0, fc1};
+
+	(void)state;
+	assert_int_equal(mu_model_open(dir, &m, err, sizeof(err)), 0);
+	/* room everywhere: balanced over all three */
+	assert_int_equal(mu_plan_budgets(m, roomy, 3, &p, dev, err, sizeof(err)), 0);
+	assert_int_equal(mu_plan_stages(p), 3);
+	mu_plan_free(p);
+	/* the 8-byte device cannot take a node: two stages, devices 0 and 2 */
+	assert_int_equal(mu_plan_budgets(m, tight, 3, &p, dev, err, sizeof(err)), 0);
+	assert_int_equal(mu_plan_stages(p), 2);
+	assert_int_equal(dev[0], 0);
+	assert_int_equal(dev[1], 2);
+	for (int i = 0; i < 2; i++) {
+		mu_stage_info_t si;
+
+		mu_plan_stage(p, i, &si);
+		assert_true(si.param_bytes <= tight[dev[i]]);
+	}
+	mu_plan_free(p);
+	/* fc2's weights find no room */
+	assert_int_equal(mu_plan_budgets(m, small, 2, &p, dev, err, sizeof(err)), MU_ETOOBIG);
+	assert_null(p);
+	assert_non_null(strstr(err, "MiB"));
+	mu_model_close(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -550,6 +589,7 @@ int main(void)
 		cmocka_unit_test(test_truncated_frame),
 		cmocka_unit_test(test_requests_limit),
 		cmocka_unit_test(test_load_errors),
+		cmocka_unit_test(test_plan_budgets),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
