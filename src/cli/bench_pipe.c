@@ -32,10 +32,7 @@
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return mu__clock_ms() / 1e3;
 }
 
 /* ---- frame vs raw socket ---- */

@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "muster/pipeline.h"
@@ -45,14 +44,6 @@ typedef struct {
 	int npids;
 	int tport;
 } demo_t;
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* A port nobody uses now (the tracker must have a known one). */
 static int free_port(void)
@@ -103,12 +94,12 @@ static int spawn(demo_t *d, char *const *args)
 
 static void stop_all(demo_t *d)
 {
-	double deadline = now_ms() + 5000;
+	double deadline = mu__clock_ms() + 5000;
 	int left = d->npids;
 
 	for (int i = 0; i < d->npids; i++)
 		kill(d->pids[i], SIGTERM);
-	while (left > 0 && now_ms() < deadline) {
+	while (left > 0 && mu__clock_ms() < deadline) {
 		left = 0;
 		for (int i = 0; i < d->npids; i++)
 			if (d->pids[i] > 0 && waitpid(d->pids[i], NULL, WNOHANG) == 0)
@@ -140,9 +131,9 @@ static char *summary(int port)
 /* Wait until the tracker's summary contains needle. */
 static int wait_summary(int port, const char *needle)
 {
-	double deadline = now_ms() + T;
+	double deadline = mu__clock_ms() + T;
 
-	while (now_ms() < deadline) {
+	while (mu__clock_ms() < deadline) {
 		char *json = summary(port);
 		int hit = json != NULL && strstr(json, needle) != NULL;
 
@@ -209,16 +200,16 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 	o.devices = NDEV;
 	o.request_timeout_ms = T;
 	o.say = narrate;
-	t0 = now_ms();
+	t0 = mu__clock_ms();
 	if (rc == 0)
 		rc = mu_cluster_start(m, &o, &cl, err, el);
 	/* one forward alone (the time to a first answer), then pipelined */
 	if (rc == 0) {
 		rc = mu_cluster_forward_many(cl, &in, 1, &first, err, el);
-		first_ms = now_ms() - t0;
+		first_ms = mu__clock_ms() - t0;
 		done = 1;
 	}
-	t1 = now_ms();
+	t1 = mu__clock_ms();
 	while (rc == 0 && done < FORWARDS + 1) {
 		for (int j = 0; j < MICRO; j++) {
 			ins[j] = in;
@@ -240,7 +231,7 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 		       "   stage: the device, where its weights came from, its nodes, how long it\n"
 		       "   took to load them, what it holds in memory, and its time per forward:\n",
 		       FORWARDS, MICRO);
-		cli_print_cluster(cl, 0, now_ms() - t1, done - 1, first_ms);
+		cli_print_cluster(cl, 0, mu__clock_ms() - t1, done - 1, first_ms);
 		printf("   (the first output's time includes getting the devices and loading every\n"
 		       "   stage; forwards/s counts the pipelined ones)\n");
 	}

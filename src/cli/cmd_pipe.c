@@ -9,21 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
 #include "core/net_int.h"
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
+#include "core/time_int.h"
 
 /* ---- plan ---- */
 
@@ -352,6 +344,26 @@ static int split_addrs(char *list, const char **addrs, int max)
 	return n;
 }
 
+static void add_timing(cJSON *x, const mu_stage_timing_t *t)
+{
+	cJSON_AddNumberToObject(x, "load_ms", t->load_ms);
+	cJSON_AddNumberToObject(x, "resident_bytes", (double)t->resident_bytes);
+	cJSON_AddNumberToObject(x, "rss_bytes", (double)t->rss_bytes);
+	cJSON_AddNumberToObject(x, "forward_ms", t->forward_ms);
+	cJSON_AddNumberToObject(x, "compute_ms", t->compute_ms);
+	cJSON_AddNumberToObject(x, "bytes_in", (double)t->bytes_in);
+	cJSON_AddNumberToObject(x, "bytes_out", (double)t->bytes_out);
+	cJSON_AddNumberToObject(x, "forwards", (double)t->forwards);
+}
+
+static void add_totals(cJSON *o, double wall_ms, int forwards, double first_ms)
+{
+	cJSON_AddNumberToObject(o, "forwards", forwards);
+	cJSON_AddNumberToObject(o, "wall_ms", wall_ms);
+	cJSON_AddNumberToObject(o, "first_output_ms", first_ms);
+	cJSON_AddNumberToObject(o, "forwards_per_s", wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0);
+}
+
 static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, double first_ms)
 {
 	int n = c != NULL ? mu_coord_stages(c) : 0;
@@ -367,20 +379,10 @@ static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, d
 			mu_coord_timing(c, i, &t);
 			cJSON_AddNumberToObject(x, "index", i);
 			cJSON_AddStringToObject(x, "address", mu_coord_addr(c, i));
-			cJSON_AddNumberToObject(x, "load_ms", t.load_ms);
-			cJSON_AddNumberToObject(x, "resident_bytes", (double)t.resident_bytes);
-			cJSON_AddNumberToObject(x, "rss_bytes", (double)t.rss_bytes);
-			cJSON_AddNumberToObject(x, "forward_ms", t.forward_ms);
-			cJSON_AddNumberToObject(x, "compute_ms", t.compute_ms);
-			cJSON_AddNumberToObject(x, "bytes_in", (double)t.bytes_in);
-			cJSON_AddNumberToObject(x, "bytes_out", (double)t.bytes_out);
-			cJSON_AddNumberToObject(x, "forwards", (double)t.forwards);
+			add_timing(x, &t);
 			cJSON_AddItemToArray(a, x);
 		}
-		cJSON_AddNumberToObject(o, "forwards", forwards);
-		cJSON_AddNumberToObject(o, "wall_ms", wall_ms);
-		cJSON_AddNumberToObject(o, "first_output_ms", first_ms);
-		cJSON_AddNumberToObject(o, "forwards_per_s", wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0);
+		add_totals(o, wall_ms, forwards, first_ms);
 		text = cJSON_Print(o);
 		printf("%s\n", text);
 		cJSON_free(text);
@@ -430,20 +432,11 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 			cJSON_AddNumberToObject(x, "replaced", s.replaced);
 			cJSON_AddNumberToObject(x, "first", s.first);
 			cJSON_AddNumberToObject(x, "last", s.last);
-			cJSON_AddNumberToObject(x, "load_ms", s.timing.load_ms);
-			cJSON_AddNumberToObject(x, "resident_bytes", (double)s.timing.resident_bytes);
-			cJSON_AddNumberToObject(x, "forward_ms", s.timing.forward_ms);
-			cJSON_AddNumberToObject(x, "compute_ms", s.timing.compute_ms);
-			cJSON_AddNumberToObject(x, "bytes_in", (double)s.timing.bytes_in);
-			cJSON_AddNumberToObject(x, "bytes_out", (double)s.timing.bytes_out);
-			cJSON_AddNumberToObject(x, "forwards", (double)s.timing.forwards);
+			add_timing(x, &s.timing);
 			cJSON_AddItemToArray(a, x);
 		}
 		cJSON_AddNumberToObject(o, "replacements", mu_cluster_replacements(c));
-		cJSON_AddNumberToObject(o, "forwards", forwards);
-		cJSON_AddNumberToObject(o, "wall_ms", wall_ms);
-		cJSON_AddNumberToObject(o, "first_output_ms", first_ms);
-		cJSON_AddNumberToObject(o, "forwards_per_s", wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0);
+		add_totals(o, wall_ms, forwards, first_ms);
 		text = cJSON_Print(o);
 		printf("%s\n", text);
 		cJSON_free(text);
@@ -485,7 +478,7 @@ int cmd_run(int argc, char **argv)
 	           *key = NULL, *weights = "auto";
 	int npos, rc, repeat = 1, micro = 1, json = 0, done = 0, connect_timeout = 10,
 	    io_timeout = 60, devices = 1, request_timeout = 30, quiet = 0;
-	double t_start = now_ms(), t0, priority = 0;
+	double t_start = mu__clock_ms(), t0, priority = 0;
 	double first_ms = 0;
 	char err[2048], thost[256];
 	mu_tensor_list_t in, first, *outs = NULL, *ins = NULL;
@@ -599,7 +592,7 @@ int cmd_run(int argc, char **argv)
 		snprintf(err, sizeof(err), "out of memory");
 		rc = MU_ENOMEM;
 	}
-	t0 = now_ms();
+	t0 = mu__clock_ms();
 	while (rc == 0 && done < repeat) {
 		int b = repeat - done < micro ? repeat - done : micro;
 
@@ -621,7 +614,7 @@ int cmd_run(int argc, char **argv)
 			if (rc == 0 && done == 0 && j == 0) {
 				first = outs[0];
 				mu_tensor_list_init(&outs[0]);
-				first_ms = now_ms() - t_start;
+				first_ms = mu__clock_ms() - t_start;
 			} else if (rc == 0 && !same_outputs(&first, &outs[j])) {
 				snprintf(err, sizeof(err), "forward %d gave different outputs than the first", done + j);
 				rc = MU_EPROTO;
@@ -631,7 +624,7 @@ int cmd_run(int argc, char **argv)
 		done += b;
 	}
 	if (rc == 0) {
-		double wall = now_ms() - t0;
+		double wall = mu__clock_ms() - t0;
 
 		if (!json)
 			print_outputs(&first);

@@ -2,9 +2,12 @@
 /*
  * Error text for muster's own codes and for -errno values.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "muster/common.h"
+#include "core/error_int.h"
 
 const char *mu_strerror(int err)
 {
@@ -46,4 +49,16 @@ const char *mu_strerror(int err)
 const char *mu_version(void)
 {
 	return MU_VERSION;
+}
+
+int mu__why(char *why, size_t wl, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why != NULL && wl > 0) {
+		va_start(ap, fmt);
+		vsnprintf(why, wl, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
 }

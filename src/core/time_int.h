@@ -12,6 +12,8 @@
 #define MU_NO_DEADLINE INT64_MAX
 
 int64_t mu__now_ms(void);
+/* The same clock with sub-millisecond resolution, for measuring. */
+double mu__clock_ms(void);
 
 /* timeout_ms < 0 means no deadline. */
 int64_t mu__deadline(int64_t timeout_ms);

@@ -6,33 +6,18 @@
  * a param (a weight). Sizes and counts are capped before anything grows.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/error_int.h"
 #include "core/json_int.h"
 #include "core/strmap_int.h"
 #include "model/model_int.h"
 
 #define NAME_MAX_LEN 4096
-
-static int fail(char *why, size_t wl, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *why, size_t wl, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why != NULL) {
-		va_start(ap, fmt);
-		vsnprintf(why, wl, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 static char *name_of(const cJSON *v)
 {
@@ -100,18 +85,18 @@ static int parse_node(const cJSON *o, int idx, mu__node_t *n, char *why, size_t 
 	if (n->name == NULL)
 		return MU_ENOMEM;
 	if (!cJSON_IsString(op) || (n->op = mu__op_find(op->valuestring)) == NULL)
-		return fail(why, wl, MU_EPROTO, "node %.100s: unknown op %.100s", n->name,
+		return mu__why(why, wl, MU_EPROTO, "node %.100s: unknown op %.100s", n->name,
 		            cJSON_IsString(op) ? op->valuestring : "(none)");
 	rc = name_list(cJSON_GetObjectItemCaseSensitive(o, "inputs"), &n->in, &n->nin, MU_NODE_MAX_IO);
 	if (rc == 0)
 		rc = name_list(cJSON_GetObjectItemCaseSensitive(o, "outputs"), &n->out, &n->nout, MU_NODE_MAX_IO);
 	if (rc != 0)
-		return fail(why, wl, rc, "node %.100s: inputs and outputs must be lists of names%.0s", n->name, "");
+		return mu__why(why, wl, rc, "node %.100s: inputs and outputs must be lists of names%.0s", n->name, "");
 	if (n->nin < n->op->min_in || n->nin > n->op->max_in || n->nout != n->op->nout)
-		return fail(why, wl, MU_EPROTO, "node %.100s: wrong number of inputs or outputs for %.100s",
+		return mu__why(why, wl, MU_EPROTO, "node %.100s: wrong number of inputs or outputs for %.100s",
 		            n->name, n->op->name);
 	if (attrs != NULL && !cJSON_IsObject(attrs))
-		return fail(why, wl, MU_EPROTO, "node %.100s: attrs must be an object%.0s", n->name, "");
+		return mu__why(why, wl, MU_EPROTO, "node %.100s: attrs must be an object%.0s", n->name, "");
 	n->attrs = attrs != NULL ? cJSON_Duplicate(attrs, 1) : cJSON_CreateObject();
 	if (n->attrs == NULL)
 		return MU_ENOMEM;
@@ -131,7 +116,7 @@ static int resolve(mu__graph_t *g, char *why, size_t wl)
 	mu__strmap_init(&params);
 	for (i = 0; rc == 0 && i < g->ninputs; i++)
 		if (mu__strmap_get(&defined, g->inputs[i].name, strlen(g->inputs[i].name)) != NULL)
-			rc = fail(why, wl, MU_EPROTO, "input %.100s is declared twice%.0s", g->inputs[i].name, "");
+			rc = mu__why(why, wl, MU_EPROTO, "input %.100s is declared twice%.0s", g->inputs[i].name, "");
 		else
 			rc = mu__strmap_put(&defined, g->inputs[i].name, strlen(g->inputs[i].name), g, NULL);
 	for (i = 0; rc == 0 && i < g->nnodes; i++) {
@@ -144,7 +129,7 @@ static int resolve(mu__graph_t *g, char *why, size_t wl)
 				for (int k = i; k < g->nnodes && rc == 0; k++)
 					for (int o = 0; o < g->nodes[k].nout; o++)
 						if (strcmp(g->nodes[k].out[o], n->in[j]) == 0)
-							rc = fail(why, wl, MU_EPROTO,
+							rc = mu__why(why, wl, MU_EPROTO,
 							          "node %.100s uses %.100s before it is computed", n->name, n->in[j]);
 				if (rc == 0)
 					rc = mu__strmap_put(&params, n->in[j], strlen(n->in[j]), g, NULL);
@@ -152,14 +137,14 @@ static int resolve(mu__graph_t *g, char *why, size_t wl)
 		for (j = 0; rc == 0 && j < n->nout; j++) {
 			if (mu__strmap_get(&defined, n->out[j], strlen(n->out[j])) != NULL ||
 			    mu__strmap_get(&params, n->out[j], strlen(n->out[j])) != NULL)
-				rc = fail(why, wl, MU_EPROTO, "node %.100s redefines %.100s", n->name, n->out[j]);
+				rc = mu__why(why, wl, MU_EPROTO, "node %.100s redefines %.100s", n->name, n->out[j]);
 			else
 				rc = mu__strmap_put(&defined, n->out[j], strlen(n->out[j]), g, NULL);
 		}
 	}
 	for (i = 0; rc == 0 && i < g->noutputs; i++)
 		if (mu__strmap_get(&defined, g->outputs[i], strlen(g->outputs[i])) == NULL)
-			rc = fail(why, wl, MU_EPROTO, "output %.100s is never computed%.0s", g->outputs[i], "");
+			rc = mu__why(why, wl, MU_EPROTO, "output %.100s is never computed%.0s", g->outputs[i], "");
 	if (rc == 0) {
 		mu__strmap_entry_t *e = NULL;
 		size_t slot = 0;
@@ -188,10 +173,10 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 
 	memset(g, 0, sizeof(*g));
 	if (len > MU_GRAPH_MAX_BYTES)
-		return fail(why, wl, MU_ETOOBIG, "graph of %.100s is over %.100s", "that size", "64 MiB");
+		return mu__why(why, wl, MU_ETOOBIG, "graph of %.100s is over %.100s", "that size", "64 MiB");
 	rc = mu__json_parse(json, len, &root);
 	if (rc != 0)
-		return fail(why, wl, rc, "graph is not valid JSON%.0s%.0s", "", "");
+		return mu__why(why, wl, rc, "graph is not valid JSON%.0s%.0s", "", "");
 	fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
 	nodes = cJSON_GetObjectItemCaseSensitive(root, "nodes");
 	inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
@@ -199,12 +184,12 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 	    strcmp(fmt->valuestring, "muster-graph") != 0 ||
 	    !mu__json_is_int(cJSON_GetObjectItemCaseSensitive(root, "version"), 1, 1)) {
 		cJSON_Delete(root);
-		return fail(why, wl, MU_EPROTO, "not a muster-graph version 1%.0s%.0s", "", "");
+		return mu__why(why, wl, MU_EPROTO, "not a muster-graph version 1%.0s%.0s", "", "");
 	}
 	if (!cJSON_IsArray(nodes) || cJSON_GetArraySize(nodes) > MU_GRAPH_MAX_NODES ||
 	    !cJSON_IsArray(inputs) || cJSON_GetArraySize(inputs) > MU_NODE_MAX_IO) {
 		cJSON_Delete(root);
-		return fail(why, wl, MU_EPROTO, "graph needs \"inputs\" and \"nodes\" lists%.0s%.0s", "", "");
+		return mu__why(why, wl, MU_EPROTO, "graph needs \"inputs\" and \"nodes\" lists%.0s%.0s", "", "");
 	}
 	g->inputs = mu__calloc((size_t)cJSON_GetArraySize(inputs) + 1, sizeof(*g->inputs));
 	g->nodes = mu__calloc((size_t)cJSON_GetArraySize(nodes) + 1, sizeof(*g->nodes));
@@ -215,7 +200,7 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 		rc = parse_input(it, &g->inputs[g->ninputs]);
 		g->ninputs++;
 		if (rc != 0)
-			fail(why, wl, rc, "each graph input needs a name and a shape%.0s%.0s", "", "");
+			mu__why(why, wl, rc, "each graph input needs a name and a shape%.0s%.0s", "", "");
 	}
 	cJSON_ArrayForEach(it, nodes) {
 		if (rc != 0)
@@ -225,7 +210,7 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 	}
 	if (rc == 0 && name_list(cJSON_GetObjectItemCaseSensitive(root, "outputs"), &g->outputs,
 	                         &g->noutputs, MU_NODE_MAX_IO) != 0)
-		rc = fail(why, wl, MU_EPROTO, "graph needs an \"outputs\" list of names%.0s%.0s", "", "");
+		rc = mu__why(why, wl, MU_EPROTO, "graph needs an \"outputs\" list of names%.0s%.0s", "", "");
 	cJSON_Delete(root);
 	if (rc == 0)
 		rc = resolve(g, why, wl);
@@ -244,14 +229,14 @@ int mu__graph_load(const char *path, mu__graph_t *g, char *why, size_t wl)
 
 	memset(g, 0, sizeof(*g));
 	if (f == NULL)
-		return fail(why, wl, -errno, "cannot open %.200s%.0s", path, "");
+		return mu__why(why, wl, -errno, "cannot open %.200s%.0s", path, "");
 	mu__buf_init(&b, MU_GRAPH_MAX_BYTES);
 	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
 		rc = mu__buf_append(&b, tmp, n);
 	fclose(f);
 	if (rc != 0) {
 		mu__buf_free(&b);
-		return fail(why, wl, rc, "%.200s is over %.100s", path, "64 MiB");
+		return mu__why(why, wl, rc, "%.200s is over %.100s", path, "64 MiB");
 	}
 	rc = mu__graph_parse(b.data ? b.data : "", b.len, g, why, wl);
 	mu__buf_free(&b);

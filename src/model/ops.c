@@ -6,7 +6,6 @@
  * (reshape, flatten, transpose, concat, slice, embedding).
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,17 +122,7 @@ int mu__json_int_or_list(const cJSON *v)
 	return 1;
 }
 
-int mu__fail(char *why, size_t wl, const char *fmt, ...)
-{
-	va_list ap;
 
-	if (why != NULL) {
-		va_start(ap, fmt);
-		vsnprintf(why, wl, fmt, ap);
-		va_end(ap);
-	}
-	return MU_EPROTO;
-}
 
 /* ---- shapes ---- */
 

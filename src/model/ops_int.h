@@ -7,12 +7,12 @@
 
 #include <stdio.h>
 
+#include "core/error_int.h"
 #include "core/json_int.h"
 #include "model/model_int.h"
 
 /* A formatted reason and MU_EPROTO. */
-int mu__fail(char *why, size_t wl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+#define mu__fail(why, wl, ...) mu__why(why, wl, MU_EPROTO, __VA_ARGS__)
 /* Every listed attr, when present, is an integer or a list of them. */
 int mu__check_ints(const mu__node_t *n, const char *const *keys, char *why, size_t wl);
 int mu__json_int_or_list(const cJSON *v);

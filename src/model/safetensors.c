@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/endian_int.h"
+#include "core/error_int.h"
 #include "core/json_int.h"
 #include "model/safetensors_int.h"
 
@@ -30,21 +30,6 @@ static const struct {
 	{"BOOL", MU_DT_BOOL, 1}, {"F8_E4M3", MU_DT_F8_E4M3, 1},
 	{"F8_E5M2", MU_DT_F8_E5M2, 1},
 };
-
-static int bad(char *why, size_t wl, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int bad(char *why, size_t wl, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why != NULL) {
-		va_start(ap, fmt);
-		vsnprintf(why, wl, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
 
 static int cmp_begin(const void *a, const void *b)
 {
@@ -64,35 +49,35 @@ static int parse_entry(const cJSON *o, uint64_t data_len, mu__st_entry_t *e,
 	size_t i;
 
 	if (!cJSON_IsObject(o) || !cJSON_IsString(dt))
-		return bad(why, wl, MU_EPROTO, "tensor %.200s: no dtype", o->string);
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: no dtype", o->string);
 	for (i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++)
 		if (strcmp(dt->valuestring, dtypes[i].name) == 0) {
 			e->dtype = dtypes[i].dt;
 			size = dtypes[i].size;
 		}
 	if (size == 0)
-		return bad(why, wl, MU_EPROTO, "tensor %.200s: unknown dtype", o->string);
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: unknown dtype", o->string);
 	if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > MU_TENSOR_MAX_RANK)
-		return bad(why, wl, MU_EPROTO, "tensor %.200s: shape must be a list of at most 8 dims", o->string);
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: shape must be a list of at most 8 dims", o->string);
 	e->numel = 1;
 	cJSON_ArrayForEach(d, shape) {
 		if (!mu__json_is_int(d, 0, 9007199254740991.0))
-			return bad(why, wl, MU_EPROTO, "tensor %.200s: a dim is not a non-negative integer", o->string);
+			return mu__why(why, wl, MU_EPROTO, "tensor %.200s: a dim is not a non-negative integer", o->string);
 		e->dims[e->rank++] = (uint64_t)d->valuedouble;
 		if (e->dims[e->rank - 1] != 0 && e->numel > UINT64_MAX / size / e->dims[e->rank - 1])
-			return bad(why, wl, MU_ETOOBIG, "tensor %.200s: too many elements", o->string);
+			return mu__why(why, wl, MU_ETOOBIG, "tensor %.200s: too many elements", o->string);
 		e->numel *= e->dims[e->rank - 1];
 	}
 	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
 	    !mu__json_is_int(cJSON_GetArrayItem(offs, 0), 0, 9007199254740991.0) ||
 	    !mu__json_is_int(cJSON_GetArrayItem(offs, 1), 0, 9007199254740991.0))
-		return bad(why, wl, MU_EPROTO, "tensor %.200s: data_offsets must be [begin, end]", o->string);
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: data_offsets must be [begin, end]", o->string);
 	e->begin = (uint64_t)cJSON_GetArrayItem(offs, 0)->valuedouble;
 	e->end = (uint64_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
 	if (e->begin > e->end || e->end > data_len)
-		return bad(why, wl, MU_EPROTO, "tensor %.200s: offsets outside the data area", o->string);
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: offsets outside the data area", o->string);
 	if (e->end - e->begin != e->numel * size)
-		return bad(why, wl, MU_EPROTO, "tensor %.200s: byte count does not match shape and dtype", o->string);
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: byte count does not match shape and dtype", o->string);
 	e->name = mu__strdup(o->string);
 	return e->name == NULL ? MU_ENOMEM : 0;
 }
@@ -119,11 +104,11 @@ int mu__st_parse(const char *json, size_t len, uint64_t data_len,
 
 	memset(f, 0, sizeof(*f));
 	if (len > MU_ST_MAX_HEADER)
-		return bad(why, wl, MU_ETOOBIG, "header of %.200s bytes is over the 100 MiB cap", "that many");
+		return mu__why(why, wl, MU_ETOOBIG, "header of %.200s bytes is over the 100 MiB cap", "that many");
 	rc = mu__json_parse(json, len, &root);
 	if (rc != 0 || !cJSON_IsObject(root)) {
 		cJSON_Delete(root);
-		return bad(why, wl, rc == MU_ENOMEM ? rc : MU_EJSON, "%.200s", "header is not a JSON object");
+		return mu__why(why, wl, rc == MU_ENOMEM ? rc : MU_EJSON, "%.200s", "header is not a JSON object");
 	}
 	n = (size_t)cJSON_GetArraySize(root);
 	f->e = mu__calloc(n + 1, sizeof(*f->e));
@@ -136,10 +121,10 @@ int mu__st_parse(const char *json, size_t len, uint64_t data_len,
 			const cJSON *m;
 
 			if (!cJSON_IsObject(it))
-				rc = bad(why, wl, MU_EPROTO, "%.200s", "__metadata__ must map strings to strings");
+				rc = mu__why(why, wl, MU_EPROTO, "%.200s", "__metadata__ must map strings to strings");
 			cJSON_ArrayForEach(m, it)
 				if (rc == 0 && !cJSON_IsString(m))
-					rc = bad(why, wl, MU_EPROTO, "%.200s", "__metadata__ must map strings to strings");
+					rc = mu__why(why, wl, MU_EPROTO, "%.200s", "__metadata__ must map strings to strings");
 		} else {
 			rc = parse_entry(it, data_len, &f->e[f->n], why, wl);
 			if (rc == 0)
@@ -163,7 +148,7 @@ int mu__st_parse(const char *json, size_t len, uint64_t data_len,
 			if (s[i].begin == s[i].end)
 				continue; /* empty: shares its offset with anything */
 			if (s[i].begin < end)
-				rc = bad(why, wl, MU_EPROTO, "tensor %.200s overlaps another", s[i].name);
+				rc = mu__why(why, wl, MU_EPROTO, "tensor %.200s overlaps another", s[i].name);
 			end = s[i].end > end ? s[i].end : end;
 		}
 		mu__free(s);
@@ -183,19 +168,19 @@ int mu__st_open(const char *path, mu__st_file_t *f, char *why, size_t wl)
 	memset(f, 0, sizeof(*f));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return bad(why, wl, -errno, "cannot open %.200s", path);
+		return mu__why(why, wl, -errno, "cannot open %.200s", path);
 	if (fstat(fd, &st) != 0 || st.st_size < 8) {
 		close(fd);
-		return bad(why, wl, MU_EPROTO, "%.200s is too short to be safetensors", path);
+		return mu__why(why, wl, MU_EPROTO, "%.200s is too short to be safetensors", path);
 	}
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (map == MAP_FAILED)
-		return bad(why, wl, -errno, "cannot map %.200s", path);
+		return mu__why(why, wl, -errno, "cannot map %.200s", path);
 	hlen = mu_le64_get(map);
 	if (hlen > MU_ST_MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
 		munmap(map, (size_t)st.st_size);
-		return bad(why, wl, hlen > MU_ST_MAX_HEADER ? MU_ETOOBIG : MU_EPROTO,
+		return mu__why(why, wl, hlen > MU_ST_MAX_HEADER ? MU_ETOOBIG : MU_EPROTO,
 		           "%.200s: header length is over the cap or past the end", path);
 	}
 	rc = mu__st_parse((const char *)map + 8, (size_t)hlen,

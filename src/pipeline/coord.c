@@ -251,20 +251,7 @@ int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *o, 
 		snprintf(err, el, "no stages given");
 		return MU_EARG;
 	}
-	c = mu__calloc(1, sizeof(*c));
-	if (c == NULL || (c->s = mu__calloc((size_t)n, sizeof(*c->s))) == NULL) {
-		mu__free(c);
-		return MU_ENOMEM;
-	}
-	c->n = n;
-	if (o != NULL)
-		c->o = *o;
-	else
-		mu_coord_opts_init(&c->o);
-	pthread_mutex_init(&c->lock, NULL);
-	c->failed_stage = -1;
-	for (int i = 0; i < n; i++)
-		c->s[i].fd = -1;
+	rc = mu__coord_new(n, o, &c);
 	for (int i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
 	if (rc == 0)

@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
@@ -24,6 +23,7 @@
 #include "core/json_int.h"
 #include "core/log_int.h"
 #include "pipeline/pipeline_int.h"
+#include "core/time_int.h"
 
 #define LOG "device"
 
@@ -54,14 +54,6 @@ typedef struct {
 	uint64_t received;      /* weight bytes streamed so far */
 	uint64_t budget_need;
 } sess_t;
-
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 uint64_t mu_mem_available(void)
 {
@@ -274,7 +266,7 @@ static void assign(mu__serve_ctx_t *ctx, sess_t *ss, const mu__msg_t *m, const c
 		mu__reply_error(r, m->id, MU_EJSON, 1, "ASSIGN is not a JSON object");
 		return;
 	}
-	ss->t0 = now_ms();
+	ss->t0 = mu__clock_ms();
 	idx = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "stage"));
 	of = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "of"));
 	first = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "first"));
@@ -381,7 +373,7 @@ static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 			mu__reply_error(r, m->id, MU_EPROTO, 1, "LOAD with no stage streaming");
 			return;
 		}
-		if (mu__stage_finish(ss->pending, now_ms() - ss->t0, err, sizeof(err)) != 0) {
+		if (mu__stage_finish(ss->pending, mu__clock_ms() - ss->t0, err, sizeof(err)) != 0) {
 			mu__reply_error(r, m->id, MU_EPROTO, 1, "%s", err);
 			return;
 		}

@@ -17,7 +17,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <uv.h>
 
@@ -27,20 +26,13 @@
 #include "core/log_int.h"
 #include "core/net_int.h"
 #include "core/service_int.h"
+#include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
 #include "core/endian_int.h"
 #include "tensor/frame_int.h"
 
 #define LOG "stage"
 #define LINGER_MS 200
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- the handler ---- */
 
@@ -77,7 +69,7 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
                      mu_tensor_list_t *in, mu__reply_t *r)
 {
 	char why[768] = "";
-	int64_t t0;
+	double t0;
 	int rc;
 
 	mu__reply_init(r);
@@ -99,7 +91,7 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 			mu__reply_error(r, m->id, MU_EARG, 0, "no stage is loaded here yet");
 			return;
 		}
-		t0 = now_ns();
+		t0 = mu__clock_ms();
 		rc = mu_stage_forward(ctx->stage, in, &r->out, why, sizeof(why));
 		if (rc != 0) { /* a well-formed request that failed: the connection stays */
 			mu__log(MU_LOG_WARN, LOG, "%s: forward %llu failed: %s", ctx->name,
@@ -107,7 +99,7 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 			mu__reply_error(r, m->id, rc, 0, "%s", why);
 			return;
 		}
-		r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)(now_ns() - t0), 0};
+		r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0};
 		return;
 	case MU_MSG_CLOSE:
 		r->fatal = 1; /* no reply: the peer is going */
@@ -166,8 +158,9 @@ int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx)
 		rc = mu__msg_is_frame(m.type) ? mu__msg_recv_frame(c, &m, &in)
 		                              : mu__msg_recv_body(c, &m, &body);
 		if (rc != 0) {
-			/* the stream is lost inside the body: say why, then close */
-			if (rc != MU_EEOF && rc != -ETIMEDOUT) {
+			/* the stream is lost inside the body: say why (a peer that
+			 * only shut its sending side still reads), then close */
+			if (rc != -ETIMEDOUT) {
 				mu__reply_init(&r);
 				mu__reply_error(&r, m.id, rc, 1, "bad %s body: %s", mu__msg_type_name(m.type),
 				                mu_strerror(rc));

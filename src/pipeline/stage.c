@@ -8,7 +8,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
@@ -227,19 +226,11 @@ int mu__stage_finish(mu_stage_t *s, double load_ms, char *err, size_t el)
 	return rc;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* first < 0: the balanced n-way split's stage i */
 static int load(const char *dir, int i, int n, int first, int last, mu_stage_t **out, char *err,
                 size_t el)
 {
-	double t0 = now_ms();
+	double t0 = mu__clock_ms();
 	mu_stage_t *s;
 	mu_plan_t *plan = NULL;
 	mu_stage_info_t si;
@@ -292,7 +283,7 @@ static int load(const char *dir, int i, int n, int first, int last, mu_stage_t *
 			snprintf(err, el, "loading weight %.200s: %s", p, mu_strerror(rc));
 	}
 	if (rc == 0)
-		rc = mu__stage_finish(s, now_ms() - t0, err, el);
+		rc = mu__stage_finish(s, mu__clock_ms() - t0, err, el);
 	if (rc != 0) {
 		mu_stage_free(s);
 		return rc;
