@@ -46,14 +46,6 @@ struct mu_device_s {
 	char *info;         /* INFO reply before a stage: caps + md address */
 };
 
-/* What one session is doing. */
-typedef struct {
-	mu_device_t *d;
-	mu_stage_t *pending;    /* assigned, weights still streaming */
-	double t0;              /* when ASSIGN came */
-	uint64_t received;      /* weight bytes streamed so far */
-	uint64_t budget_need;
-} sess_t;
 
 uint64_t mu_mem_available(void)
 {
@@ -245,7 +237,7 @@ static void ready(mu__serve_ctx_t *ctx, uint64_t id, mu_stage_t *s, mu__reply_t 
 	r->text = (char *)mu_stage_describe(s);
 }
 
-static void assign(mu__serve_ctx_t *ctx, sess_t *ss, const mu__msg_t *m, const char *body,
+static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m, const char *body,
                    mu__reply_t *r)
 {
 	mu_device_t *d = ss->d;
@@ -325,7 +317,7 @@ static void assign(mu__serve_ctx_t *ctx, sess_t *ss, const mu__msg_t *m, const c
 	cJSON_Delete(o);
 }
 
-static void weights(sess_t *ss, const mu__msg_t *m, mu_tensor_list_t *in, mu__reply_t *r)
+static void weights(mu__device_sess_t *ss, const mu__msg_t *m, mu_tensor_list_t *in, mu__reply_t *r)
 {
 	char err[512];
 
@@ -354,7 +346,7 @@ static void weights(sess_t *ss, const mu__msg_t *m, mu_tensor_list_t *in, mu__re
 static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
                      mu_tensor_list_t *in, mu__reply_t *r)
 {
-	sess_t *ss = ctx->other_ud;
+	mu__device_sess_t *ss = ctx->other_ud;
 	char err[512];
 
 	switch (m->type) {
@@ -405,6 +397,27 @@ static void echo(mu_session_t *s)
 		mu__log(MU_LOG_INFO, "server", "Echoed %zu bytes to %s", total, mu_session_peer(s));
 }
 
+void mu__device_ctx(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, mu_device_t *d)
+{
+	memset(ctx, 0, sizeof(*ctx));
+	memset(ss, 0, sizeof(*ss));
+	ss->d = d;
+	ctx->name = "session";
+	ctx->idle_ms = -1;
+	ctx->on_other = on_other;
+	ctx->other_ud = ss;
+}
+
+void mu__device_ctx_done(mu__serve_ctx_t *ctx)
+{
+	mu__device_sess_t *ss = ctx->other_ud;
+
+	mu_stage_free(ctx->stage);
+	mu_stage_free(ss->pending);
+	ctx->stage = NULL;
+	ss->pending = NULL;
+}
+
 void mu_device_session(mu_session_t *s, void *ud)
 {
 	mu_device_t *d = ud;
@@ -412,7 +425,7 @@ void mu_device_session(mu_session_t *s, void *ud)
 	size_t have = 0, n;
 	mu__serve_ctx_t ctx;
 	mu__chan_t c;
-	sess_t ss;
+	mu__device_sess_t ss;
 	int rc = 0;
 
 	/* tell a pipeline session from a plain one by its first bytes */
@@ -430,17 +443,10 @@ void mu_device_session(mu_session_t *s, void *ud)
 		echo(s);
 		return;
 	}
-	memset(&ctx, 0, sizeof(ctx));
-	memset(&ss, 0, sizeof(ss));
-	ss.d = d;
-	ctx.name = "session";
-	ctx.idle_ms = -1;
-	ctx.on_other = on_other;
-	ctx.other_ud = &ss;
+	mu__device_ctx(&ctx, &ss, d);
 	mu__chan_init(&c, mu_session_fd(s), s, 30000, (uint64_t)1 << 30);
 	rc = mu__serve_chan(&c, &ctx);
 	if (rc != 0)
 		mu__log(MU_LOG_INFO, LOG, "session with %s ended: %s", mu_session_peer(s), mu_strerror(rc));
-	mu_stage_free(ctx.stage);
-	mu_stage_free(ss.pending);
+	mu__device_ctx_done(&ctx);
 }

@@ -119,6 +119,20 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
  */
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
 
+/* What one device session is doing (device.c). */
+typedef struct {
+	mu_device_t *d;
+	mu_stage_t *pending;    /* assigned, weights still streaming */
+	double t0;              /* when ASSIGN came */
+	uint64_t received;      /* weight bytes streamed so far */
+	uint64_t budget_need;
+} mu__device_sess_t;
+
+/* Set ctx up to serve a session as device d (ss: the session's state);
+ * _done frees whatever stage the session built. */
+void mu__device_ctx(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, mu_device_t *d);
+void mu__device_ctx_done(mu__serve_ctx_t *ctx);
+
 /*
  * A coordinator over sessions already open (the main job): n empty
  * stages, then each set from its session (taken on success) and its
