@@ -10,6 +10,7 @@
  * stage loaded there, and the forwards that were in flight run again.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -183,23 +184,21 @@ static int fetch_caps(mu_cluster_t *c, device_t *d, const char *info, char *err,
 	return rc;
 }
 
-/* Ask the tracker for one more device and learn what it offers. */
-static int get_device(mu_cluster_t *c, device_t *d, char *err, size_t el)
+static int request_error(mu_cluster_t *c, int rc, char *err, size_t el)
+{
+	snprintf(err, el, "no device of key %s from the tracker at %s:%d within %.0f s: %s", c->key,
+	         c->thost, c->o.tracker_port, c->o.request_timeout_ms / 1000.0, mu_strerror(rc));
+	return rc;
+}
+
+/* Learn what a granted device offers: INFO, then its md metadata. */
+static int describe_device(mu_cluster_t *c, device_t *d, char *err, size_t el)
 {
 	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0};
 	mu__chan_t ch;
 	char *info = NULL;
 	int rc;
 
-	memset(d, 0, sizeof(*d));
-	rc = mu_session_request(c->thost, c->o.tracker_port, c->key, c->o.priority, 0, 5,
-	                        c->o.request_timeout_ms, &d->sess);
-	if (rc != 0) {
-		snprintf(err, el, "no device of key %s from the tracker at %s:%d within %.0f s: %s",
-		         c->key, c->thost, c->o.tracker_port, c->o.request_timeout_ms / 1000.0,
-		         mu_strerror(rc));
-		return rc;
-	}
 	snprintf(d->addr, sizeof(d->addr), "%s", mu_session_peer(d->sess));
 	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, c->o.coord.io_timeout_ms,
 	              c->o.coord.max_frame_bytes);
@@ -211,6 +210,67 @@ static int get_device(mu_cluster_t *c, device_t *d, char *err, size_t el)
 		mu_session_close(d->sess);
 		d->sess = NULL;
 	}
+	return rc;
+}
+
+/* Ask the tracker for one more device and learn what it offers. */
+static int get_device(mu_cluster_t *c, device_t *d, char *err, size_t el)
+{
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	rc = mu_session_request(c->thost, c->o.tracker_port, c->key, c->o.priority, 0, 5,
+	                        c->o.request_timeout_ms, &d->sess);
+	if (rc != 0)
+		return request_error(c, rc, err, el);
+	return describe_device(c, d, err, el);
+}
+
+typedef struct {
+	mu_cluster_t *c;
+	device_t *d;
+	int rc;
+	pthread_t th;
+} req_t;
+
+static void *request_main(void *arg)
+{
+	req_t *r = arg;
+
+	r->rc = mu_session_request(r->c->thost, r->c->o.tracker_port, r->c->key, r->c->o.priority,
+	                           0, 5, r->c->o.request_timeout_ms, &r->d->sess);
+	return NULL;
+}
+
+/*
+ * All n requests at once: the tracker queues them by priority, so a
+ * higher-priority job gets the devices freed first, all of them, rather
+ * than one in turn with whoever else is waiting.
+ */
+static int get_devices(mu_cluster_t *c, device_t *devs, int n, char *err, size_t el)
+{
+	req_t *r = mu__calloc((size_t)n, sizeof(*r));
+	int rc = 0, started = 0;
+
+	if (r == NULL)
+		return MU_ENOMEM;
+	for (int i = 0; i < n; i++) {
+		memset(&devs[i], 0, sizeof(devs[i]));
+		r[i] = (req_t){c, &devs[i], 0, 0};
+		if (pthread_create(&r[i].th, NULL, request_main, &r[i]) != 0) {
+			r[i].rc = MU_ENOMEM;
+			break;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(r[i].th, NULL);
+	for (int i = 0; i < n && rc == 0; i++)
+		if ((rc = r[i].rc) != 0 || i >= started)
+			request_error(c, rc != 0 ? rc : MU_ENOMEM, err, el);
+	for (int i = 0; i < started && rc == 0; i++)
+		rc = describe_device(c, &devs[i], err, el);
+	mu__free(r);
 	return rc;
 }
 
@@ -425,11 +485,11 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 		say(c, "asking the tracker at %s:%d for %d device%s of key \"%s\" (priority %g)",
 		    c->thost, o->tracker_port, o->devices, o->devices == 1 ? "" : "s", c->key,
 		    o->priority);
-	for (got = 0; rc == 0 && got < o->devices; got++) {
-		rc = get_device(c, &devs[got], err, el);
-		if (rc == 0)
-			budget[got] = devs[got].budget;
-	}
+	got = o->devices;
+	if (rc == 0)
+		rc = get_devices(c, devs, got, err, el);
+	for (int i = 0; rc == 0 && i < got; i++)
+		budget[i] = devs[i].budget;
 	if (rc == 0) {
 		rc = mu_plan_budgets(m, budget, got, &c->plan, device, err, el);
 		if (rc == MU_ETOOBIG) {
@@ -454,7 +514,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 	if (rc == 0)
 		rc = mu__coord_check(c->coord, err, el);
 	/* devices granted but not used go back to the pool */
-	for (int i = 0; i < got; i++)
+	for (int i = 0; devs != NULL && i < got; i++)
 		if (devs[i].sess != NULL) {
 			if (rc == 0)
 				say(c, "  %s is not needed (%.1f MiB budget): released", devs[i].addr,

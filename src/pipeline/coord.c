@@ -357,7 +357,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 	cstage_t *s = &c->s[k];
 	mu_tensor_list_t send, got;
 	mu__msg_t m = {MU_MSG_FORWARD, 0, 0, 0, 0};
-	int64_t t0;
+	double t0;
 	int rc = 0;
 
 	mu_tensor_list_init(&send);
@@ -380,7 +380,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 	}
 	if (locked)
 		pthread_mutex_unlock(&c->lock);
-	t0 = mu__now_ms();
+	t0 = mu__clock_ms();
 	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &send)) != 0)
 		stage_error(c, k, rc, err, el, "sending a forward");
 	if (rc == 0)
@@ -390,7 +390,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 	if (locked)
 		pthread_mutex_lock(&c->lock);
 	if (rc == 0) {
-		s->t.forward_ms += (double)(mu__now_ms() - t0);
+		s->t.forward_ms += mu__clock_ms() - t0;
 		s->t.compute_ms += (double)m.aux / 1e6;
 		s->t.bytes_in += list_bytes(&send);
 		s->t.bytes_out += list_bytes(&got);

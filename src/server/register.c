@@ -94,8 +94,12 @@ static int serve_tracker(mu_server_t *s, mu_tracker_client_t *c)
 	SLOG(s, MU_LOG_INFO, "Registered with tracker %s:%d as %s",
 	     s->tracker_host, s->opts.tracker_port, info_key);
 	uv_mutex_lock(&s->lock);
-	if (!s->busy)
+	if (!s->busy) {
 		renew_matchkey(s); /* a new registration never reuses a key */
+		/* a session that ended while the tracker was away is covered by
+		 * this fresh key: offering another would register us twice */
+		s->session_ended = 0;
+	}
 	uv_mutex_unlock(&s->lock);
 	if ((rc = put_current(s, c)) != 0)
 		return rc;
