@@ -81,7 +81,7 @@ typedef struct {
 	 * mu_md_agent_new writes, on failure, why in words ("etcd (...) and a
 	 * TCPStore (...) are both configured ..."), as an event's detail says
 	 * why an exchange failed; "" on success. The text also goes to the
-	 * log. Truncated to errbuf_len - 1 bytes; 256 is enough.
+	 * log. Truncated to errbuf_len - 1 bytes; 512 holds any of them.
 	 */
 	char *errbuf;
 	size_t errbuf_len;

@@ -81,7 +81,8 @@ class MdOpts(ctypes.Structure):
                 ("etcd_namespace", c_char_p), ("tcpstore_endpoint", c_char_p),
                 ("no_env", c_int), ("etcd_watch_timeout", c_double),
                 ("lease_ttl", c_double), ("store_timeout", c_double),
-                ("op_timeout", c_double), ("on_event", c_void_p), ("ud", c_void_p)]
+                ("op_timeout", c_double), ("on_event", c_void_p), ("ud", c_void_p),
+                ("errbuf", c_void_p), ("errbuf_len", c_size_t)]
 
 
 class MdPeer(ctypes.Structure):
@@ -197,13 +198,16 @@ def take_string(ptr):
 
 
 class MusterError(RuntimeError):
-    """A libmuster call failed; .code is the negative error code."""
+    """A libmuster call failed; .code is the negative error code, .detail
+    the library's own words on why (or None when it gave none)."""
 
-    def __init__(self, what, code):
-        super().__init__(f"{what}: {strerror(code).decode()}")
+    def __init__(self, what, code, detail=None):
+        text = strerror(code).decode()
+        super().__init__(f"{what}: {detail} ({text})" if detail else f"{what}: {text}")
         self.code = code
+        self.detail = detail or None
 
 
-def check(what, rc):
+def check(what, rc, detail=None):
     if rc != 0:
-        raise MusterError(what, rc)
+        raise MusterError(what, rc, detail)

@@ -55,8 +55,14 @@ class Agent:
         o.lease_ttl = lease_ttl
         o.store_timeout = store_timeout
         o.op_timeout = op_timeout
+        err = ctypes.create_string_buffer(512)
+        o.errbuf = ctypes.cast(err, ctypes.c_void_p)
+        o.errbuf_len = len(err)
         h = ctypes.c_void_p()
-        check(f"cannot create agent {name}", _lib.md_agent_new(ctypes.byref(o), ctypes.byref(h)))
+        rc = _lib.md_agent_new(ctypes.byref(o), ctypes.byref(h))
+        # the reason in the library's words (both stores configured, a bad
+        # endpoint, a port in use), not only the code's generic text
+        check(f"cannot create agent {name}", rc, err.value.decode(errors="replace"))
         self._h = h
         self.name = name
 

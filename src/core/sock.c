@@ -247,6 +247,17 @@ int mu__sock_wait_readable(int fd, int64_t deadline)
 	return wait_fd(fd, POLLIN, deadline);
 }
 
+int mu__sock_idle_ok(int fd)
+{
+	struct pollfd pfd = {fd, POLLIN | POLLRDHUP, 0};
+	int n;
+
+	do
+		n = poll(&pfd, 1, 0);
+	while (n < 0 && errno == EINTR);
+	return n == 0;
+}
+
 void mu__sock_close(int fd)
 {
 	if (fd >= 0)

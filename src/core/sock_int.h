@@ -51,6 +51,13 @@ int mu__sock_sendv(int fd, struct iovec *iov, int n, int64_t deadline,
 int mu__sock_listen(const char *host, int port, int backlog, int *fd,
                     int *bound_port);
 
+/*
+ * May a connection idle between exchanges be written on? 1 when nothing is
+ * readable: where the peer owes nothing between requests, a readable socket
+ * means it closed, reset, or sent bytes nobody asked for.
+ */
+int mu__sock_idle_ok(int fd);
+
 void mu__sock_close(int fd);
 
 #endif

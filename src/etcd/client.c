@@ -173,14 +173,6 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
 	return mu__buf_append(b, p, size * n) == 0 ? size * n : 0;
 }
 
-/* May this failure be retried on another member without doing twice? */
-static int retry_elsewhere(CURLcode res, int idempotent)
-{
-	if (res == CURLE_COULDNT_CONNECT || res == CURLE_COULDNT_RESOLVE_HOST)
-		return 1; /* nothing was sent */
-	return idempotent;
-}
-
 static int one_try(mu_etcd_t *e, const char *path, const mu__buf_t *body,
                    mu__buf_t *resp, long *status, CURLcode *res)
 {
@@ -211,37 +203,74 @@ static int one_try(mu_etcd_t *e, const char *path, const mu__buf_t *body,
 }
 
 /*
- * POST body to path, trying members in turn. On success *root is the
- * response object (the caller's).
+ * Did the member fail (rather than etcd answer)? No connection, no answer
+ * in time, a 5xx (no leader, no quorum), or a reply that is not etcd's.
+ */
+static int member_failed(int rc)
+{
+	return rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == MU_EPROTO;
+}
+
+/* Classify the reply of the current member; a member failure's text names it. */
+static int answer(mu_etcd_t *e, const char *path, long status,
+                  const mu__buf_t *resp, cJSON **root)
+{
+	char text[sizeof(e->err)];
+	int rc = mu__etcd_response((int)status, resp->data ? resp->data : "",
+	                           resp->len, root, e->err, sizeof(e->err));
+
+	if (rc == 0) {
+		e->err[0] = '\0';
+	} else if (member_failed(rc)) {
+		memcpy(text, e->err, sizeof(text));
+		snprintf(e->err, sizeof(e->err), "%.500s%.100s: %.400s", e->eps[e->cur],
+		         path, text);
+	}
+	return rc;
+}
+
+/*
+ * POST body to path; on success *root is the response object (the
+ * caller's). An error etcd itself answers (a 4xx with its error object:
+ * unknown lease, request too large) is final. A try the member failed
+ * (member_failed) moves the client on to the next member, so that this
+ * call's retry and every later call go there rather than back to the
+ * failing one. Whether this call is retried there depends on whether the
+ * failed try may have taken effect:
+ *
+ * - nothing was sent (no connection): always;
+ * - else only when `repeatable`: put, range, delete, lease keepalive and
+ *   revoke (doing them twice leaves the same state; a repeated delete
+ *   counts 0 deleted), and lease grant (a grant that did happen, its
+ *   answer lost, leaves a lease nobody uses, which expires after its TTL);
+ * - a txn is not repeatable: a create-if-absent or compare-and-swap that
+ *   applied on the first member, only its answer lost (a timeout, a 5xx
+ *   after the proposal), would on a retry find its own write and report
+ *   "not created" / "not swapped": a wrong answer the caller would act on
+ *   (someone else owns the key). The failure is returned instead, and the
+ *   caller reads the key to learn the outcome.
  */
 static int call(mu_etcd_t *e, const char *path, const mu__buf_t *body,
-                int idempotent, cJSON **root)
+                int repeatable, cJSON **root)
 {
 	mu__buf_t resp;
 	size_t tries;
 	long status = 0;
 	CURLcode res = CURLE_OK;
-	int rc = MU_EARG;
+	int rc = MU_EARG, sent;
 
 	*root = NULL;
 	mu__buf_init(&resp, MAX_RESPONSE);
 	for (tries = 0; tries < e->neps; tries++) {
 		rc = one_try(e, path, body, &resp, &status, &res);
-		if (rc == 0) {
-			rc = mu__etcd_response((int)status, resp.data ? resp.data : "",
-			                       resp.len, root, e->err, sizeof(e->err));
-			if (rc == 0)
-				e->err[0] = '\0';
-			/* a member without a leader or quorum: try another */
-			if ((rc == -ECONNREFUSED || rc == -ETIMEDOUT) && idempotent) {
-				e->cur = (e->cur + 1) % e->neps;
-				continue;
-			}
-			break;
-		}
-		if (rc == MU_ETOOBIG || !retry_elsewhere(res, idempotent))
-			break;
+		if (rc == 0)
+			rc = answer(e, path, status, &resp, root);
+		if (rc == 0 || !member_failed(rc))
+			break; /* done, or etcd's own answer, or over our limit */
+		sent = res != CURLE_COULDNT_CONNECT && res != CURLE_COULDNT_RESOLVE_HOST;
 		e->cur = (e->cur + 1) % e->neps;
+		if (sent && !repeatable)
+			break;
 	}
 	mu__buf_free(&resp);
 	return rc;
@@ -329,7 +358,7 @@ static int txn_put(mu_etcd_t *e, const void *key, size_t klen, int64_t mod_rev,
 	*ok = 0;
 	rc = mu__etcd_body_txn_put(&b, key, klen, mod_rev, value, vlen, lease);
 	if (rc == 0)
-		rc = call(e, "/v3/kv/txn", &b, 0, &root); /* not retried after a send */
+		rc = call(e, "/v3/kv/txn", &b, 0, &root); /* not repeatable: see call() */
 	if (rc == 0) /* "succeeded" is left out when false */
 		*ok = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "succeeded"));
 	cJSON_Delete(root);
@@ -359,7 +388,7 @@ int mu_etcd_lease_grant(mu_etcd_t *e, int64_t ttl, int64_t *id, int64_t *granted
 
 	rc = mu__etcd_body_lease(&b, "TTL", ttl);
 	if (rc == 0)
-		rc = call(e, "/v3/lease/grant", &b, 0, &root);
+		rc = call(e, "/v3/lease/grant", &b, 1, &root);
 	if (rc == 0)
 		rc = mu__etcd_int64(root, "ID", id);
 	if (rc == 0 && granted != NULL)

@@ -214,15 +214,19 @@ int mu__etcd_response(int http_status, const char *body, size_t len,
 	/* {"error","message","code"}, or plain text from the HTTP mux */
 	err = cJSON_GetObjectItemCaseSensitive(v, "error");
 	code = cJSON_GetObjectItemCaseSensitive(v, "code");
-	if (cJSON_IsString(err))
+	if (cJSON_IsString(err)) {
 		snprintf(msg, msglen, "%s", err->valuestring);
-	else
+		rc = map_error(cJSON_IsNumber(code) ? code->valueint : -1, msg);
+	} else {
 		snprintf(msg, msglen, "HTTP %d: %.*s", http_status,
 		         (int)(len > 100 ? 100 : len), body);
-	rc = map_error(cJSON_IsNumber(code) ? code->valueint : -1, msg);
+		rc = map_error(-1, msg);
+		if (rc == MU_EFAIL)
+			rc = MU_EPROTO; /* not etcd's error object: not etcd answering */
+	}
 	/* a member without a leader (503), or one that cannot reach quorum
 	 * (500 "context deadline exceeded"): another member may do better */
-	if (http_status > 500 || (http_status == 500 && rc == MU_EFAIL))
+	if (http_status > 500 || (http_status == 500 && (rc == MU_EFAIL || rc == MU_EPROTO)))
 		rc = -ECONNREFUSED;
 	cJSON_Delete(v);
 	return rc;

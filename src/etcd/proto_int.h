@@ -38,7 +38,8 @@ int mu__etcd_body_watch(mu__buf_t *b, const void *k, size_t kn,
 /*
  * Classify a response: 0 for a 2xx with a JSON object body (*root is the
  * caller's), else the error mapped as mu_etcd_* document it, with etcd's
- * text copied into msg.
+ * text copied into msg. A body that is not etcd (no JSON error object)
+ * is MU_EPROTO; any 5xx that is not etcd's own timeout, -ECONNREFUSED.
  */
 int mu__etcd_response(int http_status, const char *body, size_t len,
                       cJSON **root, char *msg, size_t msglen);

@@ -6,6 +6,7 @@
  * queue and its thread are in worker.c; the transports in backend_*.c.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +31,59 @@ void mu_md_opts_init(mu_md_opts_t *o)
 	o->op_timeout = 5;
 }
 
-/* The first of the variables that is set (empty counts), or NULL. */
-static const char *env2(const char *mine, const char *nixl)
+/*
+ * The first of the variables that is set (empty counts), or NULL; *from
+ * names where the value came from.
+ */
+static const char *env2(const char *mine, const char *nixl, const char **from)
 {
 	const char *v = getenv(mine);
 
-	return v != NULL ? v : getenv(nixl);
+	*from = mine;
+	if (v == NULL) {
+		v = getenv(nixl);
+		*from = nixl;
+	}
+	return v;
+}
+
+/* Log why creation failed and, unless said already, tell the caller. */
+static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+
+static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
+{
+	char text[512];
+
+	vsnprintf(text, sizeof(text), fmt, ap);
+	mu__log(MU_LOG_ERROR, "md", "%s", text);
+	if (!*said && o->errbuf != NULL && o->errbuf_len > 0)
+		snprintf(o->errbuf, o->errbuf_len, "%s", text);
+	*said = 1;
+}
+
+void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	say(&a->o, &a->setup_said, fmt, ap);
+	va_end(ap);
+}
+
+/* The same, before there is an agent; returns rc. */
+static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	int said = 0;
+
+	va_start(ap, fmt);
+	say(o, &said, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 static int copy(char *dst, size_t n, const char *src)
@@ -55,32 +103,39 @@ static int configure(mu_md_agent_t *a, const mu_md_opts_t *o)
 {
 	const char *etcd = o->etcd_endpoints, *ns = o->etcd_namespace;
 	const char *ts = o->tcpstore_endpoint;
+	const char *etcd_from = "etcd_endpoints", *ns_from = "etcd_namespace";
+	const char *ts_from = "tcpstore_endpoint";
 
 	if (!o->no_env) {
 		if (etcd == NULL)
-			etcd = env2("MUSTER_ETCD_ENDPOINTS", "NIXL_ETCD_ENDPOINTS");
+			etcd = env2("MUSTER_ETCD_ENDPOINTS", "NIXL_ETCD_ENDPOINTS", &etcd_from);
 		if (ns == NULL)
-			ns = env2("MUSTER_ETCD_NAMESPACE", "NIXL_ETCD_NAMESPACE");
+			ns = env2("MUSTER_ETCD_NAMESPACE", "NIXL_ETCD_NAMESPACE", &ns_from);
 		if (ts == NULL)
-			ts = env2("MUSTER_TCPSTORE_ENDPOINT", "NIXL_TCPSTORE_ENDPOINT");
+			ts = env2("MUSTER_TCPSTORE_ENDPOINT", "NIXL_TCPSTORE_ENDPOINT", &ts_from);
 	}
 	if (etcd != NULL && ts != NULL) {
-		mu__log(MU_LOG_ERROR, "md",
-		        "agent %s: etcd (%s) and a TCPStore (%s) are both configured; "
-		        "they are mutually exclusive (check MUSTER_/NIXL_ETCD_ENDPOINTS "
-		        "and MUSTER_/NIXL_TCPSTORE_ENDPOINT)", o->name, etcd, ts);
+		mu__md_setup_error(a, "agent %.64s: etcd (%s=\"%.64s\") and a TCPStore "
+		                   "(%s=\"%.64s\") are both configured; they are mutually "
+		                   "exclusive", o->name, etcd_from, etcd, ts_from, ts);
 		return MU_EARG;
 	}
 	if ((etcd != NULL && etcd[0] == '\0') || (ts != NULL && ts[0] == '\0')) {
-		mu__log(MU_LOG_ERROR, "md", "agent %s: a store endpoint is set but empty",
-		        o->name);
+		mu__md_setup_error(a, "agent %.64s: the store endpoint %s is set but empty",
+		                   o->name, etcd != NULL ? etcd_from : ts_from);
 		return MU_EARG;
 	}
 	if (copy(a->etcd_endpoints, sizeof(a->etcd_endpoints), etcd) ||
 	    copy(a->etcd_namespace, sizeof(a->etcd_namespace), ns ? ns : "/nixl/agents/") ||
 	    copy(a->tcpstore_endpoint, sizeof(a->tcpstore_endpoint), ts) ||
-	    copy(a->listen_host, sizeof(a->listen_host), o->listen_host ? o->listen_host : "0.0.0.0"))
+	    copy(a->listen_host, sizeof(a->listen_host), o->listen_host ? o->listen_host : "0.0.0.0")) {
+		mu__md_setup_error(a, "agent %.64s: %s is too long", o->name,
+		                   etcd && strlen(etcd) >= sizeof(a->etcd_endpoints) ? etcd_from
+		                   : ns && strlen(ns) >= sizeof(a->etcd_namespace) ? ns_from
+		                   : ts && strlen(ts) >= sizeof(a->tcpstore_endpoint) ? ts_from
+		                                                                : "listen_host");
 		return MU_EARG;
+	}
 	a->o.etcd_endpoints = etcd ? a->etcd_endpoints : NULL;
 	a->o.etcd_namespace = a->etcd_namespace;
 	a->o.tcpstore_endpoint = ts ? a->tcpstore_endpoint : NULL;
@@ -89,7 +144,8 @@ static int configure(mu_md_agent_t *a, const mu_md_opts_t *o)
 #ifdef MU_HAVE_CURL
 		a->store = &mu__md_backend_etcd;
 #else
-		mu__log(MU_LOG_ERROR, "md", "this libmuster was built without etcd (libcurl)");
+		mu__md_setup_error(a, "agent %.64s: %s is set, but this libmuster was "
+		                   "built without etcd (libcurl)", o->name, etcd_from);
 		return MU_EARG;
 #endif
 	} else if (ts != NULL) {
@@ -124,12 +180,18 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->name == NULL || o->name[0] == '\0' ||
-	    strlen(o->name) > MU_MD_NAME_MAX || o->op_timeout <= 0)
+	if (o == NULL)
 		return MU_EARG;
+	if (o->errbuf != NULL && o->errbuf_len > 0)
+		o->errbuf[0] = '\0';
+	if (o->name == NULL || o->name[0] == '\0' || strlen(o->name) > MU_MD_NAME_MAX)
+		return early_error(o, MU_EARG, "an agent needs a name of 1 to %d bytes",
+		                   MU_MD_NAME_MAX);
+	if (!(o->op_timeout > 0))
+		return early_error(o, MU_EARG, "agent %.64s: op_timeout must be > 0", o->name);
 	a = mu__calloc(1, sizeof(*a));
 	if (a == NULL)
-		return MU_ENOMEM;
+		return early_error(o, MU_ENOMEM, "agent %.64s: %s", o->name, mu_strerror(MU_ENOMEM));
 	memcpy(a->name, o->name, strlen(o->name) + 1);
 	a->o = *o;
 	a->o.name = a->name;
@@ -158,9 +220,14 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 		a->p2p->close(a->p2p_st);
 	}
 	if (rc != 0) {
+		/* every failure says why; this is for those that had no words */
+		if (!a->setup_said)
+			mu__md_setup_error(a, "agent %.64s: %s", o->name, mu_strerror(rc));
 		agent_destroy(a);
 		return rc;
 	}
+	a->o.errbuf = NULL; /* the caller's, for this call only */
+	a->o.errbuf_len = 0;
 	*out = a;
 	return 0;
 }
@@ -539,9 +606,14 @@ void mu__md_complete(mu_md_agent_t *a, mu__md_op_t *op, int status,
 		mu__free(old);
 		a->ndone--;
 	}
+	/* queue the event before waking waiters, under the same lock: when
+	 * mu_md_wait returns, the event is already there to be taken (the
+	 * CLI prints its detail right after the wait) */
+	push_event(a, &ev);
 	uv_cond_broadcast(&a->done_cond);
 	uv_mutex_unlock(&a->lock);
-	emit(a, &ev);
+	if (a->o.on_event != NULL)
+		a->o.on_event(a->o.ud, &ev);
 	mu__free(op->blob);
 	mu__free(op);
 }

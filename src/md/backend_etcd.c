@@ -539,8 +539,8 @@ static int etcd_open(mu_md_agent_t *a, void **st)
 	if (rc == 0)
 		rc = mu_etcd_new(&o, &be->e);
 	if (rc != 0) {
-		mu__log(MU_LOG_ERROR, "md", "agent %s: bad etcd endpoints \"%s\"", a->name,
-		        a->o.etcd_endpoints);
+		mu__md_setup_error(a, "agent %.64s: bad etcd endpoints \"%.100s\": %s",
+		                   a->name, a->o.etcd_endpoints, mu_strerror(rc));
 		etcd_close(be);
 		return rc;
 	}

@@ -11,9 +11,13 @@
  * "ip:port", blocking sockets with a deadline on every write and read
  * (NIXL sends without one, so a peer that stops reading wedges it). A
  * connection that failed, or whose reply never came, is dropped: the next
- * exchange dials again.
+ * exchange dials again. So is a cached one found readable before use
+ * (the peer closed or reset it, e.g. it restarted on the same port):
+ * LOAD and INVL have no reply, and a frame written there would be
+ * reported sent while going nowhere.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -205,7 +209,16 @@ static void drop_conn(p2p_t *p, const char *key)
 		mu__sock_close((int)((intptr_t)v - 1));
 }
 
-/* The cached connection to op's peer, or a new one. */
+/*
+ * The cached connection to op's peer if it is still good, or a new one.
+ * Between exchanges nothing is due from the peer (a SEND's reply is read
+ * whole), so a cached socket that is readable closed, reset or sent bytes
+ * nobody asked for (mu__sock_idle_ok). A write there would still succeed
+ * locally, its bytes lost to the peer's reset: this check is the only
+ * chance to notice. (A peer that dies after it, while our frame is in
+ * flight, is not noticed: LOAD and INVL have no reply, in NIXL's protocol
+ * as in ours.)
+ */
 static int dial(p2p_t *p, const mu__md_op_t *op, char *key, size_t keylen,
                 int64_t deadline, int *fresh)
 {
@@ -214,9 +227,13 @@ static int dial(p2p_t *p, const mu__md_op_t *op, char *key, size_t keylen,
 
 	snprintf(key, keylen, "%s:%d", op->ip, op->port);
 	v = mu__strmap_get(&p->out, key, strlen(key));
-	*fresh = v == NULL;
-	if (v != NULL)
+	if (v != NULL && mu__sock_idle_ok((int)((intptr_t)v - 1))) {
+		*fresh = 0;
 		return (int)((intptr_t)v - 1);
+	}
+	if (v != NULL)
+		drop_conn(p, key); /* the peer went away since: dial again */
+	*fresh = 1;
 	rc = mu__sock_connect(op->ip, op->port, deadline, &fd);
 	if (rc != 0)
 		return rc;
@@ -367,8 +384,8 @@ static int p2p_open(mu_md_agent_t *a, void **st)
 	if (a->o.listen)
 		rc = start_listener(p);
 	if (rc != 0) {
-		mu__log(MU_LOG_ERROR, "md", "agent %s: cannot listen on %s:%d: %s", a->name,
-		        a->o.listen_host, a->o.listen_port, mu_strerror(rc));
+		mu__md_setup_error(a, "agent %.64s: cannot listen on %.64s:%d: %s", a->name,
+		                   a->o.listen_host, a->o.listen_port, mu_strerror(rc));
 		p2p_close(p);
 		return rc;
 	}

@@ -239,11 +239,16 @@ static int ts_open(mu_md_agent_t *a, void **st)
 	mu__strmap_init(&t->published);
 	mu__list_init(&t->pending);
 	t->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (t->efd < 0 ||
-	    mu__split_hostport(a->o.tcpstore_endpoint, t->host, sizeof(t->host), &t->port) != 0 ||
+	if (t->efd < 0) {
+		int rc = -errno;
+
+		ts_close(t);
+		return rc;
+	}
+	if (mu__split_hostport(a->o.tcpstore_endpoint, t->host, sizeof(t->host), &t->port) != 0 ||
 	    t->port == 0) {
-		mu__log(MU_LOG_ERROR, "md", "agent %s: TCPStore endpoint \"%s\" is not host:port",
-		        a->name, a->o.tcpstore_endpoint);
+		mu__md_setup_error(a, "agent %.64s: TCPStore endpoint \"%.100s\" is not host:port",
+		                   a->name, a->o.tcpstore_endpoint);
 		ts_close(t);
 		return MU_EARG;
 	}

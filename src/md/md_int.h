@@ -73,7 +73,9 @@ typedef struct {
 
 struct mu_md_agent_s {
 	char name[MU_MD_NAME_MAX + 1];
-	mu_md_opts_t o;                 /* strings point at the copies below */
+	mu_md_opts_t o;                 /* strings point at the copies below;
+	                                 * errbuf only while being created */
+	int setup_said;                 /* creation failed and said why */
 	char listen_host[64];
 	char etcd_endpoints[1024];
 	char etcd_namespace[256];
@@ -104,6 +106,13 @@ struct mu_md_agent_s {
 	int listen_port;
 };
 
+/*
+ * Creation failed (from mu_md_agent_new and the backends' open): log why
+ * and copy it to the caller's o.errbuf. Keeps the first reason given.
+ */
+void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 /* Load blob as name's metadata under label (the agent's rules). */
 int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob,
                 size_t n, char *name, size_t name_len);
@@ -114,7 +123,11 @@ mu__md_blob_t *mu__md_local_copy(mu_md_agent_t *a, const char *label);
 /* Copies of every local blob with its label, for re-publishing. */
 int mu__md_local_labels(mu_md_agent_t *a, char ***labels, size_t *n);
 
-/* Finish op (frees it): record the status, wake waiters, emit the event. */
+/*
+ * Finish op (frees it): record the status and queue the event together,
+ * then wake waiters, then call on_event. Whoever mu_md_wait wakes finds
+ * the event queued; on_event sees the result already visible to both.
+ */
 void mu__md_complete(mu_md_agent_t *a, mu__md_op_t *op, int status,
                      const char *name, const char *detail);
 /* Queue an unsolicited event. */

@@ -7,9 +7,13 @@
  *
  * Unlike torch's, every reply is read under a deadline, so a server that
  * never answers cannot hang the caller; and a connection that failed is
- * replaced on the next call.
+ * replaced on the next call. So is one found dead before it is used (the
+ * server closed it: it stopped, or restarted on the same port): SET and
+ * the other requests without a reply would otherwise be written into it,
+ * reported done, and lost.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +33,8 @@ struct mu_store_client_s {
 	mu_store_client_opts_t o;
 	char host[256];
 	int fd;                 /* -1: reconnect on the next call */
+	int reused;             /* fd is from an earlier call and nothing of
+	                         * this call has been sent on it yet */
 	mu__store_dialect_t d;
 };
 
@@ -155,6 +161,21 @@ void mu_store_client_close(mu_store_client_t *c)
 /* ---- requests ---- */
 
 /*
+ * (A connection kept from an earlier call is checked with
+ * mu__sock_idle_ok before use: between calls the server owes us nothing —
+ * every reply is read whole, a timed-out wait is canceled or its
+ * connection dropped — so a readable socket was closed, reset, or holds
+ * bytes nobody asked for. A request written there would still be accepted
+ * by our kernel: this is when to notice.)
+ */
+
+/* The send failed because the connection is gone (not our deadline). */
+static int gone(int rc)
+{
+	return rc == MU_EEOF || rc == -EPIPE || rc == -ECONNRESET || rc == -ENOTCONN;
+}
+
+/*
  * After any failure the connection is dropped (a late reply must never be
  * read as the answer to a later request); the next call redials. A wait
  * that timed out cleanly does not come through here.
@@ -168,8 +189,14 @@ static int broken(mu_store_client_t *c, int rc)
 	return rc;
 }
 
+/* A connection for a new call: the kept one if it is still good. */
 static int ready(mu_store_client_t *c)
 {
+	if (c->fd >= 0 && !mu__sock_idle_ok(c->fd)) {
+		mu__sock_close(c->fd);
+		c->fd = -1;
+	}
+	c->reused = c->fd >= 0;
 	return c->fd >= 0 ? 0 : reconnect(c);
 }
 
@@ -203,10 +230,28 @@ static int put_keys(mu_store_client_t *c, mu__buf_t *b, const char *const *keys,
 	return rc;
 }
 
+/*
+ * Send a request. If the connection kept from an earlier call turns out
+ * gone while the call's first request is sent (the server went after
+ * ready() looked), the request is sent once more on a new connection: a
+ * send that failed never handed the request's tail to our kernel, so no
+ * server can have acted on it, and saying it again cannot do it twice.
+ * What is not caught: a server that goes after the last byte left, with
+ * a request that has no reply (SET, APPEND, MULTI_SET), as with torch.
+ */
 static int send_buf(mu_store_client_t *c, mu__buf_t *b, int rc)
 {
+	int again = c->reused;
+
+	c->reused = 0;
 	if (rc == 0)
 		rc = mu__sock_send_all(c->fd, b->data, b->len, mu__deadline(c->o.timeout_ms));
+	if (rc != 0 && again && gone(rc)) {
+		rc = reconnect(c);
+		if (rc == 0)
+			rc = mu__sock_send_all(c->fd, b->data, b->len,
+			                       mu__deadline(c->o.timeout_ms));
+	}
 	mu__buf_free(b);
 	return rc;
 }

@@ -16,16 +16,21 @@
 
 static etcd_fixture_t fx;
 
-static mu_etcd_t *client(const char *endpoints)
+static mu_etcd_t *client_ms(const char *endpoints, int timeout_ms)
 {
 	mu_etcd_opts_t o;
 	mu_etcd_t *e;
 
 	mu_etcd_opts_init(&o);
 	o.endpoints = endpoints;
-	o.timeout_ms = 3000;
+	o.timeout_ms = timeout_ms;
 	assert_int_equal(mu_etcd_new(&o, &e), 0);
 	return e;
+}
+
+static mu_etcd_t *client(const char *endpoints)
+{
+	return client_ms(endpoints, 3000);
 }
 
 static int setup1(void **state)
@@ -188,7 +193,8 @@ static void test_request_too_large(void **state)
 	mu_etcd_free(e);
 }
 
-/* A listener that answers every request with `reply`, then hangs up. */
+/* A listener that answers every request with `reply`, then hangs up;
+ * with reply NULL it never answers, and hangs up when the client does. */
 typedef struct {
 	int fd, port;
 	const char *reply;
@@ -202,8 +208,10 @@ static void *liar_main(void *arg)
 	int c;
 
 	while ((c = accept(l->fd, NULL, NULL)) >= 0) {
-		if (read(c, buf, sizeof(buf)) > 0)
+		if (read(c, buf, sizeof(buf)) > 0 && l->reply != NULL)
 			(void)!write(c, l->reply, strlen(l->reply));
+		while (l->reply == NULL && read(c, buf, sizeof(buf)) > 0)
+			;
 		close(c);
 	}
 	return NULL;
@@ -277,6 +285,50 @@ static void test_dead_and_garbage_endpoints(void **state)
 	}
 }
 
+/*
+ * A bad member first, a live one second. A lease grant is retried on the
+ * live one within the call. A txn that failed on the bad one after being
+ * sent is not (it might have applied), but the client has moved on: the
+ * next txn goes to the live member, and so does every later call.
+ */
+static void failover_past(const char *reply, const char *key, int failure)
+{
+	char eps[512], port[32];
+	mu_etcd_t *e;
+	int64_t id, ttl;
+	int ok;
+	liar_t bad;
+
+	liar_start(&bad, reply);
+	snprintf(eps, sizeof(eps), "127.0.0.1:%d,%s", bad.port, fx.endpoints);
+	snprintf(port, sizeof(port), "127.0.0.1:%d/", bad.port);
+	e = client_ms(eps, 1000);
+	assert_int_equal(mu_etcd_lease_grant(e, 30, &id, &ttl), 0);
+	assert_int_equal(mu_etcd_lease_revoke(e, id), 0);
+	mu_etcd_free(e);
+
+	e = client_ms(eps, 1000);
+	assert_int_equal(mu_etcd_create(e, key, strlen(key), "1", 1, 0, &ok), failure);
+	assert_non_null(strstr(mu_etcd_last_error(e), port)); /* names the member */
+	assert_int_equal(mu_etcd_create(e, key, strlen(key), "1", 1, 0, &ok), 0);
+	assert_true(ok);
+	assert_int_equal(mu_etcd_create(e, key, strlen(key), "2", 1, 0, &ok), 0);
+	assert_false(ok);
+	assert_int_equal(mu_etcd_lease_grant(e, 30, &id, &ttl), 0);
+	assert_int_equal(mu_etcd_lease_revoke(e, id), 0);
+	mu_etcd_free(e);
+	liar_stop(&bad);
+}
+
+static void test_failover_past_a_bad_first_member(void **state)
+{
+	(void)state;
+	failover_past("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n<html>", "/f/text", MU_EPROTO);
+	failover_past("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\noops",
+	              "/f/500", -ECONNREFUSED);
+	failover_past(NULL, "/f/hang", -ETIMEDOUT);
+}
+
 /* Kill the leader of a 3-member cluster while writing: calls go on. */
 static void test_cluster_leader_loss(void **state)
 {
@@ -324,6 +376,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_watch, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_request_too_large, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_and_garbage_endpoints, setup1, teardown),
+		cmocka_unit_test_setup_teardown(test_failover_past_a_bad_first_member, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_cluster_leader_loss, setup1, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

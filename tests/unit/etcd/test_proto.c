@@ -101,11 +101,15 @@ static void test_errors(void **state)
 	assert_int_equal(classify(500, "{\"error\":\"context deadline exceeded\",\"code\":2}", msg, sizeof(msg)), -ETIMEDOUT);
 	assert_int_equal(classify(503, "{\"error\":\"etcdserver: no leader\",\"code\":14}", msg, sizeof(msg)), -ECONNREFUSED);
 	assert_int_equal(classify(400, "{\"error\":\"illegal base64 data at input byte 0\",\"code\":3}", msg, sizeof(msg)), MU_EFAIL);
-	assert_int_equal(classify(404, "404 page not found\n", msg, sizeof(msg)), MU_EFAIL);
+	/* plain text, not etcd's error object: something else answered */
+	assert_int_equal(classify(404, "404 page not found\n", msg, sizeof(msg)), MU_EPROTO);
 	assert_non_null(strstr(msg, "404"));
 	/* garbage where a JSON object was promised */
 	assert_int_equal(classify(200, "<html>", msg, sizeof(msg)), MU_EPROTO);
 	assert_int_equal(classify(200, "[1]", msg, sizeof(msg)), MU_EPROTO);
+	/* a 5xx of any kind: the member cannot serve now, another may */
+	assert_int_equal(classify(500, "oops", msg, sizeof(msg)), -ECONNREFUSED);
+	assert_int_equal(classify(502, "<html>bad gateway</html>", msg, sizeof(msg)), -ECONNREFUSED);
 }
 
 static void test_range_with_omitted_fields(void **state)

@@ -16,8 +16,8 @@
 
 #define T 10000
 
-static mu_md_agent_t *agent(const char *name, int listen, const char *etcd,
-                            const char *ts)
+static mu_md_agent_t *agent_on(const char *name, int listen, int port,
+                               const char *etcd, const char *ts)
 {
 	mu_md_opts_t o;
 	mu_md_agent_t *a;
@@ -26,7 +26,7 @@ static mu_md_agent_t *agent(const char *name, int listen, const char *etcd,
 	o.name = name;
 	o.listen = listen;
 	o.listen_host = "127.0.0.1";
-	o.listen_port = 0;
+	o.listen_port = port;
 	o.no_env = 1;
 	o.etcd_endpoints = etcd;
 	o.tcpstore_endpoint = ts;
@@ -35,6 +35,12 @@ static mu_md_agent_t *agent(const char *name, int listen, const char *etcd,
 	o.lease_ttl = 2;
 	assert_int_equal(mu_md_agent_new(&o, &a), 0);
 	return a;
+}
+
+static mu_md_agent_t *agent(const char *name, int listen, const char *etcd,
+                            const char *ts)
+{
+	return agent_on(name, listen, 0, etcd, ts);
 }
 
 static int done(mu_md_agent_t *a, uint64_t op)
@@ -147,6 +153,7 @@ static void test_both_stores_is_an_error(void **state)
 {
 	mu_md_opts_t o;
 	mu_md_agent_t *a;
+	char why[256];
 
 	(void)state;
 	mu_md_opts_init(&o);
@@ -154,22 +161,147 @@ static void test_both_stores_is_an_error(void **state)
 	o.no_env = 1;
 	o.etcd_endpoints = "http://127.0.0.1:1";
 	o.tcpstore_endpoint = "127.0.0.1:2";
+	o.errbuf = why;
+	o.errbuf_len = sizeof(why);
+	/* the caller is told why, not only MU_EARG */
 	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
 	assert_null(a);
+	assert_non_null(strstr(why, "mutually exclusive"));
+	assert_non_null(strstr(why, "etcd_endpoints"));
+	assert_non_null(strstr(why, "tcpstore_endpoint"));
 	/* the environment: MUSTER_ wins over NIXL_, and set-but-empty counts */
 	setenv("NIXL_TCPSTORE_ENDPOINT", "127.0.0.1:2", 1);
 	o.no_env = 0;
 	o.etcd_endpoints = NULL;
 	o.tcpstore_endpoint = NULL;
 	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_string_equal(why, ""); /* cleared on success */
 	assert_string_equal(mu_md_backend_name(a), "TCPStore");
 	mu_md_agent_free(a);
 	setenv("MUSTER_ETCD_ENDPOINTS", "http://127.0.0.1:1", 1);
 	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* both now */
+	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS"));
+	assert_non_null(strstr(why, "NIXL_TCPSTORE_ENDPOINT"));
+	assert_non_null(strstr(why, "mutually exclusive"));
 	unsetenv("NIXL_TCPSTORE_ENDPOINT");
 	setenv("MUSTER_ETCD_ENDPOINTS", "", 1);
 	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* empty */
+	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS is set but empty"));
 	unsetenv("MUSTER_ETCD_ENDPOINTS");
+	/* a bad endpoint, a missing name: said too; a short buffer truncates */
+	o.tcpstore_endpoint = "127.0.0.1:abc";
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_non_null(strstr(why, "not host:port"));
+	o.errbuf_len = 8;
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(strlen(why), 7);
+	o.errbuf_len = sizeof(why);
+	o.name = NULL;
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_non_null(strstr(why, "name"));
+	/* without a buffer it still fails the same way */
+	o.errbuf = NULL;
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+}
+
+/* A listen port in use: MU_EBIND, and the words name the address. */
+static void test_listen_port_in_use_says_so(void **state)
+{
+	mu_md_agent_t *a = agent("A", 1, NULL, NULL), *b;
+	mu_md_opts_t o;
+	char why[256], want[64];
+
+	(void)state;
+	mu_md_opts_init(&o);
+	o.name = "B";
+	o.no_env = 1;
+	o.listen = 1;
+	o.listen_host = "127.0.0.1";
+	o.listen_port = mu_md_listen_port(a);
+	o.errbuf = why;
+	o.errbuf_len = sizeof(why);
+	assert_int_equal(mu_md_agent_new(&o, &b), MU_EBIND);
+	snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%d", o.listen_port);
+	assert_non_null(strstr(why, want));
+	mu_md_agent_free(a);
+}
+
+/* Wait (bounded) until a has loaded (want 1) or dropped (want 0) name. */
+static int loaded_within(mu_md_agent_t *a, const char *name, int want, int ms)
+{
+	int64_t deadline = mu__deadline(ms);
+
+	while ((mu_md_check_remote(a, name) == 0) != want && mu__now_ms() < deadline)
+		poll(NULL, 0, 10);
+	return (mu_md_check_remote(a, name) == 0) == want;
+}
+
+/*
+ * B keeps a connection to A's listener; A goes and a new A listens on the
+ * same port. B's next push and INVL must reach the new A: a frame written
+ * into the old connection would be reported sent and go nowhere.
+ */
+static void test_p2p_peer_restarted_on_the_same_port(void **state)
+{
+	mu_md_agent_t *a = agent("A", 1, NULL, NULL), *b = agent("B", 0, NULL, NULL);
+	int port = mu_md_listen_port(a);
+	mu_md_peer_t pa = {"127.0.0.1", port};
+	void *blob;
+	size_t n;
+	uint64_t op;
+
+	(void)state;
+	assert_int_equal(mu_md_set_local(b, NULL, "b", 1), 0);
+	assert_int_equal(mu_md_send_local(b, &pa, NULL, &op), 0);
+	assert_int_equal(done(b, op), 0);
+	assert_true(loaded_within(a, "B", 1, T));
+	/* push: the first one after the restart arrives */
+	mu_md_agent_free(a);
+	a = agent_on("A", 1, port, NULL, NULL);
+	assert_int_equal(mu_md_send_local(b, &pa, NULL, &op), 0);
+	assert_int_equal(done(b, op), 0);
+	assert_true(loaded_within(a, "B", 1, 2000));
+	/* INVL: the same */
+	mu_md_agent_free(a);
+	a = agent_on("A", 1, port, NULL, NULL);
+	assert_int_equal(mu_md_get_local(b, NULL, &blob, &n), 0);
+	assert_int_equal(mu_md_load_remote(a, NULL, blob, n, NULL, 0), 0);
+	mu_free(blob);
+	assert_int_equal(mu_md_invalidate_local(b, &pa, &op), 0);
+	assert_int_equal(done(b, op), 0);
+	assert_true(loaded_within(a, "B", 0, 2000));
+	mu_md_agent_free(a);
+	mu_md_agent_free(b);
+}
+
+/*
+ * When mu_md_wait returns, the op's event is already queued (the CLI
+ * prints its detail right after the wait). Fast failures (a refused
+ * connection) make the race between the two as tight as it gets.
+ */
+static void test_event_queued_before_wait_returns(void **state)
+{
+	mu_md_agent_t *b = agent("B", 0, NULL, NULL);
+	mu_md_peer_t dead = {"127.0.0.1", etcd_free_port()};
+	mu_md_event_t ev;
+	char want[64];
+	uint64_t op;
+	int i, st;
+
+	(void)state;
+	snprintf(want, sizeof(want), "127.0.0.1:%d", dead.port);
+	assert_int_equal(mu_md_set_local(b, NULL, "b", 1), 0);
+	for (i = 0; i < 2000; i++) {
+		assert_int_equal(mu_md_send_local(b, &dead, NULL, &op), 0);
+		assert_int_equal(mu_md_wait(b, op, T, &st), 0);
+		assert_int_equal(st, -ECONNREFUSED);
+		assert_int_equal(mu_md_next_event(b, &ev), 0);
+		assert_true(ev.op == op);
+		assert_int_equal(ev.status, -ECONNREFUSED);
+		assert_non_null(strstr(ev.detail, want));
+		assert_int_equal(mu_md_next_event(b, &ev), -EAGAIN);
+	}
+	mu_md_agent_free(b);
 }
 
 /* publish, fetch (already there, and not yet there), invalidate */
@@ -264,6 +396,9 @@ int main(void)
 		cmocka_unit_test(test_p2p_push_pull_invalidate),
 		cmocka_unit_test(test_load_rules),
 		cmocka_unit_test(test_both_stores_is_an_error),
+		cmocka_unit_test(test_listen_port_in_use_says_so),
+		cmocka_unit_test(test_p2p_peer_restarted_on_the_same_port),
+		cmocka_unit_test(test_event_queued_before_wait_returns),
 		cmocka_unit_test(test_tcpstore),
 		cmocka_unit_test(test_etcd),
 	};

@@ -132,11 +132,18 @@ static void test_over_limit_value_closes_only_that_client(void **state)
 	char *blob = calloc(1, (1u << 20) + 1);
 	mu_store_value_t v;
 	int64_t n;
+	int ready = 1;
 
 	(void)state;
-	/* the SET itself has no reply; the server closes, the next call sees it */
-	assert_int_equal(mu_store_set(big, "x", blob, (1u << 20) + 1), 0);
-	assert_int_not_equal(mu_store_num_keys(big, &n), 0);
+	/* the SET itself has no reply (it may still see the close while
+	 * sending). The server closes that connection before it reads any
+	 * later request: the next call fails on it, or notices before using
+	 * it; either way the call after it is on a new connection */
+	(void)mu_store_set(big, "x", blob, (1u << 20) + 1);
+	if (mu_store_num_keys(big, &n) != 0)
+		assert_int_equal(mu_store_num_keys(big, &n), 0);
+	assert_int_equal(mu_store_check(big, (const char *[]){"x"}, 1, &ready), 0);
+	assert_false(ready);
 	assert_int_equal(mu_store_set(ok, "y", blob, 1u << 20), 0);
 	assert_int_equal(mu_store_get(ok, "y", &v), 0);
 	assert_int_equal(v.len, 1u << 20);

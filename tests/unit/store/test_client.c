@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for src/store/client.c on connections that go bad between
+ * calls: a store restarted on the same port (a SET must reach the new
+ * one, not vanish into the old connection), a server that never answers,
+ * and one that sends bytes nobody asked for. The plain request paths are
+ * in test_server.c; torch as the peer in tests/interop/test_store_*.py.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "mu_test.h"
+
+#include "muster/store.h"
+#include "core/time_int.h"
+
+static mu_store_server_t *server_on(int port)
+{
+	mu_store_server_opts_t o;
+	mu_store_server_t *s;
+
+	mu_store_server_opts_init(&o);
+	o.host = "127.0.0.1";
+	o.port = port;
+	o.silent = 1;
+	assert_int_equal(mu_store_server_start(&o, &s), 0);
+	return s;
+}
+
+static mu_store_client_t *client_on(int port, mu_store_dialect_t d, int timeout_ms)
+{
+	mu_store_client_opts_t o;
+	mu_store_client_t *c;
+
+	mu_store_client_opts_init(&o);
+	o.port = port;
+	o.dialect = d;
+	o.timeout_ms = timeout_ms;
+	assert_int_equal(mu_store_client_connect(&o, &c), 0);
+	return c;
+}
+
+static int has_key(int port, const char *key)
+{
+	mu_store_client_t *c = client_on(port, MU_STORE_AUTO, 5000);
+	int ready = -1;
+
+	assert_int_equal(mu_store_check(c, &key, 1, &ready), 0);
+	mu_store_client_close(c);
+	return ready;
+}
+
+/* Every request kind right after a restart: none is lost or misread. */
+static void restarted_on_the_same_port(mu_store_dialect_t d)
+{
+	mu_store_server_t *s = server_on(0);
+	int port = mu_store_server_port(s), ready = 0, deleted = 0;
+	mu_store_client_t *c = client_on(port, d, 5000);
+	const char *k3 = "k3";
+	mu_store_value_t v;
+	int64_t n = 0;
+
+	assert_int_equal(mu_store_set(c, "k1", "v1", 2), 0);
+	assert_int_equal(has_key(port, "k1"), 1);
+	/* SET has no reply: written into the old connection it would be
+	 * reported done and lost */
+	mu_store_server_free(s);
+	s = server_on(port);
+	assert_int_equal(mu_store_set(c, "k2", "v2", 2), 0);
+	assert_int_equal(has_key(port, "k2"), 1);
+	/* requests with a reply work at once as well */
+	mu_store_server_free(s);
+	s = server_on(port);
+	assert_int_equal(mu_store_add(c, "n", 5, &n), 0);
+	assert_true(n == 5);
+	mu_store_server_free(s);
+	s = server_on(port);
+	assert_int_equal(mu_store_multi_set(c, &k3, &(mu_store_value_t){"v3", 2}, 1), 0);
+	assert_int_equal(has_key(port, "k3"), 1);
+	assert_int_equal(mu_store_check(c, &k3, 1, &ready), 0);
+	assert_int_equal(ready, 1);
+	assert_int_equal(mu_store_get(c, "k3", &v), 0);
+	assert_int_equal(v.len, 2);
+	mu_free(v.data);
+	assert_int_equal(mu_store_delete(c, "k3", &deleted), 0);
+	assert_int_equal(deleted, 1);
+	mu_store_client_close(c);
+	mu_store_server_free(s);
+}
+
+static void test_restarted_on_the_same_port_v2(void **state)
+{
+	(void)state;
+	restarted_on_the_same_port(MU_STORE_AUTO);
+}
+
+static void test_restarted_on_the_same_port_v1(void **state)
+{
+	(void)state;
+	restarted_on_the_same_port(MU_STORE_DIALECT_V1);
+}
+
+/*
+ * A fake v1 server: each accepted connection reads one request and gets
+ * the next of `replies` (NULL: none, ever); the connections stay open.
+ * conns and nconns belong to its thread until fake_stop joins it.
+ */
+typedef struct {
+	int fd, port, nconns;
+	int conns[8];
+	const char *replies[8];
+	size_t lens[8];
+	pthread_t th;
+} fake_t;
+
+static void *fake_main(void *arg)
+{
+	fake_t *f = arg;
+	char buf[4096];
+	int c;
+
+	while (f->nconns < 8 && (c = accept(f->fd, NULL, NULL)) >= 0) {
+		const char *r = f->replies[f->nconns];
+
+		f->conns[f->nconns] = c;
+		if (r != NULL && read(c, buf, sizeof(buf)) > 0)
+			(void)!write(c, r, f->lens[f->nconns]);
+		f->nconns++;
+	}
+	return NULL;
+}
+
+static void fake_start(fake_t *f)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	f->fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(f->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f->fd, 8), 0);
+	getsockname(f->fd, (struct sockaddr *)&sa, &len);
+	f->port = ntohs(sa.sin_port);
+	pthread_create(&f->th, NULL, fake_main, f);
+}
+
+static void fake_stop(fake_t *f)
+{
+	shutdown(f->fd, SHUT_RDWR);
+	close(f->fd);
+	pthread_join(f->th, NULL);
+	for (int i = 0; i < f->nconns; i++)
+		close(f->conns[i]);
+}
+
+/* A request whose reply never comes fails at the deadline; the next call
+ * does not read the late reply as its own, it starts over. */
+static void test_reply_that_never_comes_fails(void **state)
+{
+	fake_t f = {.replies = {NULL, "\x01"}, .lens = {0, 1}};
+	mu_store_client_t *c;
+	const char *k = "k";
+	int ready = -1;
+	int64_t t0;
+
+	(void)state;
+	fake_start(&f);
+	c = client_on(f.port, MU_STORE_DIALECT_V1, 500);
+	t0 = mu__now_ms();
+	assert_int_equal(mu_store_check(c, &k, 1, &ready), -ETIMEDOUT);
+	assert_true(mu__now_ms() - t0 < 3000);
+	assert_int_equal(mu_store_check(c, &k, 1, &ready), 0);
+	assert_int_equal(ready, 0); /* the second connection's NOT_READY */
+	mu_store_client_close(c);
+	fake_stop(&f);
+}
+
+/* Bytes nobody asked for on an idle connection: it is not trusted with
+ * the next request (whose reply they would pass for). */
+static void test_unasked_bytes_drop_the_connection(void **state)
+{
+	fake_t f = {.replies = {"\x00X", "\x01"}, .lens = {2, 1}};
+	mu_store_client_t *c;
+	const char *k = "k";
+	int ready = -1;
+
+	(void)state;
+	fake_start(&f);
+	c = client_on(f.port, MU_STORE_DIALECT_V1, 2000);
+	assert_int_equal(mu_store_check(c, &k, 1, &ready), 0);
+	assert_int_equal(ready, 1); /* READY, and then an 'X' */
+	poll(NULL, 0, 100);         /* let the 'X' arrive */
+	assert_int_equal(mu_store_check(c, &k, 1, &ready), 0);
+	assert_int_equal(ready, 0); /* from a new connection, not the 'X' */
+	mu_store_client_close(c);
+	fake_stop(&f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_restarted_on_the_same_port_v2),
+		cmocka_unit_test(test_restarted_on_the_same_port_v1),
+		cmocka_unit_test(test_reply_that_never_comes_fails),
+		cmocka_unit_test(test_unasked_bytes_drop_the_connection),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
