@@ -204,57 +204,48 @@ int mu__plan_balanced(const double *w, int n, int k, int *cuts)
 	return 0;
 }
 
-/* Bytes of the params a node range loads (shared ones once). */
-static uint64_t range_bytes(const mu__graph_t *g, int first, int last, const mu__strmap_t *bytes)
+/* Fill devices in order, each up to min(cap, its budget); 1 when every
+ * node found a place. cuts[k]..cuts[k+1] is device k's (maybe empty). */
+static int pack(const double *w, int n, const uint64_t *budget, int nb, double cap, int *cuts)
 {
-	mu__strmap_t seen;
-	uint64_t total = 0;
+	int i = 0;
 
-	mu__strmap_init(&seen);
-	for (int i = first; i < last; i++)
-		for (int j = 0; j < g->nodes[i].nin; j++) {
-			const char *x = g->nodes[i].in[j];
-			const uint64_t *b = mu__strmap_get(bytes, x, strlen(x));
+	for (int k = 0; k < nb; k++) {
+		double sum = 0, lim = (double)budget[k] < cap ? (double)budget[k] : cap;
 
-			if (b != NULL && mu__graph_is_param(g, x) &&
-			    mu__strmap_get(&seen, x, strlen(x)) == NULL &&
-			    mu__strmap_put(&seen, x, strlen(x), &seen, NULL) == 0)
-				total += *b;
-		}
-	mu__strmap_free(&seen, NULL);
-	return total;
+		cuts[k] = i;
+		while (i < n && sum + w[i] <= lim)
+			sum += w[i++];
+	}
+	cuts[nb] = i;
+	return i == n;
 }
 
-int mu__plan_budgets(const mu__graph_t *g, const mu__strmap_t *bytes,
-                     const uint64_t *budget, int nb, int *cuts, int *used,
-                     char *why, size_t wl)
+int mu__plan_fit(const double *w, int n, const uint64_t *budget, int nb, int *cuts)
 {
-	int stage = 0, i = 0;
+	double lo = 0, hi = 0;
 
-	cuts[0] = 0;
-	while (i < g->nnodes) {
-		int start = i;
-
-		if (stage == nb) {
-			snprintf(why, wl, "the model needs %llu bytes of weights from node %d on, "
-			         "and no device is left (%d budgets used)",
-			         (unsigned long long)range_bytes(g, i, g->nnodes, bytes), i, nb);
-			return MU_ETOOBIG;
-		}
-		while (i < g->nnodes && range_bytes(g, start, i + 1, bytes) <= budget[stage])
-			i++;
-		if (i == start) { /* this device cannot take even one node: skip it */
-			if (range_bytes(g, i, i + 1, bytes) > budget[stage] && stage + 1 == nb) {
-				snprintf(why, wl, "node %.100s needs %llu bytes of weights, more than any budget left (%llu)",
-				         g->nodes[i].name, (unsigned long long)range_bytes(g, i, i + 1, bytes),
-				         (unsigned long long)budget[stage]);
-				return MU_ETOOBIG;
-			}
-			cuts[++stage] = i; /* an empty stage: the caller drops it */
-			continue;
-		}
-		cuts[++stage] = i;
+	if (nb < 1 || n < 0)
+		return MU_EARG;
+	for (int i = 0; i < n; i++) {
+		hi += w[i];
+		lo = w[i] > lo ? w[i] : lo;
 	}
-	*used = stage;
+	/* filling greedily is the best a given cap can do (a device that takes
+	 * less only leaves more for the later ones), so the smallest cap that
+	 * still places every node is found by bisection */
+	if (!pack(w, n, budget, nb, hi, cuts))
+		return MU_ETOOBIG;
+	if (pack(w, n, budget, nb, lo, cuts))
+		return 0;
+	while (hi - lo > 0.5) {
+		double mid = lo + (hi - lo) / 2;
+
+		if (pack(w, n, budget, nb, mid, cuts))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	pack(w, n, budget, nb, hi, cuts);
 	return 0;
 }

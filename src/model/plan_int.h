@@ -40,13 +40,11 @@ void mu__plan_free(mu__plan_t *p);
 int mu__plan_balanced(const double *w, int n, int k, int *cuts);
 
 /*
- * Pack nodes in order into stages whose weights fit budget[0..nb); a
- * device too small for the next node gets an empty stage (to be dropped).
- * *used = number of cut ranges made. MU_ETOOBIG with the numbers in why
- * when the model does not fit.
+ * Cut per-node weights w[0..n) over devices of budget[0..nb), in order:
+ * device k takes nodes [cuts[k], cuts[k+1]) (maybe none) whose weights sum
+ * to at most budget[k], and the largest stage is as small as it can be
+ * (to within half a unit). MU_ETOOBIG when no cut fits.
  */
-int mu__plan_budgets(const mu__graph_t *g, const mu__strmap_t *bytes,
-                     const uint64_t *budget, int nb, int *cuts, int *used,
-                     char *why, size_t wl);
+int mu__plan_fit(const double *w, int n, const uint64_t *budget, int nb, int *cuts);
 
 #endif

@@ -283,23 +283,6 @@ int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by, mu_plan_t **out,
 	return 0;
 }
 
-/* Fill devices in order, each up to min(cap, its budget); 1 when every
- * node found a place. cuts[k]..cuts[k+1] is device k's (maybe empty). */
-static int pack(const double *w, int n, const uint64_t *budget, int nb, double cap, int *cuts)
-{
-	int i = 0;
-
-	for (int k = 0; k < nb; k++) {
-		double sum = 0, lim = (double)budget[k] < cap ? (double)budget[k] : cap;
-
-		cuts[k] = i;
-		while (i < n && sum + w[i] <= lim)
-			sum += w[i++];
-	}
-	cuts[nb] = i;
-	return i == n;
-}
-
 static void fit_error(const mu_model_t *m, const double *w, const uint64_t *budget, int nb,
                       char *err, size_t el)
 {
@@ -335,7 +318,7 @@ static void fit_error(const mu_model_t *m, const double *w, const uint64_t *budg
 int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan_t **out,
                     int *device, char *err, size_t el)
 {
-	double *w, lo = 0, hi = 0;
+	double *w;
 	int *cuts, *keep, k = 0, rc;
 	mu_plan_t *p;
 
@@ -351,26 +334,9 @@ int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan
 	rc = w == NULL || cuts == NULL || keep == NULL || p == NULL ? MU_ENOMEM : 0;
 	if (rc == 0)
 		rc = node_bytes(m, w);
-	for (int i = 0; rc == 0 && i < m->g.nnodes; i++) {
-		hi += w[i];
-		lo = w[i] > lo ? w[i] : lo;
-	}
-	if (rc == 0 && !pack(w, m->g.nnodes, budget, nb, hi, cuts)) {
+	if (rc == 0 && (rc = mu__plan_fit(w, m->g.nnodes, budget, nb, cuts)) == MU_ETOOBIG)
 		fit_error(m, w, budget, nb, err, el);
-		rc = MU_ETOOBIG;
-	}
-	/* the smallest per-stage cap that still fits: balanced stages,
-	 * each within its device's budget */
-	while (rc == 0 && hi - lo > 1) {
-		double mid = lo + (hi - lo) / 2;
-
-		if (pack(w, m->g.nnodes, budget, nb, mid, cuts))
-			hi = mid;
-		else
-			lo = mid;
-	}
 	if (rc == 0) {
-		pack(w, m->g.nnodes, budget, nb, hi, cuts);
 		for (int i = 0; i < nb; i++) /* devices that got nothing are not used */
 			if (cuts[i + 1] > cuts[i]) {
 				device[k] = i;

@@ -276,49 +276,95 @@ static void test_balanced_invalid(void **state)
 	assert_int_equal(cuts[2], 2);
 }
 
-/* ---- packing into budgets ---- */
+/* ---- fitting into budgets ---- */
 
-static void budgets_are(const uint64_t *b, int nb, const int *want, int nwant)
+/* The smallest largest stage any cut over the budgets allows (brute
+ * force), or -1 when none fits. */
+static double best_fit(const double *w, int n, const uint64_t *b, int nb, int at, int dev,
+                       double worst)
 {
-	int cuts[16], used = -1;
+	double best = -1;
 
-	why[0] = '\0';
-	if (mu__plan_budgets(&g, &bytes, b, nb, cuts, &used, why, sizeof(why)) != 0)
-		fail_msg("%s", why);
-	assert_int_equal(used, nwant);
-	assert_memory_equal(cuts, want, sizeof(int) * ((size_t)nwant + 1));
+	if (dev == nb)
+		return at == n ? worst : -1;
+	for (int end = at; end <= n; end++) {
+		double sum = 0, r;
+
+		for (int i = at; i < end; i++)
+			sum += w[i];
+		if (sum > (double)b[dev])
+			break;
+		r = best_fit(w, n, b, nb, end, dev + 1, sum > worst ? sum : worst);
+		if (r >= 0 && (best < 0 || r < best))
+			best = r;
+	}
+	return best;
 }
 
-static void test_budgets(void **state)
+static void test_fit_vs_brute_force(void **state)
 {
-	int cuts[16], used;
+	uint32_t seed = 3;
 
 	(void)state;
-	/* node bytes: n1 16 (P1), n2 16 (P1 again), n6 32 (P2) */
-	budgets_are((const uint64_t[]){100}, 1, (const int[]){0, 8}, 1);
-	budgets_are((const uint64_t[]){48}, 1, (const int[]){0, 8}, 1); /* P1 counted once */
-	budgets_are((const uint64_t[]){100, 100}, 2, (const int[]){0, 8}, 1);
-	budgets_are((const uint64_t[]){16, 32}, 2, (const int[]){0, 6, 8}, 2);
-	budgets_are((const uint64_t[]){10, 16, 32}, 3, (const int[]){0, 1, 6, 8}, 3);
-	budgets_are((const uint64_t[]){0, 16, 32}, 3, (const int[]){0, 1, 6, 8}, 3);
-	/* a device too small for the next node gets an empty stage */
-	budgets_are((const uint64_t[]){16, 8, 32}, 3, (const int[]){0, 6, 6, 8}, 3);
-	budgets_are((const uint64_t[]){16, 8, 8, 40}, 4, (const int[]){0, 6, 6, 6, 8}, 4);
+	for (int round = 0; round < 3000; round++) {
+		double w[9], largest = 0;
+		uint64_t b[4];
+		int cuts[5], n = 1 + (int)(seed % 9), nb = 1 + (int)((seed >> 8) % 4), rc;
 
-	/* too small: the numbers are in why */
-	assert_int_equal(mu__plan_budgets(&g, &bytes, (const uint64_t[]){16, 16}, 2, cuts, &used, why,
-	                                  sizeof(why)), MU_ETOOBIG);
-	assert_non_null(strstr(why, "node n6 needs 32 bytes"));
-	assert_non_null(strstr(why, "(16)"));
-	assert_int_equal(mu__plan_budgets(&g, &bytes, (const uint64_t[]){16}, 1, cuts, &used, why,
-	                                  sizeof(why)), MU_ETOOBIG);
-	assert_non_null(strstr(why, "needs 32 bytes of weights from node 6 on"));
-	assert_non_null(strstr(why, "1 budgets used"));
-	assert_int_equal(mu__plan_budgets(&g, &bytes, (const uint64_t[]){47}, 1, cuts, &used, why,
-	                                  sizeof(why)), MU_ETOOBIG);
-	assert_int_equal(mu__plan_budgets(&g, &bytes, (const uint64_t[]){15, 15, 15}, 3, cuts, &used,
-	                                  why, sizeof(why)), MU_ETOOBIG);
-	assert_non_null(strstr(why, "node n1 needs 16 bytes"));
+		for (int i = 0; i < n; i++) {
+			seed = seed * 1664525u + 1013904223u;
+			w[i] = (double)((seed >> 16) % 5 == 0 ? 0 : (seed >> 16) % 40);
+		}
+		for (int k = 0; k < nb; k++) {
+			seed = seed * 1664525u + 1013904223u;
+			b[k] = (seed >> 16) % 120;
+		}
+		seed = seed * 1664525u + 1013904223u;
+		rc = mu__plan_fit(w, n, b, nb, cuts);
+		if (best_fit(w, n, b, nb, 0, 0, 0) < 0) {
+			assert_int_equal(rc, MU_ETOOBIG);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		assert_int_equal(cuts[0], 0);
+		assert_int_equal(cuts[nb], n);
+		for (int k = 0; k < nb; k++) {
+			double sum = 0;
+
+			assert_true(cuts[k] <= cuts[k + 1]);
+			for (int i = cuts[k]; i < cuts[k + 1]; i++)
+				sum += w[i];
+			assert_true(sum <= (double)b[k]);
+			largest = sum > largest ? sum : largest;
+		}
+		/* integer weights: within half a unit is exact */
+		assert_true(largest == best_fit(w, n, b, nb, 0, 0, 0));
+	}
+}
+
+static void test_fit_cases(void **state)
+{
+	double w[] = {0, 16, 0, 0, 0, 0, 32, 0};
+	int cuts[5];
+
+	(void)state;
+	/* one roomy device takes everything */
+	assert_int_equal(mu__plan_fit(w, 8, (const uint64_t[]){100}, 1, cuts), 0);
+	assert_int_equal(cuts[1], 8);
+	/* two: balanced, 16 and 32 */
+	assert_int_equal(mu__plan_fit(w, 8, (const uint64_t[]){100, 100}, 2, cuts), 0);
+	assert_int_equal(cuts[1], 6);
+	/* a device too small for the next node gets nothing */
+	assert_int_equal(mu__plan_fit(w, 8, (const uint64_t[]){16, 8, 32}, 3, cuts), 0);
+	assert_int_equal(cuts[1], 6);
+	assert_int_equal(cuts[2], 6);
+	assert_int_equal(cuts[3], 8);
+	/* too small all together, or for one node */
+	assert_int_equal(mu__plan_fit(w, 8, (const uint64_t[]){47}, 1, cuts), MU_ETOOBIG);
+	assert_int_equal(mu__plan_fit(w, 8, (const uint64_t[]){16, 16, 16}, 3, cuts), MU_ETOOBIG);
+	assert_int_equal(mu__plan_fit(w, 8, (const uint64_t[]){16}, 0, cuts), MU_EARG);
+	/* nothing to place */
+	assert_int_equal(mu__plan_fit(w, 0, (const uint64_t[]){0}, 1, cuts), 0);
 }
 
 int main(void)
@@ -329,7 +375,8 @@ int main(void)
 		cmocka_unit_test(test_from_cuts_out_of_memory),
 		cmocka_unit_test(test_balanced_vs_brute_force),
 		cmocka_unit_test(test_balanced_invalid),
-		cmocka_unit_test(test_budgets),
+		cmocka_unit_test(test_fit_vs_brute_force),
+		cmocka_unit_test(test_fit_cases),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
