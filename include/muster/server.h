@@ -44,7 +44,7 @@ typedef struct {
 	int port_end;             /* exclusive; default 9199 */
 	const char *tracker_host; /* NULL: standalone, the matchkey is the key */
 	int tracker_port;
-	const char *key;          /* device key, e.g. "rasp" (required) */
+	const char *key;          /* device key, e.g. "rasp"; may be "" only standalone */
 	const char *custom_addr;  /* address the tracker hands to clients */
 	int silent;               /* log only warnings and errors */
 	double handshake_timeout; /* seconds to complete a handshake; default 10 */

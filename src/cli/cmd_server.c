@@ -77,10 +77,10 @@ int cmd_server(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (o.key == NULL || o.key[0] == '\0')
-		o.key = "muster"; /* standalone: the matchkey clients must send */
+	if (o.key == NULL)
+		o.key = ""; /* standalone, as TVM: clients send "client:" */
 	mu_device_opts_init(&dopt);
-	dopt.key = o.key;
+	dopt.key = o.key[0] != '\0' ? o.key : "muster";
 	dopt.threads = threads;
 	dopt.md_port = md_port;
 	dopt.md_host = o.host;

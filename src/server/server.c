@@ -224,7 +224,9 @@ static void judge(hs_conn_t *c, const char *mk, size_t mklen)
 	int ok, wait = 0;
 
 	uv_mutex_lock(&s->lock);
-	ok = !s->stopping && s->matchkey[0] != '\0' &&
+	/* an empty matchkey is used up in tracker mode; standalone it is the
+	 * key, and TVM's default key is empty (rpc.connect sends "client:") */
+	ok = !s->stopping && (s->standalone || s->matchkey[0] != '\0') &&
 	     strlen(s->matchkey) == mklen && memcmp(s->matchkey, mk, mklen) == 0;
 	if (ok && s->busy)
 		wait = 1; /* standalone only: tracker mode clears the key when busy */
@@ -390,7 +392,8 @@ static int copy_opt(char *dst, size_t n, const char *src)
 
 static int server_init(mu_server_t *s, const mu_server_opts_t *o)
 {
-	if (o->key == NULL || o->key[0] == '\0' || o->on_session == NULL ||
+	if (o->key == NULL || (o->key[0] == '\0' && o->tracker_host != NULL) ||
+	    o->on_session == NULL ||
 	    o->handshake_timeout < 0 || o->poll_period <= 0 || o->retry_max <= 0 ||
 	    copy_opt(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||
 	    copy_opt(s->key, sizeof(s->key), o->key) ||

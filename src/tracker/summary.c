@@ -43,6 +43,17 @@ static int pad_right(mu__buf_t *b, const char *s, size_t width)
 	return rc;
 }
 
+/* Python's "%21s": the address is right-aligned, and a longer one is not cut */
+static int pad_left(mu__buf_t *b, const char *s, size_t width)
+{
+	size_t n = utf8_chars(s);
+	int rc = 0;
+
+	while (rc == 0 && n++ < width)
+		rc = mu__buf_appendc(b, ' ');
+	return rc != 0 ? rc : mu__buf_appends(b, s);
+}
+
 static int cmp_rows(const void *a, const void *b)
 {
 	const row_t *x = a, *y = b;
@@ -109,7 +120,7 @@ static int server_list(mu__buf_t *b, row_t *rows, int n)
 				rc = py_str(&addr, e);
 		}
 		if (rc == 0)
-			rc = pad_right(b, addr.data != NULL ? addr.data : "", 21);
+			rc = pad_left(b, addr.data != NULL ? addr.data : "", 21);
 		if (rc == 0)
 			rc = mu__buf_printf(b, "    %s\n", rows[i].key);
 	}

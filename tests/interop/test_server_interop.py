@@ -255,7 +255,7 @@ def test_registration_with_muster_tracker(tracker, muster_server, muster_bin):
                              "--port", str(tracker.port)],
                             capture_output=True, text=True, timeout=10)
     assert result.returncode == 0, result.stderr
-    assert f"{HOST}:{server.port}".ljust(21) + "    server:rasp" \
+    assert f"{HOST}:{server.port}".rjust(21) + "    server:rasp" \
         in result.stdout
 
 
@@ -950,19 +950,20 @@ def test_muster_request_retries_past_an_unreachable_grant(tracker,
 # --- standalone (no tracker) ------------------------------------------------
 
 def test_standalone_default_key(muster_server):
+    """TVM's rpc_server defaults to the key "" and rpc.connect(host, port)
+    sends "client:", so that is what a standalone server takes by default."""
     server = muster_server()
     assert "standalone" in server.log_text()
     for _ in range(2):  # the bare key is not single-use here
-        sock, key = server.connect("muster")
+        sock, key = server.connect("")
         with sock:
-            assert key == "server:muster"
+            assert key == "server:"
             assert_echo(sock, b"standalone")
-    for wrong in ["nope", "muster:0.1", "musterx"]:
+    for wrong in ["nope", "muster", ":0.1"]:
         with pytest.raises(tvmpeer.RpcMismatch):
             server.connect(wrong)
-    with tvmpeer.rpc_raw(HOST, server.port,
-                         tvmpeer.rpc_hello("muster")) as sock:
-        assert tvmpeer.recvall(sock, 4 + 4 + 13) == success_bytes("muster")
+    with tvmpeer.rpc_raw(HOST, server.port, tvmpeer.rpc_hello("")) as sock:
+        assert tvmpeer.recvall(sock, 4 + 4 + 7) == success_bytes("")
 
 
 def test_standalone_custom_key(muster_server):
