@@ -6,9 +6,13 @@
  * - GET of a missing key: a v1 connection is closed (1.13's server does
  *   that; its clients never GET without a WAIT first), a v2 one gets an
  *   empty value (libuv).
- * - COMPARE_SET wakes the key's waiters (libuv; 1.13 and 2.x legacy do
- *   not), but only when the key exists afterwards: on the path where it
- *   creates nothing, waking would send a waiter to GET a missing key.
+ * - COMPARE_SET wakes the waiters of its key whatever the outcome (libuv,
+ *   spec §5 and §8; 1.13 and 2.x legacy never do), even on the "lie" path
+ *   (key missing, `expected` not empty) that replies `expected` and creates
+ *   nothing: the waiters get STOP_WAITING while the key is still missing,
+ *   so a v2 waiter's GET then reads an empty value and a v1 waiter's GET
+ *   closes its connection. Watchers (v1) hear only of a compare_set that
+ *   stored something (spec §5, WATCH_KEY).
  */
 #include <stdio.h>
 #include <string.h>
@@ -334,14 +338,19 @@ static int op_compare_set(mu__store_t *s, mu__store_peer_t *p,
 		mu__store_val_unref(nv);
 		return rc;
 	}
-	if (cur != NULL)
-		return send_bytes(s, p, cur);
-	/* missing key, non-empty expected: answer `expected`, create nothing */
-	nv = mu__store_val_new(r->value.p, r->value.n);
-	if (nv == NULL)
-		return MU_ENOMEM;
-	rc = send_bytes(s, p, nv);
-	mu__store_val_unref(nv);
+	if (cur != NULL) {
+		rc = send_bytes(s, p, cur);
+	} else {
+		/* missing key, non-empty expected: answer `expected`, create nothing */
+		nv = mu__store_val_new(r->value.p, r->value.n);
+		if (nv == NULL)
+			return MU_ENOMEM;
+		rc = send_bytes(s, p, nv);
+		mu__store_val_unref(nv);
+	}
+	/* the newer server wakes the key's waiters on every path (the header) */
+	if (rc == 0)
+		wake(s, r->key, 0);
 	return rc;
 }
 

@@ -230,18 +230,38 @@ def test_compare_set_to_empty(v2):
     assert v2.get("cs") == b""
 
 
-def test_compare_set_wakes_waiters_only_when_the_key_exists(v2, other):
-    """muster's documented choice (between legacy and libuv, section 8):
-    a COMPARE_SET that leaves the key in the map wakes its waiters; the
-    "lie" path that creates nothing does not."""
+def test_compare_set_wakes_waiters_even_when_it_lies(v2, other):
+    """Sections 5 and 8: the newer (libuv) server wakes the waiters of a
+    COMPARE_SET's key on every path, including the "lie" (key missing,
+    `expected` not empty) that answers `expected` and creates nothing. The
+    waiter gets one STOP_WAITING byte; the key stays missing, so its GET
+    then reads an empty value (libuv's answer for a missing key)."""
     v2.send_wait(["cw"])
     assert other.compare_set("cw", b"x", b"y") == b"x"
-    v2.assert_silent()
-    assert other.compare_set("cw", b"", b"y") == b"y"
     assert v2.recv_u8() == STOP_WAITING
-    v2.send_wait(["cw2"])
-    other.set("cw2-other", b"")
     v2.assert_silent()
+    assert other.check(["cw"]) is False       # nothing was created
+    assert v2.get_only("cw") == b""
+    # a wait on two keys: the lie counts for one of them
+    v2.send_wait(["cw", "cw2"])
+    assert other.compare_set("cw2", b"x", b"y") == b"x"
+    v2.assert_silent()
+    assert other.compare_set("cw", b"", b"made") == b"made"
+    assert v2.recv_u8() == STOP_WAITING
+    # the registration was used up: a later write sends nothing more
+    other.set("cw2", b"late")
+    v2.assert_silent()
+    assert_alive(v2)
+    assert_alive(other)
+
+
+def test_compare_set_lie_wakes_only_its_own_key(v2, other):
+    v2.send_wait(["cw3"])
+    assert other.compare_set("cw3-other", b"x", b"y") == b"x"
+    other.set("cw3-another", b"")
+    v2.assert_silent()
+    assert other.compare_set("cw3", b"x", b"y") == b"x"
+    assert v2.recv_u8() == STOP_WAITING
     assert_alive(other)
 
 

@@ -196,16 +196,46 @@ static void test_cancel_and_release(void **state)
 	assert_int_equal(out[1].len, 0);
 }
 
-static void test_compare_set_wakes_only_when_the_key_exists(void **state)
+/*
+ * Spec §5/§8: the newer (libuv) server wakes COMPARE_SET's key's waiters
+ * on every path, the "lie" (missing key, non-empty expected) included. The
+ * lie still creates nothing and tells no v1 watcher.
+ */
+static void test_compare_set_wakes_even_when_it_lies(void **state)
 {
-	const char *k[] = {"cw"};
+	const char *k[] = {"/cw"}, *two[] = {"/cw2", "/cw3"};
 
 	(void)state;
 	run_keys(1, MU_SOP_WAIT, 1, k);
-	run(0, MU_SOP_COMPARE_SET, "cw", "nope", "x", 0); /* creates nothing */
+	run(2, MU_SOP_WATCH_KEY, "/cw", NULL, NULL, 0);
+	mu__buf_reset(&out[2]);
+	assert_int_equal(run(0, MU_SOP_COMPARE_SET, "/cw", "nope", "x", 0), 0);
+	assert_bytes(0, "nope", 4);       /* the lie: `expected` comes back */
+	assert_int_equal(out[1].len, 1);  /* and the waiter is released */
+	assert_int_equal(out[1].data[0], MU_STORE_STOP_WAITING);
+	assert_int_equal(peers[1].awaiting, 0);
+	assert_int_equal(out[2].len, 0);  /* nothing stored: no watch event */
+	run_keys(0, MU_SOP_CHECK, 1, k);  /* the key is still missing */
+	assert_int_equal(out[0].data[0], MU_STORE_NOT_READY);
+	run(0, MU_SOP_GET, "/cw", NULL, NULL, 0);
+	assert_bytes(0, "", 0);           /* what a released v2 waiter reads */
+	/* the registration is gone: a later write sends nothing more */
+	mu__buf_reset(&out[1]);
+	run(0, MU_SOP_SET, "/cw", "v", NULL, 0);
 	assert_int_equal(out[1].len, 0);
-	run(0, MU_SOP_COMPARE_SET, "cw", "", "x", 0);
+
+	/* one of two keys: one step closer, no STOP_WAITING yet */
+	run_keys(1, MU_SOP_WAIT, 2, two);
+	run(0, MU_SOP_COMPARE_SET, "/cw2", "nope", "x", 0);
+	assert_int_equal(out[1].len, 0);
+	assert_int_equal(peers[1].awaiting, 1);
+	run(0, MU_SOP_COMPARE_SET, "/cw3", "", "x", 0); /* creates: wakes too */
+	assert_bytes(0, "x", 1);
 	assert_int_equal(out[1].len, 1);
+	assert_int_equal(out[1].data[0], MU_STORE_STOP_WAITING);
+	/* the mismatch path answers the current value and stores nothing */
+	run(0, MU_SOP_COMPARE_SET, "/cw3", "y", "z", 0);
+	assert_bytes(0, "x", 1);
 }
 
 static void test_delete_check_list_append(void **state)
@@ -309,7 +339,7 @@ int main(void)
 		T(test_compare_set),
 		T(test_wait_released_by_other_peer),
 		T(test_cancel_and_release),
-		T(test_compare_set_wakes_only_when_the_key_exists),
+		T(test_compare_set_wakes_even_when_it_lies),
 		T(test_delete_check_list_append),
 		T(test_queues),
 		T(test_v1_watch_events),
