@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Listening with TVM's port search, and address formatting.
+ * Listening with TVM's port search (and, for the IPv6 wildcard, a fall
+ * back to IPv4 on hosts without IPv6), and address formatting.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -70,6 +71,32 @@ static int open_listener(struct sockaddr_storage *ss, socklen_t sslen,
 	return 0;
 }
 
+/*
+ * The IPv6 wildcard failed in a way that says IPv6 itself is missing (no
+ * IPv6 in the kernel, or disabled): switch ss to the IPv4 wildcard, as
+ * torch's servers do (spec §1: "::" first, then 0.0.0.0). 1 when switched.
+ */
+static int v4_fallback(int err, struct sockaddr_storage *ss, socklen_t *sslen)
+{
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+	struct sockaddr_in s4;
+
+	if (err != -EAFNOSUPPORT && err != -EPROTONOSUPPORT &&
+	    err != -EADDRNOTAVAIL && err != -EPFNOSUPPORT)
+		return 0;
+	if (ss->ss_family != AF_INET6 ||
+	    !IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr))
+		return 0;
+	memset(&s4, 0, sizeof(s4));
+	s4.sin_family = AF_INET;
+	s4.sin_port = s6->sin6_port;
+	s4.sin_addr.s_addr = htonl(INADDR_ANY);
+	memset(ss, 0, sizeof(*ss));
+	memcpy(ss, &s4, sizeof(s4));
+	*sslen = sizeof(s4);
+	return 1;
+}
+
 int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port)
 {
 	struct sockaddr_storage ss;
@@ -90,6 +117,8 @@ int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port)
 	for (port = o->port; port < end; port++) {
 		set_port(&ss, port);
 		rc = open_listener(&ss, sslen, o, &fd);
+		if (rc != 0 && v4_fallback(rc, &ss, &sslen))
+			rc = open_listener(&ss, sslen, o, &fd); /* and later ports too */
 		if (rc != -EADDRINUSE)
 			break;
 		rc = MU_EBIND;

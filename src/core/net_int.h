@@ -28,6 +28,9 @@ typedef struct {
  * Bind and listen on the first port of [port, port_end) that is not in use,
  * then hand the socket to `tcp` (already uv_tcp_init'ed on its loop). Only
  * EADDRINUSE moves on to the next port; any other error ends the search.
+ * A host of "::" (the IPv6 wildcard, dual stack: IPv4 peers arrive as
+ * ::ffff:a.b.c.d) falls back to 0.0.0.0 when IPv6 is unavailable
+ * (EAFNOSUPPORT, EPROTONOSUPPORT, EPFNOSUPPORT or EADDRNOTAVAIL).
  * *bound_port gets the port. Returns 0, MU_EBIND (every port in use),
  * MU_ERESOLVE, or -errno.
  */

@@ -265,6 +265,20 @@ void mu_store_server_opts_init(mu_store_server_opts_t *o)
 	o->request_timeout = 60;
 }
 
+/* "::" without IPv6 on this host ends up on 0.0.0.0 (core/net.c): say so. */
+static void note_v4_fallback(mu_store_server_t *s)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	if (strchr(s->host, ':') == NULL ||
+	    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len) != 0 ||
+	    ss.ss_family != AF_INET)
+		return;
+	SLOG(s, MU_LOG_WARN, "IPv6 is unavailable here: listening on IPv4 only");
+	snprintf(s->host, sizeof(s->host), "0.0.0.0");
+}
+
 static int store_listen(mu_store_server_t *s)
 {
 	mu__listen_opts_t lo = {s->host, s->opts.port, s->opts.port + 1, 1, 4096};
@@ -277,6 +291,8 @@ static int store_listen(mu_store_server_t *s)
 	rc = mu__listen(&s->listener, &lo, &s->port);
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&s->listener, lo.backlog, on_connection);
+	if (rc == 0)
+		note_v4_fallback(s);
 	return rc;
 }
 

@@ -8,8 +8,9 @@ Fixtures do not depend on each other through pytest (so importing only
 the ones a module uses is enough), except `store`, which needs
 `muster_store` imported too.
 
-* `muster_store`: factory `muster_store(*extra_args)` starting
-  `muster store --host 127.0.0.1 --port 0 EXTRA...`; teardown fails the
+* `muster_store`: factory `muster_store(*extra_args, host=, port=)`
+  starting `muster store --host 127.0.0.1 --port 0 EXTRA...` (host=None:
+  no --host, the default "::"); teardown fails the
   test if a store died during it, or does not exit with status 0 within
   10 s of SIGTERM (leaks and memory errors under the ASan build).
 * `store`: one default `muster store`.
@@ -114,9 +115,9 @@ def muster_store(tmp_path):
     store_bin = store_binary()
     started = []
 
-    def start(*extra, host=HOST):
+    def start(*extra, host=HOST, port=0):
         log = tmp_path / f"muster-store-{len(started)}.log"
-        st = start_store(log, *extra, host=host, binary=store_bin)
+        st = start_store(log, *extra, host=host, port=port, binary=store_bin)
         started.append(st)
         return st
 

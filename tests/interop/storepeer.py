@@ -524,14 +524,17 @@ class MusterStore:
 
 def start_store(log_path, *extra, host=HOST, port=0, binary=None):
     """Start `muster store --host HOST --port PORT EXTRA...` and return it
-    once `Bind to` is logged."""
+    once `Bind to` is logged. host=None leaves --host out (the default,
+    "::"); clients then dial 127.0.0.1 unless told otherwise."""
     binary = binary or store_binary()
-    args = [str(binary), "store", "--host", host, "--port", str(port)]
-    args += [str(a) for a in extra]
+    args = [str(binary), "store"]
+    if host is not None:
+        args += ["--host", host]
+    args += ["--port", str(port)] + [str(a) for a in extra]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=log)
-    store = MusterStore(proc, log_path, host)
+    store = MusterStore(proc, log_path, HOST if host is None else host)
     try:
         store.port = int(store.wait_log(BIND_RE)[0][1])
     except BaseException:

@@ -8,6 +8,7 @@ The peer is storepeer.Client, written from the spec: it sends exactly what
 torch sends. Reply bytes are compared exactly."""
 
 import select
+import socket
 import threading
 import time
 
@@ -16,7 +17,7 @@ import pytest
 from storefix import muster_store, stack, store  # noqa: F401 (fixtures)
 from storepeer import (INT64_MAX, INT64_MIN, KEY_CALLBACK_REGISTERED,
                        KEY_CREATED, KEY_DELETED, KEY_UPDATED, NOT_READY,
-                       READY, STOP_WAITING, WAIT_CANCELED,
+                       READY, STOP_WAITING, WAIT_CANCELED, Client,
                        WaitTimeout, hello, i64, keylist, request, s, u8, u32,
                        u64)
 
@@ -765,3 +766,49 @@ def test_v1_set_starting_like_v2_prefix_is_v1(store, stack):
     raw.send(v1req("GETNUMKEYS"))
     assert raw.recv_exact(8) == i64(1)
 
+
+
+# ---- the default listening address (section 1) ----
+
+def _ipv6_loopback_or_fail():
+    """Tests below need ::1; fail (never skip) with the reason if absent."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError as exc:
+        pytest.fail(f"IPv6 loopback ::1 is unavailable on this machine "
+                    f"({exc}); the dual-stack test needs it", pytrace=False)
+
+
+def test_default_host_is_dual_stack(muster_store, stack):
+    """`muster store` without --host listens on "::" with IPV6_V6ONLY off,
+    so one port serves 127.0.0.1 and ::1 clients, of both dialects, with
+    one key space and wake-ups across the two families."""
+    _ipv6_loopback_or_fail()
+    st = muster_store(host=None)
+    assert f"Bind to :::{st.port}" in st.log_text()
+    v4 = {d: stack.enter_context(Client(st.port, d, "127.0.0.1"))
+          for d in ("v1", "v2")}
+    v6 = {d: stack.enter_context(Client(st.port, d, "::1"))
+          for d in ("v1", "v2")}
+    for family, conns in (("v4", v4), ("v6", v6)):
+        for dialect, c in conns.items():
+            assert c.sock.family == (socket.AF_INET if family == "v4"
+                                     else socket.AF_INET6)
+            c.set(f"{family}-{dialect}", f"from {family} {dialect}".encode())
+    for conns in (v4, v6):
+        for c in conns.values():
+            for family in ("v4", "v6"):
+                for dialect in ("v1", "v2"):
+                    assert (c.get(f"{family}-{dialect}", timeout=5.0)
+                            == f"from {family} {dialect}".encode())
+    # a ::1 waiter released by a 127.0.0.1 writer, and the other way round
+    v6["v2"].send_wait(["cross"])
+    v4["v1"].send_wait(["cross"])
+    v4["v2"].set("cross", b"x")
+    assert v6["v2"].recv_u8() == STOP_WAITING
+    assert v4["v1"].recv_u8() == STOP_WAITING
+    assert v6["v1"].num_keys() == 5
+    # the log names each peer by the address it dialled from
+    st.wait_log(r"\[::1\]:\d+ speaks v2", timeout=5.0)
+    st.wait_log(r"127\.0\.0\.1:\d+ speaks v1", timeout=5.0)

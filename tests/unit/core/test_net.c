@@ -2,11 +2,39 @@
 /* Unit tests for src/core/net.c: TVM's port search and address text. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "mu_test.h"
 
 #include "core/net_int.h"
+
+/*
+ * A host without IPv6, simulated: these definitions take the place of
+ * libc's for the whole test binary (the executable's symbols come first).
+ * no_ipv6 = EAFNOSUPPORT makes socket(AF_INET6) fail (no IPv6 in the
+ * kernel); EADDRNOTAVAIL makes bind() of an IPv6 address fail (IPv6
+ * disabled by sysctl). 0 passes everything through.
+ */
+static int no_ipv6;
+
+int socket(int domain, int type, int protocol)
+{
+	if (no_ipv6 == EAFNOSUPPORT && domain == AF_INET6) {
+		errno = EAFNOSUPPORT;
+		return -1;
+	}
+	return (int)syscall(SYS_socket, domain, type, protocol);
+}
+
+int bind(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	if (no_ipv6 == EADDRNOTAVAIL && sa->sa_family == AF_INET6) {
+		errno = EADDRNOTAVAIL;
+		return -1;
+	}
+	return (int)syscall(SYS_bind, fd, sa, len);
+}
 
 static void test_split_hostport(void **state)
 {
@@ -112,6 +140,53 @@ static void test_listen_bad_host(void **state)
 	assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static int bound_family(uv_tcp_t *tcp)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	assert_int_equal(uv_tcp_getsockname(tcp, (struct sockaddr *)&ss, &len), 0);
+	return ss.ss_family;
+}
+
+/* "::" listens dual stack; without IPv6 it falls back to 0.0.0.0 (spec §1). */
+static void test_listen_v6_wildcard_falls_back_to_v4(void **state)
+{
+	static const int how[] = {0, EAFNOSUPPORT, EADDRNOTAVAIL};
+	uv_loop_t loop;
+	uv_tcp_t a, b;
+	mu__listen_opts_t o = {"::", 0, 0, 1, 16};
+	int i, p, fd;
+	struct sockaddr_in s4;
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		no_ipv6 = how[i];
+		uv_loop_init(&loop);
+		uv_tcp_init(&loop, &a);
+		o.host = "::";
+		assert_int_equal(mu__listen(&a, &o, &p), 0);
+		assert_int_equal(bound_family(&a), how[i] == 0 ? AF_INET6 : AF_INET);
+		/* either way an IPv4 client gets through */
+		fd = (int)syscall(SYS_socket, AF_INET, SOCK_STREAM, 0);
+		memset(&s4, 0, sizeof(s4));
+		s4.sin_family = AF_INET;
+		s4.sin_port = htons((uint16_t)p);
+		s4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_int_equal(connect(fd, (struct sockaddr *)&s4, sizeof(s4)), 0);
+		close(fd);
+		/* only the wildcard falls back: a named IPv6 address fails */
+		uv_tcp_init(&loop, &b);
+		o.host = "::1";
+		assert_int_equal(mu__listen(&b, &o, &p), how[i] == 0 ? 0 : -how[i]);
+		no_ipv6 = 0;
+		uv_close((uv_handle_t *)&a, NULL);
+		uv_close((uv_handle_t *)&b, NULL);
+		uv_run(&loop, UV_RUN_DEFAULT);
+		assert_int_equal(uv_loop_close(&loop), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -119,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_addr_text_unmaps_v4),
 		cmocka_unit_test(test_port_search_skips_busy_ports),
 		cmocka_unit_test(test_listen_bad_host),
+		cmocka_unit_test(test_listen_v6_wildcard_falls_back_to_v4),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
