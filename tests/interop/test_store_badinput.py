@@ -128,6 +128,115 @@ def test_v2_connection_starting_with_ping(store, stack, bystanders):
     bystanders.verify()
 
 
+# A v2 client that skips VALIDATE cannot be told from a torch 1.13 client:
+# any first byte but the v2 prefix makes the connection v1 (spec section
+# 10), and its v2 requests are then read with the v1 table, one opcode off.
+# What each gets is deterministic; these pin it down (documented in
+# docs/protocols/tcpstore.md). torch's own v2 servers close such a
+# connection (legacy) or run it late (libuv, section 8); a server that
+# serves both dialects on one port can do neither without closing 1.13's
+# clients too.
+
+@pytest.mark.parametrize("op,fields", [
+    ("APPEND", (s(b"/k"), s(b"v"))),
+    ("MULTI_GET", (keylist([b"/k"]),)),
+    ("MULTI_SET", (u64(1), s(b"/k"), s(b"v"))),
+    ("CANCEL_WAIT", ()),
+    ("QUEUE_PUSH", (s(b"/q"), s(b"v"))),
+    ("QUEUE_POP", (s(b"/q"),)),
+    ("QUEUE_LEN", (s(b"/q"),)),
+    ("LIST", ())])
+def test_v2_first_request_without_validate_beyond_v1_table(
+        store, stack, bystanders, op, fields):
+    """Opcodes 9-17 are no v1 opcode: closed at once, nothing stored."""
+    raw = stack.enter_context(store.raw())
+    raw.send(v2req(op, *fields))
+    closed_within(raw)
+    store_log_has(store, "unknown opcode")
+    bystanders.verify()
+    with store.client("v2") as check:
+        assert check.check(["k"]) is False
+        assert check.queue_len("q") == 0
+
+
+def test_v2_wait_without_validate_reads_as_getnumkeys(store, stack,
+                                                      bystanders):
+    """v2 WAIT (6) is v1 GETNUMKEYS: the client gets an i64 key count, then
+    the key list's count is read as a v1 COMPARE_SET whose key length is
+    over the limit: closed. No wait was registered."""
+    with store.client("v2") as writer:
+        writer.set("present", b"1")
+        expected = writer.num_keys()
+    raw = stack.enter_context(store.raw())
+    raw.send(v2req("WAIT", keylist([b"/w"])))
+    assert raw.recv_exact(8) == i64(expected)
+    closed_within(raw)
+    store_log_has(store, "over the limit")
+    bystanders.verify()
+
+
+def test_v2_check_without_validate_reads_as_wait(store, stack, bystanders):
+    """v2 CHECK (5) is v1 WAIT, same encoding: a present key answers 0 (the
+    byte READY happens to be), a missing one answers nothing until another
+    connection writes it (where a v2 server would say NOT_READY)."""
+    with store.client("v2") as writer:
+        writer.set("here", b"1")
+    raw = stack.enter_context(store.raw())
+    raw.send(v2req("CHECK", keylist([b"/here"])))
+    assert raw.recv_u8() == STOP_WAITING
+    raw.send(v2req("CHECK", keylist([b"/later"])))
+    raw.assert_silent()
+    with store.client("v2") as writer:
+        writer.set("later", b"2")
+    assert raw.recv_u8() == STOP_WAITING
+    bystanders.verify()
+
+
+def test_v2_delete_without_validate_is_v1_delete(store, stack, bystanders):
+    """DELETE_KEY is 8 in both tables with the same encoding: it runs, as
+    a v1 request, and really deletes."""
+    with store.client("v2") as writer:
+        writer.set("gone", b"1")
+    raw = stack.enter_context(store.raw())
+    raw.send(v2req("DELETE_KEY", s(b"/gone")))
+    assert raw.recv_i64() == 1
+    raw.send(v2req("DELETE_KEY", s(b"/gone")))
+    assert raw.recv_i64() == 0
+    bystanders.verify()
+    with store.client("v2") as check:
+        assert check.check(["gone"]) is False
+
+
+def test_v2_wrong_magic_then_ping(store, stack, bystanders):
+    """Torch's hello with another magic is a v1 SET whose key length takes
+    the magic and the PING (>= 2^32): closed at once, no echo."""
+    raw = stack.enter_context(store.raw())
+    raw.send(b"\x00" + u32(0x12345678) + v2req("PING", u32(42)))
+    closed_within(raw)
+    store_log_has(store, "over the limit")
+    bystanders.verify()
+
+
+@pytest.mark.parametrize("op,fields", [
+    ("SET", (s(b"/never"), s(b"v"))),      # v1 COMPARE_SET, no `desired`
+    ("GET", (s(b"/never"),)),              # v1 ADD, no delta
+    ("GETNUMKEYS", ())])                   # v1 WATCH_KEY, no key
+def test_v2_request_without_validate_left_incomplete(
+        impatient_store, stack, op, fields):
+    """Read with the v1 table these are the start of a longer request: no
+    reply, nothing stored, and the request timeout closes the connection
+    (1 s here; 60 s by default)."""
+    by = Bystanders(impatient_store, stack)
+    raw = stack.enter_context(impatient_store.raw())
+    raw.send(v2req(op, *fields))
+    elapsed = closed_within(raw, 6.0)
+    assert elapsed > 0.5, f"closed after {elapsed:.2f} s, before the timeout"
+    store_log_has(impatient_store, "request not completed")
+    by.verify()
+    with impatient_store.client("v2") as check:
+        assert check.check(["never"]) is False
+
+
 def test_validate_then_garbage_opcode(store, stack, bystanders):
     raw = stack.enter_context(store.raw())
     raw.send(V2_PREFIX + b"\xff")
