@@ -11,11 +11,17 @@
  * Rendezvous mode (--rendezvous N): N clients connect, each ADDs 1 to a
  * counter, the one that brings it to N SETs a barrier key, and all WAIT for
  * it: the time from the first connect to the last release is what a job of
- * N ranks spends meeting.
+ * N ranks spends meeting. Clients connect without blocking and run
+ * concurrently; at most RDV_WINDOW of them are connecting or awaiting their
+ * ADD reply at any moment (a burst of 10,000 SYNs would overflow any listen
+ * backlog and time the kernel's SYN retries instead of the store).
  *
- * Single-threaded over poll(), connections opened at most 256 at a time.
+ * Single-threaded over poll(): pump() drives every client's state machine.
  */
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +41,23 @@
 enum { OP_SET, OP_GET, OP_ADD, NOPS };
 static const char *op_names[NOPS] = {"set", "get", "add"};
 
-/* What the client waits for next. */
-typedef enum { R_NONE, R_STOP, R_VALUE, R_I64, R_BARRIER } expect_t;
+/* Rendezvous clients connecting or awaiting their ADD reply, at most. */
+#define RDV_WINDOW 256
+
+/*
+ * What the client waits for next. R_NONE: nothing; in mix mode that means
+ * "ready to start the next operation once the socket is writable".
+ */
+typedef enum {
+	R_NONE,
+	R_STOP,     /* STOP_WAITING of the WAIT before a GET */
+	R_VALUE,    /* GET's value */
+	R_I64,      /* ADD's result (mix) */
+	R_CONNECT,  /* rendezvous: non-blocking connect in progress */
+	R_ECHO,     /* rendezvous, v2: the PING echo */
+	R_COUNT,    /* rendezvous: the counter after its ADD */
+	R_BARRIER   /* rendezvous: STOP_WAITING of the barrier */
+} expect_t;
 
 typedef struct {
 	int fd, id;
@@ -59,7 +80,12 @@ typedef struct {
 	long ops;
 	int measuring;
 	int rdv_n, released;
-	int64_t last_release_us;
+	int rdv_started, rdv_joined;  /* connects begun; ADD replies read */
+	char rdv_count[64], rdv_go[64];
+	size_t rdv_count_len, rdv_go_len;
+	struct sockaddr_storage addr; /* the target, resolved once */
+	socklen_t addrlen;
+	int64_t joined_us, last_release_us;
 } sbench_t;
 
 static int64_t now_us(void)
@@ -108,28 +134,48 @@ static int op_code(sbench_t *b, mu__store_op_t op)
 	return mu__store_opcode(b->d, op);
 }
 
-/* Start the client's next operation of the mix. */
-static int next_op(sbench_t *b, bclient_t *c)
+static int send_set(sbench_t *b, bclient_t *c)
 {
-	int op = b->mix[c->step++ % b->nmix];
 	mu__buf_t m;
 	int rc;
 
 	mu__buf_init(&m, (size_t)-1);
 	c->t0_us = now_us();
-	if (op == OP_SET) {
-		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
-		if (rc == 0)
-			rc = put_key(&m, c->id, "k");
-		if (rc == 0)
-			rc = mu__store_put_str(&m, b->value, b->vbytes);
-		if (rc == 0)
-			rc = send_msg(c, &m);
-		else
-			mu__buf_free(&m);
-		record(b, OP_SET, now_us() - c->t0_us); /* no reply: the send is all */
-		return rc != 0 ? rc : next_op(b, c);
+	rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
+	if (rc == 0)
+		rc = put_key(&m, c->id, "k");
+	if (rc == 0)
+		rc = mu__store_put_str(&m, b->value, b->vbytes);
+	if (rc == 0)
+		rc = send_msg(c, &m);
+	else
+		mu__buf_free(&m);
+	record(b, OP_SET, now_us() - c->t0_us); /* no reply: the send is all */
+	return rc;
+}
+
+/*
+ * Start the client's next operation of the mix. A SET has no reply, so the
+ * operation after it starts at once, but at most one round of the mix runs
+ * per call: a mix of sets only then returns with R_NONE and pump() calls
+ * again when the socket is writable, rather than never returning.
+ */
+static int next_op(sbench_t *b, bclient_t *c)
+{
+	mu__buf_t m;
+	int i, op = OP_SET, rc = 0;
+
+	c->expect = R_NONE;
+	for (i = 0; i < b->nmix && rc == 0; i++) {
+		op = b->mix[c->step++ % b->nmix];
+		if (op != OP_SET)
+			break;
+		rc = send_set(b, c);
 	}
+	if (rc != 0 || op == OP_SET)
+		return rc;
+	mu__buf_init(&m, (size_t)-1);
+	c->t0_us = now_us();
 	if (op == OP_GET) { /* WAIT first, as torch's client does */
 		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_WAIT));
 		if (rc == 0)
@@ -145,7 +191,11 @@ static int next_op(sbench_t *b, bclient_t *c)
 			rc = mu__store_put_u64(&m, 1);
 		c->expect = R_I64;
 	}
-	return rc != 0 ? rc : send_msg(c, &m);
+	if (rc != 0) {
+		mu__buf_free(&m);
+		return rc;
+	}
+	return send_msg(c, &m);
 }
 
 static int send_get(sbench_t *b, bclient_t *c)
@@ -161,13 +211,30 @@ static int send_get(sbench_t *b, bclient_t *c)
 	return rc != 0 ? rc : send_msg(c, &m);
 }
 
+static int rdv_counted(sbench_t *b, bclient_t *c, int64_t v);
+
+static size_t reply_size(expect_t e)
+{
+	switch (e) {
+	case R_VALUE: /* its length, first */
+	case R_I64:
+	case R_COUNT:
+		return 8;
+	case R_ECHO:
+		return 4;
+	default:
+		return 1;
+	}
+}
+
 /* Consume whole replies from c->in; returns -1 on a protocol error. */
 static int on_input(sbench_t *b, bclient_t *c)
 {
 	for (;;) {
-		size_t need = c->expect == R_I64 ? 8 : c->expect == R_VALUE ? 8 : 1;
+		size_t need = reply_size(c->expect);
+		int64_t v;
 
-		if (c->expect == R_NONE || c->in.len < need)
+		if (c->expect == R_NONE || c->expect == R_CONNECT || c->in.len < need)
 			return 0;
 		if (c->expect == R_VALUE) {
 			uint64_t n = mu_le64_get(c->in.data);
@@ -176,6 +243,7 @@ static int on_input(sbench_t *b, bclient_t *c)
 				return 0;
 			need = 8 + (size_t)n;
 		}
+		v = need >= 8 ? (int64_t)mu_le64_get(c->in.data) : 0;
 		mu__buf_consume(&c->in, need);
 		switch (c->expect) {
 		case R_STOP:
@@ -188,6 +256,13 @@ static int on_input(sbench_t *b, bclient_t *c)
 		case R_I64:
 			record(b, OP_ADD, now_us() - c->t0_us);
 			break;
+		case R_ECHO:
+			c->expect = R_COUNT;
+			continue;
+		case R_COUNT:
+			if (rdv_counted(b, c, v) != 0)
+				return -1;
+			continue;
 		default: /* R_BARRIER: released */
 			c->expect = R_NONE;
 			c->done = 1;
@@ -235,7 +310,33 @@ static int open_client(sbench_t *b, bclient_t *c, int id)
 	return rc;
 }
 
-/* Poll every client until `until` returns true or the deadline passes. */
+static int rdv_admit(sbench_t *b, bclient_t *cl);
+static int rdv_connected(sbench_t *b, bclient_t *c);
+
+/* The poll events a client waits for; 0 for none. */
+static short want(const sbench_t *b, const bclient_t *c)
+{
+	if (c->done || c->fd < 0)
+		return 0;
+	if (c->expect == R_CONNECT || (c->expect == R_NONE && b->rdv_n == 0))
+		return POLLOUT;
+	return POLLIN;
+}
+
+/* Move a client on after poll() reported it. */
+static int service(sbench_t *b, bclient_t *c)
+{
+	if (c->expect == R_CONNECT)
+		return rdv_connected(b, c);
+	if (c->expect == R_NONE && b->rdv_n == 0)
+		return next_op(b, c);
+	return drain(b, c);
+}
+
+/*
+ * Poll every client until `until` returns true or the deadline passes; in
+ * rendezvous mode, start new clients as the window allows.
+ */
 static int pump(sbench_t *b, bclient_t *cl, int n, int64_t deadline_ms,
                 int (*until)(sbench_t *))
 {
@@ -245,15 +346,18 @@ static int pump(sbench_t *b, bclient_t *cl, int n, int64_t deadline_ms,
 	if (pf == NULL)
 		return -ENOMEM;
 	while (rc == 0 && !until(b) && mu__now_ms() < deadline_ms) {
+		if (b->rdv_n > 0 && (rc = rdv_admit(b, cl)) != 0)
+			break;
 		for (i = 0; i < n; i++) {
-			pf[i].fd = cl[i].done ? -1 : cl[i].fd;
-			pf[i].events = POLLIN;
+			pf[i].events = want(b, &cl[i]);
+			pf[i].fd = pf[i].events != 0 ? cl[i].fd : -1;
+			pf[i].revents = 0;
 		}
 		if (poll(pf, (nfds_t)n, 50) < 0 && errno != EINTR)
 			rc = -errno;
 		for (i = 0; rc == 0 && i < n; i++)
-			if (pf[i].revents != 0 && drain(b, &cl[i]) != 0)
-				rc = -EPROTO;
+			if (pf[i].revents != 0 && (rc = service(b, &cl[i])) == -1)
+				rc = -EPROTO; /* on_input()'s "not a reply" */
 	}
 	free(pf);
 	return rc;
@@ -329,33 +433,97 @@ static int run_mix(sbench_t *b, int nclients, double secs, int json)
 	return 0;
 }
 
-static int rdv_join(sbench_t *b, bclient_t *c)
+/* Resolve the target once, for the non-blocking connects. */
+static int rdv_resolve(sbench_t *b)
 {
-	char count_msg[64], key[] = "/bench/rdv/count", go[] = "/bench/rdv/go";
-	int64_t v;
-	mu__buf_t m;
-	int rc;
+	struct addrinfo hints, *res = NULL;
+	char service[8];
 
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(service, sizeof(service), "%d", b->port);
+	if (getaddrinfo(b->host, service, &hints, &res) != 0 || res == NULL)
+		return MU_ERESOLVE;
+	memcpy(&b->addr, res->ai_addr, res->ai_addrlen);
+	b->addrlen = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* Begin client c's connect; it goes on in pump(). */
+static int rdv_connect(sbench_t *b, bclient_t *c)
+{
+	int one = 1;
+
+	c->fd = socket(b->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->expect = R_CONNECT;
+	if (connect(c->fd, (struct sockaddr *)&b->addr, b->addrlen) == 0)
+		return rdv_connected(b, c);
+	return errno == EINPROGRESS ? 0 : -errno;
+}
+
+static int rdv_admit(sbench_t *b, bclient_t *cl)
+{
+	int rc = 0;
+
+	while (rc == 0 && b->rdv_started < b->rdv_n &&
+	       b->rdv_started - b->rdv_joined < RDV_WINDOW)
+		rc = rdv_connect(b, &cl[b->rdv_started++]);
+	return rc;
+}
+
+/* Connected: (v2: VALIDATE and PING, as torch sends them, then) ADD 1. */
+static int rdv_connected(sbench_t *b, bclient_t *c)
+{
+	int err = 0, rc = 0;
+	socklen_t len = sizeof(err);
+	mu__buf_t m;
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+		return -errno;
+	if (err != 0)
+		return -err;
 	mu__buf_init(&m, (size_t)-1);
-	rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_ADD));
+	if (b->d == MU_STORE_V2) {
+		rc = mu__store_put_u8(&m, 0);
+		if (rc == 0)
+			rc = mu__store_put_u32(&m, MU_STORE_V2_MAGIC);
+		if (rc == 0)
+			rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_PING));
+		if (rc == 0)
+			rc = mu__store_put_u32(&m, (uint32_t)c->id);
+	}
 	if (rc == 0)
-		rc = mu__store_put_str(&m, key, sizeof(key) - 1);
+		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_ADD));
+	if (rc == 0)
+		rc = mu__store_put_str(&m, b->rdv_count, b->rdv_count_len);
 	if (rc == 0)
 		rc = mu__store_put_u64(&m, 1);
-	if (rc == 0)
-		rc = send_msg(c, &m);
-	else
+	if (rc != 0) {
 		mu__buf_free(&m);
-	if (rc == 0)
-		rc = mu__sock_recv_all(c->fd, count_msg, 8, mu__deadline(60000));
-	if (rc != 0)
 		return rc;
-	v = (int64_t)mu_le64_get(count_msg);
+	}
+	c->expect = b->d == MU_STORE_V2 ? R_ECHO : R_COUNT;
+	return send_msg(c, &m);
+}
+
+/* The ADD came back with v: the one that made it N opens the barrier; all WAIT. */
+static int rdv_counted(sbench_t *b, bclient_t *c, int64_t v)
+{
+	mu__buf_t m;
+	int rc = 0;
+
+	if (++b->rdv_joined == b->rdv_n)
+		b->joined_us = now_us();
 	mu__buf_init(&m, (size_t)-1);
-	if (v == b->rdv_n) { /* the last one in opens the barrier */
+	if (v == b->rdv_n) {
 		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
 		if (rc == 0)
-			rc = mu__store_put_str(&m, go, sizeof(go) - 1);
+			rc = mu__store_put_str(&m, b->rdv_go, b->rdv_go_len);
 		if (rc == 0)
 			rc = mu__store_put_str(&m, "1", 1);
 	}
@@ -364,45 +532,59 @@ static int rdv_join(sbench_t *b, bclient_t *c)
 	if (rc == 0)
 		rc = mu__store_put_u64(&m, 1);
 	if (rc == 0)
-		rc = mu__store_put_str(&m, go, sizeof(go) - 1);
+		rc = mu__store_put_str(&m, b->rdv_go, b->rdv_go_len);
+	if (rc != 0) {
+		mu__buf_free(&m);
+		return rc;
+	}
 	c->expect = R_BARRIER;
-	return rc != 0 ? rc : send_msg(c, &m);
+	return send_msg(c, &m);
 }
 
 static int run_rendezvous(sbench_t *b, int json)
 {
-	int n = b->rdv_n, i, rc = 0;
+	int n = b->rdv_n, i, rc;
 	bclient_t *cl = calloc((size_t)n, sizeof(*cl));
-	int64_t t0 = now_us(), t_joined;
+	int64_t t0;
 
 	if (cl == NULL)
 		return -ENOMEM;
-	/* connect and join in order; waiters are released concurrently */
-	for (i = 0; i < n && rc == 0; i++) {
-		rc = open_client(b, &cl[i], i);
-		if (rc == 0)
-			rc = rdv_join(b, &cl[i]);
+	/* keys of this run only, so a reused server's old counter is no trap */
+	t0 = now_us();
+	b->rdv_count_len = (size_t)snprintf(b->rdv_count, sizeof(b->rdv_count),
+	                                    "/bench/rdv/%ld-%lld/count", (long)getpid(),
+	                                    (long long)t0);
+	b->rdv_go_len = (size_t)snprintf(b->rdv_go, sizeof(b->rdv_go),
+	                                 "/bench/rdv/%ld-%lld/go", (long)getpid(),
+	                                 (long long)t0);
+	for (i = 0; i < n; i++) {
+		cl[i].fd = -1;
+		cl[i].id = i;
+		mu__buf_init(&cl[i].in, 65536);
 	}
-	t_joined = now_us();
+	rc = rdv_resolve(b);
+	t0 = now_us();
 	if (rc == 0)
 		rc = pump(b, cl, n, mu__now_ms() + 120000, all_released);
 	for (i = 0; i < n; i++) {
-		if (cl[i].fd > 0)
+		if (cl[i].fd >= 0)
 			mu__sock_close(cl[i].fd);
 		mu__buf_free(&cl[i].in);
 	}
 	free(cl);
 	if (rc != 0 || b->released != n) {
-		fprintf(stderr, "bench: rendezvous: %d of %d released (%s)\n", b->released,
-		        n, mu_strerror(rc));
+		fprintf(stderr, "bench: rendezvous: %d of %d joined, %d released (%s)\n",
+		        b->rdv_joined, n, b->released, mu_strerror(rc));
 		return rc != 0 ? rc : -ETIMEDOUT;
 	}
 	if (json)
-		printf("{\"mode\": \"rendezvous\", \"clients\": %d, \"join_s\": %.3f, \"total_s\": %.3f}\n",
-		       n, (double)(t_joined - t0) / 1e6, (double)(b->last_release_us - t0) / 1e6);
+		printf("{\"mode\": \"rendezvous\", \"clients\": %d, \"window\": %d, \"join_s\": %.3f, \"total_s\": %.3f}\n",
+		       n, RDV_WINDOW, (double)(b->joined_us - t0) / 1e6,
+		       (double)(b->last_release_us - t0) / 1e6);
 	else
-		printf("rendezvous: %d clients joined in %.3f s, all released after %.3f s\n",
-		       n, (double)(t_joined - t0) / 1e6, (double)(b->last_release_us - t0) / 1e6);
+		printf("rendezvous: %d clients (at most %d joining at once): all ADDed after %.3f s, all released after %.3f s\n",
+		       n, RDV_WINDOW, (double)(b->joined_us - t0) / 1e6,
+		       (double)(b->last_release_us - t0) / 1e6);
 	return 0;
 }
 
