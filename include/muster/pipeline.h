@@ -77,11 +77,15 @@ typedef struct mu_plan_s mu_plan_t;
 MU_EXTERN int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by,
                                mu_plan_t **out, char *err, size_t errlen);
 /*
- * Split into at most nb stages, in order, so stage i's weights fit
- * budget[i] bytes; a budget too small for the next node gets no stage
- * (its entry in *device is skipped). *device[i] (nb entries) gets the
- * budget index of stage i. MU_ETOOBIG, with the numbers in err, when the
- * model does not fit.
+ * Split into at most nb stages so each stage's weights fit the budget of
+ * the device it goes to. The budgets may come in any order (the order a
+ * tracker granted the devices, say): every order of the devices is tried
+ * (the given order, largest first and smallest first past 6 devices), and
+ * the fit whose largest stage is smallest wins, then the one using fewest
+ * devices, then the given order. A device with no room for its share gets
+ * no stage. device[i] (nb entries; the first mu_plan_stages(*out) are set)
+ * gets the budget index of stage i's device. MU_ETOOBIG, with the numbers
+ * in err, when the model fits no order of the devices.
  */
 MU_EXTERN int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget,
                               int nb, mu_plan_t **out, int *device, char *err,

@@ -49,7 +49,9 @@ static cJSON *names_json(const char *const *v, int n)
 	return a;
 }
 
-static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p, int json)
+/* dev/budget: the device and its budget of each stage (NULL: no budgets). */
+static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p, int json,
+                       const int *dev, const uint64_t *budget)
 {
 	char b[32], total[32];
 
@@ -68,6 +70,10 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 
 			mu_plan_stage(p, i, &s);
 			cJSON_AddNumberToObject(x, "index", i);
+			if (dev != NULL) {
+				cJSON_AddNumberToObject(x, "device", dev[i]);
+				cJSON_AddNumberToObject(x, "budget", (double)budget[dev[i]]);
+			}
 			cJSON_AddNumberToObject(x, "first", s.first);
 			cJSON_AddNumberToObject(x, "last", s.last);
 			cJSON_AddItemToObject(x, "inputs", names_json(s.inputs, s.ninputs));
@@ -86,7 +92,12 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 	cli_bytes((double)mu_model_param_bytes(m), total, sizeof(total));
 	printf("model %s: %d nodes, %s of weights, %d stages\n\n", dir, mu_model_nodes(m), total,
 	       mu_plan_stages(p));
-	printf("%-6s %-11s %-12s %-7s %-10s %s\n", "stage", "nodes", "weights", "share", "MFLOP",
+	if (dev != NULL)
+		printf("devices are numbered as --budgets lists them (0 first)\n\n");
+	printf("%-6s ", "stage");
+	if (dev != NULL)
+		printf("%-18s ", "device (budget)");
+	printf("%-11s %-12s %-7s %-10s %s\n", "nodes", "weights", "share", "MFLOP",
 	       "takes -> hands on");
 	for (int i = 0; i < mu_plan_stages(p); i++) {
 		mu_stage_info_t s;
@@ -95,7 +106,15 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 		mu_plan_stage(p, i, &s);
 		cli_bytes((double)s.param_bytes, b, sizeof(b));
 		snprintf(nodes, sizeof(nodes), "%d..%d", s.first, s.last - 1);
-		printf("%-6d %-11s %-12s %5.1f%%  %-10.3f ", i, nodes, b,
+		printf("%-6d ", i);
+		if (dev != NULL) {
+			char bb[32], d[48];
+
+			cli_bytes((double)budget[dev[i]], bb, sizeof(bb));
+			snprintf(d, sizeof(d), "%d (%s)", dev[i], bb);
+			printf("%-18s ", d);
+		}
+		printf("%-11s %-12s %5.1f%%  %-10.3f ", nodes, b,
 		       mu_model_param_bytes(m) ? 100.0 * (double)s.param_bytes / (double)mu_model_param_bytes(m) : 0,
 		       s.flops / 1e6);
 		print_names(s.inputs, s.ninputs, 4);
@@ -108,6 +127,8 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 int cmd_plan(int argc, char **argv)
 {
 	const char *dir = NULL, *by = "params", *budgets = NULL;
+	uint64_t b[256];
+	int dev[256], nb = 0;
 	int stages = 0, json = 0, npos, rc;
 	char err[1024];
 	mu_model_t *m;
@@ -117,7 +138,7 @@ int cmd_plan(int argc, char **argv)
 		{"model", OPT_STR, &dir, "DIR", "the model: DIR/model.json and DIR/model.safetensors"},
 		{"stages", OPT_INT, &stages, "N", "cut into N stages"},
 		{"by", OPT_STR, &by, "params|flops", "balance weight bytes (default) or estimated compute"},
-		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --stages: fill devices of these memory budgets in order (e.g. 512M,1G,1G)"},
+		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --stages: fit devices of these memory budgets, in whichever order fits best (e.g. 512M,1G,1G)"},
 		{"json", OPT_FLAG, &json, NULL, "print the plan as JSON (what `muster stage --plan` reads)"},
 	};
 	cli_cmd_t cmd = {
@@ -141,8 +162,6 @@ int cmd_plan(int argc, char **argv)
 		return 1;
 	}
 	if (budgets != NULL) {
-		uint64_t b[256];
-		int dev[256], nb = 0;
 		char *copy = strdup(budgets), *save = NULL;
 
 		for (char *t = strtok_r(copy, ",", &save); t != NULL && nb < 256;
@@ -161,7 +180,7 @@ int cmd_plan(int argc, char **argv)
 	if (rc != 0)
 		fprintf(stderr, "muster plan: %s\n", err);
 	else
-		print_plan(dir, m, p, json);
+		print_plan(dir, m, p, json, budgets != NULL ? dev : NULL, b);
 	mu_plan_free(p);
 	mu_model_close(m);
 	return rc == 0 ? 0 : 1;

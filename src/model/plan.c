@@ -249,3 +249,102 @@ int mu__plan_fit(const double *w, int n, const uint64_t *budget, int nb, int *cu
 	pack(w, n, budget, nb, hi, cuts);
 	return 0;
 }
+
+/* The next permutation of v[0..n) in lexicographic order; 0 after the last. */
+static int next_order(int *v, int n)
+{
+	int i = n - 2, j = n - 1, t;
+
+	while (i >= 0 && v[i] >= v[i + 1])
+		i--;
+	if (i < 0)
+		return 0;
+	while (v[j] <= v[i])
+		j--;
+	t = v[i], v[i] = v[j], v[j] = t;
+	for (int a = i + 1, b = n - 1; a < b; a++, b--)
+		t = v[a], v[a] = v[b], v[b] = t;
+	return 1;
+}
+
+/* Heuristic orders for many devices: 0 given, 1 largest first, 2 smallest. */
+static void heuristic_order(const uint64_t *budget, int nb, int which, int *v)
+{
+	for (int i = 0; i < nb; i++)
+		v[i] = i;
+	for (int i = 1; which != 0 && i < nb; i++) { /* stable insertion sort */
+		int x = v[i], j = i;
+
+		while (j > 0 && (which == 1 ? budget[v[j - 1]] < budget[x] : budget[v[j - 1]] > budget[x])) {
+			v[j] = v[j - 1];
+			j--;
+		}
+		v[j] = x;
+	}
+}
+
+/* Largest stage and devices used of cuts over w. */
+static void score(const double *w, const int *cuts, int nb, double *largest, int *used)
+{
+	*largest = 0;
+	*used = 0;
+	for (int k = 0; k < nb; k++) {
+		double sum = 0;
+
+		for (int i = cuts[k]; i < cuts[k + 1]; i++)
+			sum += w[i];
+		*largest = sum > *largest ? sum : *largest;
+		*used += cuts[k + 1] > cuts[k];
+	}
+}
+
+int mu__plan_fit_any(const double *w, int n, const uint64_t *budget, int nb,
+                     mu__plan_accept_cb accept, void *ud, int *order, int *cuts)
+{
+	uint64_t *pb;
+	int *v, *c, tries = 0, found = 0, rc = 0, bused = 0;
+	double best = 0;
+
+	if (nb < 1 || n < 0)
+		return MU_EARG;
+	pb = mu__calloc((size_t)nb, sizeof(*pb));
+	v = mu__calloc((size_t)nb, sizeof(*v));
+	c = mu__calloc((size_t)nb + 1, sizeof(*c));
+	if (pb == NULL || v == NULL || c == NULL)
+		rc = MU_ENOMEM;
+	for (int i = 0; i < nb; i++)
+		v[i] = i; /* the given order first: it wins ties */
+	while (rc == 0) {
+		double largest;
+		int used, r;
+
+		for (int k = 0; k < nb; k++)
+			pb[k] = budget[v[k]];
+		r = mu__plan_fit(w, n, pb, nb, c);
+		if (r == 0) {
+			score(w, c, nb, &largest, &used);
+			if ((!found || largest < best || (largest == best && used < bused)) &&
+			    (accept == NULL || (r = accept(v, c, nb, ud)) == 0)) {
+				found = 1;
+				best = largest;
+				bused = used;
+				memcpy(order, v, sizeof(int) * (size_t)nb);
+				memcpy(cuts, c, sizeof(int) * ((size_t)nb + 1));
+			} else if (r != 0 && r != MU_ETOOBIG) {
+				rc = r;
+			}
+		} else if (r != MU_ETOOBIG) {
+			rc = r;
+		}
+		if (nb <= MU_PLAN_PERMUTE_MAX ? !next_order(v, nb) : ++tries == 3)
+			break;
+		if (nb > MU_PLAN_PERMUTE_MAX)
+			heuristic_order(budget, nb, tries, v);
+	}
+	mu__free(pb);
+	mu__free(v);
+	mu__free(c);
+	if (rc == 0 && !found)
+		rc = MU_ETOOBIG;
+	return rc;
+}

@@ -315,53 +315,94 @@ static void fit_error(const mu_model_t *m, const double *w, const uint64_t *budg
 	         total / 1048576.0, nb, nb == 1 ? "" : "s", room / 1048576.0);
 }
 
+/* What mu__plan_fit_any's accept sees: the model, and the best plan so far. */
+typedef struct {
+	const mu_model_t *m;
+	const uint64_t *budget;
+	mu__plan_t best;        /* the last accepted fit's stages */
+	int *device;            /* its budget index per stage */
+	int *keep, *dev;        /* scratch: the non-empty stages' cuts, devices */
+	char why[512];          /* the first fit refused, and why */
+} fit_t;
+
+/* Build a fit's stages; a weight two stages share is held by both, so
+ * check the real totals against the budgets before taking it. */
+static int accept_fit(const int *order, const int *cuts, int nb, void *ud)
+{
+	fit_t *f = ud;
+	mu__plan_t p;
+	int *dev = f->dev, k = 0, rc;
+
+	for (int i = 0; i < nb; i++) /* devices that got nothing are not used */
+		if (cuts[i + 1] > cuts[i]) {
+			dev[k] = order[i];
+			f->keep[k++] = cuts[i];
+		}
+	f->keep[k] = f->m->g.nnodes;
+	rc = mu__plan_from_cuts(&f->m->g, f->keep, k, &f->m->pbytes, f->m->flops, &p);
+	for (int i = 0; rc == 0 && i < k; i++)
+		if (p.s[i].param_bytes > f->budget[dev[i]]) {
+			if (f->why[0] == '\0')
+				snprintf(f->why, sizeof(f->why), "stage %d needs %.1f MiB (weights it shares "
+				         "with another stage count twice), over its device's %.1f MiB", i,
+				         (double)p.s[i].param_bytes / 1048576.0,
+				         (double)f->budget[dev[i]] / 1048576.0);
+			mu__plan_free(&p);
+			return MU_ETOOBIG;
+		}
+	if (rc != 0)
+		return rc;
+	mu__plan_free(&f->best);
+	f->best = p;
+	memcpy(f->device, dev, sizeof(int) * (size_t)k);
+	return 0;
+}
+
 int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan_t **out,
                     int *device, char *err, size_t el)
 {
 	double *w;
-	int *cuts, *keep, k = 0, rc;
+	int *cuts, *order, rc;
 	mu_plan_t *p;
+	fit_t f;
 
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
 	if (nb < 1)
 		return MU_EARG;
+	memset(&f, 0, sizeof(f));
+	f.m = m;
+	f.budget = budget;
+	f.device = device;
 	w = mu__calloc((size_t)m->g.nnodes + 1, sizeof(*w));
 	cuts = mu__calloc((size_t)nb + 1, sizeof(*cuts));
-	keep = mu__calloc((size_t)nb + 1, sizeof(*keep));
+	order = mu__calloc((size_t)nb + 1, sizeof(*order));
+	f.keep = mu__calloc((size_t)nb + 1, sizeof(*f.keep));
+	f.dev = mu__calloc((size_t)nb + 1, sizeof(*f.dev));
 	p = mu__calloc(1, sizeof(*p));
-	rc = w == NULL || cuts == NULL || keep == NULL || p == NULL ? MU_ENOMEM : 0;
+	rc = w == NULL || cuts == NULL || order == NULL || f.keep == NULL || f.dev == NULL ||
+	     p == NULL ? MU_ENOMEM : 0;
 	if (rc == 0)
 		rc = node_bytes(m, w);
-	if (rc == 0 && (rc = mu__plan_fit(w, m->g.nnodes, budget, nb, cuts)) == MU_ETOOBIG)
+	/* whichever order the devices came in: the fit is the same */
+	if (rc == 0)
+		rc = mu__plan_fit_any(w, m->g.nnodes, budget, nb, accept_fit, &f, order, cuts);
+	if (rc == MU_ETOOBIG && f.why[0] != '\0')
+		snprintf(err, el, "%s", f.why);
+	else if (rc == MU_ETOOBIG)
 		fit_error(m, w, budget, nb, err, el);
-	if (rc == 0) {
-		for (int i = 0; i < nb; i++) /* devices that got nothing are not used */
-			if (cuts[i + 1] > cuts[i]) {
-				device[k] = i;
-				keep[k++] = cuts[i];
-			}
-		keep[k] = m->g.nnodes;
-		rc = mu__plan_from_cuts(&m->g, keep, k, &m->pbytes, m->flops, &p->p);
-	}
-	/* a weight two stages share is held by both: check the real totals */
-	for (int i = 0; rc == 0 && i < k; i++)
-		if (p->p.s[i].param_bytes > budget[device[i]]) {
-			snprintf(err, el, "stage %d needs %.1f MiB (weights it shares with another stage "
-			         "count twice), over its device's %.1f MiB", i,
-			         (double)p->p.s[i].param_bytes / 1048576.0,
-			         (double)budget[device[i]] / 1048576.0);
-			mu__plan_free(&p->p);
-			rc = MU_ETOOBIG;
-		}
 	mu__free(w);
 	mu__free(cuts);
-	mu__free(keep);
+	mu__free(order);
+	mu__free(f.keep);
+	mu__free(f.dev);
 	if (rc != 0) {
+		mu__plan_free(&f.best);
 		mu__free(p);
 		return rc;
 	}
+	p->p = f.best;
 	*out = p;
 	return 0;
 }

@@ -367,6 +367,97 @@ static void test_fit_cases(void **state)
 	assert_int_equal(mu__plan_fit(w, 0, (const uint64_t[]){0}, 1, cuts), 0);
 }
 
+/* The devices' order does not decide whether the model fits: an 8 and a
+ * 2 (MiB, say) fit budgets of 9 and 3 given either way round. */
+static void test_fit_any_either_order(void **state)
+{
+	double w[] = {8, 0, 2};
+	int order[2], cuts[3];
+
+	(void)state;
+	/* packing in the given order cannot: 8 does not go on the 3 */
+	assert_int_equal(mu__plan_fit(w, 3, (const uint64_t[]){3, 9}, 2, cuts), MU_ETOOBIG);
+	assert_int_equal(mu__plan_fit_any(w, 3, (const uint64_t[]){9, 3}, 2, NULL, NULL, order, cuts), 0);
+	assert_int_equal(order[0], 0);
+	assert_int_equal(order[1], 1);
+	assert_int_equal(cuts[1], 2);
+	assert_int_equal(cuts[2], 3);
+	assert_int_equal(mu__plan_fit_any(w, 3, (const uint64_t[]){3, 9}, 2, NULL, NULL, order, cuts), 0);
+	assert_int_equal(order[0], 1); /* the 9 takes the first stage */
+	assert_int_equal(order[1], 0);
+	assert_int_equal(cuts[1], 2);
+	assert_int_equal(cuts[2], 3);
+	/* no order fits: 10 in all, but no device takes the 8 */
+	assert_int_equal(mu__plan_fit_any(w, 3, (const uint64_t[]){5, 5, 5}, 3, NULL, NULL, order, cuts),
+	                 MU_ETOOBIG);
+	assert_int_equal(mu__plan_fit_any(w, 3, (const uint64_t[]){9}, 0, NULL, NULL, order, cuts), MU_EARG);
+}
+
+/* Ties go to the given order; a tie on the largest stage goes to fewer devices. */
+static void test_fit_any_ties(void **state)
+{
+	double w[] = {4, 4};
+	int order[3], cuts[4];
+
+	(void)state;
+	assert_int_equal(mu__plan_fit_any(w, 2, (const uint64_t[]){4, 4, 4}, 3, NULL, NULL, order, cuts), 0);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(order[k], k);
+	/* 8 on one device is worse than 4 and 4, whatever the order */
+	assert_int_equal(mu__plan_fit_any(w, 2, (const uint64_t[]){8, 4, 4}, 3, NULL, NULL, order, cuts), 0);
+	assert_int_equal(cuts[1] - cuts[0], 1);
+	assert_int_equal(cuts[2] - cuts[1], 1);
+	assert_int_equal(cuts[3], 2);
+}
+
+static int refuse_first(const int *order, const int *cuts, int nb, void *ud)
+{
+	int *calls = ud;
+
+	(void)order, (void)cuts, (void)nb;
+	return (*calls)++ == 0 ? MU_ETOOBIG : 0;
+}
+
+static int fail_hard(const int *order, const int *cuts, int nb, void *ud)
+{
+	(void)order, (void)cuts, (void)nb, (void)ud;
+	return MU_ENOMEM;
+}
+
+/* A fit accept refuses is passed over for the next; its errors stop the search. */
+static void test_fit_any_accept(void **state)
+{
+	double w[] = {8, 0, 2};
+	int order[2], cuts[3], calls = 0;
+
+	(void)state;
+	assert_int_equal(mu__plan_fit_any(w, 3, (const uint64_t[]){9, 9}, 2, refuse_first, &calls,
+	                                  order, cuts), 0);
+	assert_int_equal(calls, 2);
+	assert_int_equal(order[0], 1); /* the same cut, on the other order */
+	assert_int_equal(cuts[1], 2);
+	assert_int_equal(mu__plan_fit_any(w, 3, (const uint64_t[]){9, 9}, 2, fail_hard, NULL, order,
+	                                  cuts), MU_ENOMEM);
+}
+
+/* Past MU_PLAN_PERMUTE_MAX devices, largest first still finds the fit. */
+static void test_fit_any_many_devices(void **state)
+{
+	double w[] = {8, 2, 2, 2, 2, 2, 2};
+	uint64_t b[] = {2, 2, 2, 2, 2, 2, 8, 2};
+	int order[8], cuts[9], seen[8] = {0};
+
+	(void)state;
+	assert_int_equal(mu__plan_fit(w, 7, b, 8, cuts), MU_ETOOBIG);
+	assert_int_equal(mu__plan_fit_any(w, 7, b, 8, NULL, NULL, order, cuts), 0);
+	assert_int_equal(order[0], 6);
+	assert_int_equal(cuts[1], 1);
+	for (int k = 0; k < 8; k++)
+		seen[order[k]]++;
+	for (int k = 0; k < 8; k++)
+		assert_int_equal(seen[k], 1); /* a permutation */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -377,6 +468,10 @@ int main(void)
 		cmocka_unit_test(test_balanced_invalid),
 		cmocka_unit_test(test_fit_vs_brute_force),
 		cmocka_unit_test(test_fit_cases),
+		cmocka_unit_test(test_fit_any_either_order),
+		cmocka_unit_test(test_fit_any_ties),
+		cmocka_unit_test(test_fit_any_accept),
+		cmocka_unit_test(test_fit_any_many_devices),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -568,6 +568,23 @@ static void test_plan_budgets(void **state)
 		assert_true(si.param_bytes <= tight[dev[i]]);
 	}
 	mu_plan_free(p);
+	/* the same budgets listed the other way round: the same fit, each
+	 * stage on the device whose budget it fits */
+	{
+		uint64_t rev[3] = {tight[2], tight[1], tight[0]};
+
+		assert_int_equal(mu_plan_budgets(m, rev, 3, &p, dev, err, sizeof(err)), 0);
+		assert_int_equal(mu_plan_stages(p), 2);
+		assert_int_equal(dev[0], 2);
+		assert_int_equal(dev[1], 0);
+		for (int i = 0; i < 2; i++) {
+			mu_stage_info_t si;
+
+			mu_plan_stage(p, i, &si);
+			assert_true(si.param_bytes <= rev[dev[i]]);
+		}
+		mu_plan_free(p);
+	}
 	/* fc2's weights find no room */
 	assert_int_equal(mu_plan_budgets(m, small, 2, &p, dev, err, sizeof(err)), MU_ETOOBIG);
 	assert_null(p);
