@@ -217,11 +217,16 @@ MU_EXTERN int mu_device_new(const mu_device_opts_t *o, mu_device_t **out,
                             char *err, size_t errlen);
 /*
  * Publish the device's capabilities as md metadata, once its session
- * address ("host:port", what the tracker hands out) is known: agent
+ * address ("host:port", what the tracker hands out; one others can dial,
+ * such as mu_server_host's, never a wildcard) is known: agent
  * "muster-device/KEY/ADDR", through P2P (a listener on md_host:md_port)
  * and, when the environment configures one (MUSTER_ETCD_ENDPOINTS, ...),
- * the store. The JSON: {"key", "address", "mem_budget", "threads",
- * "models": [{"dir", "digest", "param_bytes"}], "muster"}.
+ * the store. Call it before the server registers (mu_server_opts_t's
+ * defer_register), so no coordinator is granted a device whose metadata
+ * is not there yet. The JSON: {"key", "address", "mem_budget", "threads",
+ * "models": [{"dir", "digest", "param_bytes"}], "muster", "md_address"};
+ * md_address is the P2P listener as others dial it (ADDR's host when
+ * md_host is a wildcard).
  */
 MU_EXTERN int mu_device_publish(mu_device_t *d, const char *addr, char *err,
                                 size_t errlen);

@@ -50,6 +50,8 @@ typedef struct {
 	double handshake_timeout; /* seconds to complete a handshake; default 10 */
 	double poll_period;       /* seconds between GET_PENDING_MATCHKEYS; 2 */
 	double retry_max;         /* backoff cap when the tracker is gone; 8 s */
+	int defer_register;       /* bind and serve, but register only once
+	                           * mu_server_register is called */
 	mu_session_cb on_session; /* required */
 	void *ud;
 } mu_server_opts_t;
@@ -59,10 +61,31 @@ MU_EXTERN void mu_server_opts_init(mu_server_opts_t *o);
 /*
  * Bind (TVM's port search), start serving and registering. Returns once
  * the port is bound; registration proceeds in the background and never
- * gives up. MU_EARG (no key or handler), MU_EBIND, MU_ERESOLVE, -errno.
+ * gives up. With o->defer_register, registration waits for
+ * mu_server_register, so that whatever a client granted this device needs
+ * (its published metadata, say) can be made ready first: the tracker
+ * hands the device out only once it is registered. MU_EARG (no key or
+ * handler), MU_EBIND, MU_ERESOLVE, -errno.
  */
 MU_EXTERN int mu_server_start(const mu_server_opts_t *o, mu_server_t **out);
 MU_EXTERN int mu_server_port(const mu_server_t *s);
+
+/*
+ * Start registering with the tracker: the step o->defer_register held
+ * back. 0 (also standalone, already registering, or stopped), or -errno
+ * when the registrar thread cannot start. Any thread.
+ */
+MU_EXTERN int mu_server_register(mu_server_t *s);
+
+/*
+ * The host (an IP, or custom_addr as given) clients can reach this server
+ * at, for publishing: custom_addr when set; else the host it is bound
+ * to, unless that is a wildcard (0.0.0.0, ::): then the local address
+ * this machine reaches the tracker from (the route's source address, so
+ * the tracker and the clients it serves see the same), or the loopback
+ * address when standalone or no route is found. Fixed once started.
+ */
+MU_EXTERN const char *mu_server_host(const mu_server_t *s);
 
 /*
  * Copy the matchkey a client must present now into buf ("" while a session

@@ -110,6 +110,9 @@ int cmd_server(int argc, char **argv)
 	}
 	o.on_session = mu_device_session;
 	o.ud = dev;
+	/* bind, publish, then register: a coordinator the tracker grants this
+	 * device to finds its metadata already there */
+	o.defer_register = 1;
 	cli_block_signals();
 	rc = mu_server_start(&o, &s);
 	if (rc != 0) {
@@ -121,11 +124,11 @@ int cmd_server(int argc, char **argv)
 		mu_device_free(dev);
 		return 1;
 	}
-	if (o.custom_addr != NULL)
-		snprintf(addr, sizeof(addr), "%s", o.custom_addr);
-	else
-		mu__hostport_text(o.host, mu_server_port(s), addr, sizeof(addr));
+	/* an address others can dial, never the wildcard bound to */
+	mu__hostport_text(mu_server_host(s), mu_server_port(s), addr, sizeof(addr));
 	rc = mu_device_publish(dev, addr, err, sizeof(err));
+	if (rc == 0 && (rc = mu_server_register(s)) != 0)
+		snprintf(err, sizeof(err), "cannot register: %s", mu_strerror(rc));
 	if (rc != 0) {
 		fprintf(stderr, "muster server: %s\n", err);
 		mu_server_free(s);

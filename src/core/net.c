@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "muster/common.h"
@@ -209,6 +210,55 @@ int mu__split_hostport(const char *s, char *host, size_t hostlen, int *port)
 	host[hlen] = '\0';
 	*port = (int)p;
 	return 0;
+}
+
+int mu__is_wildcard(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (host == NULL || host[0] == '\0')
+		return 1;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return a4.s_addr == htonl(INADDR_ANY);
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_UNSPECIFIED(&a6);
+	return 0;
+}
+
+int mu__route_source(const char *host, int port, char *ip, size_t iplen)
+{
+	struct addrinfo hints, *res = NULL, *ai;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+	char svc[16];
+	int rc = MU_ERESOLVE;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_DGRAM;
+	snprintf(svc, sizeof(svc), "%d", port);
+	if (getaddrinfo(host, svc, &hints, &res) != 0)
+		return MU_ERESOLVE;
+	/* connect() on a datagram socket only picks the route (and with it
+	 * the source address); nothing is sent */
+	for (ai = res; ai != NULL && rc != 0; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, SOCK_DGRAM, 0);
+
+		if (fd < 0)
+			continue;
+		sslen = sizeof(ss);
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0) {
+			mu__addr_text((struct sockaddr *)&ss, ip, iplen, NULL);
+			rc = 0;
+		} else {
+			rc = -errno;
+		}
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return rc;
 }
 
 void mu__raise_nofile_limit(void)

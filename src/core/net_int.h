@@ -57,6 +57,17 @@ void mu__hostport_text(const char *ip, int port, char *out, size_t outlen);
 int mu__split_hostport(const char *s, char *host, size_t hostlen, int *port);
 
 /* Raise the soft open-files limit to the hard limit (servers with many peers). */
+/* 1 when host is a wildcard (0.0.0.0, ::, or empty): not an address to hand out. */
+int mu__is_wildcard(const char *host);
+
+/*
+ * The local address (text, into ip) this machine sends from to reach
+ * host:port: the source address of the route the kernel picks, learned
+ * from a datagram socket's connect() without sending anything. The same
+ * address a TCP connection to host:port gets. 0, MU_ERESOLVE, -errno.
+ */
+int mu__route_source(const char *host, int port, char *ip, size_t iplen);
+
 void mu__raise_nofile_limit(void);
 
 #endif

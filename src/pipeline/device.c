@@ -22,6 +22,7 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/log_int.h"
+#include "core/net_int.h"
 #include "pipeline/pipeline_int.h"
 #include "core/time_int.h"
 
@@ -166,20 +167,30 @@ static cJSON *caps_json(const mu_device_t *d, const char *addr)
 	return o;
 }
 
+/* host:port of the metadata listener as others dial it: the device's
+ * published host when the listener is bound to a wildcard. */
+static void md_address(const mu_device_t *d, const char *addr, char *out, size_t n)
+{
+	char host[256];
+	int port;
+
+	if (!mu__is_wildcard(d->md_host))
+		snprintf(host, sizeof(host), "%s", d->md_host);
+	else if (mu__split_hostport(addr, host, sizeof(host), &port) != 0)
+		snprintf(host, sizeof(host), "%s", addr); /* a bare host */
+	mu__hostport_text(host, mu_md_listen_port(d->md), out, n);
+}
+
 int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 {
 	mu_md_opts_t mo;
-	char name[300];
+	char name[300], mdaddr[300];
 	uint64_t op;
 	int rc, status = 0;
-	cJSON *info;
+	cJSON *info, *caps;
 
 	if (err == NULL)
 		el = 0;
-	mu__free(d->caps);
-	d->caps = dump(caps_json(d, addr));
-	if (d->caps == NULL)
-		return MU_ENOMEM;
 	/* the agent is named after the address the tracker hands out, so a
 	 * coordinator granted this device knows whose metadata to fetch */
 	snprintf(name, sizeof(name), "muster-device/%s/%s", d->key, addr);
@@ -196,6 +207,13 @@ int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 		         d->md_port, mu_strerror(rc));
 		return rc;
 	}
+	md_address(d, addr, mdaddr, sizeof(mdaddr));
+	caps = caps_json(d, addr);
+	cJSON_AddStringToObject(caps, "md_address", mdaddr);
+	mu__free(d->caps);
+	d->caps = dump(caps);
+	if (d->caps == NULL)
+		return MU_ENOMEM;
 	rc = mu_md_set_local(d->md, NULL, d->caps, strlen(d->caps));
 	/* with a store configured, publish there too; P2P peers fetch from us */
 	if (rc == 0 && strcmp(mu_md_backend_name(d->md), "P2P") != 0) {
@@ -215,10 +233,11 @@ int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 	cJSON_AddStringToObject(info, "md_agent", name);
 	cJSON_AddStringToObject(info, "md_backend", mu_md_backend_name(d->md));
 	cJSON_AddNumberToObject(info, "md_port", mu_md_listen_port(d->md));
+	cJSON_AddStringToObject(info, "md_address", mdaddr);
 	mu__free(d->info);
 	d->info = dump(info);
-	mu__log(MU_LOG_INFO, LOG, "metadata of %s published (%s, P2P port %d): %.0f MiB for weights, "
-	        "%d model%s held", name, mu_md_backend_name(d->md), mu_md_listen_port(d->md),
+	mu__log(MU_LOG_INFO, LOG, "metadata of %s published (%s, P2P at %s): %.0f MiB for weights, "
+	        "%d model%s held", name, mu_md_backend_name(d->md), mdaddr,
 	        (double)d->mem / 1048576.0, d->nmodels, d->nmodels == 1 ? "" : "s");
 	return d->info != NULL ? 0 : MU_ENOMEM;
 }

@@ -436,6 +436,39 @@ static int server_listen(mu_server_t *s)
 	return rc;
 }
 
+/* The address to publish: see mu_server_host. */
+static void reach_host(mu_server_t *s)
+{
+	int v6 = strchr(s->host, ':') != NULL;
+
+	if (s->custom_addr[0] != '\0') {
+		snprintf(s->reach_host, sizeof(s->reach_host), "%s", s->custom_addr);
+		return;
+	}
+	if (!mu__is_wildcard(s->host)) {
+		snprintf(s->reach_host, sizeof(s->reach_host), "%s", s->host);
+		return;
+	}
+	if (!s->standalone && mu__route_source(s->tracker_host, s->opts.tracker_port,
+	                                       s->reach_host, sizeof(s->reach_host)) == 0 &&
+	    !mu__is_wildcard(s->reach_host))
+		return;
+	snprintf(s->reach_host, sizeof(s->reach_host), "%s", v6 ? "::1" : "127.0.0.1");
+}
+
+static int start_registrar(mu_server_t *s)
+{
+	int rc = 0;
+
+	uv_mutex_lock(&s->join_lock);
+	if (!s->standalone && !s->registrar_started && !s->joined) {
+		rc = uv_thread_create(&s->registrar, mu__server_registrar, s);
+		s->registrar_started = rc == 0;
+	}
+	uv_mutex_unlock(&s->join_lock);
+	return rc;
+}
+
 int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
 {
 	mu_server_t *s;
@@ -460,16 +493,16 @@ int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
 	rc = server_listen(s);
 	if (rc == 0)
 		rc = mu__service_start(&s->svc);
-	if (rc == 0 && !s->standalone) {
-		rc = uv_thread_create(&s->registrar, mu__server_registrar, s);
-		s->registrar_started = rc == 0;
-	}
+	if (rc == 0)
+		reach_host(s);
+	if (rc == 0 && !o->defer_register)
+		rc = start_registrar(s);
 	if (rc != 0) {
 		s->joined = 0;
 		mu_server_free(s);
 		return rc;
 	}
-	SLOG(s, MU_LOG_INFO, "Bind to %s:%d%s", s->host, s->port,
+	SLOG(s, MU_LOG_INFO, "Bind to %s:%d, reachable at %s%s", s->host, s->port, s->reach_host,
 	     s->standalone ? " (standalone: no tracker, matchkey is the key)" : "");
 	*out = s;
 	return 0;
@@ -478,6 +511,16 @@ int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
 int mu_server_port(const mu_server_t *s)
 {
 	return s->port;
+}
+
+int mu_server_register(mu_server_t *s)
+{
+	return start_registrar(s);
+}
+
+const char *mu_server_host(const mu_server_t *s)
+{
+	return s->reach_host;
 }
 
 void mu_server_matchkey(mu_server_t *s, char *buf, size_t len)

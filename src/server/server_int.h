@@ -33,6 +33,7 @@ struct mu_server_s {
 	char host[256], key[256], tracker_host[256], custom_addr[256];
 	int port;
 	int standalone;
+	char reach_host[256];    /* what mu_server_host answers; fixed at start */
 
 	/* the session running now (loop thread) */
 	mu_session_t *active;

@@ -265,13 +265,17 @@ def muster_server(muster_bin, tmp_path):
     [--tracker T] [--key K] EXTRA...` and returns a bound MusterServer.
     `tracker` is a MusterTracker / ReferenceTracker (anything with host and
     port) or a "HOST:PORT" string. With a tracker and `wait_offer`, it also
-    waits for the first "Offering matchkey" line (registered and offered)."""
+    waits for the first "Offering matchkey" line (registered and offered).
+    host=None leaves --host out (the server's default, the wildcard); the
+    test then reaches it at HOST."""
     started = []
 
     def start(*extra, tracker=None, key=None, port=0, port_end=None,
               host=HOST, wait_offer=True):
-        args = [str(muster_bin), "server", "--host", host,
-                "--port", str(port)]
+        args = [str(muster_bin), "server"]
+        if host is not None:
+            args += ["--host", host]
+        args += ["--port", str(port)]
         if port_end is not None:
             args += ["--port-end", str(port_end)]
         if tracker is not None:
@@ -287,7 +291,7 @@ def muster_server(muster_bin, tmp_path):
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log)
-        server = MusterServer(proc, log_path, host,
+        server = MusterServer(proc, log_path, host if host is not None else HOST,
                               key if key is not None else "muster")
         started.append(server)
         server.wait_bound()

@@ -65,6 +65,7 @@ import signal
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -72,6 +73,7 @@ import pytest
 import mumodel
 import tvmpeer
 from conftest import HOST, wait_for
+from storefix import muster_store  # noqa: F401
 
 MIB = 1 << 20
 RUN_TIMEOUT = 60.0
@@ -177,9 +179,9 @@ class Cluster:
         self.servers = []
         self.count = 0
 
-    def server(self, mem, *extra, wait_offer=True):
+    def server(self, mem, *extra, wait_offer=True, **kw):
         s = self._start_server("--mem", mem, *extra, tracker=self.tracker, key=self.key,
-                               wait_offer=wait_offer)
+                               wait_offer=wait_offer, **kw)
         s.mem = mem
         self.servers.append(s)
         return s
@@ -438,6 +440,124 @@ def test_device_publishes_capabilities(muster_bin, cluster, models):
     held = {os.path.realpath(h["dir"]): h["param_bytes"] for h in caps["models"]}
     assert held == {os.path.realpath(model.path): model.param_bytes,
                     os.path.realpath(other.path): other.param_bytes}, caps
+
+
+def published_caps(muster_bin, server):
+    """The agent name, P2P port and capabilities a server publishes
+    (fetched P2P from the listener it announces, dialled on HOST)."""
+    m = re.search(r"agent (\S+): P2P listener on (\S+):(\d+)", server.log_text())
+    assert m, f"the server does not announce its metadata agent:\n{server.log_text()}"
+    agent, md_port = m.group(1), int(m.group(3))
+    proc = must(muster(muster_bin, "md", "fetch", agent, "--peer", f"{HOST}:{md_port}",
+                       "--timeout", 5, timeout=15), "muster md fetch")
+    return agent, md_port, json.loads(proc.stdout)
+
+
+def test_default_host_publishes_a_reachable_address(muster_bin, cluster, models):
+    """A server left on its default --host (the wildcard, 0.0.0.0) publishes
+    the address it reaches the tracker from (here 127.0.0.1), never the
+    wildcard, in its capabilities and its agent's name; a coordinator finds
+    it through the tracker and runs on it."""
+    model = models("tiny")
+    server = cluster.server("4M", host=None)
+    assert re.search(r"Bind to 0\.0\.0\.0:", server.log_text()), server.log_text()
+    agent, md_port, caps = published_caps(muster_bin, server)
+    assert caps["address"] == addr(server), caps
+    assert caps["md_address"] == f"{HOST}:{md_port}", caps
+    assert "0.0.0.0" not in agent and agent.endswith("/" + addr(server)), agent
+    rep = cluster.ok(model, 1)
+    assert [s["device"] for s in rep["stages"]] == [caps["address"]], rep["stages"]
+    assert_bit_identical(cluster.out, model.reference, "a server on the wildcard")
+
+
+class GatedProxy:
+    """A TCP proxy in front of a store that holds each connection until
+    opened: a store that is slow to answer, for as long as the test likes."""
+
+    def __init__(self, target_port, hold=30.0):
+        self.target, self.hold = target_port, hold
+        self.gate, self.accepted = threading.Event(), threading.Event()
+        self.sock = socket.create_server((HOST, 0))
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                down, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(down)
+            self.accepted.set()
+            threading.Thread(target=self._serve, args=(down,), daemon=True).start()
+
+    def _serve(self, down):
+        if not self.gate.wait(self.hold):
+            return
+        try:
+            up = socket.create_connection((HOST, self.target), timeout=5)
+        except OSError:
+            return
+        up.settimeout(None)
+        self.conns.append(up)
+        threading.Thread(target=self._pump, args=(up, down), daemon=True).start()
+        self._pump(down, up)
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def open(self):
+        self.gate.set()
+
+    def close(self):
+        self.gate.set()
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_registers_only_once_published(muster_bin, cluster, models, muster_store,  # noqa: F811
+                                       monkeypatch):
+    """A server registers with the tracker only after its metadata is
+    published, so no coordinator is granted a device that cannot yet
+    describe itself. Its store (a TCPStore behind a proxy that holds the
+    connection) is kept from answering: bound and publishing, the server
+    is not registered; once the store answers, it registers and serves."""
+    store = muster_store()
+    proxy = GatedProxy(store.port)
+    try:
+        monkeypatch.setenv("MUSTER_TCPSTORE_ENDPOINT", f"{HOST}:{proxy.port}")
+        server = cluster.server("4M", wait_offer=False)
+        assert proxy.accepted.wait(10), f"the server never reached its store:\n{server.log_text()}"
+        # publishing cannot finish while the store is held: watch the tracker
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            free, pending, registered = cluster.free_state()
+            assert registered == [] and free == 0, (
+                f"registered before its metadata was published: {registered}\n"
+                f"{server.log_text()}")
+            time.sleep(0.05)
+        assert not server.matchkeys(), server.log_text()
+        proxy.open()
+        server.wait_offers(1)
+        rep = cluster.ok(models("tiny"), 1)
+        assert [s["device"] for s in rep["stages"]] == [addr(server)], rep["stages"]
+    finally:
+        proxy.close()
 
 
 # --------------------------------------------------------------------------

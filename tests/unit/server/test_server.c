@@ -312,6 +312,98 @@ static void test_tracker_restart(void **state)
 	mu_tracker_free(t);
 }
 
+/* 1 when the tracker's summary mentions key (a failed call fails the test). */
+static int tracker_lists(mu_tracker_t *t, const char *key)
+{
+	mu_tracker_client_t *c;
+	char *json = NULL;
+	int hit;
+
+	assert_int_equal(mu_tracker_client_connect("127.0.0.1", mu_tracker_port(t), T, &c), 0);
+	assert_int_equal(mu_tracker_client_summary(c, T, &json), 0);
+	hit = strstr(json, key) != NULL;
+	mu_tracker_client_close(c);
+	mu_free(json);
+	return hit;
+}
+
+/* defer_register: bound and serving, but the tracker hears of the server
+ * only on mu_server_register (once, however often it is called). */
+static void test_deferred_registration(void **state)
+{
+	mu_tracker_t *t = tracker_at(0);
+	mu_server_opts_t o;
+	mu_server_t *s;
+	char mk[64];
+
+	(void)state;
+	mu_server_opts_init(&o);
+	o.host = "127.0.0.1";
+	o.port = 0;
+	o.key = "later";
+	o.silent = 1;
+	o.poll_period = 0.1;
+	o.retry_max = 0.2;
+	o.on_session = handler;
+	o.tracker_host = "127.0.0.1";
+	o.tracker_port = mu_tracker_port(t);
+	o.defer_register = 1;
+	assert_int_equal(mu_server_start(&o, &s), 0);
+	assert_true(mu_server_port(s) > 0);
+	usleep(200000); /* what a registrar would need many times over */
+	mu_server_matchkey(s, mk, sizeof(mk));
+	assert_string_equal(mk, "");
+	assert_false(tracker_lists(t, "later"));
+	assert_int_equal(mu_server_register(s), 0);
+	assert_int_equal(mu_server_register(s), 0);
+	wait_free(t, "later", 1);
+	mu_server_free(s);
+	mu_tracker_free(t);
+}
+
+static mu_server_t *bound(const char *host, const char *custom, mu_tracker_t *t)
+{
+	mu_server_opts_t o;
+	mu_server_t *s;
+
+	mu_server_opts_init(&o);
+	o.host = host;
+	o.port = 0;
+	o.key = t != NULL ? "h" : "";
+	o.silent = 1;
+	o.on_session = handler;
+	o.custom_addr = custom;
+	o.defer_register = 1; /* only the address is under test */
+	if (t != NULL) {
+		o.tracker_host = "127.0.0.1";
+		o.tracker_port = mu_tracker_port(t);
+	}
+	assert_int_equal(mu_server_start(&o, &s), 0);
+	return s;
+}
+
+/* The address to publish is never the wildcard bound to. */
+static void test_reachable_host(void **state)
+{
+	mu_tracker_t *t = tracker_at(0);
+	mu_server_t *s;
+
+	(void)state;
+	s = bound("0.0.0.0", NULL, t); /* the route to the tracker's loopback */
+	assert_string_equal(mu_server_host(s), "127.0.0.1");
+	mu_server_free(s);
+	s = bound("0.0.0.0", NULL, NULL); /* standalone */
+	assert_string_equal(mu_server_host(s), "127.0.0.1");
+	mu_server_free(s);
+	s = bound("127.0.0.1", NULL, t);
+	assert_string_equal(mu_server_host(s), "127.0.0.1");
+	mu_server_free(s);
+	s = bound("0.0.0.0", "device7.example", t);
+	assert_string_equal(mu_server_host(s), "device7.example");
+	mu_server_free(s);
+	mu_tracker_free(t);
+}
+
 static void test_request_failures(void **state)
 {
 	mu_tracker_t *t = tracker_at(0);
@@ -355,6 +447,8 @@ int main(void)
 		cmocka_unit_test(test_bytes_behind_the_hello),
 		cmocka_unit_test(test_session_timeout_and_stop),
 		cmocka_unit_test(test_tracker_restart),
+		cmocka_unit_test(test_deferred_registration),
+		cmocka_unit_test(test_reachable_host),
 		cmocka_unit_test(test_request_failures),
 		cmocka_unit_test(test_bad_options),
 	};
