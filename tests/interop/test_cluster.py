@@ -27,7 +27,11 @@ What is checked (one test each, numbered as in the issue):
     output bit-identical to the in-process run (also pipelined); the
     table has 3 stages with contiguous node ranges covering the graph,
     each within budget; the text table and --quiet; the capabilities a
-    device publishes (fetched P2P with `muster md fetch --peer`);
+    device publishes (fetched P2P with `muster md fetch --peer`); a server
+    on the default --host (0.0.0.0) publishes 127.0.0.1, not the wildcard;
+    a server registers only once its metadata is published (its store held
+    back by a proxy); metadata through a TCPStore (`muster store`,
+    MUSTER_TCPSTORE_ENDPOINT) for servers and coordinator, bit-identical;
  2. --weights stream / local / auto (one holder: "local" there only), and
     --weights local with a device lacking the copy (a clear error);
  3. a middle stage's server SIGKILLed mid-run: with a spare the run ends
@@ -42,7 +46,8 @@ What is checked (one test each, numbered as in the issue):
     the second run succeeds; and stopped during a run (which goes on
     without it) and started after it: each server counted once;
  8. each server's peak RSS (VmHWM) grows by its stage's weights plus a
-    fixed allowance, far below the model;
+    fixed allowance, far below the model; the coordinator, streaming two
+    of the three stages, peaks under half the model (its own rusage);
  9. bad pipeline messages on a tracker session (unknown type, huge
     length, truncated, garbage after a good header): ERROR first where
     the spec says so, the session closed, the server registered again and
@@ -560,6 +565,28 @@ def test_registers_only_once_published(muster_bin, cluster, models, muster_store
         proxy.close()
 
 
+def test_metadata_through_a_tcpstore(muster_bin, cluster, models, muster_store,  # noqa: F811
+                                     monkeypatch):
+    """Servers and the coordinator configured with the same TCPStore
+    (MUSTER_TCPSTORE_ENDPOINT, a `muster store`): the devices' metadata is
+    published there and fetched from there, and the split run matches the
+    in-process run bit for bit."""
+    model = models("mlp15")
+    store = muster_store()
+    monkeypatch.setenv("MUSTER_TCPSTORE_ENDPOINT", f"{HOST}:{store.port}")
+    for mem in ("6M", "8M", "10M"):
+        cluster.server(mem)
+    for s in cluster.servers:
+        assert re.search(r"metadata of \S+ published \(TCPStore", s.log_text()), s.log_text()
+    proc = must(cluster.run(model, 3), "muster run --tracker (TCPStore metadata)")
+    rep = report(proc)
+    check_table(rep, cluster, model, nstages=3)
+    assert_bit_identical(cluster.out, model.reference, "3 devices, metadata via TCPStore")
+    for s in cluster.servers:
+        assert re.search(rf"{re.escape(addr(s))}: .*metadata of \S+ via TCPStore", proc.stderr), (
+            f"{addr(s)}'s metadata not fetched from the store:\n{proc.stderr}")
+
+
 # --------------------------------------------------------------------------
 # 2. where the weights come from
 # --------------------------------------------------------------------------
@@ -876,13 +903,42 @@ def is_asan(path):
         return b"__asan_init" in f.read()
 
 
+def run_measured(cluster, model, devices, *extra, timeout=RUN_TIMEOUT):
+    """A coordinator run to completion, reaped with wait4 for its own
+    rusage: (CompletedProcess, peak RSS in bytes)."""
+    argv = [str(cluster.bin)] + [str(a) for a in cluster.args(model, devices, *extra)]
+    out_path = cluster.dir / f"coordinator-{cluster.count}.out"
+    err_path = cluster.dir / f"coordinator-{cluster.count}.err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, code, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            pytest.fail(f"`{' '.join(argv)}` did not finish within {timeout} s; stderr:\n"
+                        f"{err_path.read_text(errors='replace')[-3000:]}", pytrace=False)
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(code)
+    done = subprocess.CompletedProcess(argv, proc.returncode,
+                                       out_path.read_text(errors="replace"),
+                                       err_path.read_text(errors="replace"))
+    cluster.wait_all_free()
+    return done, usage.ru_maxrss * 1024  # Linux: KiB
+
+
 def test_peak_rss_is_the_stage(muster_bin, cluster, models):
     model = models("rss288")
     # one device loads its stage from its own copy, two get theirs streamed
     servers = [cluster.server("100M", "--model", model.path), cluster.server("100M"),
                cluster.server("100M")]
     before = {addr(s): status(s.pid, "VmHWM") for s in servers}
-    rep = cluster.ok(model, 3)
+    proc, coordinator_peak = run_measured(cluster, model, 3)
+    rep = report(must(proc, "muster run --tracker (288 MiB, measured)"))
     check_table(rep, cluster, model, nstages=3)
     assert_bit_identical(cluster.out, model.reference, "288 MiB over three devices")
     assert {s["weights"] for s in rep["stages"]} == {"local", "streamed"}, rep["stages"]
@@ -899,6 +955,14 @@ def test_peak_rss_is_the_stage(muster_bin, cluster, models):
             f"{before[st['device']] / MIB:.0f} MiB before the run + its weights "
             f"({st['resident_bytes'] / MIB:.0f} MiB) + {slack / MIB:.0f} MiB")
         assert peak < model.param_bytes * 0.6, f"stage {st['index']}: peak near the model"
+    # the coordinator streams two 96 MiB stages from its mapping, a bounded
+    # frame at a time, without ever holding the whole model
+    streamed = sum(st["resident_bytes"] for st in rep["stages"] if st["weights"] == "streamed")
+    assert streamed >= 190 * MIB, rep["stages"]
+    limit = model.param_bytes // 2 + (256 * MIB if asan else 0)
+    assert coordinator_peak < limit, (
+        f"the coordinator's peak RSS {coordinator_peak / MIB:.0f} MiB is not well under the "
+        f"model ({model.param_bytes / MIB:.0f} MiB; limit {limit / MIB:.0f} MiB)")
 
 
 # --------------------------------------------------------------------------
