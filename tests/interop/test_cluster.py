@@ -394,6 +394,8 @@ MODELS = {
     # 3 x 96 MiB square layers
     "rss288": ("--size", "288M", "--layers", 3, "--seed", 6),
     "tiny": ("--widths", "64,128,128,32", "--batch", 3, "--seed", 7),
+    # an 8 MiB layer, then a 2 MiB one
+    "big-small": ("--widths", "1024,2048,256", "--seed", 8),
 }
 
 
@@ -742,6 +744,28 @@ def mib_numbers(text):
 
 def has_number(numbers, value_bytes):
     return any(abs(n - value_bytes / MIB) <= 0.051 for n in numbers)
+
+
+@pytest.mark.parametrize("budgets, devices", [("9M,3M", [0, 1]), ("3M,9M", [1, 0])])
+def test_plan_budgets_in_any_order(muster_bin, models, budgets, devices):
+    """Whether a model fits does not depend on the order the budgets (the
+    devices a tracker grants) come in, and `muster plan --budgets` says
+    which device takes each stage."""
+    model = models("big-small")
+    proc = must(muster(muster_bin, "plan", "--model", model.path, "--budgets", budgets,
+                       "--json"), f"muster plan --budgets {budgets}")
+    stages = json.loads(proc.stdout)["stages"]
+    assert [st["device"] for st in stages] == devices, stages
+    assert [st["first"] for st in stages] == [0, 2] and stages[-1]["last"] == model.nnodes, stages
+    for st in stages:
+        assert st["param_bytes"] <= st["budget"], st
+    text = must(muster(muster_bin, "plan", "--model", model.path, "--budgets", budgets),
+                "muster plan --budgets (table)").stdout
+    assert "device (budget)" in text, text
+    assert [st["budget"] for st in stages] == [9 * MIB, 3 * MIB], stages
+    for i, st in enumerate(stages):
+        size = f"{st['budget'] / MIB:.1f} MiB"
+        assert re.search(rf"^{i}\s+{st['device']} \({re.escape(size)}\)", text, re.M), text
 
 
 def test_model_too_big(cluster, models):
