@@ -85,7 +85,7 @@ static void test_oldest_free_resource_first(void **state)
 	mu__sched_free(&s);
 }
 
-static void test_failed_delivery_requeues_at_tail(void **state)
+static void test_failed_delivery_skips_dead(void **state)
 {
 	mu__sched_t s;
 	mu__sched_owner_t srv, dead, live;
@@ -113,6 +113,44 @@ static void test_failed_delivery_requeues_at_tail(void **state)
 	assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(qi, "k"), "pending")->valueint, 0);
 	cJSON_Delete(qi);
 	mu__sched_owner_release(&s, &srv);
+	mu__sched_owner_release(&s, &dead);
+	mu__sched_owner_release(&s, &live);
+	mu__sched_free(&s);
+}
+
+/*
+ * spec §7.2 [verified]: the resource a failed delivery offered goes to the
+ * END of the free list, so with A then B free, a dead requester that was
+ * offered A leaves the order B, A and the next live requester gets B.
+ */
+static void test_failed_delivery_tail_order(void **state)
+{
+	mu__sched_t s;
+	mu__sched_owner_t a, b, dead, live;
+	log_t l = {0};
+
+	(void)state;
+	mu__sched_init(&s, deliver, &l);
+	mu__sched_owner_init(&a);
+	mu__sched_owner_init(&b);
+	mu__sched_owner_init(&dead);
+	mu__sched_owner_init(&live);
+	l.dead = &dead;
+	assert_int_equal(mu__sched_put(&s, &a, "k", "h", "1", "k:a"), 0);
+	assert_int_equal(mu__sched_put(&s, &b, "k", "h", "2", "k:b"), 0);
+	assert_int_equal(mu__sched_request(&s, &dead, "k", 100), 0);
+	assert_int_equal(l.n, 0);
+	assert_int_equal(dead.nrequests, 0); /* the failed request is dropped */
+	assert_int_equal(a.nresources, 1);   /* A is still free, now last */
+	assert_int_equal(mu__sched_request(&s, &live, "k", 1), 0);
+	assert_int_equal(l.n, 1);
+	assert_ptr_equal(l.who[0], &live);
+	assert_string_equal(l.matchkey[0], "k:b");
+	assert_int_equal(mu__sched_request(&s, &live, "k", 1), 0);
+	assert_int_equal(l.n, 2);
+	assert_string_equal(l.matchkey[1], "k:a");
+	mu__sched_owner_release(&s, &a);
+	mu__sched_owner_release(&s, &b);
 	mu__sched_owner_release(&s, &dead);
 	mu__sched_owner_release(&s, &live);
 	mu__sched_free(&s);
@@ -274,7 +312,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_priority_then_fifo),
 		cmocka_unit_test(test_oldest_free_resource_first),
-		cmocka_unit_test(test_failed_delivery_requeues_at_tail),
+		cmocka_unit_test(test_failed_delivery_skips_dead),
+		cmocka_unit_test(test_failed_delivery_tail_order),
 		cmocka_unit_test(test_release_withdraws_and_drops),
 		cmocka_unit_test(test_heap_removal_keeps_order),
 		cmocka_unit_test(test_pending_lists_distinct_ungranted),
