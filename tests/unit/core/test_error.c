@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for src/core/error.c: mu_strerror and mu__why. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "mu_test.h"
+
+#include "core/error_int.h"
+
+/* Every MU_E* code of include/muster/common.h; add new ones here. */
+static const int codes[] = {
+	MU_EPROTO, MU_EBADMAGIC, MU_ETOOBIG, MU_EJSON,  MU_EEOF,   MU_EFAIL,
+	MU_EMISMATCH, MU_ESTOPPED, MU_EBIND, MU_EARG, MU_ENOMEM, MU_ERESOLVE,
+};
+#define NCODES (sizeof(codes) / sizeof(codes[0]))
+
+static void test_own_codes_named_and_distinct(void **state)
+{
+	size_t i, j;
+
+	(void)state;
+	for (i = 0; i < NCODES; i++) {
+		const char *t = mu_strerror(codes[i]);
+
+		/* the documented range, so they never collide with an errno */
+		assert_true(codes[i] <= -1000 && codes[i] >= -1099);
+		assert_non_null(t);
+		assert_true(t[0] != '\0');
+		/* our own text, not glibc's "Unknown error 1000" fallback */
+		assert_string_not_equal(t, strerror(-codes[i]));
+		assert_string_not_equal(t, "unknown error");
+		for (j = 0; j < i; j++) {
+			assert_int_not_equal(codes[i], codes[j]);
+			assert_string_not_equal(t, mu_strerror(codes[j]));
+		}
+	}
+	/* the list above is complete: any other code of the reserved range
+	 * has no text of ours (glibc's fallback), so a new MU_E* with its own
+	 * text fails here until it is listed */
+	for (i = 1000; i <= 1099; i++) {
+		int c = -(int)i, listed = 0;
+
+		for (j = 0; j < NCODES; j++)
+			listed |= codes[j] == c;
+		if (!listed)
+			assert_string_equal(mu_strerror(c), strerror(-c));
+	}
+}
+
+static void test_errno_and_others(void **state)
+{
+	static const int errs[] = {ECONNREFUSED, ETIMEDOUT, EADDRINUSE, ENOENT,
+	                           EPIPE, EINVAL};
+	size_t i;
+
+	(void)state;
+	assert_string_equal(mu_strerror(0), "success");
+	for (i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+		assert_string_equal(mu_strerror(-errs[i]), strerror(errs[i]));
+	/* out of every range: a fixed text, never NULL */
+	assert_string_equal(mu_strerror(1), "unknown error");
+	assert_string_equal(mu_strerror(-100000), "unknown error");
+	assert_non_null(mu_strerror(MU_ERESOLVE - 1));
+}
+
+static void test_why(void **state)
+{
+	char why[16];
+
+	(void)state;
+	assert_int_equal(mu__why(why, sizeof(why), MU_EPROTO, "bad %s %d", "x",
+	                         7), MU_EPROTO);
+	assert_string_equal(why, "bad x 7");
+	/* cut to the buffer, always terminated */
+	assert_int_equal(mu__why(why, sizeof(why), MU_EARG, "%s",
+	                         "0123456789abcdefXYZ"), MU_EARG);
+	assert_string_equal(why, "0123456789abcde");
+	/* a NULL buffer is allowed */
+	assert_int_equal(mu__why(NULL, 0, MU_EJSON, "x"), MU_EJSON);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_own_codes_named_and_distinct),
+		cmocka_unit_test(test_errno_and_others),
+		cmocka_unit_test(test_why),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for src/core/log.c: the sink, level filtering, message text. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "mu_test.h"
+
+#include "core/log_int.h"
+
+/* What the sink saw, one entry per call. */
+typedef struct {
+	int n;
+	mu_log_level_t level[8];
+	char module[8][16];
+	char msg[8][1100];
+	void *ud[8];
+} seen_t;
+
+static void record(mu_log_level_t level, const char *module, const char *msg,
+                   void *ud)
+{
+	seen_t *s = ud;
+
+	assert_true(s->n < 8);
+	s->level[s->n] = level;
+	snprintf(s->module[s->n], sizeof(s->module[0]), "%s", module);
+	snprintf(s->msg[s->n], sizeof(s->msg[0]), "%s", msg);
+	s->ud[s->n] = ud;
+	s->n++;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	mu_log_set_sink(NULL, NULL, MU_LOG_INFO);
+	return 0;
+}
+
+static void test_no_sink_drops(void **state)
+{
+	(void)state;
+	mu_log_set_sink(NULL, NULL, MU_LOG_DEBUG);
+	assert_false(mu__log_enabled(MU_LOG_ERROR));
+	mu__log(MU_LOG_ERROR, "core", "dropped %d", 1); /* must not crash */
+}
+
+static void test_levels_filter(void **state)
+{
+	seen_t s = {0};
+
+	(void)state;
+	mu_log_set_sink(record, &s, MU_LOG_WARN);
+	assert_true(mu__log_enabled(MU_LOG_ERROR));
+	assert_true(mu__log_enabled(MU_LOG_WARN));
+	assert_false(mu__log_enabled(MU_LOG_INFO));
+	assert_false(mu__log_enabled(MU_LOG_DEBUG));
+	mu__log(MU_LOG_DEBUG, "t", "debug");
+	mu__log(MU_LOG_INFO, "t", "info");
+	mu__log(MU_LOG_WARN, "t", "warn");
+	mu__log(MU_LOG_ERROR, "t", "error");
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.level[0], MU_LOG_WARN);
+	assert_string_equal(s.msg[0], "warn");
+	assert_int_equal(s.level[1], MU_LOG_ERROR);
+	assert_string_equal(s.msg[1], "error");
+
+	/* the most verbose level lets everything through */
+	s.n = 0;
+	mu_log_set_sink(record, &s, MU_LOG_DEBUG);
+	mu__log(MU_LOG_DEBUG, "t", "debug");
+	mu__log(MU_LOG_INFO, "t", "info");
+	assert_int_equal(s.n, 2);
+	assert_int_equal(s.level[0], MU_LOG_DEBUG);
+	assert_int_equal(s.level[1], MU_LOG_INFO);
+
+	/* MU_LOG_ERROR only: warnings are filtered too */
+	s.n = 0;
+	mu_log_set_sink(record, &s, MU_LOG_ERROR);
+	mu__log(MU_LOG_WARN, "t", "warn");
+	mu__log(MU_LOG_ERROR, "t", "error");
+	assert_int_equal(s.n, 1);
+	assert_string_equal(s.msg[0], "error");
+}
+
+static void test_message_module_and_ud(void **state)
+{
+	seen_t s = {0};
+
+	(void)state;
+	mu_log_set_sink(record, &s, MU_LOG_INFO);
+	mu__log(MU_LOG_INFO, "tracker", "Bind to %s:%d (%s)", "127.0.0.1", 9190,
+	        "x");
+	assert_int_equal(s.n, 1);
+	assert_string_equal(s.module[0], "tracker");
+	assert_string_equal(s.msg[0], "Bind to 127.0.0.1:9190 (x)");
+	assert_ptr_equal(s.ud[0], &s);
+
+	/* uninstalling the sink stops delivery */
+	mu_log_set_sink(NULL, &s, MU_LOG_DEBUG);
+	mu__log(MU_LOG_ERROR, "tracker", "gone");
+	assert_int_equal(s.n, 1);
+}
+
+static void test_long_line_is_cut_not_lost(void **state)
+{
+	seen_t s = {0};
+	char big[3000];
+	size_t len;
+
+	(void)state;
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	mu_log_set_sink(record, &s, MU_LOG_INFO);
+	mu__log(MU_LOG_INFO, "t", "<%s>", big);
+	assert_int_equal(s.n, 1);
+	len = strlen(s.msg[0]);
+	assert_true(len > 1000 && len < sizeof(big));
+	assert_int_equal(s.msg[0][0], '<');
+	assert_int_equal(s.msg[0][len - 1], 'a');
+}
+
+/* The stderr sink's line: "YYYY-mm-dd HH:MM:SS.mmm LEVEL message\n". */
+static void test_stderr_sink_format(void **state)
+{
+	static const struct {
+		mu_log_level_t level;
+		const char *name;
+	} cases[] = {{MU_LOG_ERROR, "ERROR"},
+	             {MU_LOG_WARN, "WARNING"},
+	             {MU_LOG_INFO, "INFO"},
+	             {MU_LOG_DEBUG, "DEBUG"}};
+	char path[] = "/tmp/mu_test_logXXXXXX";
+	char line[256];
+	int fd, saved, y, mo, d, h, mi, sec, ms, n;
+	size_t i;
+	FILE *f;
+
+	(void)state;
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	saved = dup(2);
+	assert_true(saved >= 0);
+	assert_int_equal(dup2(fd, 2), 2);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		mu_log_stderr_sink(cases[i].level, "t", "hello world", NULL);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char level[16], rest[64];
+
+		assert_non_null(fgets(line, sizeof(line), f));
+		n = sscanf(line, "%4d-%2d-%2d %2d:%2d:%2d.%3d %15s %63[^\n]", &y,
+		           &mo, &d, &h, &mi, &sec, &ms, level, rest);
+		assert_int_equal(n, 9);
+		assert_true(y >= 2000 && mo >= 1 && mo <= 12 && ms >= 0 && ms < 1000);
+		assert_string_equal(level, cases[i].name);
+		assert_string_equal(rest, "hello world");
+		assert_int_equal(line[strlen(line) - 1], '\n');
+		/* fixed-width stamp: "2026-01-02 03:04:05.006 " is 24 chars */
+		assert_int_equal(line[10], ' ');
+		assert_int_equal(line[19], '.');
+		assert_int_equal(line[23], ' ');
+	}
+	assert_null(fgets(line, sizeof(line), f));
+	fclose(f);
+	unlink(path);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_no_sink_drops, teardown),
+		cmocka_unit_test_teardown(test_levels_filter, teardown),
+		cmocka_unit_test_teardown(test_message_module_and_ud, teardown),
+		cmocka_unit_test_teardown(test_long_line_is_cut_not_lost, teardown),
+		cmocka_unit_test_teardown(test_stderr_sink_format, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
