@@ -14,6 +14,7 @@ speak the protocol themselves.
 
 import ctypes
 import json
+import logging
 import os
 import socket
 import struct
@@ -23,6 +24,8 @@ from ._lib import MusterError, check
 
 _TRACKER_MAGIC = 0x2F271
 _STOP = 2
+
+logger = logging.getLogger("muster.tracker")
 
 
 class Tracker:
@@ -58,27 +61,46 @@ class Tracker:
         self.port = _lib.tracker_port(handle)
         self.stop_key = _lib.tracker_stop_key(handle).decode()
 
+    def _stop_host(self):
+        """Where STOP goes: loopback for a wildcard bind (as TVM's does),
+        else the address the tracker was bound to."""
+        if self.host in ("", "0.0.0.0"):
+            return "127.0.0.1"
+        if self.host == "::":
+            return "::1"
+        return self.host
+
     def _stop_tracker(self):
         """STOP with the key over the protocol, as TVM's terminate() does."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+        with socket.create_connection((self._stop_host(), self.port),
+                                      timeout=5) as sock:
             sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
             if _recvall(sock, 4) != struct.pack("<i", _TRACKER_MAGIC):
                 raise RuntimeError("not a tracker")
             body = json.dumps([_STOP, self.stop_key]).encode()
             sock.sendall(struct.pack("<i", len(body)) + body)
             size = struct.unpack("<i", _recvall(sock, 4))[0]
-            if json.loads(_recvall(sock, size)) != 0:
-                raise RuntimeError("tracker refused its own stop key")
+            reply = json.loads(_recvall(sock, size))
+            if reply != 0:
+                raise RuntimeError(f"the tracker answered STOP with {reply!r}")
 
     def terminate(self):
-        """Stop the tracker; safe to call more than once."""
+        """Stop the tracker; safe to call more than once, never raises.
+
+        A STOP the tracker refuses or that fails midway is logged as a
+        warning on the "muster.tracker" logger; the tracker is then stopped
+        directly. Nothing listening (someone else already stopped it) is
+        not a failure, as in TVM."""
         handle, self._handle = getattr(self, "_handle", None), None
         if not handle:
             return
         try:
             self._stop_tracker()
-        except (OSError, RuntimeError, ValueError):
-            pass  # already stopping, or bound where 127.0.0.1 cannot reach
+        except ConnectionRefusedError:
+            pass  # already stopped by a STOP from elsewhere
+        except (OSError, RuntimeError, ValueError) as exc:
+            logger.warning("STOP to the tracker on port %d failed (%s); "
+                           "stopping it directly", self.port, exc)
         _lib.tracker_free(handle)  # stops it if STOP did not, and joins
 
     def __del__(self):

@@ -10,6 +10,8 @@ The binding loads build/lib/libmuster.so (or $MUSTER_LIB); the servers are
 $MUSTER_BIN, so under `make check-sanitize` only the servers run sanitized.
 """
 
+import logging
+import re
 import socket
 import sys
 import time
@@ -269,3 +271,61 @@ def test_stop_key(trackers):
     wait_for(lambda: refused(tracker.port), 5, what="tracker stopped")
     tracker.terminate()
     tracker.terminate()
+
+
+def _stop_warnings(caplog):
+    return [r for r in caplog.records
+            if r.name == "muster.tracker" and r.levelno >= logging.WARNING]
+
+
+def test_terminate_stops_with_stop(trackers, capfd, caplog):
+    """terminate() stops the tracker through STOP with its key (the
+    tracker logs the request), not only through the library's own stop."""
+    base = free_range(5, HOST)
+    tracker = trackers(host=HOST, port=base, port_end=base + 5)
+    port = tracker.port
+    with tvmpeer.TrackerSession(HOST, port) as sess:
+        assert sess.ping() == tvmpeer.SUCCESS
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING, logger="muster.tracker"):
+        tracker.terminate()
+    err = capfd.readouterr().err
+    assert re.search(r"INFO Stop requested by 127\.0\.0\.1:\d+", err), err
+    assert "wrong key" not in err
+    assert _stop_warnings(caplog) == []
+    assert refused(port)
+
+
+def test_terminate_reports_a_refused_stop(trackers, capfd, caplog):
+    """A STOP the tracker refuses is not hidden: terminate() logs a warning
+    (it never raises, as TVM's callers expect) and still stops the
+    tracker."""
+    base = free_range(5, HOST)
+    tracker = trackers(host=HOST, port=base, port_end=base + 5)
+    port = tracker.port
+    tracker.stop_key = "tracker:not-the-key"
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING, logger="muster.tracker"):
+        tracker.terminate()
+    err = capfd.readouterr().err
+    assert "STOP with a wrong key, ignored" in err, err
+    assert "Stop requested" not in err
+    warnings = _stop_warnings(caplog)
+    assert len(warnings) == 1, caplog.records
+    assert f"port {port}" in warnings[0].getMessage()
+    assert "-1" in warnings[0].getMessage()
+    assert refused(port)
+    tracker.terminate()  # still harmless, and silent
+    assert len(_stop_warnings(caplog)) == 1
+
+
+def test_terminate_after_outside_stop_is_quiet(trackers, caplog):
+    """A tracker already stopped by someone else's STOP: terminate() has
+    nothing to report."""
+    tracker = local_tracker(trackers)
+    with tvmpeer.TrackerSession(HOST, tracker.port) as sess:
+        assert sess.stop(tracker.stop_key) == tvmpeer.SUCCESS
+    wait_for(lambda: refused(tracker.port), 5, what="tracker stopped")
+    with caplog.at_level(logging.WARNING, logger="muster.tracker"):
+        tracker.terminate()
+    assert _stop_warnings(caplog) == []
