@@ -947,6 +947,45 @@ def test_muster_request_retries_past_an_unreachable_grant(tracker,
         assert b"ghost" in result.stderr
 
 
+def test_muster_request_retries_past_a_mismatch(tracker, muster_server,
+                                                muster_bin):
+    """Spec section 11: a grant whose device answers MISMATCH (a stale or
+    wrong matchkey) is given up and the client requests again. The first
+    grant here is a fake resource naming a live `muster server` that does
+    not know its matchkey; the second is a real registered device."""
+    decoy = muster_server(key="rasp")  # standalone: takes only "rasp"
+    with tracker.session() as fake:
+        # the fake resource is the oldest, so it is granted first
+        fake.put("rasp", decoy.port, "rasp:bogus", None)
+        server = muster_server(tracker=tracker, key="rasp")
+        wait_queue(tracker, "rasp", free=2)
+        result = run_request(muster_bin, "rasp", "--tracker",
+                             f"{HOST}:{tracker.port}", "--timeout", "10",
+                             data=b"past the mismatch")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == b"past the mismatch"
+        assert f"session open with {HOST}:{server.port}".encode() \
+            in result.stderr
+        # the first grant really reached the decoy and was refused there
+        decoy.wait_log(r'Mismatch from .*"rasp:bogus"', timeout=5)
+        assert decoy.log_count(r"Session with .* started") == 0
+        # both grants were consumed: the fake one is gone for good
+        assert "rasp:bogus" not in fake.pending_matchkeys()
+        wait_queue(tracker, "rasp", free=1)  # the real device, re-offered
+
+        # With one try only, the mismatch is the end, at once.
+        fake.put("ghost", decoy.port, "ghost:bogus", None)
+        started = time.monotonic()
+        result = run_request(muster_bin, "ghost", "--tracker",
+                             f"{HOST}:{tracker.port}", "--timeout", "5",
+                             "--retries", "1")
+        assert result.returncode == 1
+        assert time.monotonic() - started < 4
+        err = result.stderr.decode()
+        assert "ghost" in err and "mismatch" in err, err
+        decoy.wait_log(r'Mismatch from .*"ghost:bogus"', timeout=5)
+
+
 # --- standalone (no tracker) ------------------------------------------------
 
 def test_standalone_default_key(muster_server):
