@@ -10,6 +10,7 @@ reference tracker."""
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 
@@ -504,3 +505,129 @@ def test_port_search_exhausted_fails(muster_bin):
     assert result.returncode != 0
     assert result.stderr.strip(), "no error message"
     assert "Bind to" not in result.stderr
+
+
+# --- log lines (issue: "logs like the seed's", silent mode quiet) ----------
+
+LOG_LINE_RE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR|DEBUG) (.*)$")
+
+# Every info line a PUT / REQUEST / session cycle makes the tracker print.
+INFO_PHRASES = ["Bind to", "New session from", "Handshake with",
+                "Received key", "Update info of", "Request using key",
+                "Offering matchkey", "End session"]
+
+
+def request_session(muster_bin, key, tracker_addr, data):
+    """`muster request KEY` through the tracker, relaying `data` to the
+    device's echo session; asserts it worked."""
+    result = subprocess.run(
+        [str(muster_bin), "request", key, "--tracker", tracker_addr,
+         "--timeout", "10"], input=data, capture_output=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data
+
+
+def info_messages(text):
+    """The INFO messages of a muster log, in order; every line must be a
+    well-formed "DATE TIME.ms LEVEL message" line."""
+    messages = []
+    for raw in text.splitlines():
+        match = LOG_LINE_RE.match(raw)
+        assert match, f"not a log line: {raw!r}"
+        if match[1] == "INFO":
+            messages.append(match[2])
+    return messages
+
+
+def test_log_lines_of_a_session_cycle(tracker, muster_server, muster_bin):
+    """A server registers (UPDATE_INFO, PUT), a client requests and gets a
+    session: the tracker logs each step, per connection, in order."""
+    server = muster_server(tracker=tracker, key="logdev")
+    first_mk = server.matchkey
+    request_session(muster_bin, "logdev", tracker.address, b"logged")
+    wait_for(lambda: re.search(r"Request using key logdev from (\S+)",
+                               tracker.log_text()), 5,
+             what="the request logged")
+    requester = re.search(r"Request using key logdev from (\S+), priority 1",
+                          tracker.log_text())[1]
+    wait_for(lambda: f"End session {requester}" in tracker.log_text(), 5,
+             what="End session of the requester")
+    # after the session the server offers a fresh matchkey, logged on both
+    wait_for(lambda: len(server.matchkeys()) >= 2, 10,
+             what="a fresh matchkey after the session")
+    second_mk = server.matchkeys()[1]
+    assert second_mk != first_mk
+    wait_for(lambda: f": {second_mk} at" in tracker.log_text(), 5,
+             what="the re-PUT logged")
+
+    text = tracker.log_text()
+    messages = info_messages(text)
+    assert messages[0] == f"Bind to {HOST}:{tracker.port}"
+    assert " WARNING " not in text and " ERROR " not in text, text
+
+    # the requester's connection, from accept to close, and nothing else
+    named = re.compile(re.escape(requester) + r"(?!\d)")
+    assert [m for m in messages if named.search(m)] == [
+        f"New session from {requester}",
+        f"Handshake with {requester} successful",
+        f"Request using key logdev from {requester}, priority 1",
+        f"Offering matchkey {first_mk} at {HOST}:{server.port} "
+        f"to {requester}",
+        f"End session {requester}"], messages
+
+    # the server's registration connection, in protocol order
+    srv = re.search(rf"Received key logdev from (\S+): {re.escape(first_mk)}"
+                    rf" at {HOST}:{server.port}", text)[1]
+    order = [messages.index(f"New session from {srv}"),
+             messages.index(f"Handshake with {srv} successful"),
+             messages.index(f"Update info of {srv}: key server:logdev"),
+             messages.index(f"Received key logdev from {srv}: {first_mk} "
+                            f"at {HOST}:{server.port}"),
+             messages.index(f"Offering matchkey {first_mk} at "
+                            f"{HOST}:{server.port} to {requester}"),
+             messages.index(f"Received key logdev from {srv}: {second_mk} "
+                            f"at {HOST}:{server.port}")]
+    assert order == sorted(order), messages
+    # and the server's own side of it
+    assert server.log_count(rf"Offering matchkey {re.escape(first_mk)}") == 1
+    assert server.log_count(rf"Offering matchkey {re.escape(second_mk)}") == 1
+
+
+def test_silent_tracker_prints_no_info_lines(muster_bin, muster_server):
+    """`muster tracker --silent` prints none of the info lines through the
+    same cycle, while warnings still come out (TVM: silent means WARN)."""
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(muster_bin), "tracker", "--silent", "--host", HOST,
+         "--port", str(port), "--port-end", str(port + 1)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
+    try:
+        def up():
+            try:
+                socket.create_connection((HOST, port), timeout=1).close()
+                return True
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read()
+                return False
+
+        wait_for(up, 10, what="the silent tracker listening")
+        server = muster_server(tracker=f"{HOST}:{port}", key="quiet")
+        request_session(muster_bin, "quiet", f"{HOST}:{port}", b"hush")
+        wait_for(lambda: len(server.matchkeys()) >= 2, 10,
+                 what="the server re-offered after its session")
+        with tvmpeer.TrackerSession(HOST, port) as sess:
+            assert sess.stop("tracker:wrong") == tvmpeer.FAIL
+            assert sess.ping() == tvmpeer.SUCCESS
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    text = out.decode(errors="replace")
+    for phrase in INFO_PHRASES:
+        assert phrase not in text, text
+    assert " INFO " not in text, text
+    # the sink is live: a warning still reaches it
+    assert re.search(r" WARNING .*STOP with a wrong key, ignored", text), text
