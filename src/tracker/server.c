@@ -501,8 +501,10 @@ static void process(conn_t *c)
 	}
 	if (c->state != CONN_FRAMES)
 		return;
-	/* The frame timer measures one partly received frame at a time. */
-	if (c->rbuf.len == 0)
+	/* The frame timer measures one partly received frame at a time. While
+	 * paused, what waits in rbuf is ours to handle, not the peer's stall:
+	 * write_cb re-arms the timer through process() when reading resumes. */
+	if (c->rbuf.len == 0 || c->paused)
 		uv_timer_stop(&c->timer);
 	else if (progressed || !uv_is_active((uv_handle_t *)&c->timer))
 		arm_timer(c);

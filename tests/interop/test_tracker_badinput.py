@@ -5,6 +5,7 @@ closed (EOF or reset within a bounded time), and the tracker still serves
 everyone else: a fresh client gets PING -> 0 and a server registered before
 the bad peer arrived still shows in SUMMARY with its resource free."""
 
+import json
 import os
 import socket
 import struct
@@ -161,3 +162,65 @@ def test_thousand_connections_dropped_at_once(tracker, registered):
     assert_still_serving(tracker)
     wait_for(lambda: open_fds(tracker.proc.pid) <= baseline,
              what="the tracker to close the dropped connections")
+
+
+def vm_kib(pid, field):
+    """A memory figure of /proc/PID/status (VmRSS, VmHWM) in KiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def test_slow_reader_is_paused_not_buffered(muster_tracker, stack):
+    """A peer that sends many requests and reads none of the replies:
+    the tracker stops reading it once replies pile up (memory stays
+    bounded), goes on serving everyone else, does not mistake the pause for
+    a stalled frame (--timeout), and once the peer reads, every reply
+    arrives, in order."""
+    tracker = muster_tracker("--timeout", 1)
+    pad = "x" * 60000
+    for i in range(4):  # a summary of ~240 KB
+        fat = stack.enter_context(tracker.session())
+        assert fat.update_info({"key": f"server:fat{i}",
+                                "addr": [None, 9000 + i], "pad": pad}) == 0
+    rounds = 400  # ~96 MB of SUMMARY replies owed to the slow reader
+
+    slow = stack.enter_context(socket.socket())
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    slow.settimeout(10)
+    slow.connect((HOST, tracker.port))
+    tvmpeer.handshake(slow)
+    baseline = vm_kib(tracker.proc.pid, "VmRSS")
+    # UPDATE_INFO then SUMMARY, so summary i names "server:slow{i}": the
+    # replies are distinct and their order is visible.
+    batch = b"".join(
+        frame(tvmpeer.encode_json(
+            [tvmpeer.UPDATE_INFO, {"key": f"server:slow{i}",
+                                   "addr": [None, i]}]))
+        + frame(b"[6]") for i in range(rounds))
+    slow.sendall(batch)
+
+    # Meanwhile others are served at once, for longer than --timeout.
+    started = time.monotonic()
+    while time.monotonic() - started < 2.5:
+        with tracker.session(timeout=5) as other:
+            assert other.ping() == tvmpeer.SUCCESS
+            summary = other.summary()
+            assert {"key": "server:fat3", "addr": [HOST, 9003],
+                    "pad": pad} in summary["server_info"]
+        time.sleep(0.2)
+    grown = vm_kib(tracker.proc.pid, "VmHWM") - baseline
+    assert grown < 40 * 1024, f"tracker grew by {grown} KiB"
+
+    for i in range(rounds):
+        assert tvmpeer.recv_frame(slow) == b"0", i
+        reply = json.loads(tvmpeer.recv_frame(slow))
+        assert reply[0] == tvmpeer.SUCCESS
+        mine = [e for e in reply[1]["server_info"]
+                if e["key"].startswith("server:slow")]
+        assert mine == [{"key": f"server:slow{i}", "addr": [HOST, i]}], i
+    tvmpeer.send_frame(slow, b"[1]")
+    assert tvmpeer.recv_frame(slow) == b"0"
+    assert "closing" not in tracker.log_text(), tracker.log_text()
