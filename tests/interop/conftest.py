@@ -30,6 +30,7 @@ such as torch's client, must fail the run, not stall it).
 """
 
 import contextlib
+import errno
 import faulthandler
 import os
 import re
@@ -373,6 +374,29 @@ def busy_port(free_after=1):
             return held
         held.close()
     pytest.fail("no port with free successors found")
+
+
+def time_wait_port(free_after=1):
+    """A port P left with a connection in TIME_WAIT on our side (we closed
+    first) and nothing listening, P+1 .. P+free_after bindable. On Linux a
+    bind to P then fails with EADDRINUSE without SO_REUSEADDR and succeeds
+    with it (both the listener and its connections set it)."""
+    with busy_port(free_after) as listener:
+        port = listener.getsockname()[1]
+        with socket.create_connection((HOST, port), timeout=5) as client:
+            accepted, _ = listener.accept()
+            accepted.close()              # active close: TIME_WAIT is ours
+            client.settimeout(5)
+            assert client.recv(1) == b""
+    # the precondition the test relies on, checked rather than assumed
+    with socket.socket() as probe:
+        with pytest.raises(OSError) as err:
+            probe.bind((HOST, port))
+        assert err.value.errno == errno.EADDRINUSE
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((HOST, port))
+    return port
 
 
 def _bindable(port):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import tvmpeer
-from conftest import HOST, REPO, wait_for
+from conftest import HOST, REPO, time_wait_port, wait_for
 
 sys.path.insert(0, str(REPO / "python"))
 import muster  # noqa: E402
@@ -255,6 +255,17 @@ def test_two_trackers_on_one_range_get_consecutive_ports(trackers):
     for tracker in (first, second):
         with tvmpeer.TrackerSession(HOST, tracker.port) as probe:
             assert probe.ping() == tvmpeer.SUCCESS
+
+
+def test_reuse_addr_false_skips_a_time_wait_port(trackers):
+    """reuse_addr=False reaches the bind: a port with a connection in
+    TIME_WAIT is skipped, while the default (True) takes it."""
+    port = time_wait_port(free_after=2)
+    plain = trackers(host=HOST, port=port, port_end=port + 3, silent=True,
+                     reuse_addr=False)
+    assert plain.port == port + 1
+    reusing = trackers(host=HOST, port=port, port_end=port + 3, silent=True)
+    assert reusing.port == port
 
 
 def test_stop_key(trackers):

@@ -17,7 +17,8 @@ import subprocess
 import pytest
 
 import tvmpeer
-from conftest import HOST, busy_port, queue_requests, settle, wait_for
+from conftest import (HOST, busy_port, queue_requests, settle,
+                      time_wait_port, wait_for)
 
 # How long "no grant arrives" is given before the test accepts it.
 NO_GRANT_WAIT = 0.5
@@ -493,6 +494,33 @@ def test_port_search_skips_a_busy_port(muster_tracker):
         assert f"Bind to {HOST}:{port + 1}" in tracker.log_text()
         with tracker.session() as client:
             assert client.ping() == tvmpeer.SUCCESS
+
+
+def test_no_reuse_addr_skips_a_time_wait_port(muster_tracker):
+    """--no-reuse-addr (TVM's reuse_addr=False): no SO_REUSEADDR, so a port
+    whose old connection is in TIME_WAIT counts as in use and the search
+    moves on; by default (SO_REUSEADDR, as TVM) that port is taken."""
+    port = time_wait_port(free_after=2)
+    plain = muster_tracker("--no-reuse-addr", port=port, port_end=port + 3)
+    assert plain.port == port + 1
+    assert f"Bind to {HOST}:{port + 1}" in plain.log_text()
+    reusing = muster_tracker(port=port, port_end=port + 3)
+    assert reusing.port == port
+    for tracker in (plain, reusing):
+        with tracker.session() as client:
+            assert client.ping() == tvmpeer.SUCCESS
+            assert client.put("k", 9090, "k:1") == tvmpeer.SUCCESS
+            assert client.summary()["queue_info"]["k"] == {"free": 1,
+                                                           "pending": 0}
+
+
+def test_no_reuse_addr_binds_a_free_port(muster_tracker):
+    with busy_port(free_after=2) as held:
+        port = held.getsockname()[1] + 1
+    tracker = muster_tracker("--no-reuse-addr", port=port, port_end=port + 2)
+    assert tracker.port == port
+    with tracker.session() as client:
+        assert client.ping() == tvmpeer.SUCCESS
 
 
 def test_port_search_exhausted_fails(muster_bin):
