@@ -220,7 +220,7 @@ def test_request_without_a_device_times_out(trackers):
 
 
 def test_connect_to_a_standalone_server(muster_server):
-    server = muster_server()
+    server = muster_server(key="muster")
     with muster.connect(HOST, server.port, "muster") as sess:
         assert sess.server_key == "server:muster"
         assert sess.peer == f"{HOST}:{server.port}"
