@@ -41,8 +41,18 @@ const char *mu_strerror(int err)
 	default:
 		break;
 	}
-	if (err < 0 && err > -4096)
-		return strerror(-err); /* glibc's table is static and thread-safe */
+	if (err < 0 && err > -4096) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 32)
+		/* glibc's strerror() formats an unknown number into a buffer
+		 * that the next call frees, which breaks the static contract;
+		 * strerrordesc_np() gives the same static text, or NULL. */
+		const char *d = strerrordesc_np(-err);
+
+		return d != NULL ? d : "unknown error";
+#else
+		return strerror(-err);
+#endif
+	}
 	return "unknown error";
 }
 
