@@ -211,8 +211,10 @@ def test_slow_reader_is_paused_not_buffered(muster_tracker, stack):
             assert {"key": "server:fat3", "addr": [HOST, 9003],
                     "pad": pad} in summary["server_info"]
         time.sleep(0.2)
+    # Unpaused, the tracker would hold all ~96 MB (measured: +94 MB); paused
+    # it holds ~4 MiB of replies (ASan's quarantine adds ~20 MB more).
     grown = vm_kib(tracker.proc.pid, "VmHWM") - baseline
-    assert grown < 40 * 1024, f"tracker grew by {grown} KiB"
+    assert grown < 48 * 1024, f"tracker grew by {grown} KiB"
 
     for i in range(rounds):
         assert tvmpeer.recv_frame(slow) == b"0", i
