@@ -293,7 +293,7 @@ def muster_server(muster_bin, tmp_path):
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log)
         server = MusterServer(proc, log_path, host if host is not None else HOST,
-                              key if key is not None else "muster")
+                              key if key is not None else "")  # TVM's default key
         started.append(server)
         server.wait_bound()
         if tracker is not None and wait_offer:
