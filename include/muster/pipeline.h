@@ -161,12 +161,18 @@ typedef struct {
 	const char *host;        /* default "127.0.0.1" */
 	int port;                /* default 0: any free port */
 	unsigned long requests;  /* stop after this many forwards; 0: never */
-	int max_conns;           /* connections served at once; default 64 */
+	int max_conns;           /* connections served at once; default 64. At
+	                          * the limit a newcomer displaces the oldest
+	                          * connection that never completed a message,
+	                          * or is refused (ERROR, MU_ETOOBIG) */
 	int io_timeout_ms;       /* a read or write that makes no progress for
 	                          * this long closes the connection; 30000 */
 	int idle_timeout_ms;     /* a connection idle between messages; default
 	                          * -1: kept (a coordinator's connection idles
 	                          * between runs) */
+	int silent_timeout_ms;   /* a connection that sends nothing this long
+	                          * after connecting is closed (ERROR,
+	                          * -ETIMEDOUT); default 30000; <= 0 never */
 	uint64_t max_frame_bytes;/* tensor data per message; default 1 GiB */
 	const char *name;        /* for logs and errors: "stage 2/3" */
 } mu_stage_server_opts_t;

@@ -236,6 +236,7 @@ int cmd_stage(int argc, char **argv)
 {
 	const char *dir = NULL, *plan = NULL, *max_frame = "1G";
 	int index = -1, of = 0, npos, rc, requests = 0, io_timeout = 30, first = -1, last = -1;
+	int silent_timeout = 30, max_conns = 64;
 	mu_stage_server_opts_t o;
 	mu_stage_server_t *srv;
 	mu_stage_t *s;
@@ -249,6 +250,8 @@ int cmd_stage(int argc, char **argv)
 		{"port", OPT_INT, &o.port, "PORT", "port (default 0: any free port, printed when ready)"},
 		{"requests", OPT_INT, &requests, "N", "exit after serving N forwards (default 0: serve until stopped)"},
 		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "close a peer that stalls mid-message this long (default 30)"},
+		{"silent-timeout", OPT_INT, &silent_timeout, "SECONDS", "close a connection that sends nothing this long after connecting (default 30; 0: never)"},
+		{"max-conns", OPT_INT, &max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
 		{"max-frame-bytes", OPT_STR, &max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 	};
 	cli_cmd_t cmd = {
@@ -269,7 +272,7 @@ int cmd_stage(int argc, char **argv)
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (dir == NULL || index < 0 || (of < 1 && plan == NULL) || requests < 0 || io_timeout < 1 ||
-	    cli_parse_size(max_frame, &mf) != 0) {
+	    silent_timeout < 0 || max_conns < 1 || cli_parse_size(max_frame, &mf) != 0) {
 		fprintf(stderr, "muster stage: needs --model DIR, --stage I >= 0 and --of N or --plan "
 		                "FILE (see --help)\n");
 		return 2;
@@ -291,6 +294,8 @@ int cmd_stage(int argc, char **argv)
 	o.name = name;
 	o.requests = (unsigned long)requests;
 	o.io_timeout_ms = io_timeout * 1000;
+	o.silent_timeout_ms = silent_timeout * 1000;
+	o.max_conns = max_conns;
 	o.max_frame_bytes = mf;
 	rc = mu_stage_server_start(s, &o, &srv);
 	if (rc != 0) {

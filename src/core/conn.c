@@ -72,6 +72,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread == 0 || c->closing)
 		return;
 	if (nread < 0) {
+		if (nread == UV_EOF && !c->draining && c->ops->on_eof != NULL && c->ops->on_eof(c))
+			return;
 		mu__conn_close(c, c->draining ? c->finish_err
 		                              : nread == UV_EOF || nread == UV_ECONNRESET ? 0 : (int)nread);
 		return;

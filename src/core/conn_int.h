@@ -41,6 +41,13 @@ typedef struct {
 	 */
 	void *(*on_alloc)(mu__conn_t *c, size_t *n);
 	void (*on_direct)(mu__conn_t *c, size_t n);
+	/*
+	 * Optional: the peer shut its sending side (it may still read).
+	 * Return 1 when the owner took care of it (replied and called
+	 * mu__conn_finish or mu__conn_close); 0 or NULL: the connection
+	 * closes with err 0, an orderly goodbye.
+	 */
+	int (*on_eof)(mu__conn_t *c);
 } mu__conn_ops_t;
 
 struct mu__conn_s {

@@ -26,6 +26,7 @@ void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
 	c->sess = sess;
 	c->io_ms = io_ms;
 	c->max_frame = max_frame;
+	c->got = 0;
 	fl = fcntl(fd, F_GETFL);
 	if (fl >= 0)
 		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -119,18 +120,21 @@ static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_m
 	return rc;
 }
 
-static int read_exact(mu__chan_t *c, void *buf, size_t len, int first_wait_ms)
+/* len bytes; c->got counts those that came (from `base` on) */
+static int read_exact(mu__chan_t *c, void *buf, size_t len, int first_wait_ms, uint64_t base)
 {
 	char *p = buf;
 	size_t n;
 	int rc, wait = first_wait_ms;
 
+	c->got = base;
 	while (len > 0) {
 		rc = chan_read(c, p, len, &n, wait);
 		if (rc != 0)
 			return rc;
 		p += n;
 		len -= n;
+		c->got += n;
 		wait = c->io_ms;
 	}
 	return 0;
@@ -142,9 +146,10 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 	size_t n;
 	int rc;
 
+	c->got = 0;
 	rc = chan_read(c, h, 1, &n, wait_ms);
 	if (rc == 0)
-		rc = read_exact(c, h + 1, sizeof(h) - 1, c->io_ms);
+		rc = read_exact(c, h + 1, sizeof(h) - 1, c->io_ms, 1);
 	else if (rc == MU_EEOF)
 		return MU_EEOF;
 	if (rc == MU_EEOF)
@@ -160,9 +165,10 @@ int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body)
 	int rc;
 
 	*body = NULL;
+	c->got = 0;
 	if (b == NULL)
 		return MU_ENOMEM;
-	rc = read_exact(c, b, (size_t)m->len, c->io_ms);
+	rc = read_exact(c, b, (size_t)m->len, c->io_ms, 0);
 	if (rc != 0) {
 		mu__free(b);
 		return rc;
@@ -181,7 +187,7 @@ int mu__msg_skip(mu__chan_t *c, const mu__msg_t *m)
 	while (rc == 0 && left > 0) {
 		size_t k = left < sizeof(scratch) ? (size_t)left : sizeof(scratch);
 
-		rc = read_exact(c, scratch, k, c->io_ms);
+		rc = read_exact(c, scratch, k, c->io_ms, m->len - left);
 		left -= k;
 	}
 	return rc;
@@ -216,6 +222,7 @@ int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out)
 		}
 		if (room > left)
 			room = (size_t)left;
+		c->got = m->len - left;
 		rc = chan_read(c, dst, room, &got, c->io_ms);
 		if (rc != 0)
 			break;

@@ -61,6 +61,9 @@ typedef struct {
 	mu_session_t *sess;  /* when set, reads go through it first */
 	int io_ms;           /* a wait with no progress longer than this fails */
 	uint64_t max_frame;  /* tensor data bytes per frame body */
+	uint64_t got;        /* after a failed receive: how many bytes of the
+	                      * header (or of the body) had come, so a reply can
+	                      * say how far a truncated message got */
 } mu__chan_t;
 
 /* A channel over fd (made non-blocking) or over a session's socket. */
@@ -91,9 +94,15 @@ int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text);
 /*
  * Read the next header. wait_ms bounds the wait for its first byte (< 0:
  * forever; an idle channel between messages), io_ms the rest. MU_EEOF
- * when the peer closed before a header began.
+ * when the peer closed before a header began; MU_EPROTO when it closed
+ * inside one, -ETIMEDOUT when it stalled there (c->got < MU_MSG_HEADER
+ * in both cases).
  */
 int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms);
+/*
+ * Bodies: MU_EEOF when the peer closed before the body's end, -ETIMEDOUT
+ * when it stalled; c->got then counts the body bytes that came.
+ */
 /* Read a body of m->len bytes into a new NUL-terminated buffer. */
 int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body);
 /* Read a frame body (it must fill m->len exactly); tensors go into out. */

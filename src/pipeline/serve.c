@@ -9,9 +9,15 @@
  *    message's header is checked before its body is read; a frame body is
  *    read straight into the tensors; a FORWARD runs on libuv's thread pool
  *    while the loop goes on serving everyone else; the reply is written
- *    from the tensors' memory. A connection that breaks the protocol is
- *    told why and closed; one that stalls mid-message is closed after the
- *    I/O timeout.
+ *    from the tensors' memory. A connection that breaks the protocol, or
+ *    that ends or stalls (past the I/O timeout) in the middle of a
+ *    message, is told why and closed.
+ *
+ * Silent clients cannot lock a stage server: a connection that sends
+ * nothing for silent_timeout_ms after connecting is closed, and at the
+ * connection limit the oldest one that never completed a message makes
+ * room for the newcomer. Only when every connection has done real work is
+ * a newcomer refused, with an ERROR saying so.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -119,6 +125,27 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 	                mu__msg_type_name(m->type));
 }
 
+/*
+ * The cause for a message cut short: how much of its header (what is
+ * "header") or body (what is "FORWARD body", ...) came, then what
+ * happened: a stall of stall_ms (rc -ETIMEDOUT), or the end of the stream.
+ */
+static void cut_short(char *t, size_t n, const char *what, uint64_t got, uint64_t of, int rc,
+                      int stall_ms)
+{
+	int k = snprintf(t, n, "truncated message: %llu of %llu %s bytes, then ",
+	                 (unsigned long long)got, (unsigned long long)of, what);
+
+	if (k < 0 || (size_t)k >= n)
+		return;
+	if (rc == -ETIMEDOUT)
+		snprintf(t + k, n - (size_t)k, "nothing for %g s", stall_ms / 1000.0);
+	else if (rc == MU_EEOF || rc == MU_EPROTO)
+		snprintf(t + k, n - (size_t)k, "the stream ended");
+	else
+		snprintf(t + k, n - (size_t)k, "%s", mu_strerror(rc));
+}
+
 /* ---- over a blocking channel (tracker sessions) ---- */
 
 static int chan_reply(mu__chan_t *c, mu__reply_t *r)
@@ -130,46 +157,58 @@ static int chan_reply(mu__chan_t *c, mu__reply_t *r)
 	return 0;
 }
 
+/* Say why (a peer that stalled, or only shut its sending side, still
+ * reads), then stop writing and let what it has in flight arrive. */
+static void chan_fail(mu__chan_t *c, mu__serve_ctx_t *ctx, uint64_t id, int code,
+                      const char *why)
+{
+	mu__reply_t r;
+
+	mu__reply_init(&r);
+	mu__reply_error(&r, id, code, 1, "%s", why);
+	chan_reply(c, &r);
+	mu__log(MU_LOG_WARN, LOG, "%s: closing the session: %s", ctx->name, why);
+	mu__reply_free(&r);
+	mu__chan_linger(c);
+}
+
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx)
 {
 	mu__msg_t m;
 	mu__reply_t r;
 	mu_tensor_list_t in;
-	char *body;
+	char *body, why[512];
 	int rc = 0;
 
 	while (ctx->stop == NULL || !*ctx->stop) {
 		rc = mu__msg_recv(c, &m, ctx->idle_ms);
 		if (rc == MU_EEOF)
 			return 0; /* closed between messages: a goodbye */
+		if (rc != 0 && c->got > 0 && c->got < MU_MSG_HEADER) {
+			cut_short(why, sizeof(why), "header", c->got, MU_MSG_HEADER, rc, c->io_ms);
+			chan_fail(c, ctx, 0, rc == -ETIMEDOUT ? rc : MU_EPROTO, why);
+			return rc;
+		}
 		if (rc == MU_EBADMAGIC || rc == MU_EPROTO || rc == MU_ETOOBIG) {
-			mu__reply_init(&r);
-			mu__reply_error(&r, 0, rc, 1, "bad message header: %s", mu_strerror(rc));
-			chan_reply(c, &r);
-			mu__log(MU_LOG_WARN, LOG, "%s: closing the session: %s", ctx->name, r.text);
-			mu__reply_free(&r);
-			mu__chan_linger(c);
+			snprintf(why, sizeof(why), "bad message header: %s", mu_strerror(rc));
+			chan_fail(c, ctx, 0, rc, why);
 			return rc;
 		}
 		if (rc != 0)
-			return rc;
+			return rc; /* idle too long between messages, or a broken socket */
 		body = NULL;
 		mu_tensor_list_init(&in);
 		rc = mu__msg_is_frame(m.type) ? mu__msg_recv_frame(c, &m, &in)
 		                              : mu__msg_recv_body(c, &m, &body);
 		if (rc != 0) {
-			/* the stream is lost inside the body: say why (a peer that
-			 * only shut its sending side still reads), then close */
-			if (rc != -ETIMEDOUT) {
-				mu__reply_init(&r);
-				mu__reply_error(&r, m.id, rc, 1, "bad %s body: %s", mu__msg_type_name(m.type),
-				                mu_strerror(rc));
-				chan_reply(c, &r);
-				mu__reply_free(&r);
-				mu__chan_linger(c);
-			}
-			mu__log(MU_LOG_WARN, LOG, "%s: closing the session: a bad %s body (%s)",
-			        ctx->name, mu__msg_type_name(m.type), mu_strerror(rc));
+			char what[32];
+
+			snprintf(what, sizeof(what), "%s body", mu__msg_type_name(m.type));
+			if (rc == MU_EEOF || rc == -ETIMEDOUT)
+				cut_short(why, sizeof(why), what, c->got, m.len, rc, c->io_ms);
+			else
+				snprintf(why, sizeof(why), "bad %s: %s", what, mu_strerror(rc));
+			chan_fail(c, ctx, m.id, rc == MU_EEOF ? MU_EPROTO : rc, why);
 			mu_tensor_list_free(&in);
 			return rc;
 		}
@@ -209,6 +248,9 @@ typedef struct sconn_s {
 	uv_work_t work;
 	int computing;            /* a forward is on the thread pool */
 	int freed;                /* ... and the handles closed meanwhile */
+	unsigned long nmsgs;      /* whole messages received */
+	double since;             /* when it connected (mu__clock_ms) */
+	int uncounted;            /* closing after an ERROR: not in nconns */
 } sconn_t;
 
 /* A RESULT being written: what its buffers point into. */
@@ -227,8 +269,8 @@ struct mu_stage_server_s {
 	uv_tcp_t listener;
 	int listener_init;
 	int port;
-	mu__list_t conns;
-	int nconns;
+	mu__list_t conns;         /* oldest first */
+	int nconns;               /* conns not refused or evicted */
 	char scratch[65536];
 	mu__serve_ctx_t ctx;
 	uv_mutex_t lock;          /* forwards */
@@ -243,6 +285,16 @@ static void sc_data(mu__conn_t *c);
 static void fail_conn(sconn_t *sc, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* A connection on its way out (lingering after an ERROR) no longer counts
+ * against the limit. */
+static void uncount(sconn_t *sc)
+{
+	if (!sc->uncounted) {
+		sc->uncounted = 1;
+		sc->srv->nconns--;
+	}
+}
+
 /* Tell the peer why (when its stream can still carry a reply) and close. */
 static void fail_conn(sconn_t *sc, int code, const char *fmt, ...)
 {
@@ -255,6 +307,7 @@ static void fail_conn(sconn_t *sc, int code, const char *fmt, ...)
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
 	mu__log(MU_LOG_WARN, LOG, "%s: closing %s: %s", sc->srv->name, sc->conn.peer, text);
+	uncount(sc);
 	m.len = strlen(text);
 	mu__msg_encode(&m, h);
 	/* the header is copied, the text too: one buffer */
@@ -371,9 +424,10 @@ static void replied(sconn_t *sc)
 		rc = send_result(sc);
 	else if (r->m.type != 0)
 		rc = send_text(sc);
-	if (rc == 0 && r->fatal && r->m.type == MU_MSG_ERROR)
+	if (rc == 0 && r->fatal && r->m.type == MU_MSG_ERROR) {
+		uncount(sc);
 		mu__conn_finish(&sc->conn, r->m.status, LINGER_MS);
-	else if (rc != 0 || r->fatal)
+	} else if (rc != 0 || r->fatal)
 		mu__conn_close(&sc->conn, rc);
 	mu__reply_free(r);
 	if (sc->conn.closing || sc->conn.draining)
@@ -412,6 +466,7 @@ static void dispatch(sconn_t *sc)
 	const char *body = sc->text.data;
 
 	sc->state = SC_BUSY;
+	sc->nmsgs++;
 	mu__conn_hold(&sc->conn, 1);
 	mu__conn_timer(&sc->conn, 0);
 	if (sc->m.type == MU_MSG_FORWARD && sc->srv->stage != NULL) {
@@ -440,11 +495,12 @@ static void sc_reset(sconn_t *sc)
 }
 
 /* Progress on a message restarts the stall clock; between messages the
- * idle limit (if any) applies. */
+ * idle limit (if any) applies, before the first one the silent limit. */
 static void arm_timer(sconn_t *sc)
 {
 	int idle = sc->state == SC_HEADER && sc->conn.in.len == 0;
-	int ms = idle ? sc->srv->o.idle_timeout_ms : sc->srv->o.io_timeout_ms;
+	int ms = !idle ? sc->srv->o.io_timeout_ms
+	         : sc->nmsgs == 0 ? sc->srv->o.silent_timeout_ms : sc->srv->o.idle_timeout_ms;
 
 	mu__conn_timer(&sc->conn, ms > 0 ? (uint64_t)ms : 0);
 }
@@ -570,14 +626,52 @@ static void sc_direct(mu__conn_t *c, size_t n)
 		arm_timer(sc);
 }
 
+/* The message in progress was cut short by rc (a stall or the end). */
+static void fail_cut_short(sconn_t *sc, int rc)
+{
+	char why[256], what[32];
+
+	if (sc->state == SC_HEADER) {
+		sc->m.id = 0; /* still the last message's */
+		cut_short(why, sizeof(why), "header", sc->conn.in.len, MU_MSG_HEADER, rc,
+		          sc->srv->o.io_timeout_ms);
+	} else {
+		snprintf(what, sizeof(what), "%s body", mu__msg_type_name(sc->m.type));
+		cut_short(why, sizeof(why), what, sc->m.len - sc->left, sc->m.len, rc,
+		          sc->srv->o.io_timeout_ms);
+	}
+	fail_conn(sc, rc == -ETIMEDOUT ? rc : MU_EPROTO, "%s", why);
+}
+
 static void sc_timeout(mu__conn_t *c)
 {
 	sconn_t *sc = (sconn_t *)c;
 
-	mu__log(MU_LOG_WARN, LOG, "%s: closing %s: %s", sc->srv->name, c->peer,
-	        sc->state == SC_HEADER && c->in.len == 0 ? "idle for too long"
-	                                                 : "stalled in the middle of a message");
-	mu__conn_close(c, -ETIMEDOUT);
+	if (sc->state == SC_BUSY)
+		return; /* not armed while a reply is due */
+	if (sc->state != SC_HEADER || c->in.len > 0) {
+		fail_cut_short(sc, -ETIMEDOUT);
+		return;
+	}
+	sc->m.id = 0;
+	if (sc->nmsgs == 0)
+		fail_conn(sc, -ETIMEDOUT, "nothing received in %g s since connecting",
+		          sc->srv->o.silent_timeout_ms / 1000.0);
+	else
+		fail_conn(sc, -ETIMEDOUT, "idle for %g s since the last message",
+		          sc->srv->o.idle_timeout_ms / 1000.0);
+}
+
+/* The peer shut its sending side: between messages a goodbye, inside one
+ * a message cut short, which it is told about (it can still read). */
+static int sc_eof(mu__conn_t *c)
+{
+	sconn_t *sc = (sconn_t *)c;
+
+	if (sc->state == SC_BUSY || (sc->state == SC_HEADER && c->in.len == 0))
+		return 0;
+	fail_cut_short(sc, MU_EEOF);
+	return 1;
 }
 
 static void sc_close(mu__conn_t *c, int err)
@@ -589,7 +683,8 @@ static void sc_close(mu__conn_t *c, int err)
 	else
 		mu__log(MU_LOG_DEBUG, LOG, "%s: %s closed", sc->srv->name, c->peer);
 	mu__list_remove(&sc->node);
-	sc->srv->nconns--;
+	if (!sc->uncounted)
+		sc->srv->nconns--;
 }
 
 static void sc_free(mu__conn_t *c)
@@ -607,7 +702,35 @@ static void sc_free(mu__conn_t *c)
 	mu__free(sc);
 }
 
-static const mu__conn_ops_t sc_ops = {sc_data, sc_close, sc_free, sc_timeout, sc_alloc, sc_direct};
+static const mu__conn_ops_t sc_ops = {sc_data,    sc_close, sc_free, sc_timeout,
+                                      sc_alloc,   sc_direct, sc_eof};
+
+/*
+ * Over the limit with newcomer: close the oldest connection that never
+ * completed a message (it has done no work and may never do any), or,
+ * when every one has, refuse the newcomer.
+ */
+static void over_limit(mu_stage_server_t *srv, sconn_t *newcomer)
+{
+	mu__list_t *it;
+	char why[256];
+
+	mu__list_foreach(it, &srv->conns) {
+		sconn_t *sc = mu__container_of(it, sconn_t, node);
+
+		if (sc == newcomer || sc->uncounted || sc->conn.closing || sc->conn.draining ||
+		    sc->nmsgs > 0 || sc->state == SC_BUSY)
+			continue;
+		snprintf(why, sizeof(why), "closed to make room for a new connection: this one sent no "
+		         "whole message in %.1f s and the server is at its limit of %d connections",
+		         (mu__clock_ms() - sc->since) / 1000.0, srv->o.max_conns);
+		fail_conn(sc, MU_ETOOBIG, "%s", why);
+		return;
+	}
+	snprintf(why, sizeof(why), "too many connections: %d are open and busy, the limit of "
+	         "this server", srv->nconns - 1);
+	fail_conn(newcomer, MU_ETOOBIG, "%s", why);
+}
 
 static void on_connection(uv_stream_t *listener, int status)
 {
@@ -620,6 +743,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	if (sc == NULL)
 		return;
 	sc->srv = srv;
+	sc->since = mu__clock_ms();
 	mu__buf_init(&sc->text, MU_MSG_MAX_TEXT + 1);
 	mu_tensor_list_init(&sc->in);
 	mu__reply_init(&sc->reply);
@@ -631,14 +755,11 @@ static void on_connection(uv_stream_t *listener, int status)
 	if (mu__conn_accept(&sc->conn, listener, &sc_ops, 2 * sizeof(srv->scratch), srv->scratch,
 	                    sizeof(srv->scratch)) != 0)
 		return;
-	if (srv->nconns > srv->o.max_conns) {
-		mu__log(MU_LOG_WARN, LOG, "%s: refusing %s: %d connections already", srv->name,
-		        sc->conn.peer, srv->nconns - 1);
-		mu__conn_close(&sc->conn, MU_ETOOBIG);
-		return;
-	}
 	mu__log(MU_LOG_INFO, LOG, "%s: connection from %s", srv->name, sc->conn.peer);
-	arm_timer(sc);
+	if (srv->nconns > srv->o.max_conns)
+		over_limit(srv, sc);
+	if (!sc->uncounted)
+		arm_timer(sc);
 }
 
 static void service_stop_cb(mu__service_t *svc)
@@ -659,6 +780,7 @@ void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
 	o->max_conns = 64;
 	o->io_timeout_ms = 30000;
 	o->idle_timeout_ms = -1;
+	o->silent_timeout_ms = 30000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->name = "stage";
 }

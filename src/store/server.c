@@ -209,7 +209,7 @@ static void on_free(mu__conn_t *c)
 	mu__free(c);
 }
 
-static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, NULL, NULL};
+static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, NULL, NULL, NULL};
 
 static void on_connection(uv_stream_t *listener, int status)
 {

@@ -1039,18 +1039,24 @@ def read_messages(sock, timeout=CLOSE_TIMEOUT):
 HEADER_ONLY = mupl(MSG_INFO)[:20]
 BAD_SESSIONS = {
     # name: (bytes to send, half-close after, replies expected before the
-    #        ERROR, ERROR status expected or None when no ERROR is required)
+    #        ERROR, ERROR status expected)
     "unknown_type": (mupl(77) + b"\0" * 64, False, [], MU_EPROTO),
     "bad_version": (mupl(MSG_INFO, version=9) + b"\0" * 64, False, [], MU_EPROTO),
     "huge_assign": (mupl(MSG_ASSIGN, length=1 << 40) + b"{}", False, [], MU_ETOOBIG),
     "huge_weights": (mupl(MSG_WEIGHTS, length=1 << 40) + b"\0" * 64, False, [], MU_ETOOBIG),
-    "truncated_header": (HEADER_ONLY, True, [], None),
-    "truncated_body": (mupl(MSG_ASSIGN, length=200) + b'{"stage": 0, "of"', True, [], None),
+    "truncated_header": (HEADER_ONLY, True, [], MU_EPROTO),
+    "truncated_body": (mupl(MSG_ASSIGN, length=200) + b'{"stage": 0, "of"', True, [],
+                       MU_EPROTO),
     "garbage_after_info": (mupl(MSG_INFO) + b"\xff" * 40 + b"GET / HTTP/1.1\r\n\r\n", False,
                            [MSG_INFO], MU_EBADMAGIC),
     "bad_version_after_info": (mupl(MSG_INFO, msg_id=1) + mupl(MSG_INFO, version=0,
                                                                  msg_id=2),
                                False, [MSG_INFO], MU_EPROTO),
+}
+# what the ERROR must say, where the cause can be put exactly
+BAD_SESSION_TEXT = {
+    "truncated_header": "truncated message: 20 of 40 header bytes, then the stream ended",
+    "truncated_body": "truncated message: 17 of 200 ASSIGN body bytes, then the stream ended",
 }
 
 
@@ -1075,16 +1081,15 @@ def test_bad_session_input(cluster, models, case):
     types = [m[0] for m in messages]
     assert types[:len(before)] == before, f"{case}: replies {messages}"
     rest = messages[len(before):]
-    if want_status is not None:
-        assert rest, f"{case}: no ERROR before the close (replies {messages})"
-    if rest:
-        mtype, st, _mid, body = rest[0]
-        assert mtype == MSG_ERROR, f"{case}: {messages}"
-        assert st < 0, f"{case}: ERROR without a code: {messages}"
-        if want_status is not None:
-            assert st == want_status, f"{case}: ERROR status {st}, want {want_status}"
-        assert body.decode("utf-8").strip(), f"{case}: ERROR without a cause"
-        assert len(rest) == 1, f"{case}: more after the ERROR: {messages}"
+    assert rest, f"{case}: no ERROR before the close (replies {messages})"
+    mtype, st, _mid, body = rest[0]
+    assert mtype == MSG_ERROR, f"{case}: {messages}"
+    assert st == want_status, f"{case}: ERROR status {st}, want {want_status}"
+    text = body.decode("utf-8")
+    assert text.strip(), f"{case}: ERROR without a cause"
+    assert BAD_SESSION_TEXT.get(case, "") in text, \
+        f"{case}: ERROR {text!r} does not say {BAD_SESSION_TEXT[case]!r}"
+    assert len(rest) == 1, f"{case}: more after the ERROR: {messages}"
     assert server.proc.poll() is None, f"the server died on {case}:\n{server.log_text()}"
     cluster.wait_all_free()          # registered (and offered) again
     rep = cluster.ok(models("tiny"), 1)

@@ -29,15 +29,19 @@ What is checked:
   makes `muster run` fail naming that stage; stages left alive keep
   serving;
 * a client that connects and never sends (or stalls mid-frame) does not
-  stop a run from being served;
+  stop a run from being served; nor do more silent clients than the
+  connection limit (the oldest make room, each told why), and
+  --silent-timeout / --max-conns close them sooner;
 * a stage of a 1 GiB model split 4 ways has its weights resident when it
   announces itself, and a peak RSS (VmHWM) within its param_bytes plus
   64 MiB, far below the model size;
 * bad bytes on a stage's port (garbage, an HTTP request, raw rlx frames
   with huge declared counts/lengths, a truncated frame, and messages in
   docs/protocols/pipeline.md's framing with a bad version, type, length or
-  frame) get that connection closed within seconds, and the stage still
-  serves a correct run. (A well-formed FORWARD that fails inside the stage
+  frame), and messages cut short by the end of the stream or a stall past
+  --io-timeout, get one ERROR with the expected status (naming how much
+  of a truncated message came) and that connection closed within
+  seconds, and the stage still serves a correct run. (A well-formed FORWARD that fails inside the stage
   is answered and the connection kept: that is the protocol's own tests'
   business, not these.)
 
@@ -557,6 +561,84 @@ def test_idle_clients_do_not_block_runs(muster_bin, tmp_path, stages, generated)
     assert all(s.alive() for s in group)
 
 
+def silent_connections(port, n):
+    socks = []
+    for _ in range(n):
+        socks.append(socket.create_connection((HOST, port), timeout=CLOSE_TIMEOUT))
+    return socks
+
+
+def still_open(sock):
+    """Nothing to read and no close: the stage keeps the connection."""
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.settimeout(CLOSE_TIMEOUT)
+    return False
+
+
+def test_silent_clients_cannot_lock_out_a_stage(muster_bin, tmp_path, stages, small_mlp):
+    """More silent connections than the limit (64 by default) do not keep
+    a coordinator out: the oldest that never sent a message make room,
+    each told why; the run is bit-identical."""
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    x = small_mlp.inputs(7)
+    want = run(x)
+    group = stages(small_mlp.path, 2)
+    silent = {s.index: [] for s in group}
+    try:
+        for s in group:
+            silent[s.index] = silent_connections(s.port, 70)
+        assert_bit_identical(run(x, group), want, "with 70 silent clients on each stage")
+        for s in group:
+            socks = silent[s.index]
+            # 70 silent + the run's connection over a limit of 64: the 7 oldest go
+            for i, sock in enumerate(socks[:7]):
+                status, text = error_before_close(sock, f"silent client {i}")
+                assert status == MU_ETOOBIG and "make room" in text, (status, text)
+            assert still_open(socks[-1]), "the newest silent client was closed"
+    finally:
+        for socks in silent.values():
+            for sock in socks:
+                sock.close()
+    assert all(s.alive() for s in group)
+
+
+def test_silent_timeout_and_limit_options(muster_bin, tmp_path, stages, small_mlp):
+    """`--max-conns 4 --silent-timeout 1`: of 12 silent clients the 8
+    oldest make room for newer ones and the last 4 are closed after about
+    a second, each with an ERROR saying why; runs go on being served."""
+    run = Runner(muster_bin, tmp_path, small_mlp.path)
+    x = small_mlp.inputs(8)
+    want = run(x)
+    group = stages(small_mlp.path, 2, "--max-conns", 4, "--silent-timeout", 1)
+    socks = []
+    try:
+        for s in group:
+            socks += [(s, sock) for sock in silent_connections(s.port, 12)]
+        start = time.monotonic()
+        for s, sock in socks:
+            status, text = error_before_close(sock, f"a silent client of stage {s.index}")
+            assert (status, "make room" in text) == (MU_ETOOBIG, True) or \
+                (status, "nothing received in 1 s" in text) == (ETIMEDOUT, True), (status, text)
+        # the silent timeout, not the 5 s wait of error_before_close, closed them
+        assert time.monotonic() - start < 4.0
+        assert_bit_identical(run(x, group), want, "after silent clients")
+        # and a run with 4 silent clients on each stage, at the limit
+        for s in group:
+            socks += [(s, sock) for sock in silent_connections(s.port, 4)]
+        assert_bit_identical(run(x, group), want, "with the limit reached by silent clients")
+    finally:
+        for _, sock in socks:
+            sock.close()
+    assert all(s.alive() for s in group)
+
+
 def rlx_tensor(name, array):
     data = np.asarray(array, "<f4")
     raw = name.encode()
@@ -566,7 +648,10 @@ def rlx_tensor(name, array):
 
 
 PAD = b"\0" * 64   # completes any fixed-size header a framing may put first
-FORWARD = 2
+FORWARD, ERROR = 2, 4
+MU_EPROTO, MU_EBADMAGIC, MU_ETOOBIG = -1000, -1001, -1002
+ETIMEDOUT = -110
+IO_TIMEOUT = 1      # `--io-timeout` of the stages that get bad input
 
 
 def mupl(mtype, body=b"", length=None, version=1, magic=b"MUPL"):
@@ -578,31 +663,62 @@ def mupl(mtype, body=b"", length=None, version=1, magic=b"MUPL"):
 
 
 def bad_inputs(x_name, x):
-    """Bytes no stage may accept, and whether to half-close after them.
-    Raw rlx frames (no header) are bad too: they fail the magic."""
+    """Bytes no stage may accept: name -> (bytes, whether to half-close
+    after them, the ERROR status the stage must answer with, and a text
+    the ERROR must contain or None). Raw rlx frames (no header) are bad
+    too: they fail the magic. A message cut short by the end of the stream
+    or by a stall of IO_TIMEOUT seconds is answered with what came."""
     frame = struct.pack("<I", 1) + rlx_tensor(x_name, x)
     huge_numel = struct.pack("<II", 1, 1) + b"x" + struct.pack("<IQQ", 1, 1 << 40, 1 << 40)
     mismatch = struct.pack("<II", 1, 1) + b"x" + struct.pack("<IQQQ", 2, 2, 3, 7) + b"\0" * 28
+    forward = mupl(FORWARD, frame)
+    cut = 40 + len(frame) // 2
     return {
-        "garbage": (b"\xff" * 256, False),
+        "garbage": (b"\xff" * 256, False, MU_EBADMAGIC, None),
         "http": (b"GET / HTTP/1.1\r\nHost: muster\r\nX-Pad: " + b"a" * 200 + b"\r\n\r\n",
-                 False),
-        "rlx_huge_count": (struct.pack("<I", 0xFFFFFFFF) + PAD, False),
-        "rlx_huge_name": (struct.pack("<II", 1, 0xFFFFFFF0) + PAD, False),
-        "rlx_huge_numel": (huge_numel + PAD, False),
-        "rlx_numel_mismatch": (mismatch + PAD, False),
+                 False, MU_EBADMAGIC, None),
+        "rlx_huge_count": (struct.pack("<I", 0xFFFFFFFF) + PAD, False, MU_EBADMAGIC, None),
+        "rlx_huge_name": (struct.pack("<II", 1, 0xFFFFFFF0) + PAD, False, MU_EBADMAGIC, None),
+        "rlx_huge_numel": (huge_numel + PAD, False, MU_EBADMAGIC, None),
+        "rlx_numel_mismatch": (mismatch + PAD, False, MU_EBADMAGIC, None),
         "rlx_huge_rank": (struct.pack("<II", 1, 1) + b"x" + struct.pack("<I", 1000) + PAD,
-                          False),
-        "rlx_truncated": (frame[:len(frame) // 2], True),
-        "bad_version": (mupl(1, version=99) + PAD, False),
-        "bad_type": (mupl(77) + PAD, False),
-        "huge_length": (mupl(FORWARD, length=1 << 62) + PAD, False),
-        "forward_huge_numel": (mupl(FORWARD, huge_numel), False),
-        "forward_numel_mismatch": (mupl(FORWARD, mismatch), False),
-        "forward_trailing_bytes": (mupl(FORWARD, frame + b"\0" * 4), False),
-        "forward_frame_past_body": (mupl(FORWARD, frame, length=len(frame) - 4), False),
-        "forward_truncated": (mupl(FORWARD, frame)[:40 + len(frame) // 2], True),
+                          False, MU_EBADMAGIC, None),
+        "rlx_truncated": (frame[:len(frame) // 2], True, MU_EBADMAGIC, None),
+        "bad_version": (mupl(1, version=99) + PAD, False, MU_EPROTO, None),
+        "bad_type": (mupl(77) + PAD, False, MU_EPROTO, None),
+        "huge_length": (mupl(FORWARD, length=1 << 62) + PAD, False, MU_ETOOBIG, None),
+        "forward_huge_numel": (mupl(FORWARD, huge_numel), False, MU_ETOOBIG, None),
+        "forward_numel_mismatch": (mupl(FORWARD, mismatch), False, MU_EPROTO, None),
+        "forward_trailing_bytes": (mupl(FORWARD, frame + b"\0" * 4), False, MU_EPROTO, None),
+        "forward_frame_past_body": (mupl(FORWARD, frame, length=len(frame) - 4), False,
+                                    MU_EPROTO, None),
+        "header_truncated": (forward[:20], True, MU_EPROTO,
+                             "truncated message: 20 of 40 header bytes, then the stream ended"),
+        "forward_truncated": (forward[:cut], True, MU_EPROTO,
+                              f"truncated message: {cut - 40} of {len(frame)} FORWARD body "
+                              f"bytes, then the stream ended"),
+        "header_stalled": (forward[:20], False, ETIMEDOUT,
+                           f"truncated message: 20 of 40 header bytes, then nothing for "
+                           f"{IO_TIMEOUT} s"),
+        "forward_stalled": (forward[:cut], False, ETIMEDOUT,
+                            f"truncated message: {cut - 40} of {len(frame)} FORWARD body bytes,"
+                            f" then nothing for {IO_TIMEOUT} s"),
     }
+
+
+def error_before_close(sock, what, timeout=CLOSE_TIMEOUT):
+    """The stage closes sock within timeout after one ERROR message:
+    returns its (status, text)."""
+    data = assert_closed(sock, timeout)
+    assert len(data) >= 40, f"{what}: closed without an ERROR first (received {data!r})"
+    magic, version, mtype, status, _res, _mid, _aux, length = struct.unpack(
+        "<4sHHiIQQQ", data[:40])
+    assert (magic, version, mtype) == (b"MUPL", 1, ERROR), \
+        f"{what}: the stage sent {data[:40]!r} before closing, not an ERROR"
+    assert len(data) == 40 + length, f"{what}: {len(data) - 40} bytes after a {length}-byte ERROR"
+    text = data[40:].decode("utf-8")
+    assert status < 0 and text.strip(), f"{what}: ERROR {status} {text!r}"
+    return status, text
 
 
 @pytest.mark.parametrize("case", sorted(bad_inputs("x", np.zeros(1))))
@@ -610,8 +726,8 @@ def test_bad_input_closes_the_connection(muster_bin, tmp_path, stages, small_mlp
     run = Runner(muster_bin, tmp_path, small_mlp.path)
     x = small_mlp.inputs(6)
     want = run(x)
-    group = stages(small_mlp.path, 2)
-    payload, half_close = bad_inputs("x", x["x"])[case]
+    group = stages(small_mlp.path, 2, "--io-timeout", IO_TIMEOUT)
+    payload, half_close, want_status, want_text = bad_inputs("x", x["x"])[case]
     for s in group:
         with socket.create_connection((HOST, s.port), timeout=CLOSE_TIMEOUT) as sock:
             try:
@@ -620,7 +736,10 @@ def test_bad_input_closes_the_connection(muster_bin, tmp_path, stages, small_mlp
                     sock.shutdown(socket.SHUT_WR)
             except (BrokenPipeError, ConnectionResetError):
                 pass                       # closed while we were still sending
-            assert_closed(sock, CLOSE_TIMEOUT)
+            status, text = error_before_close(sock, f"stage {s.index}, {case}")
+        assert status == want_status, f"{case}: ERROR {status} ({text!r}), want {want_status}"
+        if want_text is not None:
+            assert want_text in text, f"{case}: ERROR {text!r} does not say {want_text!r}"
         assert s.alive(), f"stage {s.index} died on {case} input:\n{s.log()}"
     assert_bit_identical(run(x, group), want, f"after {case} input")
 

@@ -19,6 +19,7 @@
 #include "core/time_int.h"
 #include "model/safetensors_int.h"
 #include "pipeline/msg_int.h"
+#include "pipeline/pipeline_int.h"
 
 static char dir[64];
 
@@ -378,21 +379,41 @@ static size_t read_all(int fd, unsigned char *buf, size_t cap, int timeout_ms)
 	}
 }
 
-static void expect_error_then_close(const char *addr, const void *bytes, size_t len, int code)
+/* What fd receives until the peer closes is one ERROR with code, whose
+ * text contains needle (when not NULL). */
+static void expect_error_on(int fd, int code, const char *needle)
 {
 	unsigned char buf[4096];
-	int fd = raw_connect(addr);
-	size_t n;
+	size_t n = read_all(fd, buf, sizeof(buf) - 1, 5000);
 	mu__msg_t m;
 
-	assert_int_equal(mu__sock_send_all(fd, bytes, len, mu__deadline(2000)), 0);
-	n = read_all(fd, buf, sizeof(buf), 5000);
 	assert_true(n >= MU_MSG_HEADER);
 	assert_int_equal(mu__msg_decode(buf, 1 << 20, &m), 0);
 	assert_int_equal(m.type, MU_MSG_ERROR);
 	assert_int_equal(m.status, code);
 	assert_int_equal(n, MU_MSG_HEADER + m.len);
+	buf[n] = '\0';
+	if (needle != NULL && strstr((char *)buf + MU_MSG_HEADER, needle) == NULL)
+		fail_msg("ERROR text \"%s\" does not say \"%s\"", (char *)buf + MU_MSG_HEADER, needle);
+}
+
+/* Send bytes (then shut the sending side if half_close): an ERROR comes
+ * back before the close. */
+static void expect_error_after(const char *addr, const void *bytes, size_t len, int half_close,
+                               int code, const char *needle)
+{
+	int fd = raw_connect(addr);
+
+	assert_int_equal(mu__sock_send_all(fd, bytes, len, mu__deadline(2000)), 0);
+	if (half_close)
+		shutdown(fd, SHUT_WR);
+	expect_error_on(fd, code, needle);
 	close(fd);
+}
+
+static void expect_error_then_close(const char *addr, const void *bytes, size_t len, int code)
+{
+	expect_error_after(addr, bytes, len, 0, code, NULL);
 }
 
 static void still_serves(cluster_t *c)
@@ -456,15 +477,21 @@ static void test_bad_peers(void **state)
 	mu__msg_encode(&m, h);
 	memset(h + MU_MSG_HEADER, 0, 12);
 	expect_error_then_close(c.addr[0], h, MU_MSG_HEADER + 12, MU_EPROTO);
-	/* a header cut short, then silence: closed after the io timeout */
+	/* a header cut short, then silence: told so after the io timeout */
 	stalled = raw_connect(c.addr[0]);
 	assert_int_equal(mu__sock_send_all(stalled, h, 10, mu__deadline(1000)), 0);
-	{
-		unsigned char buf[256];
-
-		assert_int_equal(read_all(stalled, buf, sizeof(buf), 5000), 0);
-	}
+	expect_error_on(stalled, -ETIMEDOUT, "truncated message: 10 of 40 header bytes, then nothing "
+	                "for 0.5 s");
 	close(stalled);
+	/* ... or a body cut short by the end of the stream */
+	expect_error_after(c.addr[0], h, 20, 1, MU_EPROTO,
+	                   "truncated message: 20 of 40 header bytes, then the stream ended");
+	m.len = 100;
+	mu__msg_encode(&m, h);
+	mu_le32_put(h + MU_MSG_HEADER, 1);
+	mu_le32_put(h + MU_MSG_HEADER + 4, 1);
+	expect_error_after(c.addr[0], h, MU_MSG_HEADER + 8, 1, MU_EPROTO,
+	                   "truncated message: 8 of 100 FORWARD body bytes, then the stream ended");
 	still_serves(&c);
 	close(silent);
 	cluster_stop(&c);
@@ -488,6 +515,120 @@ static void test_truncated_frame(void **state)
 	close(fd);
 	still_serves(&c);
 	cluster_stop(&c);
+}
+
+/* A session's channel (mu__serve_chan) that gets a message cut short says
+ * so before it returns: a stall past io_ms, or the end of the stream. */
+static void chan_cut_short(const void *bytes, size_t len, int half_close, int want_rc,
+                           int code, const char *needle)
+{
+	mu__serve_ctx_t ctx;
+	mu__chan_t ch;
+	int sv[2];
+
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.name = "test";
+	ctx.idle_ms = -1;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(mu__sock_send_all(sv[1], bytes, len, mu__deadline(1000)), 0);
+	if (half_close)
+		shutdown(sv[1], SHUT_WR);
+	mu__chan_init(&ch, sv[0], NULL, 300, 1 << 20);
+	assert_int_equal(mu__serve_chan(&ch, &ctx), want_rc);
+	close(sv[0]);
+	expect_error_on(sv[1], code, needle);
+	close(sv[1]);
+}
+
+static void test_session_cut_short(void **state)
+{
+	unsigned char h[MU_MSG_HEADER + 16];
+	mu__msg_t m = {MU_MSG_ASSIGN, 0, 5, 0, 200};
+
+	(void)state;
+	mu__msg_encode(&m, h);
+	memcpy(h + MU_MSG_HEADER, "{\"stage\": 0, \"of", 16);
+	chan_cut_short(h, 12, 0, -ETIMEDOUT, -ETIMEDOUT,
+	               "truncated message: 12 of 40 header bytes, then nothing for 0.3 s");
+	chan_cut_short(h, 12, 1, MU_EPROTO, MU_EPROTO,
+	               "truncated message: 12 of 40 header bytes, then the stream ended");
+	chan_cut_short(h, sizeof(h), 0, -ETIMEDOUT, -ETIMEDOUT,
+	               "truncated message: 16 of 200 ASSIGN body bytes, then nothing for 0.3 s");
+	chan_cut_short(h, sizeof(h), 1, MU_EEOF, MU_EPROTO,
+	               "truncated message: 16 of 200 ASSIGN body bytes, then the stream ended");
+}
+
+/* Connections that never send cannot lock a server out: the newest
+ * displaces the oldest of them; only busy ones make a newcomer refused. */
+static void test_connection_limit(void **state)
+{
+	mu_stage_t *s;
+	mu_stage_server_t *srv;
+	mu_stage_server_opts_t o;
+	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0};
+	unsigned char h[MU_MSG_HEADER], buf[1 << 16];
+	int silent[3], busy[2], late;
+	char err[512], addr[32];
+
+	(void)state;
+	assert_int_equal(mu_stage_load(dir, 0, 1, &s, err, sizeof(err)), 0);
+	mu_stage_server_opts_init(&o);
+	o.max_conns = 2;
+	assert_int_equal(mu_stage_server_start(s, &o, &srv), 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", mu_stage_server_port(srv));
+	/* two silent, then a third: the first makes room */
+	silent[0] = raw_connect(addr);
+	silent[1] = raw_connect(addr);
+	usleep(50000);
+	silent[2] = raw_connect(addr);
+	expect_error_on(silent[0], MU_ETOOBIG, "closed to make room");
+	/* two that complete a message displace the silent ones ... */
+	mu__msg_encode(&m, h);
+	for (int i = 0; i < 2; i++) {
+		mu__msg_t r;
+
+		busy[i] = raw_connect(addr);
+		assert_int_equal(mu__sock_send_all(busy[i], h, sizeof(h), mu__deadline(1000)), 0);
+		assert_int_equal(mu__sock_recv_all(busy[i], buf, MU_MSG_HEADER, mu__deadline(5000)), 0);
+		assert_int_equal(mu__msg_decode(buf, 1 << 20, &r), 0);
+		assert_int_equal(r.type, MU_MSG_INFO);
+		assert_true(r.len < sizeof(buf));
+		assert_int_equal(mu__sock_recv_all(busy[i], buf, r.len, mu__deadline(5000)), 0);
+	}
+	expect_error_on(silent[1], MU_ETOOBIG, "closed to make room");
+	expect_error_on(silent[2], MU_ETOOBIG, "closed to make room");
+	/* ... and with both busy a newcomer is refused, saying why */
+	late = raw_connect(addr);
+	expect_error_on(late, MU_ETOOBIG, "too many connections");
+	for (int i = 0; i < 3; i++)
+		close(silent[i]);
+	close(late);
+	close(busy[0]);
+	close(busy[1]);
+	mu_stage_server_free(srv);
+	mu_stage_free(s);
+}
+
+/* A connection that never sends is closed after silent_timeout_ms. */
+static void test_silent_timeout(void **state)
+{
+	mu_stage_t *s;
+	mu_stage_server_t *srv;
+	mu_stage_server_opts_t o;
+	char err[512], addr[32];
+	int fd;
+
+	(void)state;
+	assert_int_equal(mu_stage_load(dir, 0, 1, &s, err, sizeof(err)), 0);
+	mu_stage_server_opts_init(&o);
+	o.silent_timeout_ms = 200;
+	assert_int_equal(mu_stage_server_start(s, &o, &srv), 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", mu_stage_server_port(srv));
+	fd = raw_connect(addr);
+	expect_error_on(fd, -ETIMEDOUT, "nothing received in 0.2 s");
+	close(fd);
+	mu_stage_server_free(srv);
+	mu_stage_free(s);
 }
 
 static void test_requests_limit(void **state)
@@ -604,6 +745,9 @@ int main(void)
 		cmocka_unit_test(test_stage_gone),
 		cmocka_unit_test(test_bad_peers),
 		cmocka_unit_test(test_truncated_frame),
+		cmocka_unit_test(test_session_cut_short),
+		cmocka_unit_test(test_connection_limit),
+		cmocka_unit_test(test_silent_timeout),
 		cmocka_unit_test(test_requests_limit),
 		cmocka_unit_test(test_load_errors),
 		cmocka_unit_test(test_plan_budgets),
