@@ -66,6 +66,7 @@ import numpy as np
 import pytest
 
 import mumodel
+import stagetable
 from conftest import HOST, assert_closed
 from modelfix import (big_model, hello_deepa, hello_deepa_model,  # noqa: F401
                       model_cache)
@@ -407,21 +408,41 @@ def test_generated_splits(muster_bin, tmp_path, stages, generated, name):
 
 
 def test_run_table_and_json(muster_bin, tmp_path, stages, generated):
+    """The per-stage table, column by column: each stage's row names its
+    server, its resident bytes are its share of the plan, times and bytes
+    moved are there and plausible; --json says the same exactly."""
     info = generated["transformer"]
+    shares = plan(muster_bin, info.path, 3)["stages"]
     run = Runner(muster_bin, tmp_path, info.path)
     group = stages(info.path, 3)
-    proc = run.proc(info.inputs(0), group)
+    proc = run.proc(info.inputs(0), group, "--repeat", 2)
     assert proc.returncode == 0, proc.stderr
-    for word in ("load", "resident", "forward"):
-        assert re.search(word, proc.stdout, re.I), f"no {word!r} column:\n{proc.stdout}"
+    rows = stagetable.parse(proc.stdout, stagetable.PIPE_COLUMNS, 3)
+    for i, (row, s, share) in enumerate(zip(rows, group, shares)):
+        what = f"stage {i}'s row {row}"
+        assert int(row["stage"]) == i, what
+        assert row["address"] == s.address, f"{what}: not {s.address}"
+        assert share["param_bytes"] > 0
+        assert stagetable.size_close(row["resident"], share["param_bytes"]), \
+            f"{what}: resident is not its {share['param_bytes']} bytes of weights"
+        assert float(row["load ms"]) >= 0, what
+        forward, compute = float(row["forward ms"]), float(row["compute ms"])
+        assert forward > 0 and 0 <= compute <= forward + 0.01, what
+        assert stagetable.size_bytes(row["sent"]) > 0, what
+        assert stagetable.size_bytes(row["received"]) > 0, what
+    # the last stage's outputs are the model's: it sends at least those
+    assert stagetable.size_bytes(rows[-1]["received"]) >= 2 * sum(
+        v.nbytes for v in read_outputs(run.out).values()) * 0.95
     proc = run.proc(info.inputs(0), group, "--json")
     assert proc.returncode == 0, proc.stderr
-    text = proc.stdout.strip()
-    try:
-        json.loads(text)
-    except ValueError:
-        for line in text.splitlines():    # or one JSON document per line
-            json.loads(line)
+    report = json.loads(proc.stdout)
+    assert [st["index"] for st in report["stages"]] == [0, 1, 2], report
+    for st, s, share in zip(report["stages"], group, shares):
+        assert st["address"] == s.address, st
+        assert st["resident_bytes"] == share["param_bytes"], st
+        assert st["forwards"] == 1 and st["forward_ms"] > 0 and st["load_ms"] >= 0, st
+        assert st["bytes_in"] > 0 and st["bytes_out"] > 0, st
+    assert report["forwards"] == 1
 
 
 def test_micro_batches_and_repeat(muster_bin, tmp_path, stages, small_mlp):
