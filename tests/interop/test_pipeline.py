@@ -5,8 +5,11 @@ stage processes on loopback, against the command contract:
   muster plan --model DIR --stages N --json
       {"stages": [{"index", "first", "last", "inputs", "outputs", "params",
                    "param_bytes", "flops"}, ...]}, contiguous [first, last)
-  muster stage --model DIR --stage I --of N --host H --port 0 [--requests K]
-      loads stage I of the balanced N-way split, then prints (flushed)
+  muster stage --model DIR --stage I (--of N | --plan FILE) --host H --port 0
+               [--requests K]
+      loads stage I of the balanced N-way split (or of the split in FILE,
+      `muster plan --json`'s format: {"stages": [{"first", "last"}, ...]}),
+      then prints (flushed)
       "muster stage I/N: serving on HOST:PORT" once its weights are
       resident; serves until K requests (exit 0) or SIGTERM (exit 0)
   muster run --model DIR --input IN [--stages H:P,...] [--output OUT]
@@ -19,12 +22,16 @@ What is checked:
 * plans cover the graph, and each stage's boundary is what
   src/model/plan.c's rule gives (mumodel.stage_io);
 * the real hello_deepa model (converted from ONNX) and generated MLPs and
-  transformer blocks (whose residuals skip stages), split 1..min(nodes, 4)
-  ways with --stage/--of, give outputs bit-identical (bytes equal) to the
-  in-process run, and within 1e-5 of numpy (mumodel's evaluator, and for
-  hello_deepa the ONNX reference interpreter). Only the balanced splits
-  can be chosen from the command line; the C unit tests cover arbitrary
-  cuts of the same graphs;
+  transformer blocks (whose residuals skip stages), split the balanced way
+  into 1..min(nodes, 4) stages with --stage/--of, give outputs
+  bit-identical (bytes equal) to the in-process run, and within 1e-5 of
+  numpy (mumodel's evaluator, and for hello_deepa the ONNX reference
+  interpreter);
+* every other split, through --plan files: a 6-node model with a residual
+  and two outputs cut every possible way (all 32 compositions of its nodes
+  into contiguous stages), a transformer block cut at every single node
+  boundary, and a `muster plan --json` file as written, all bit-identical
+  to the in-process run;
 * a stage SIGKILLed while forwards are in flight, or down before a run,
   makes `muster run` fail naming that stage; stages left alive keep
   serving;
@@ -166,10 +173,11 @@ def stages(muster_bin, tmp_path):
     once each is serving. `stages.one(model_dir, i, n, *extra)` starts one."""
     started = []
 
-    def start_one(model_dir, index, of, *extra):
+    def start_one(model_dir, index, of, *extra, plan_file=None):
         log_path = tmp_path / f"stage-{len(started)}-{index}of{of}.log"
-        args = [str(muster_bin), "stage", "--model", str(model_dir), "--stage", str(index),
-                "--of", str(of), "--host", HOST, "--port", "0"] + [str(a) for a in extra]
+        split = ["--plan", str(plan_file)] if plan_file else ["--of", str(of)]
+        args = [str(muster_bin), "stage", "--model", str(model_dir), "--stage", str(index)] + \
+            split + ["--host", HOST, "--port", "0"] + [str(a) for a in extra]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     env=ENV)
@@ -188,7 +196,15 @@ def stages(muster_bin, tmp_path):
         stage.wait_serving()
         return stage
 
+    def planned(model_dir, plan_file, n):
+        """Stages 0..n-1 of the split in plan_file (`--plan`)."""
+        group = [start_one(model_dir, i, n, plan_file=plan_file) for i in range(n)]
+        for stage in group:
+            stage.wait_serving()
+        return group
+
     start.one = one
+    start.planned = planned
     yield start
 
     problems = []
@@ -405,6 +421,74 @@ def test_generated_splits(muster_bin, tmp_path, stages, generated, name):
         group = stages(info.path, n)
         assert_bit_identical(run(x, group), whole, f"{name}, {n} stages")
         stop_all(group)
+
+
+def compositions(n):
+    """Every split of nodes 0..n-1 into contiguous non-empty stages, as
+    [(first, last), ...]: one per subset of the n-1 places to cut."""
+    for mask in range(1 << (n - 1)):
+        bounds = [0] + [i + 1 for i in range(n - 1) if mask >> i & 1] + [n]
+        yield list(zip(bounds, bounds[1:]))
+
+
+def write_skip_model(path):
+    """6 nodes: h0 = gemm(x); r = relu(h0); h1 = gemm(r); s = h1 + h0
+    (h0 skips a stage when cut after relu or the second gemm); z =
+    gemm(s); y = softmax(z). Outputs y and h0 (an output of an early
+    stage)."""
+    b = mumodel._Builder(21)
+    b.linear("fc0", "x", 8, 16, "gemm", out="h0")
+    b.node("act", "relu", ["h0"], out="r")
+    b.linear("fc1", "r", 16, 16, "gemm", out="h1")
+    b.node("skip", "add", ["h1", "h0"], out="s")
+    b.linear("fc2", "s", 16, 4, "gemm", out="z")
+    b.node("sm", "softmax", ["z"], out="y")
+    return b.write(path, [{"name": "x", "shape": [2, 8]}], ["y", "h0"], {"kind": "skip6"})
+
+
+def run_planned(stages, run, info, ranges, plan_file, x, want):
+    """Serve the split `ranges` through --plan and check the run."""
+    plan_file.write_text(json.dumps(
+        {"stages": [{"index": i, "first": a, "last": b} for i, (a, b) in enumerate(ranges)]}))
+    group = stages.planned(info.path, plan_file, len(ranges))
+    for s, (a, b) in zip(group, ranges):
+        assert f"muster stage {s.index}/{len(ranges)}: nodes {a}..{b - 1}," in s.log(), \
+            f"stage {s.index} of {ranges} does not serve nodes {a}..{b - 1}:\n{s.log()}"
+    assert_bit_identical(run(x, group), want, f"split {ranges}")
+    stop_all(group)
+
+
+def test_every_split_via_plan_files(muster_bin, tmp_path, stages):
+    """A small model with a residual, cut every possible way."""
+    info = write_skip_model(tmp_path / "skip6")
+    assert info.nnodes == 6
+    run = Runner(muster_bin, tmp_path, info.path)
+    x = info.inputs(seed=9)
+    want = run(x)
+    check_close(want, mumodel.evaluate_dir(info.path, x), "in-process vs numpy")
+    splits = list(compositions(info.nnodes))
+    assert len(splits) == 2 ** (info.nnodes - 1)
+    for k, ranges in enumerate(splits):
+        run_planned(stages, run, info, ranges, tmp_path / f"plan-{k}.json", x, want)
+
+
+def test_transformer_every_single_cut(muster_bin, tmp_path, stages, generated):
+    """The transformer block (residuals across most cuts) split in two at
+    every node boundary, and split by `muster plan --json` as written."""
+    info = generated["transformer"]
+    run = Runner(muster_bin, tmp_path, info.path)
+    x = info.inputs(seed=10)
+    want = run(x)
+    n = info.nnodes
+    for cut in range(1, n):
+        run_planned(stages, run, info, [(0, cut), (cut, n)], tmp_path / f"cut-{cut}.json", x,
+                    want)
+    proc = muster(muster_bin, "plan", "--model", info.path, "--stages", 3, "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan_file = tmp_path / "plan3.json"
+    plan_file.write_text(proc.stdout)
+    group = stages.planned(info.path, plan_file, 3)
+    assert_bit_identical(run(x, group), want, "the split of `muster plan --json`")
 
 
 def test_run_table_and_json(muster_bin, tmp_path, stages, generated):
