@@ -10,14 +10,20 @@
  * streamed), forwards pipelined. Then it checks the split run against the
  * whole model in one process, bit for bit, and stops everything it
  * started.
+ *
+ * Its processes never outlive it: on SIGINT/SIGTERM a signal thread stops
+ * them, removes the demo's directory and exits; each child also asks the
+ * kernel for SIGTERM should the demo die without that (PR_SET_PDEATHSIG).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,8 +46,10 @@ static const char *const budgets[NDEV] = {"12M", "16M", "20M"};
 typedef struct {
 	char dir[64];
 	char exe[4096];
+	pthread_mutex_t lock;     /* pids, npids, stopping: main and signal thread */
 	pid_t pids[NDEV + 1];
 	int npids;
+	int stopping;             /* a signal came: start nothing more */
 	int tport;
 } demo_t;
 
@@ -67,14 +75,33 @@ static int free_port(void)
 static int spawn(demo_t *d, char *const *args)
 {
 	char log[128];
-	pid_t pid;
+	pid_t pid, parent = getpid();
 	int fd;
 
 	snprintf(log, sizeof(log), "%s/demo.log", d->dir);
+	pthread_mutex_lock(&d->lock);
+	if (d->stopping) {
+		pthread_mutex_unlock(&d->lock);
+		return -EINTR;
+	}
 	pid = fork();
-	if (pid < 0)
+	if (pid < 0) {
+		pthread_mutex_unlock(&d->lock);
 		return -errno;
+	}
 	if (pid == 0) {
+		sigset_t none;
+
+		/* the demo blocks SIGINT/SIGTERM for its signal thread; the
+		 * command it runs must get them */
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		/* should the demo die without stopping us (SIGKILL), the kernel
+		 * sends SIGTERM; if it died already, do not start */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(127);
 		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0) {
 			dup2(fd, 1);
@@ -85,6 +112,7 @@ static int spawn(demo_t *d, char *const *args)
 		_exit(127);
 	}
 	d->pids[d->npids++] = pid;
+	pthread_mutex_unlock(&d->lock);
 	printf("   $ muster");
 	for (int i = 1; args[i] != NULL; i++)
 		printf(" %s", args[i]);
@@ -92,11 +120,14 @@ static int spawn(demo_t *d, char *const *args)
 	return 0;
 }
 
+/* SIGTERM, up to 5 s to exit, then SIGKILL; every one reaped. */
 static void stop_all(demo_t *d)
 {
 	double deadline = mu__clock_ms() + 5000;
-	int left = d->npids;
+	int left;
 
+	pthread_mutex_lock(&d->lock);
+	left = d->npids;
 	for (int i = 0; i < d->npids; i++)
 		kill(d->pids[i], SIGTERM);
 	while (left > 0 && mu__clock_ms() < deadline) {
@@ -115,6 +146,33 @@ static void stop_all(demo_t *d)
 			waitpid(d->pids[i], NULL, 0);
 		}
 	d->npids = 0;
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void remove_dir(const demo_t *d)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "muster demo: could not remove %s\n", d->dir);
+}
+
+/* SIGINT/SIGTERM (the signal thread): stop what was started, clean up,
+ * exit; the main thread may be anywhere, so it is not waited for. */
+static void on_signal(void *ud)
+{
+	demo_t *d = ud;
+
+	pthread_mutex_lock(&d->lock);
+	d->stopping = 1;
+	pthread_mutex_unlock(&d->lock);
+	fflush(stdout);
+	fprintf(stderr, "\nmuster demo: interrupted; stopping the processes it started\n");
+	stop_all(d);
+	remove_dir(d);
+	fprintf(stderr, "muster demo: stopped; %s removed\n", d->dir);
+	_exit(1);
 }
 
 static char *summary(int port)
@@ -327,20 +385,27 @@ int cmd_demo(int argc, char **argv)
 	demo_t d;
 	int npos, rc;
 	ssize_t n;
-	char err[2048] = "", cmd[128];
+	char err[2048] = "";
 	cli_cmd_t c = {
 		"muster demo",
 		"Show muster's main job on this machine, step by step: a tracker, three device\n"
 		"servers with different memory budgets, and a model none of them could hold\n"
 		"alone, split across them and run, with a check that the split output is\n"
-		"bit-identical to a single-process run. Everything it starts is stopped and\n"
-		"everything it writes (under /tmp) removed before it exits. No arguments.",
+		"bit-identical to a single-process run. No arguments.\n"
+		"\n"
+		"Every process it starts is stopped before it exits, also on Ctrl-C or\n"
+		"SIGTERM (and should the demo be killed outright, the kernel sends them\n"
+		"SIGTERM). Its files (the model, the processes' log) go in a new directory\n"
+		"/tmp/muster-demo-XXXXXX, removed at the end and on Ctrl-C or SIGTERM; when\n"
+		"a step fails it is kept and its path printed, to read the log. Exit status:\n"
+		"0 when every step passed, 1 otherwise.",
 		NULL, 0, 0, 0};
 
 	rc = cli_parse(&c, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	memset(&d, 0, sizeof(d));
+	pthread_mutex_init(&d.lock, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	n = readlink("/proc/self/exe", d.exe, sizeof(d.exe) - 1);
@@ -350,6 +415,7 @@ int cmd_demo(int argc, char **argv)
 		return 1;
 	}
 	d.exe[n] = '\0';
+	cli_on_signal(on_signal, &d); /* before any thread or child starts */
 	printf("muster demo: one model, split across devices found through a tracker\n"
 	       "====================================================================\n\n");
 	rc = demo(&d, err, sizeof(err));
@@ -359,10 +425,7 @@ int cmd_demo(int argc, char **argv)
 	else
 		fprintf(stderr, "\nmuster demo: a step failed: %s\n(the processes' log: %s/demo.log, "
 		        "kept)\n", err[0] ? err : mu_strerror(rc), d.dir);
-	if (rc == 0) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d.dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "muster demo: could not remove %s\n", d.dir);
-	}
+	if (rc == 0)
+		remove_dir(&d);
 	return rc == 0 ? 0 : 1;
 }

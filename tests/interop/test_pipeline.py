@@ -48,9 +48,9 @@ What is checked:
   frame), and messages cut short by the end of the stream or a stall past
   --io-timeout, get one ERROR with the expected status (naming how much
   of a truncated message came) and that connection closed within
-  seconds, and the stage still serves a correct run. (A well-formed FORWARD that fails inside the stage
-  is answered and the connection kept: that is the protocol's own tests'
-  business, not these.)
+  seconds, and the stage still serves a correct run. (A well-formed
+  FORWARD that fails inside the stage is answered and the connection
+  kept: that is the protocol's own tests' business, not these.)
 
 Every process is stopped at the end (SIGTERM, then SIGKILL): a stage that
 died unexpectedly, or does not exit 0 on SIGTERM, fails the test. Every
