@@ -76,7 +76,7 @@ int mu__stage_finish(mu_stage_t *s, double load_ms, char *err, size_t errlen);
  * Serving, apart from any I/O: a message whose body was read in full
  * (text, NUL-terminated, for JSON types; decoded tensors for frame types)
  * becomes a reply. The stage's own blocking loop over a session
- * (mu__serve_chan) and `muster stage`'s libuv server (serve.c) both call
+ * (mu__serve_chan) and `muster stage`'s libuv server (stage_server.c) both call
  * mu__pipe_handle; FORWARD runs the stage's compute, so the libuv server
  * calls it off the loop.
  */
@@ -118,6 +118,12 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
  * *stop is set. 0 for an orderly end.
  */
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
+
+/* Into t: why a message was cut short after got of its `of` bytes of
+ * `what` ("header", "FORWARD body", ...): a stall of stall_ms when rc is
+ * -ETIMEDOUT, else the end of the stream or rc's text. */
+void mu__cut_short(char *t, size_t n, const char *what, uint64_t got, uint64_t of, int rc,
+                   int stall_ms);
 
 /* What one device session is doing (device.c). */
 typedef struct {
