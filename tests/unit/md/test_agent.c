@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 
 #include "mu_test.h"
 
@@ -304,6 +305,181 @@ static void test_event_queued_before_wait_returns(void **state)
 	mu_md_agent_free(b);
 }
 
+/* ---- the on_event callback ---- */
+
+/* What an agent's on_event saw; it runs on the worker and listener
+ * threads, hence the lock. */
+typedef struct {
+	pthread_mutex_t lock;
+	mu_md_event_t ev[32];
+	int n;
+	int calls[6]; /* by kind */
+	void *ud_seen;
+} seen_t;
+
+static void seen_cb(void *ud, const mu_md_event_t *ev)
+{
+	seen_t *s = ud;
+
+	pthread_mutex_lock(&s->lock);
+	s->ud_seen = ud;
+	if (ev->kind >= 1 && ev->kind <= 5)
+		s->calls[ev->kind]++;
+	if (s->n < 32)
+		s->ev[s->n++] = *ev;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* The count of kind-events seen, once it reaches want (bounded wait). */
+static int seen_kind(seen_t *s, mu_md_event_kind_t kind, int want)
+{
+	int64_t deadline = mu__deadline(T);
+	int n;
+
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		n = s->calls[kind];
+		pthread_mutex_unlock(&s->lock);
+		if (n >= want || mu__now_ms() >= deadline)
+			return n;
+		poll(NULL, 0, 5);
+	}
+}
+
+/* The last event s saw, a copy. */
+static mu_md_event_t seen_last(seen_t *s)
+{
+	mu_md_event_t ev;
+
+	pthread_mutex_lock(&s->lock);
+	assert_true(s->n > 0);
+	ev = s->ev[s->n - 1];
+	pthread_mutex_unlock(&s->lock);
+	return ev;
+}
+
+static mu_md_agent_t *agent_cb(const char *name, seen_t *s)
+{
+	mu_md_opts_t o;
+	mu_md_agent_t *a;
+
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_init(&s->lock, NULL);
+	mu_md_opts_init(&o);
+	o.name = name;
+	o.listen = 1;
+	o.listen_host = "127.0.0.1";
+	o.listen_port = 0;
+	o.no_env = 1;
+	o.on_event = seen_cb;
+	o.ud = s;
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	return a;
+}
+
+/* The callback's event and the queued one are the same report. */
+static void assert_same_as_queued(mu_md_agent_t *a, const mu_md_event_t *cb)
+{
+	mu_md_event_t q;
+
+	assert_int_equal(mu_md_next_event(a, &q), 0);
+	assert_true(q.op == cb->op);
+	assert_int_equal(q.kind, cb->kind);
+	assert_int_equal(q.status, cb->status);
+	assert_string_equal(q.name, cb->name);
+	assert_string_equal(q.detail, cb->detail);
+}
+
+/*
+ * on_event is called once per completion and per unsolicited event, with
+ * the caller's ud and the op id, kind, status and name the call had; the
+ * same event is queued. A call that fails at once never calls it.
+ */
+static void test_on_event_p2p(void **state)
+{
+	seen_t sa, sb;
+	mu_md_agent_t *a = agent_cb("A", &sa), *b = agent_cb("B", &sb);
+	mu_md_peer_t pb = {"127.0.0.1", mu_md_listen_port(b)};
+	mu_md_peer_t dead = {"127.0.0.1", etcd_free_port()};
+	mu_md_event_t ev;
+	char want[64];
+	uint64_t op;
+
+	(void)state;
+	assert_int_equal(mu_md_set_local(a, NULL, "a-full", 6), 0);
+	assert_int_equal(mu_md_set_local(b, NULL, "b-full", 6), 0);
+	/* synchronous failures: no callback */
+	assert_int_equal(mu_md_send_local(a, &pb, "nolabel", &op), -ENOENT);
+	assert_int_equal(mu_md_fetch_remote(a, "A", &pb, NULL, &op), MU_EARG);
+	assert_int_equal(sa.n, 0);
+	/* SENT at A, REMOTE_LOADED (unsolicited, op 0) at B */
+	assert_int_equal(mu_md_send_local(a, &pb, NULL, &op), 0);
+	assert_int_equal(done(a, op), 0);
+	assert_int_equal(seen_kind(&sa, MU_MD_SENT, 1), 1);
+	ev = seen_last(&sa);
+	assert_true(ev.op == op);
+	assert_int_equal(ev.kind, MU_MD_SENT);
+	assert_int_equal(ev.status, 0);
+	assert_true(sa.ud_seen == &sa);
+	assert_same_as_queued(a, &ev);
+	assert_int_equal(seen_kind(&sb, MU_MD_REMOTE_LOADED, 1), 1);
+	ev = seen_last(&sb);
+	assert_true(ev.op == 0);
+	assert_int_equal(ev.status, 0);
+	assert_string_equal(ev.name, "A");
+	assert_true(sb.ud_seen == &sb);
+	assert_same_as_queued(b, &ev);
+	/* FETCHED at A, naming who answered */
+	assert_int_equal(mu_md_fetch_remote(a, "B", &pb, NULL, &op), 0);
+	assert_int_equal(done(a, op), 0);
+	assert_int_equal(seen_kind(&sa, MU_MD_FETCHED, 1), 1);
+	ev = seen_last(&sa);
+	assert_true(ev.op == op);
+	assert_int_equal(ev.kind, MU_MD_FETCHED);
+	assert_int_equal(ev.status, 0);
+	assert_string_equal(ev.name, "B");
+	assert_same_as_queued(a, &ev);
+	/* INVALIDATED at A, REMOTE_DROPPED of A at B */
+	assert_int_equal(mu_md_invalidate_local(a, &pb, &op), 0);
+	assert_int_equal(done(a, op), 0);
+	assert_int_equal(seen_kind(&sa, MU_MD_INVALIDATED, 1), 1);
+	ev = seen_last(&sa);
+	assert_true(ev.op == op);
+	assert_int_equal(ev.kind, MU_MD_INVALIDATED);
+	assert_int_equal(ev.status, 0);
+	assert_same_as_queued(a, &ev);
+	assert_int_equal(seen_kind(&sb, MU_MD_REMOTE_DROPPED, 1), 1);
+	ev = seen_last(&sb);
+	assert_true(ev.op == 0);
+	assert_int_equal(ev.kind, MU_MD_REMOTE_DROPPED);
+	assert_string_equal(ev.name, "A");
+	assert_non_null(strstr(ev.detail, "invalidated by"));
+	assert_same_as_queued(b, &ev);
+	/* a failure: the callback carries the status and the cause */
+	assert_int_equal(mu_md_send_local(a, &dead, NULL, &op), 0);
+	assert_int_equal(done(a, op), -ECONNREFUSED);
+	assert_int_equal(seen_kind(&sa, MU_MD_SENT, 2), 2);
+	ev = seen_last(&sa);
+	assert_true(ev.op == op);
+	assert_int_equal(ev.status, -ECONNREFUSED);
+	snprintf(want, sizeof(want), "127.0.0.1:%d", dead.port);
+	assert_non_null(strstr(ev.detail, want));
+	assert_same_as_queued(a, &ev);
+	/* exactly one call per event, none of a kind that did not happen */
+	mu_md_agent_free(a);
+	mu_md_agent_free(b);
+	assert_int_equal(sa.n, 4);
+	assert_int_equal(sa.calls[MU_MD_SENT], 2);
+	assert_int_equal(sa.calls[MU_MD_FETCHED], 1);
+	assert_int_equal(sa.calls[MU_MD_INVALIDATED], 1);
+	assert_int_equal(sa.calls[MU_MD_REMOTE_LOADED] + sa.calls[MU_MD_REMOTE_DROPPED], 0);
+	assert_int_equal(sb.n, 2);
+	assert_int_equal(sb.calls[MU_MD_REMOTE_LOADED], 1);
+	assert_int_equal(sb.calls[MU_MD_REMOTE_DROPPED], 1);
+	pthread_mutex_destroy(&sa.lock);
+	pthread_mutex_destroy(&sb.lock);
+}
+
 /* publish, fetch (already there, and not yet there), invalidate */
 static void exchange_through_store(const char *etcd, const char *ts)
 {
@@ -399,6 +575,7 @@ int main(void)
 		cmocka_unit_test(test_listen_port_in_use_says_so),
 		cmocka_unit_test(test_p2p_peer_restarted_on_the_same_port),
 		cmocka_unit_test(test_event_queued_before_wait_returns),
+		cmocka_unit_test(test_on_event_p2p),
 		cmocka_unit_test(test_tcpstore),
 		cmocka_unit_test(test_etcd),
 	};
