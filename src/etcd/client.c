@@ -587,6 +587,9 @@ static void deliver(mu_etcd_watch_t *w)
 			w->cb(w->ud, &ev, 0);
 		}
 		if (m.canceled && !w->canceled) {
+			/* etcd keeps the stream open after a cancel: close it
+			 * now, as watch_destroy only detaches running ones */
+			curl_multi_remove_handle(w->e->multi, w->easy);
 			w->state = W_ENDED;
 			snprintf(w->e->err, sizeof(w->e->err), "watch canceled: %s%s",
 			         m.reason, m.compact_revision ? " (revision compacted)" : "");

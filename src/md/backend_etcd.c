@@ -17,7 +17,9 @@
  * - markers are watched from the revision right after the fetch's read,
  *   so an invalidation between the read and the watch is not missed, and
  *   through one watch per agent on the namespace's deletes (NIXL opens one
- *   per remote agent, which caps it at thousands of peers);
+ *   per remote agent, which caps it at thousands of peers); when etcd
+ *   ends that watch (a compacted revision), every tracked marker is read
+ *   again and the watch restarted from those reads;
  * - a fetch of a key not there yet waits on a watch without holding the
  *   worker, so many such fetches wait together;
  * - a blob over etcd's request limit is written in 1 MiB chunks under
@@ -71,6 +73,8 @@ struct etcd_be_s {
 	mu__list_t pending;
 	mu__strmap_t fetched;   /* name -> fetched_t */
 	mu_etcd_watch_t *deletes; /* the namespace's deletes, once we fetch */
+	int deletes_ended;      /* etcd ended it: re-arm (rearm_deletes) */
+	int64_t rearm_at;       /* ms; when a failed re-arm tries again */
 	mu__buf_t ns;           /* NS "/": where every agent's keys live */
 };
 
@@ -227,9 +231,11 @@ static void deletes_cb(void *ud, const mu_etcd_event_t *ev, int err)
 	fetched_t *f;
 	size_t n;
 
-	if (ev == NULL) { /* canceled: the next fetch watches again */
-		be->deletes = NULL;
+	if (ev == NULL) { /* etcd ended it (a compacted revision, say) */
+		mu__log(MU_LOG_WARN, "md", "agent %s: etcd ended the watch on %s (%s); "
+		        "re-arming it", be->a->name, be->ns.data, mu_etcd_last_error(be->e));
 		(void)err;
+		be->deletes_ended = 1; /* freed and replaced after the poll */
 		return;
 	}
 	if (ev->type != MU_ETCD_EVENT_DELETE || ev->kv->klen <= be->ns.len ||
@@ -260,9 +266,73 @@ static void track(etcd_be_t *be, const char *name, int64_t rev)
 	if (rev > f->rev)
 		f->rev = rev;
 	f->dropped = 0;
-	if (be->deletes == NULL)
+	/* an ended watch is re-armed by rearm_deletes, which checks this
+	 * agent's marker too */
+	if (be->deletes == NULL && !be->deletes_ended)
 		mu_etcd_watch(be->e, be->ns.data, be->ns.len, MU_ETCD_PREFIX | MU_ETCD_NOPUT,
 		              rev + 1, deletes_cb, be, &be->deletes);
+}
+
+/*
+ * Check name's marker as of now: gone, or put again after the read our
+ * copy came from (deleted and re-announced meanwhile), means the agent
+ * was invalidated. *rev gets the read's revision.
+ */
+static int check_marker(etcd_be_t *be, const char *name, fetched_t *f, int64_t *rev)
+{
+	mu_etcd_range_t r;
+	mu__buf_t k;
+	int rc;
+
+	mu__buf_init(&k, 4096);
+	rc = key_of(be, name, NULL, &k);
+	if (rc == 0)
+		rc = mu_etcd_get(be->e, k.data, k.len, 0, &r);
+	mu__buf_free(&k);
+	if (rc != 0)
+		return rc;
+	*rev = r.revision;
+	if (r.n == 0 || r.kvs[0].create_revision > f->rev)
+		f->dropped = 1;
+	mu_etcd_range_free(&r);
+	return 0;
+}
+
+/*
+ * etcd ended the deletes watch (it does when the revision the watch must
+ * resume from was compacted, e.g. after a reconnect): deletes since its
+ * last event may never be seen. Check every tracked marker with a fresh
+ * read and watch again from the oldest of those reads' revisions + 1: a
+ * delete at or before a marker's read shows in that read, a later one in
+ * the new watch. A failure (etcd unreachable) tries again soon.
+ */
+static void rearm_deletes(etcd_be_t *be)
+{
+	mu__strmap_entry_t *e = NULL;
+	size_t slot = 0;
+	int64_t from = 0, rev = 0;
+	int rc = 0;
+
+	if (!be->deletes_ended || mu__now_ms() < be->rearm_at)
+		return;
+	mu_etcd_watch_cancel(be->deletes); /* outside its callback now */
+	be->deletes = NULL;
+	while (rc == 0 && (e = mu__strmap_next(&be->fetched, &slot, e)) != NULL) {
+		rc = check_marker(be, e->key, e->value, &rev);
+		if (rc == 0 && (from == 0 || rev < from))
+			from = rev;
+	}
+	if (rc == 0 && from > 0)
+		rc = mu_etcd_watch(be->e, be->ns.data, be->ns.len,
+		                   MU_ETCD_PREFIX | MU_ETCD_NOPUT, from + 1, deletes_cb,
+		                   be, &be->deletes);
+	if (rc != 0) {
+		be->rearm_at = mu__now_ms() + 500;
+		mu__log(MU_LOG_WARN, "md", "agent %s: re-arming the watch on %s: %s",
+		        be->a->name, be->ns.data, mu_etcd_last_error(be->e));
+		return;
+	}
+	be->deletes_ended = 0; /* with nothing tracked, the next fetch arms it */
 }
 
 /* Load a fetched value (maybe a chunk manifest) into the agent. */
@@ -487,8 +557,11 @@ static int etcd_poll(void *st, int ms)
 		ms = until < 0 ? 0 : (int)until;
 	if (!mu__list_empty(&be->pending) && ms > 50)
 		ms = 50; /* deadlines of waiting fetches */
+	if (be->deletes_ended && ms > 500)
+		ms = 500; /* a re-arm that failed tries again */
 	mu_etcd_poll(be->e, ms);
 	settle_pending(be);
+	rearm_deletes(be);
 	settle_markers(be);
 	return 0;
 }

@@ -6,6 +6,8 @@ and NIXL's side is played by etcdctl and blobs built from spec section 4.
 """
 
 import http.server
+import json
+import socket
 import threading
 import time
 
@@ -437,6 +439,135 @@ def test_3mib_blob_is_chunked_and_invalidated_whole(etcd, md_agent):
     a.ok("invalidate")
     assert keys_only(etcd) == []
     assert b.wait_event("remote_dropped", "A", timeout=5) is not None
+
+
+# ---- a delete watch that etcd ends ----
+
+class _Link:
+    """A TCP relay from a loopback port to etcd that the test can cut: cut()
+    closes every relayed connection and refuses (accepts and closes) new
+    ones until restore()."""
+
+    def __init__(self, port):
+        self.port_to = port
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.srv.settimeout(0.2)
+        self.port = self.srv.getsockname()[1]
+        self.lock = threading.Lock()
+        self.socks = []
+        self.is_cut = False
+        self.done = False
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.done:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                continue
+            with self.lock:
+                if self.is_cut:
+                    c.close()
+                    continue
+                try:
+                    u = socket.create_connection(("127.0.0.1", self.port_to), timeout=2)
+                except OSError:
+                    c.close()
+                    continue
+                self.socks += [c, u]
+            for src, dst in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            src.settimeout(None)
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        with self.lock:
+            self.is_cut = True
+            for s in self.socks:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self.socks = []
+
+    def restore(self):
+        with self.lock:
+            self.is_cut = False
+
+    def close(self):
+        self.done = True
+        self.cut()
+        self.thread.join(timeout=5)
+        self.srv.close()
+
+
+@pytest.fixture
+def link():
+    links = []
+
+    def start(port):
+        links.append(_Link(port))
+        return links[-1]
+
+    yield start
+    for ln in links:
+        ln.close()
+
+
+def test_invalidation_is_not_missed_when_etcd_ends_the_delete_watch(etcd, md_agent, link):
+    """B reaches etcd through a link that is cut. Meanwhile A invalidates,
+    C invalidates and publishes again, and etcd is compacted past both.
+    When the link is back, B's delete watch resumes from a compacted
+    revision and etcd cancels it (etcd 3.4's gateway: "canceled": true
+    with compact_revision). B must then read the markers afresh: A's is
+    gone and C's is newer than B's copy, so both are dropped, and the new
+    watch sees later invalidations."""
+    ln = link(etcd.port)
+    a = agent_for(md_agent, etcd, "A")
+    c = agent_for(md_agent, etcd, "C")
+    b = agent_for(md_agent, etcd, "B", etcd_endpoints=f"http://127.0.0.1:{ln.port}",
+                  op_timeout=2.0)
+    for x in (a, c):
+        x.set(f"{x.name} v1")
+        x.ok("publish")
+        b.ok("fetch", name=x.name)
+    ln.cut()
+    a.ok("invalidate")
+    c.ok("invalidate")
+    c.ok("publish")
+    out = etcdctl(etcd, "put", "/elsewhere", "x", "-w", "json").stdout
+    rev = int(json.loads(out)["header"]["revision"])
+    etcdctl(etcd, "compact", rev)
+    time.sleep(0.5)            # B's watch is retrying against the cut link
+    assert b.loaded("A") and b.loaded("C")
+    ln.restore()
+    for name in ("A", "C"):
+        ev = b.wait_event("remote_dropped", name, timeout=10)
+        assert ev is not None, (name, b.ok("events"), b.log_text())
+        assert "deleted" in ev["detail"], ev
+        assert not b.loaded(name)
+    assert "etcd ended the watch" in b.log_text()
+    # the re-armed watch: C's next invalidation reaches B as usual
+    b.ok("fetch", name="C")
+    c.ok("invalidate")
+    assert b.wait_event("remote_dropped", "C", timeout=5) is not None, b.log_text()
 
 
 # ---- configuration from the environment ----

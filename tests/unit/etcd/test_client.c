@@ -179,6 +179,78 @@ static void test_watch(void **state)
 	mu_etcd_free(e);
 }
 
+/* Compact the member's history up to rev with etcdctl (bounded). */
+static void compact(int64_t rev)
+{
+	char ep[96], r[32];
+	int status = -1, i;
+	pid_t pid;
+
+	snprintf(ep, sizeof(ep), "--endpoints=127.0.0.1:%d", fx.client_port[0]);
+	snprintf(r, sizeof(r), "%lld", (long long)rev);
+	if (access("/usr/bin/etcdctl", X_OK) != 0)
+		fail_msg("/usr/bin/etcdctl is missing: make check installs Debian's etcd-client");
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(null, 1);
+		dup2(null, 2);
+		setenv("ETCDCTL_API", "3", 1);
+		execl("/usr/bin/etcdctl", "etcdctl", ep, "--command-timeout=5s", "compact", r,
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; i++)
+		usleep(50000);
+	if (i == 200) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/*
+ * A watch from a compacted revision: etcd creates it, then cancels it with
+ * compact_revision and keeps the stream open. The caller hears MU_ETOOBIG
+ * once; after cancelling the ended watch, other and new watches on the
+ * same client still get their events.
+ */
+static void test_watch_from_a_compacted_revision(void **state)
+{
+	mu_etcd_t *e = client(fx.endpoints), *w = client(fx.endpoints);
+	mu_etcd_watch_t *old, *other, *fresh;
+	seen_t a = {0}, b = {0}, c = {0};
+	int64_t r1, r3, deadline;
+
+	(void)state;
+	assert_int_equal(mu_etcd_put(e, "/c/x", 4, "1", 1, 0, &r1), 0);
+	assert_int_equal(mu_etcd_put(e, "/c/x", 4, "2", 1, 0, NULL), 0);
+	assert_int_equal(mu_etcd_put(e, "/c/x", 4, "3", 1, 0, &r3), 0);
+	compact(r3);
+	assert_int_equal(mu_etcd_watch(w, "/c/", 3, MU_ETCD_PREFIX, 0, watch_cb, &b, &other), 0);
+	assert_int_equal(mu_etcd_watch(w, "/c/x", 4, 0, r1, watch_cb, &a, &old), 0);
+	deadline = mu__deadline(10000);
+	while (a.ended == 0 && mu__now_ms() < deadline)
+		mu_etcd_poll(w, 100);
+	assert_int_equal(a.ended, MU_ETOOBIG);
+	assert_int_equal(a.puts, 0);
+	assert_non_null(strstr(mu_etcd_last_error(w), "compacted"));
+	mu_etcd_watch_cancel(old);
+	assert_int_equal(mu_etcd_watch(w, "/c/x", 4, 0, r3, watch_cb, &c, &fresh), 0);
+	poll_until(w, &c.puts, 1); /* r3 itself is still there */
+	assert_int_equal(mu_etcd_put(e, "/c/x", 4, "4", 1, 0, NULL), 0);
+	poll_until(w, &c.puts, 2);
+	poll_until(w, &b.puts, 1);
+	assert_int_equal(c.puts, 2);
+	assert_string_equal(c.last, "4");
+	assert_int_equal(b.puts, 1);
+	mu_etcd_watch_cancel(fresh);
+	mu_etcd_watch_cancel(other);
+	mu_etcd_free(w);
+	mu_etcd_free(e);
+}
+
 static void test_request_too_large(void **state)
 {
 	mu_etcd_t *e = client(fx.endpoints);
@@ -374,6 +446,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kv_calls, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_leases, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_watch, setup1, teardown),
+		cmocka_unit_test_setup_teardown(test_watch_from_a_compacted_revision, setup1,
+		                                teardown),
 		cmocka_unit_test_setup_teardown(test_request_too_large, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_and_garbage_endpoints, setup1, teardown),
 		cmocka_unit_test_setup_teardown(test_failover_past_a_bad_first_member, setup1, teardown),
