@@ -145,6 +145,19 @@ MU_EXTERN int mu_store_multi_get(mu_store_client_t *c, const char *const *keys,
 /* Set n keys (v2: one request; v1: one SET each). */
 MU_EXTERN int mu_store_multi_set(mu_store_client_t *c, const char *const *keys,
                                  const mu_store_value_t *values, size_t n);
+/*
+ * Every key in the store (LIST): as torch's client, only keys it wrote
+ * ("/"-prefixed), without the "/"; with raw_keys, all of them as stored.
+ * *keys is an array of *n values (each NUL-terminated; free each data,
+ * then the array, with mu_free); NULL when there are none. -ENOTSUP from
+ * a v1 server (torch 1.13: nothing is sent) and from a v2 server that
+ * closes the connection on LIST without answering, as torch's do before
+ * LIST existed (2.6 and earlier; the protocol cannot tell that from a
+ * server going away at that moment). MU_ETOOBIG when the reply is over
+ * max_value_bytes in all.
+ */
+MU_EXTERN int mu_store_list(mu_store_client_t *c, mu_store_value_t **keys,
+                            size_t *n);
 
 #ifdef __cplusplus
 }

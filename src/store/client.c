@@ -552,3 +552,85 @@ int mu_store_multi_set(mu_store_client_t *c, const char *const *keys,
 	}
 	return broken(c, send_buf(c, &b, rc)); /* no reply */
 }
+
+/* Read LIST's reply: i64 n, then n strings, within the value budget. */
+static int recv_list(mu_store_client_t *c, int64_t count, mu_store_value_t **keys,
+                     size_t *n)
+{
+	size_t budget = c->o.max_value_bytes, cap = 0, k = 0;
+	mu_store_value_t *v = NULL, key;
+	int rc = 0;
+
+	/* every string costs at least its 8-byte length: a count beyond the
+	 * budget is a lie, refused before anything is allocated for it */
+	if (rc == 0 && (count < 0 || (uint64_t)count > budget / 8))
+		rc = MU_ETOOBIG;
+	for (int64_t i = 0; rc == 0 && i < count; i++) {
+		rc = recv_bytes(c, &key);
+		if (rc == 0 && key.len + 8 > budget)
+			rc = MU_ETOOBIG;
+		if (rc != 0) {
+			mu__free(key.data);
+			break;
+		}
+		budget -= key.len + 8;
+		/* torch's client keeps only its own "/"-prefixed keys and
+		 * strips the "/"; raw_keys hands over all of them as they are */
+		if (!c->o.raw_keys && (key.len == 0 || ((char *)key.data)[0] != '/')) {
+			mu__free(key.data);
+			continue;
+		}
+		if (!c->o.raw_keys) {
+			memmove(key.data, (char *)key.data + 1, key.len); /* and the NUL */
+			key.len--;
+		}
+		if (k == cap) {
+			mu_store_value_t *nv = mu__realloc(v, (cap ? cap * 2 : 16) * sizeof(*v));
+
+			if (nv == NULL) {
+				mu__free(key.data);
+				rc = MU_ENOMEM;
+				break;
+			}
+			v = nv;
+			cap = cap ? cap * 2 : 16;
+		}
+		v[k++] = key;
+	}
+	if (rc != 0) {
+		while (k > 0)
+			mu__free(v[--k].data);
+		mu__free(v);
+		return rc;
+	}
+	*keys = v;
+	*n = k;
+	return 0;
+}
+
+int mu_store_list(mu_store_client_t *c, mu_store_value_t **keys, size_t *n)
+{
+	mu__buf_t b;
+	int64_t count = 0;
+	int rc;
+
+	*keys = NULL;
+	*n = 0;
+	if ((rc = ready(c)) != 0)
+		return rc;
+	rc = begin(c, &b, MU_SOP_LIST);
+	if (rc == -ENOTSUP) { /* v1 has no LIST: nothing was sent */
+		mu__buf_free(&b);
+		return rc;
+	}
+	rc = send_buf(c, &b, rc);
+	if (rc == 0)
+		rc = recv_i64(c, &count);
+	/* torch's servers close the connection on an opcode they do not
+	 * know, which is how a v2 server without LIST (torch <= 2.6) answers */
+	if (rc == MU_EEOF)
+		rc = -ENOTSUP;
+	if (rc == 0)
+		rc = recv_list(c, count, keys, n);
+	return broken(c, rc);
+}

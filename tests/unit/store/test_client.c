@@ -203,6 +203,135 @@ static void test_unasked_bytes_drop_the_connection(void **state)
 	fake_stop(&f);
 }
 
+static int has_value(const mu_store_value_t *v, size_t n, const char *want)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].len == strlen(want) && memcmp(v[i].data, want, v[i].len) == 0)
+			return 1;
+	return 0;
+}
+
+static void free_values(mu_store_value_t *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		mu_free(v[i].data);
+	mu_free(v);
+}
+
+/* LIST against muster's server: torch's view ("/" keys, stripped) and the
+ * raw one; a v1 connection cannot list. */
+static void test_list(void **state)
+{
+	mu_store_server_t *s = server_on(0);
+	int port = mu_store_server_port(s);
+	mu_store_client_t *c = client_on(port, MU_STORE_DIALECT_V2, 5000), *raw, *v1;
+	mu_store_client_opts_t o;
+	mu_store_value_t *keys;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(mu_store_list(c, &keys, &n), 0);
+	assert_int_equal(n, 0);
+	assert_null(keys);
+	assert_int_equal(mu_store_set(c, "a", "1", 1), 0);
+	assert_int_equal(mu_store_set(c, "nixl/agents/metadata/A/NULL_AGENT", "x", 1), 0);
+	mu_store_client_opts_init(&o);
+	o.port = port;
+	o.raw_keys = 1;
+	o.timeout_ms = 5000;
+	assert_int_equal(mu_store_client_connect(&o, &raw), 0);
+	assert_int_equal(mu_store_set(raw, "unprefixed", "2", 1), 0);
+	assert_int_equal(mu_store_list(c, &keys, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(has_value(keys, n, "a"));
+	assert_true(has_value(keys, n, "nixl/agents/metadata/A/NULL_AGENT"));
+	free_values(keys, n);
+	assert_int_equal(mu_store_list(raw, &keys, &n), 0);
+	assert_int_equal(n, 3);
+	assert_true(has_value(keys, n, "/a"));
+	assert_true(has_value(keys, n, "unprefixed"));
+	free_values(keys, n);
+	/* the connection is still good for what follows */
+	assert_int_equal(has_key(port, "a"), 1);
+	v1 = client_on(port, MU_STORE_DIALECT_V1, 5000);
+	keys = (void *)1;
+	assert_int_equal(mu_store_list(v1, &keys, &n), -ENOTSUP);
+	assert_null(keys);
+	assert_int_equal(mu_store_set(v1, "after", "3", 1), 0); /* still usable */
+	assert_int_equal(has_key(port, "after"), 1);
+	mu_store_client_close(v1);
+	mu_store_client_close(raw);
+	mu_store_client_close(c);
+	mu_store_server_free(s);
+}
+
+/*
+ * A v2 server that answers the handshake, then the LIST request with
+ * `reply` (NULL: closes the connection, as torch's do for an opcode they
+ * do not know).
+ */
+typedef struct {
+	int fd, port;
+	const char *reply;
+	size_t len;
+	pthread_t th;
+} lister_t;
+
+static void *lister_main(void *arg)
+{
+	lister_t *l = arg;
+	unsigned char buf[64];
+	int c = accept(l->fd, NULL, NULL);
+
+	if (c < 0)
+		return NULL;
+	if (read(c, buf, sizeof(buf)) >= 10) {
+		(void)!write(c, buf + 6, 4);          /* PING's echo */
+		if (read(c, buf, sizeof(buf)) > 0 && l->reply != NULL)
+			(void)!write(c, l->reply, l->len);
+	}
+	poll(NULL, 0, 200);
+	close(c);
+	return NULL;
+}
+
+static void list_from(const char *reply, size_t len, int want)
+{
+	lister_t l = {.reply = reply, .len = len};
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	mu_store_client_t *c;
+	mu_store_value_t *keys;
+	size_t n = 7;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	l.fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(l.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(l.fd, 8), 0);
+	getsockname(l.fd, (struct sockaddr *)&sa, &sl);
+	l.port = ntohs(sa.sin_port);
+	pthread_create(&l.th, NULL, lister_main, &l);
+	c = client_on(l.port, MU_STORE_DIALECT_V2, 2000);
+	assert_int_equal(mu_store_list(c, &keys, &n), want);
+	assert_null(keys);
+	assert_int_equal(n, 0);
+	mu_store_client_close(c);
+	pthread_join(l.th, NULL);
+	close(l.fd);
+}
+
+/* A server without LIST says so as -ENOTSUP; a count beyond what could
+ * fit in the reply budget is refused before allocating for it. */
+static void test_list_refused_or_lied_about(void **state)
+{
+	(void)state;
+	list_from(NULL, 0, -ENOTSUP);
+	list_from("\xff\xff\xff\xff\xff\xff\xff\x3f", 8, MU_ETOOBIG);
+	list_from("\x02\0\0\0\0\0\0\0" "\x01\0\0\0\0\0\0\0/", 17, MU_EEOF); /* cut short */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -210,6 +339,8 @@ int main(void)
 		cmocka_unit_test(test_restarted_on_the_same_port_v1),
 		cmocka_unit_test(test_reply_that_never_comes_fails),
 		cmocka_unit_test(test_unasked_bytes_drop_the_connection),
+		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_list_refused_or_lied_about),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
