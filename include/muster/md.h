@@ -60,11 +60,14 @@ typedef struct {
 	const char *listen_host;   /* default "0.0.0.0" */
 	int listen_port;           /* default 8888 (NIXL's); 0 = any */
 	/*
-	 * The store. NULL fields are taken from the environment unless
-	 * no_env: MUSTER_ETCD_ENDPOINTS, MUSTER_ETCD_NAMESPACE,
-	 * MUSTER_TCPSTORE_ENDPOINT first, then NIXL's NIXL_ETCD_ENDPOINTS,
-	 * NIXL_ETCD_NAMESPACE, NIXL_TCPSTORE_ENDPOINT. A variable that is set
-	 * counts even when empty. etcd and TCPStore together is an error.
+	 * The store, from one source taken whole: these options when either
+	 * endpoint is set; else (unless no_env) MUSTER_ETCD_ENDPOINTS and
+	 * MUSTER_TCPSTORE_ENDPOINT when either is set; else NIXL's
+	 * NIXL_ETCD_ENDPOINTS and NIXL_TCPSTORE_ENDPOINT. So a store given
+	 * here, or by a MUSTER_ variable, is not mixed with an inherited
+	 * NIXL_ one. etcd and a TCPStore from the same source is an error.
+	 * The namespace: etcd_namespace, else MUSTER_ETCD_NAMESPACE, else
+	 * NIXL_ETCD_NAMESPACE. A variable that is set counts even when empty.
 	 */
 	const char *etcd_endpoints;
 	const char *etcd_namespace;    /* default "/nixl/agents/" */

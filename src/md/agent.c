@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The md agent: configuration (API, then MUSTER_*, then NIXL_* variables),
- * routing of each exchange to P2P or the one store, the local and remote
- * metadata caches with NIXL's load rules, and the completion events. The
- * queue and its thread are in worker.c; the transports in backend_*.c.
+ * The md agent: configuration (the store from the API, else the MUSTER_*
+ * variables, else NIXL_*'s, each source taken whole), routing of each
+ * exchange to P2P or the one store, the local and remote metadata caches
+ * with NIXL's load rules, and the completion events. The queue and its
+ * thread are in worker.c; the transports in backend_*.c.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -32,19 +33,48 @@ void mu_md_opts_init(mu_md_opts_t *o)
 }
 
 /*
- * The first of the variables that is set (empty counts), or NULL; *from
- * names where the value came from.
+ * Where the store comes from, as a whole: the API's options when they name
+ * one, else the MUSTER_* variables when either store variable is set, else
+ * NIXL's. A source's endpoints are never mixed with another's, so an
+ * inherited NIXL_ETCD_ENDPOINTS does not clash with a store given by the
+ * API or by MUSTER_TCPSTORE_ENDPOINT. The namespace is not a store choice:
+ * API, then MUSTER_ETCD_NAMESPACE, then NIXL_ETCD_NAMESPACE, each alone.
+ * A variable that is set counts even when empty.
  */
-static const char *env2(const char *mine, const char *nixl, const char **from)
-{
-	const char *v = getenv(mine);
+typedef struct {
+	const char *etcd, *ns, *ts;
+	const char *etcd_from, *ns_from, *ts_from;
+} source_t;
 
-	*from = mine;
-	if (v == NULL) {
-		v = getenv(nixl);
-		*from = nixl;
+static void pick_source(const mu_md_opts_t *o, source_t *src)
+{
+	static const char *const vars[2][2] = {
+		{"MUSTER_ETCD_ENDPOINTS", "MUSTER_TCPSTORE_ENDPOINT"},
+		{"NIXL_ETCD_ENDPOINTS", "NIXL_TCPSTORE_ENDPOINT"},
+	};
+
+	memset(src, 0, sizeof(*src));
+	src->etcd = o->etcd_endpoints;
+	src->ts = o->tcpstore_endpoint;
+	src->ns = o->etcd_namespace;
+	src->etcd_from = "etcd_endpoints";
+	src->ts_from = "tcpstore_endpoint";
+	src->ns_from = "etcd_namespace";
+	if (o->no_env)
+		return;
+	if (src->ns == NULL) {
+		src->ns_from = getenv("MUSTER_ETCD_NAMESPACE") ? "MUSTER_ETCD_NAMESPACE"
+		               : "NIXL_ETCD_NAMESPACE";
+		src->ns = getenv(src->ns_from);
 	}
-	return v;
+	if (src->etcd != NULL || src->ts != NULL)
+		return;
+	for (int i = 0; i < 2 && src->etcd == NULL && src->ts == NULL; i++) {
+		src->etcd = getenv(vars[i][0]);
+		src->ts = getenv(vars[i][1]);
+		src->etcd_from = vars[i][0];
+		src->ts_from = vars[i][1];
+	}
 }
 
 /* Log why creation failed and, unless said already, tell the caller. */
@@ -101,19 +131,16 @@ static int copy(char *dst, size_t n, const char *src)
 /* Settle the configuration and pick the store backend. */
 static int configure(mu_md_agent_t *a, const mu_md_opts_t *o)
 {
-	const char *etcd = o->etcd_endpoints, *ns = o->etcd_namespace;
-	const char *ts = o->tcpstore_endpoint;
-	const char *etcd_from = "etcd_endpoints", *ns_from = "etcd_namespace";
-	const char *ts_from = "tcpstore_endpoint";
+	source_t src;
+	const char *etcd, *ns, *ts, *etcd_from, *ns_from, *ts_from;
 
-	if (!o->no_env) {
-		if (etcd == NULL)
-			etcd = env2("MUSTER_ETCD_ENDPOINTS", "NIXL_ETCD_ENDPOINTS", &etcd_from);
-		if (ns == NULL)
-			ns = env2("MUSTER_ETCD_NAMESPACE", "NIXL_ETCD_NAMESPACE", &ns_from);
-		if (ts == NULL)
-			ts = env2("MUSTER_TCPSTORE_ENDPOINT", "NIXL_TCPSTORE_ENDPOINT", &ts_from);
-	}
+	pick_source(o, &src);
+	etcd = src.etcd;
+	ns = src.ns;
+	ts = src.ts;
+	etcd_from = src.etcd_from;
+	ns_from = src.ns_from;
+	ts_from = src.ts_from;
 	if (etcd != NULL && ts != NULL) {
 		mu__md_setup_error(a, "agent %.64s: etcd (%s=\"%.64s\") and a TCPStore "
 		                   "(%s=\"%.64s\") are both configured; they are mutually "

@@ -615,11 +615,12 @@ def test_nixl_etcd_endpoints_alone(etcd, md_agent):
 
 @pytest.mark.parametrize("env", [
     {"NIXL_ETCD_ENDPOINTS": "http://127.0.0.1:2379", "NIXL_TCPSTORE_ENDPOINT": "127.0.0.1:29500"},
-    {"MUSTER_ETCD_ENDPOINTS": "http://127.0.0.1:2379", "NIXL_TCPSTORE_ENDPOINT": "127.0.0.1:29500"},
-    {"NIXL_ETCD_ENDPOINTS": "http://127.0.0.1:2379", "MUSTER_TCPSTORE_ENDPOINT": "127.0.0.1:29500"},
+    {"MUSTER_ETCD_ENDPOINTS": "http://127.0.0.1:2379",
+     "MUSTER_TCPSTORE_ENDPOINT": "127.0.0.1:29500"},
     {"MUSTER_ETCD_ENDPOINTS": "", "MUSTER_TCPSTORE_ENDPOINT": "127.0.0.1:29500"},
-], ids=["nixl+nixl", "muster-etcd+nixl-ts", "nixl-etcd+muster-ts", "empty-etcd+ts"])
+], ids=["nixl+nixl", "muster+muster", "empty-etcd+ts"])
 def test_etcd_and_tcpstore_together_is_a_creation_error(md_agent, env):
+    """Both stores from the same source (MUSTER_* or NIXL_*)."""
     res = md_agent("A", env=env, expect_fail=True)
     assert res["ready"] is False and res["exit"] == 3
     assert res["code"] == MU_EARG, res
@@ -627,6 +628,25 @@ def test_etcd_and_tcpstore_together_is_a_creation_error(md_agent, env):
     # the caller (Python's exception) is told why, naming both variables
     assert "mutually exclusive" in res["error"], res
     assert all(var in res["error"] for var in env), res
+
+
+@pytest.mark.parametrize("env,kw,backend", [
+    ({"MUSTER_ETCD_ENDPOINTS": "http://127.0.0.1:2379",
+      "NIXL_TCPSTORE_ENDPOINT": "127.0.0.1:29500"}, {}, "ETCD"),
+    ({"NIXL_ETCD_ENDPOINTS": "http://127.0.0.1:2379",
+      "MUSTER_TCPSTORE_ENDPOINT": "127.0.0.1:29500"}, {}, "TCPStore"),
+    ({"NIXL_ETCD_ENDPOINTS": "http://127.0.0.1:2379"},
+     {"tcpstore_endpoint": "127.0.0.1:29500"}, "TCPStore"),
+    ({"MUSTER_TCPSTORE_ENDPOINT": "127.0.0.1:29500", "NIXL_ETCD_ENDPOINTS": "x"},
+     {"etcd_endpoints": "http://127.0.0.1:2379"}, "ETCD"),
+], ids=["muster-etcd>nixl-ts", "muster-ts>nixl-etcd", "api-ts>nixl-etcd",
+        "api-etcd>muster-ts"])
+def test_store_source_precedence(md_agent, env, kw, backend):
+    """The store comes from one source taken whole: the API's options, else
+    the MUSTER_* variables, else NIXL_*'s; a lower source's store is not
+    looked at, so it cannot clash (no I/O happens at creation)."""
+    a = md_agent("A", env=env, **kw)
+    assert a.backend == backend
 
 
 def test_both_stores_given_as_arguments_is_a_creation_error(md_agent):

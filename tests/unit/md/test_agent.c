@@ -170,7 +170,11 @@ static void test_both_stores_is_an_error(void **state)
 	assert_non_null(strstr(why, "mutually exclusive"));
 	assert_non_null(strstr(why, "etcd_endpoints"));
 	assert_non_null(strstr(why, "tcpstore_endpoint"));
-	/* the environment: MUSTER_ wins over NIXL_, and set-but-empty counts */
+	/*
+	 * The environment: the store comes from one source taken whole (the
+	 * API, else MUSTER_*, else NIXL_*); only within one source are both
+	 * stores an error. Set-but-empty counts.
+	 */
 	setenv("NIXL_TCPSTORE_ENDPOINT", "127.0.0.1:2", 1);
 	o.no_env = 0;
 	o.etcd_endpoints = NULL;
@@ -179,16 +183,43 @@ static void test_both_stores_is_an_error(void **state)
 	assert_string_equal(why, ""); /* cleared on success */
 	assert_string_equal(mu_md_backend_name(a), "TCPStore");
 	mu_md_agent_free(a);
-	setenv("MUSTER_ETCD_ENDPOINTS", "http://127.0.0.1:1", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* both now */
-	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS"));
+	setenv("NIXL_ETCD_ENDPOINTS", "http://127.0.0.1:1", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* both NIXL_ */
+	assert_non_null(strstr(why, "NIXL_ETCD_ENDPOINTS"));
 	assert_non_null(strstr(why, "NIXL_TCPSTORE_ENDPOINT"));
 	assert_non_null(strstr(why, "mutually exclusive"));
-	unsetenv("NIXL_TCPSTORE_ENDPOINT");
+	/* the API's store: NIXL_'s are not looked at */
+	o.etcd_endpoints = "http://127.0.0.1:3";
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_string_equal(mu_md_backend_name(a), "ETCD");
+	mu_md_agent_free(a);
+	o.etcd_endpoints = NULL;
+	o.tcpstore_endpoint = "127.0.0.1:4";
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_string_equal(mu_md_backend_name(a), "TCPStore");
+	mu_md_agent_free(a);
+	o.tcpstore_endpoint = NULL;
+	/* a MUSTER_ store: NIXL_'s are not looked at either */
+	setenv("MUSTER_ETCD_ENDPOINTS", "http://127.0.0.1:1", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_string_equal(mu_md_backend_name(a), "ETCD");
+	mu_md_agent_free(a);
+	unsetenv("MUSTER_ETCD_ENDPOINTS");
+	setenv("MUSTER_TCPSTORE_ENDPOINT", "127.0.0.1:5", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_string_equal(mu_md_backend_name(a), "TCPStore");
+	mu_md_agent_free(a);
 	setenv("MUSTER_ETCD_ENDPOINTS", "", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* both MUSTER_ */
+	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS"));
+	assert_non_null(strstr(why, "MUSTER_TCPSTORE_ENDPOINT"));
+	assert_non_null(strstr(why, "mutually exclusive"));
+	unsetenv("MUSTER_TCPSTORE_ENDPOINT");
 	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* empty */
 	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS is set but empty"));
 	unsetenv("MUSTER_ETCD_ENDPOINTS");
+	unsetenv("NIXL_ETCD_ENDPOINTS");
+	unsetenv("NIXL_TCPSTORE_ENDPOINT");
 	/* a bad endpoint, a missing name: said too; a short buffer truncates */
 	o.tcpstore_endpoint = "127.0.0.1:abc";
 	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
