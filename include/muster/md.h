@@ -108,6 +108,13 @@ MU_EXTERN const char *mu_md_agent_name(const mu_md_agent_t *a);
 MU_EXTERN int mu_md_listen_port(const mu_md_agent_t *a);
 /* "ETCD", "TCPStore", or "P2P" when no store is configured. */
 MU_EXTERN const char *mu_md_backend_name(const mu_md_agent_t *a);
+/*
+ * The store the configuration settled on (see mu_md_opts_t): the etcd
+ * endpoints or the TCPStore's host:port as given, NULL without a store;
+ * and the etcd namespace. Owned by the agent.
+ */
+MU_EXTERN const char *mu_md_store_endpoint(const mu_md_agent_t *a);
+MU_EXTERN const char *mu_md_etcd_namespace(const mu_md_agent_t *a);
 
 /* ---- local metadata ---- */
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "muster/md.h"
+#include "muster/store.h"
 #include "cli/cli_int.h"
 #include "core/net_int.h"
 #ifdef MU_HAVE_CURL
@@ -231,27 +232,22 @@ static int md_invalidate(md_args_t *a)
 	return rc == 0 ? 0 : 1;
 }
 
-static int md_list(md_args_t *a)
-{
 #ifdef MU_HAVE_CURL
-	const char *eps = a->etcd ? a->etcd : getenv("MUSTER_ETCD_ENDPOINTS");
-	const char *ns = a->ns ? a->ns : getenv("MUSTER_ETCD_NAMESPACE");
+/* The agents announced in etcd: one marker NS/agent/ each. */
+static int list_etcd(md_args_t *a, const char *eps, const char *ns)
+{
 	mu_etcd_opts_t o;
 	mu_etcd_range_t r;
-	mu_etcd_t *e;
+	mu_etcd_t *e = NULL;
 	char prefix[512];
 	size_t i, plen;
 	int rc;
 
-	if (eps == NULL)
-		eps = getenv("NIXL_ETCD_ENDPOINTS");
-	if (ns == NULL)
-		ns = getenv("NIXL_ETCD_NAMESPACE");
-	if (eps == NULL) {
-		fprintf(stderr, "muster md list: lists agents in etcd; give --etcd (a TCPStore cannot list)\n");
+	plen = (size_t)snprintf(prefix, sizeof(prefix), "%s/", ns);
+	if (plen >= sizeof(prefix)) {
+		fprintf(stderr, "muster md list: the namespace is too long\n");
 		return 2;
 	}
-	plen = (size_t)snprintf(prefix, sizeof(prefix), "%s/", ns ? ns : "/nixl/agents/");
 	mu_etcd_opts_init(&o);
 	o.endpoints = eps;
 	o.timeout_ms = (int)(a->timeout * 1000);
@@ -263,7 +259,6 @@ static int md_list(md_args_t *a)
 		mu_etcd_free(e);
 		return 1;
 	}
-	/* markers are NS/agent/ : one per announced agent */
 	for (i = 0; i < r.n; i++) {
 		const char *k = r.kvs[i].key + plen;
 		size_t kl = r.kvs[i].klen - plen;
@@ -274,11 +269,102 @@ static int md_list(md_args_t *a)
 	mu_etcd_range_free(&r);
 	mu_etcd_free(e);
 	return 0;
-#else
-	(void)a;
-	fprintf(stderr, "muster md list: this muster was built without etcd support\n");
-	return 1;
+}
 #endif
+
+static int cmp_str(const void *x, const void *y)
+{
+	return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/*
+ * The agents with keys in a TCPStore (LIST, a v2 request): NIXL's keys are
+ * nixl/agents/<label>/<agent>/NULL_AGENT; each agent once, sorted.
+ */
+static int list_tcpstore(md_args_t *a, const char *ep)
+{
+	static const char pre[] = "nixl/agents/", suf[] = "/NULL_AGENT";
+	mu_store_client_opts_t o;
+	mu_store_client_t *c = NULL;
+	mu_store_value_t *keys = NULL;
+	const char **names = NULL;
+	char host[256];
+	size_t i, n = 0, m = 0;
+	int port, rc;
+
+	if (mu__split_hostport(ep, host, sizeof(host), &port) != 0) {
+		fprintf(stderr, "muster md list: TCPStore endpoint %s is not host:port\n", ep);
+		return 2;
+	}
+	mu_store_client_opts_init(&o);
+	o.host = host;
+	o.port = port;
+	o.timeout_ms = (int)(a->timeout * 1000);
+	rc = mu_store_client_connect(&o, &c);
+	if (rc == 0)
+		rc = mu_store_list(c, &keys, &n);
+	if (rc == -ENOTSUP) {
+		fprintf(stderr, "muster md list: the TCPStore at %s cannot list its keys: LIST "
+		        "is a v2 request that %s (muster store has it; torch's server has "
+		        "it only after 2.6)\n", ep,
+		        mu_store_client_dialect(c) == MU_STORE_DIALECT_V1
+		        ? "this v1 server (torch 1.13) lacks" : "this server refused");
+	} else if (rc != 0) {
+		fprintf(stderr, "muster md list: TCPStore %s: %s\n", ep, mu_strerror(rc));
+	}
+	if (rc == 0 && n > 0 && (names = calloc(n, sizeof(*names))) == NULL)
+		rc = MU_ENOMEM;
+	for (i = 0; rc == 0 && i < n; i++) {
+		char *k = keys[i].data, *slash;
+		size_t kl = keys[i].len;
+
+		if (kl <= sizeof(pre) - 1 + sizeof(suf) - 1 || memcmp(k, pre, sizeof(pre) - 1) != 0 ||
+		    strcmp(k + kl - (sizeof(suf) - 1), suf) != 0)
+			continue;
+		k[kl - (sizeof(suf) - 1)] = '\0'; /* <label>/<agent> */
+		slash = strchr(k + sizeof(pre) - 1, '/');
+		if (slash != NULL && slash[1] != '\0')
+			names[m++] = slash + 1;
+	}
+	if (m > 0)
+		qsort(names, m, sizeof(*names), cmp_str);
+	for (i = 0; i < m; i++)
+		if (i == 0 || strcmp(names[i], names[i - 1]) != 0)
+			printf("%s\n", names[i]);
+	free(names);
+	for (i = 0; i < n; i++)
+		mu_free(keys[i].data);
+	mu_free(keys);
+	mu_store_client_close(c);
+	return rc == 0 ? 0 : 1;
+}
+
+/* The agents announced in the store the options and environment select,
+ * by the agent's own rules (mu_md_opts_t). */
+static int md_list(md_args_t *a)
+{
+	mu_md_agent_t *ag = make_agent(a, "muster-md-cli");
+	const char *be;
+	int rc;
+
+	if (ag == NULL)
+		return 1;
+	be = mu_md_backend_name(ag);
+	if (strcmp(be, "TCPStore") == 0) {
+		rc = list_tcpstore(a, mu_md_store_endpoint(ag));
+	} else if (strcmp(be, "ETCD") == 0) {
+#ifdef MU_HAVE_CURL
+		rc = list_etcd(a, mu_md_store_endpoint(ag), mu_md_etcd_namespace(ag));
+#else
+		rc = 1; /* make_agent has refused already */
+#endif
+	} else {
+		fprintf(stderr, "muster md list: needs a store: --etcd or --tcpstore (or "
+		        "MUSTER_/NIXL_ETCD_ENDPOINTS, MUSTER_/NIXL_TCPSTORE_ENDPOINT)\n");
+		rc = 2;
+	}
+	mu_md_agent_free(ag);
+	return rc;
 }
 
 int cmd_md(int argc, char **argv)
@@ -302,7 +388,8 @@ int cmd_md(int argc, char **argv)
 		"  fetch A                         fetch A's metadata and print its payload\n"
 		"  invalidate --name A             withdraw A's metadata (store: its keys go,\n"
 		"                                  and peers that fetched it drop it; --peer: INVL)\n"
-		"  list                            the agents announced in etcd\n"
+		"  list                            the agents announced in the store (a TCPStore\n"
+		"                                  needs LIST: muster store, torch after 2.6)\n"
 		"The store comes from --etcd/--tcpstore or the environment (MUSTER_ETCD_ENDPOINTS,\n"
 		"NIXL_ETCD_ENDPOINTS, NIXL_TCPSTORE_ENDPOINT, ...); --peer talks P2P instead.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 1, 2};

@@ -282,6 +282,16 @@ const char *mu_md_backend_name(const mu_md_agent_t *a)
 	return a->store != NULL ? a->store->name : a->p2p->name;
 }
 
+const char *mu_md_store_endpoint(const mu_md_agent_t *a)
+{
+	return a->o.etcd_endpoints != NULL ? a->o.etcd_endpoints : a->o.tcpstore_endpoint;
+}
+
+const char *mu_md_etcd_namespace(const mu_md_agent_t *a)
+{
+	return a->o.etcd_namespace;
+}
+
 /* ---- caches ---- */
 
 static mu__md_blob_t *blob_new(const void *p, size_t n)

@@ -10,7 +10,7 @@ import pytest
 
 from etcdfix import etcd, etcd_factory, keys_only  # noqa: F401
 from mdpeer import NixlListener, agent_env, md_agent, muster_blob, nixl_blob  # noqa: F401
-from storefix import muster_store  # noqa: F401
+from storefix import muster_store, torch_server  # noqa: F401
 
 CLI_TIMEOUT = 30.0
 
@@ -142,3 +142,34 @@ def test_cli_over_tcpstore_and_p2p(muster_bin, muster_store, md_agent):  # noqa:
     assert a.remote("P") == muster_blob("P", b"pushed")
     assert ok(md(muster_bin, "fetch", "A", "--peer",
                  f"127.0.0.1:{a.listen_port}")).stdout == b"A over p2p"
+
+
+def test_list_through_a_tcpstore(muster_bin, muster_store, md_agent):  # noqa: F811
+    """`md list --tcpstore` reads the store's keys with LIST (a v2 request)
+    and prints each agent with NIXL keys once, sorted; the environment
+    selects the store as it does for an agent."""
+    srv = muster_store()
+    ts = ["--tcpstore", f"127.0.0.1:{srv.port}"]
+    assert ok(md(muster_bin, "list", *ts)).stdout == b""
+    ok(md(muster_bin, "publish", "--name", "B", "--value", "b", *ts))
+    ok(md(muster_bin, "publish", "--name", "A", "--value", "a", *ts))
+    ok(md(muster_bin, "publish", "--name", "A", "--value", "a part", "--label", "p", *ts))
+    # an agent process publishing under a label only is listed too
+    c = md_agent("C", tcpstore_endpoint=f"127.0.0.1:{srv.port}")
+    c.set("c", label="conn")
+    c.ok("publish", label="conn")
+    assert ok(md(muster_bin, "list", *ts)).stdout.split() == [b"A", b"B", b"C"]
+    done = ok(md(muster_bin, "list", env={"MUSTER_TCPSTORE_ENDPOINT": f"127.0.0.1:{srv.port}",
+                                          "NIXL_ETCD_ENDPOINTS": "http://127.0.0.1:1"}))
+    assert done.stdout.split() == [b"A", b"B", b"C"]
+    # no store at all: a usage error that says what is needed
+    done = md(muster_bin, "list")
+    assert done.returncode == 2 and b"needs a store" in done.stderr, done
+
+
+def test_list_through_torch_113_store_says_it_cannot(muster_bin, torch_server):  # noqa: F811
+    srv = torch_server()
+    done = md(muster_bin, "list", "--tcpstore", f"127.0.0.1:{srv.port}", "--timeout", "10")
+    assert done.returncode == 1, done
+    assert b"cannot list its keys" in done.stderr and b"v1" in done.stderr, done
+    assert done.stdout == b""
