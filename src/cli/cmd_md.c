@@ -219,9 +219,16 @@ static int md_invalidate(md_args_t *a)
 	if (ag == NULL)
 		return 1;
 	/* a store invalidate only deletes what this agent published: publish
-	 * an empty marker first, so a fresh process can withdraw a name */
+	 * an empty marker first, so a fresh process can withdraw a name; and
+	 * the label's key, which a TCPStore invalidate would otherwise leave
+	 * (etcd's deletes the agent's whole prefix anyway) */
 	if (a->peer == NULL && mu_md_set_local(ag, NULL, "", 0) == 0 &&
 	    mu_md_send_local(ag, NULL, NULL, &op) == 0)
+		finish(ag, op, a->timeout, "announce");
+	if (a->peer == NULL && a->label != NULL &&
+	    strcmp(mu_md_backend_name(ag), "TCPStore") == 0 &&
+	    mu_md_set_local(ag, a->label, "", 0) == 0 &&
+	    mu_md_send_local(ag, NULL, a->label, &op) == 0)
 		finish(ag, op, a->timeout, "announce");
 	rc = mu_md_invalidate_local(ag, a->peer ? &a->p : NULL, &op);
 	if (rc == 0)
@@ -387,7 +394,8 @@ int cmd_md(int argc, char **argv)
 		"  publish --name A --value TEXT   publish A's metadata (to the store, or --peer)\n"
 		"  fetch A                         fetch A's metadata and print its payload\n"
 		"  invalidate --name A             withdraw A's metadata (store: its keys go,\n"
-		"                                  and peers that fetched it drop it; --peer: INVL)\n"
+		"                                  and peers that fetched it drop it; --peer: INVL;\n"
+		"                                  a TCPStore: the full blob's key, and --label's)\n"
 		"  list                            the agents announced in the store (a TCPStore\n"
 		"                                  needs LIST: muster store, torch after 2.6)\n"
 		"The store comes from --etcd/--tcpstore or the environment (MUSTER_ETCD_ENDPOINTS,\n"

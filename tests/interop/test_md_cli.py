@@ -173,3 +173,22 @@ def test_list_through_torch_113_store_says_it_cannot(muster_bin, torch_server): 
     assert done.returncode == 1, done
     assert b"cannot list its keys" in done.stderr and b"v1" in done.stderr, done
     assert done.stdout == b""
+
+
+def test_invalidate_with_label_through_a_tcpstore(muster_bin, muster_store):  # noqa: F811
+    """A TCPStore has no prefix delete: `invalidate --label L` removes the
+    full blob's key and L's, so neither can be fetched and the agent is
+    no longer listed."""
+    srv = muster_store()
+    ts = ["--tcpstore", f"127.0.0.1:{srv.port}"]
+    ok(md(muster_bin, "publish", "--name", "T", "--value", "full", *ts))
+    ok(md(muster_bin, "publish", "--name", "T", "--value", "part", "--label", "p", *ts))
+    ok(md(muster_bin, "publish", "--name", "U", "--value", "u", "--label", "p", *ts))
+    assert ok(md(muster_bin, "fetch", "T", "--label", "p", *ts)).stdout == b"part"
+    ok(md(muster_bin, "invalidate", "--name", "T", "--label", "p", *ts))
+    for extra in ([], ["--label", "p"]):
+        done = md(muster_bin, "fetch", "T", *extra, *ts, "--timeout", "1")
+        assert done.returncode == 1 and done.stdout == b"", (extra, done)
+    assert ok(md(muster_bin, "list", *ts)).stdout.split() == [b"U"]
+    # another agent's key under the same label stays
+    assert ok(md(muster_bin, "fetch", "U", "--label", "p", *ts)).stdout == b"u"
