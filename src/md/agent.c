@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The md agent: configuration (the store from the API, else the MUSTER_*
- * variables, else NIXL_*'s, each source taken whole), routing of each
- * exchange to P2P or the one store, the local and remote metadata caches
- * with NIXL's load rules, and the completion events. The queue and its
- * thread are in worker.c; the transports in backend_*.c.
+ * The md agent: creation, routing of each exchange to P2P or the one
+ * store, the local and remote metadata caches with NIXL's load rules, and
+ * the completion events. Configuration is settled in config.c, the queue
+ * and its thread are in worker.c, the transports in backend_*.c.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -20,62 +19,6 @@
 #include "md/md_int.h"
 
 #define EVENTS_MAX 4096
-
-void mu_md_opts_init(mu_md_opts_t *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->listen_host = "0.0.0.0";
-	o->listen_port = 8888;
-	o->etcd_watch_timeout = 5;
-	o->lease_ttl = 10;
-	o->store_timeout = 30;
-	o->op_timeout = 5;
-}
-
-/*
- * Where the store comes from, as a whole: the API's options when they name
- * one, else the MUSTER_* variables when either store variable is set, else
- * NIXL's. A source's endpoints are never mixed with another's, so an
- * inherited NIXL_ETCD_ENDPOINTS does not clash with a store given by the
- * API or by MUSTER_TCPSTORE_ENDPOINT. The namespace is not a store choice:
- * API, then MUSTER_ETCD_NAMESPACE, then NIXL_ETCD_NAMESPACE, each alone.
- * A variable that is set counts even when empty.
- */
-typedef struct {
-	const char *etcd, *ns, *ts;
-	const char *etcd_from, *ns_from, *ts_from;
-} source_t;
-
-static void pick_source(const mu_md_opts_t *o, source_t *src)
-{
-	static const char *const vars[2][2] = {
-		{"MUSTER_ETCD_ENDPOINTS", "MUSTER_TCPSTORE_ENDPOINT"},
-		{"NIXL_ETCD_ENDPOINTS", "NIXL_TCPSTORE_ENDPOINT"},
-	};
-
-	memset(src, 0, sizeof(*src));
-	src->etcd = o->etcd_endpoints;
-	src->ts = o->tcpstore_endpoint;
-	src->ns = o->etcd_namespace;
-	src->etcd_from = "etcd_endpoints";
-	src->ts_from = "tcpstore_endpoint";
-	src->ns_from = "etcd_namespace";
-	if (o->no_env)
-		return;
-	if (src->ns == NULL) {
-		src->ns_from = getenv("MUSTER_ETCD_NAMESPACE") ? "MUSTER_ETCD_NAMESPACE"
-		               : "NIXL_ETCD_NAMESPACE";
-		src->ns = getenv(src->ns_from);
-	}
-	if (src->etcd != NULL || src->ts != NULL)
-		return;
-	for (int i = 0; i < 2 && src->etcd == NULL && src->ts == NULL; i++) {
-		src->etcd = getenv(vars[i][0]);
-		src->ts = getenv(vars[i][1]);
-		src->etcd_from = vars[i][0];
-		src->ts_from = vars[i][1];
-	}
-}
 
 /* Log why creation failed and, unless said already, tell the caller. */
 static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
@@ -114,71 +57,6 @@ static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
 	say(o, &said, fmt, ap);
 	va_end(ap);
 	return rc;
-}
-
-static int copy(char *dst, size_t n, const char *src)
-{
-	if (src == NULL) {
-		dst[0] = '\0';
-		return 0;
-	}
-	if (strlen(src) >= n)
-		return MU_EARG;
-	memcpy(dst, src, strlen(src) + 1);
-	return 0;
-}
-
-/* Settle the configuration and pick the store backend. */
-static int configure(mu_md_agent_t *a, const mu_md_opts_t *o)
-{
-	source_t src;
-	const char *etcd, *ns, *ts, *etcd_from, *ns_from, *ts_from;
-
-	pick_source(o, &src);
-	etcd = src.etcd;
-	ns = src.ns;
-	ts = src.ts;
-	etcd_from = src.etcd_from;
-	ns_from = src.ns_from;
-	ts_from = src.ts_from;
-	if (etcd != NULL && ts != NULL) {
-		mu__md_setup_error(a, "agent %.64s: etcd (%s=\"%.64s\") and a TCPStore "
-		                   "(%s=\"%.64s\") are both configured; they are mutually "
-		                   "exclusive", o->name, etcd_from, etcd, ts_from, ts);
-		return MU_EARG;
-	}
-	if ((etcd != NULL && etcd[0] == '\0') || (ts != NULL && ts[0] == '\0')) {
-		mu__md_setup_error(a, "agent %.64s: the store endpoint %s is set but empty",
-		                   o->name, etcd != NULL ? etcd_from : ts_from);
-		return MU_EARG;
-	}
-	if (copy(a->etcd_endpoints, sizeof(a->etcd_endpoints), etcd) ||
-	    copy(a->etcd_namespace, sizeof(a->etcd_namespace), ns ? ns : "/nixl/agents/") ||
-	    copy(a->tcpstore_endpoint, sizeof(a->tcpstore_endpoint), ts) ||
-	    copy(a->listen_host, sizeof(a->listen_host), o->listen_host ? o->listen_host : "0.0.0.0")) {
-		mu__md_setup_error(a, "agent %.64s: %s is too long", o->name,
-		                   etcd && strlen(etcd) >= sizeof(a->etcd_endpoints) ? etcd_from
-		                   : ns && strlen(ns) >= sizeof(a->etcd_namespace) ? ns_from
-		                   : ts && strlen(ts) >= sizeof(a->tcpstore_endpoint) ? ts_from
-		                                                                : "listen_host");
-		return MU_EARG;
-	}
-	a->o.etcd_endpoints = etcd ? a->etcd_endpoints : NULL;
-	a->o.etcd_namespace = a->etcd_namespace;
-	a->o.tcpstore_endpoint = ts ? a->tcpstore_endpoint : NULL;
-	a->o.listen_host = a->listen_host;
-	if (etcd != NULL) {
-#ifdef MU_HAVE_CURL
-		a->store = &mu__md_backend_etcd;
-#else
-		mu__md_setup_error(a, "agent %.64s: %s is set, but this libmuster was "
-		                   "built without etcd (libcurl)", o->name, etcd_from);
-		return MU_EARG;
-#endif
-	} else if (ts != NULL) {
-		a->store = &mu__md_backend_tcpstore;
-	}
-	return 0;
 }
 
 static void free_blob_map(void *m)
@@ -233,7 +111,7 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 	mu__list_init(&a->done_order);
 	a->ev_cap = 64;
 	a->events = mu__calloc(a->ev_cap, sizeof(*a->events));
-	rc = a->efd < 0 ? -errno : a->events == NULL ? MU_ENOMEM : configure(a, o);
+	rc = a->efd < 0 ? -errno : a->events == NULL ? MU_ENOMEM : mu__md_configure(a, o);
 	a->p2p = &mu__md_backend_p2p;
 	if (rc == 0)
 		rc = a->p2p->open(a, &a->p2p_st);

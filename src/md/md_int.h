@@ -113,6 +113,10 @@ struct mu_md_agent_s {
 void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* config.c: settle o into a (a->o, the endpoint copies, a->store);
+ * says why on failure (mu__md_setup_error). */
+int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o);
+
 /* Load blob as name's metadata under label (the agent's rules). */
 int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob,
                 size_t n, char *name, size_t name_len);
