@@ -75,8 +75,19 @@ typedef struct {
 	int no_env;
 	double etcd_watch_timeout; /* fetch of a key not there yet; 5 s */
 	double lease_ttl;          /* etcd lease on all our keys; 10 s; 0 = none */
-	double store_timeout;      /* TCPStore connect and fetch wait; 30 s */
-	double op_timeout;         /* each network operation; 5 s */
+	/*
+	 * TCPStore: the first connect (a store still starting is waited for)
+	 * and a fetch's wait for a key. 0: MUSTER_TCPSTORE_TIMEOUT_MS, else
+	 * NIXL_TCPSTORE_TIMEOUT_MS (milliseconds) when a TCPStore is the
+	 * store and no_env is 0, else 30 s.
+	 */
+	double store_timeout;
+	/*
+	 * Each network operation (and its reconnect). 0: for a TCPStore,
+	 * MUSTER_TCPSTORE_OP_TIMEOUT_MS, else NIXL_TCPSTORE_OP_TIMEOUT_MS,
+	 * else 5 s; for the others, 5 s. Negative values are refused.
+	 */
+	double op_timeout;
 	mu_md_event_cb on_event;
 	void *ud;
 	/*

@@ -77,6 +77,12 @@ typedef struct {
 	int timeout_ms;
 	int raw_keys;           /* send keys as given, without torch's "/" */
 	size_t max_value_bytes; /* largest reply value accepted; 64 MiB */
+	/*
+	 * Milliseconds for mu_store_client_connect's own connect (a store
+	 * still starting is waited for that long); 0: timeout_ms. Later
+	 * reconnects, inside calls, take timeout_ms.
+	 */
+	int connect_timeout_ms;
 } mu_store_client_opts_t;
 
 MU_EXTERN void mu_store_client_opts_init(mu_store_client_opts_t *o);

@@ -66,7 +66,7 @@ class StoreClientOpts(ctypes.Structure):
     """mu_store_client_opts_t (include/muster/store.h)."""
     _fields_ = [("host", c_char_p), ("port", c_int), ("dialect", c_int),
                 ("timeout_ms", c_int), ("raw_keys", c_int),
-                ("max_value_bytes", c_size_t)]
+                ("max_value_bytes", c_size_t), ("connect_timeout_ms", c_int)]
 
 
 class StoreValue(ctypes.Structure):

@@ -41,7 +41,10 @@ class Agent:
     def __init__(self, name, listen=False, listen_host="0.0.0.0",
                  listen_port=8888, etcd_endpoints=None, etcd_namespace=None,
                  tcpstore_endpoint=None, use_env=True, etcd_watch_timeout=5.0,
-                 lease_ttl=10.0, store_timeout=30.0, op_timeout=5.0):
+                 lease_ttl=10.0, store_timeout=None, op_timeout=None):
+        """store_timeout, op_timeout: seconds; None leaves them to the
+        library (for a TCPStore, $MUSTER_/NIXL_TCPSTORE_TIMEOUT_MS and
+        _OP_TIMEOUT_MS, else 30 s and 5 s)."""
         o = _lib.MdOpts()
         _lib.md_opts_init(ctypes.byref(o))
         self._keep = [_enc(name), _enc(listen_host), _enc(etcd_endpoints),
@@ -53,8 +56,8 @@ class Agent:
         o.no_env = 0 if use_env else 1
         o.etcd_watch_timeout = etcd_watch_timeout
         o.lease_ttl = lease_ttl
-        o.store_timeout = store_timeout
-        o.op_timeout = op_timeout
+        o.store_timeout = store_timeout or 0.0
+        o.op_timeout = op_timeout or 0.0
         err = ctypes.create_string_buffer(512)
         o.errbuf = ctypes.cast(err, ctypes.c_void_p)
         o.errbuf_len = len(err)

@@ -92,8 +92,6 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 	if (o->name == NULL || o->name[0] == '\0' || strlen(o->name) > MU_MD_NAME_MAX)
 		return early_error(o, MU_EARG, "an agent needs a name of 1 to %d bytes",
 		                   MU_MD_NAME_MAX);
-	if (!(o->op_timeout > 0))
-		return early_error(o, MU_EARG, "agent %.64s: op_timeout must be > 0", o->name);
 	a = mu__calloc(1, sizeof(*a));
 	if (a == NULL)
 		return early_error(o, MU_ENOMEM, "agent %.64s: %s", o->name, mu_strerror(MU_ENOMEM));
@@ -111,8 +109,8 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 	mu__list_init(&a->done_order);
 	a->ev_cap = 64;
 	a->events = mu__calloc(a->ev_cap, sizeof(*a->events));
-	rc = a->efd < 0 ? -errno : a->events == NULL ? MU_ENOMEM : mu__md_configure(a, o);
 	a->p2p = &mu__md_backend_p2p;
+	rc = a->efd < 0 ? -errno : a->events == NULL ? MU_ENOMEM : mu__md_configure(a, o);
 	if (rc == 0)
 		rc = a->p2p->open(a, &a->p2p_st);
 	if (rc == 0 && a->store != NULL && (rc = a->store->open(a, &a->store_st)) != 0) {

@@ -13,6 +13,7 @@
  * without holding up other work.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +52,11 @@ static void key_of(const char *agent, const char *label, char *out, size_t n)
 	snprintf(out, n, "nixl/agents/%s/%s/NULL_AGENT", label, agent);
 }
 
+static int ms_of(double s)
+{
+	return s * 1000 >= INT_MAX ? INT_MAX : (int)(s * 1000);
+}
+
 /* The connection, made on first use (the store may start after us). */
 static int client(ts_t *t, char *why, size_t wl)
 {
@@ -62,7 +68,11 @@ static int client(ts_t *t, char *why, size_t wl)
 	mu_store_client_opts_init(&o);
 	o.host = t->host;
 	o.port = t->port;
-	o.timeout_ms = (int)(t->a->o.op_timeout * 1000);
+	/* the first connect waits up to store_timeout for a store that is
+	 * still coming up (NIXL's bring-up budget); each operation after it,
+	 * reconnects included, is bounded by op_timeout */
+	o.timeout_ms = ms_of(t->a->o.op_timeout);
+	o.connect_timeout_ms = ms_of(t->a->o.store_timeout);
 	o.max_value_bytes = MU_MD_MAX_BLOB;
 	rc = mu_store_client_connect(&o, &t->c);
 	if (rc != 0)

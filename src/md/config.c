@@ -6,6 +6,8 @@
  * the store backend. Everything here runs once, in mu_md_agent_new; the
  * agent's other parts read the settled copy in a->o.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +22,8 @@ void mu_md_opts_init(mu_md_opts_t *o)
 	o->listen_port = 8888;
 	o->etcd_watch_timeout = 5;
 	o->lease_ttl = 10;
-	o->store_timeout = 30;
-	o->op_timeout = 5;
+	o->store_timeout = 0; /* resolved by timeout_of */
+	o->op_timeout = 0;
 }
 
 /*
@@ -81,6 +83,59 @@ static int copy(char *dst, size_t n, const char *src)
 	return 0;
 }
 
+/*
+ * A timeout in seconds: the caller's when > 0; else, for a TCPStore agent
+ * and unless no_env, the first of the two variables that is set (in
+ * milliseconds, as NIXL reads NIXL_TCPSTORE_TIMEOUT_MS and
+ * NIXL_TCPSTORE_OP_TIMEOUT_MS); else def.
+ */
+static int timeout_of(mu_md_agent_t *a, const mu_md_opts_t *o, const char *what,
+                      double given, const char *mine, const char *nixl, double def,
+                      double *out)
+{
+	const char *var = mine, *v;
+	char *end;
+	long ms;
+
+	if (!(given >= 0)) { /* negative or NaN */
+		mu__md_setup_error(a, "agent %.64s: %s must be >= 0 (0: the default)",
+		                   o->name, what);
+		return MU_EARG;
+	}
+	*out = given > 0 ? given : def;
+	if (given > 0 || o->no_env || a->store != &mu__md_backend_tcpstore)
+		return 0;
+	v = getenv(mine);
+	if (v == NULL)
+		v = getenv(var = nixl);
+	if (v == NULL)
+		return 0;
+	errno = 0;
+	ms = strtol(v, &end, 10);
+	if (end == v || *end != '\0' || errno != 0 || ms <= 0 || ms > INT_MAX) {
+		mu__md_setup_error(a, "agent %.64s: %s=\"%.32s\" is not a positive number "
+		                   "of milliseconds", o->name, var, v);
+		return MU_EARG;
+	}
+	*out = (double)ms / 1000;
+	return 0;
+}
+
+/* A backend's method table must be of our version and complete. */
+int mu__md_backend_check(mu_md_agent_t *a, const mu__md_backend_t *b)
+{
+	if (b->version != MU_MD_BACKEND_VERSION || b->open == NULL || b->close == NULL ||
+	    b->send == NULL || b->fetch == NULL || b->invalidate == NULL ||
+	    (b->poll == NULL) != (b->wakeup == NULL)) {
+		mu__md_setup_error(a, "agent %.64s: the %s backend's method table is version "
+		                   "%d or incomplete; this agent needs a complete version %d",
+		                   a->name, b->name ? b->name : "(unnamed)", b->version,
+		                   MU_MD_BACKEND_VERSION);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
 /* Settle the configuration and pick the store backend. */
 int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o)
 {
@@ -131,5 +186,13 @@ int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o)
 	} else if (ts != NULL) {
 		a->store = &mu__md_backend_tcpstore;
 	}
+	if (timeout_of(a, o, "store_timeout", o->store_timeout, "MUSTER_TCPSTORE_TIMEOUT_MS",
+	               "NIXL_TCPSTORE_TIMEOUT_MS", 30, &a->o.store_timeout) != 0 ||
+	    timeout_of(a, o, "op_timeout", o->op_timeout, "MUSTER_TCPSTORE_OP_TIMEOUT_MS",
+	               "NIXL_TCPSTORE_OP_TIMEOUT_MS", 5, &a->o.op_timeout) != 0)
+		return MU_EARG;
+	if (mu__md_backend_check(a, a->p2p) != 0 ||
+	    (a->store != NULL && mu__md_backend_check(a, a->store) != 0))
+		return -ENOTSUP;
 	return 0;
 }

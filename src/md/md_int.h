@@ -43,6 +43,10 @@ typedef struct {
 
 /*
  * A backend: a versioned method table, one file each (backend_*.c).
+ * mu_md_agent_new refuses a table whose version is not
+ * MU_MD_BACKEND_VERSION (bump it when the table's shape or a method's
+ * contract changes), or that lacks open, close, send, fetch or
+ * invalidate; poll and wakeup come together or not at all.
  * send/fetch/invalidate return 0 (done), 1 (pending: the backend calls
  * mu__md_complete later, from its poll) or an error with `why` filled.
  */
@@ -113,9 +117,13 @@ struct mu_md_agent_s {
 void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* config.c: settle o into a (a->o, the endpoint copies, a->store);
- * says why on failure (mu__md_setup_error). */
+/* config.c: settle o into a (a->o with its timeouts resolved, the
+ * endpoint copies, a->store), checking each backend's table; says why on
+ * failure (mu__md_setup_error). */
 int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o);
+/* 0, or -ENOTSUP (said why) for a table of another version or one that
+ * lacks a required method. */
+int mu__md_backend_check(mu_md_agent_t *a, const mu__md_backend_t *b);
 
 /* Load blob as name's metadata under label (the agent's rules). */
 int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob,

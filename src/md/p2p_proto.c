@@ -8,6 +8,17 @@
 #include "core/endian_int.h"
 #include "md/p2p_proto_int.h"
 
+/*
+ * NIXL writes the P2P frame length (and the blob's record lengths) in host
+ * byte order. We write them little-endian on any host, which matches NIXL
+ * only where the host is little-endian (x86-64, aarch64); on a big-endian
+ * host a muster agent and a NIXL agent would misread each other's lengths,
+ * so building there is refused (spec nixl-metadata.md section 11).
+ */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "md: NIXL's P2P frames and blobs use host byte order; only little-endian hosts interoperate"
+#endif
+
 static const char *const cmds[] = {"LOAD", "SEND", "INVL"};
 
 int mu__p2p_frame_peek(const void *data, size_t len, size_t max, size_t *plen)

@@ -94,9 +94,9 @@ static int dial(mu_store_client_t *c, int64_t deadline)
 	}
 }
 
-static int reconnect(mu_store_client_t *c)
+static int reconnect_within(mu_store_client_t *c, int timeout_ms)
 {
-	int64_t deadline = mu__deadline(c->o.timeout_ms);
+	int64_t deadline = mu__deadline(timeout_ms);
 	int rc;
 
 	mu__sock_close(c->fd);
@@ -141,7 +141,8 @@ int mu_store_client_connect(const mu_store_client_opts_t *o,
 	c->o.host = c->host;
 	c->fd = -1;
 	c->d = o->dialect == MU_STORE_DIALECT_V1 ? MU_STORE_V1 : MU_STORE_V2;
-	rc = reconnect(c);
+	rc = reconnect_within(c, o->connect_timeout_ms > 0 ? o->connect_timeout_ms
+	                                                   : o->timeout_ms);
 	if (rc != 0) {
 		mu__free(c);
 		return rc;
@@ -187,6 +188,11 @@ static int broken(mu_store_client_t *c, int rc)
 		c->fd = -1;
 	}
 	return rc;
+}
+
+static int reconnect(mu_store_client_t *c)
+{
+	return reconnect_within(c, c->o.timeout_ms);
 }
 
 /* A connection for a new call: the kept one if it is still good. */

@@ -13,6 +13,7 @@
 #include "muster/md.h"
 #include "muster/store.h"
 #include "core/time_int.h"
+#include "md/md_int.h"
 #include "etcd_fixture.h"
 
 #define T 10000
@@ -234,6 +235,112 @@ static void test_both_stores_is_an_error(void **state)
 	/* without a buffer it still fails the same way */
 	o.errbuf = NULL;
 	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+}
+
+/* The TCPStore timeouts: the API's, else MUSTER_, else NIXL_ variables
+ * (milliseconds), else 30 s and 5 s; the variables only for a TCPStore. */
+static void test_tcpstore_timeouts(void **state)
+{
+	mu_md_opts_t o;
+	mu_md_agent_t *a;
+	char why[256];
+
+	(void)state;
+	mu_md_opts_init(&o);
+	o.name = "A";
+	o.tcpstore_endpoint = "127.0.0.1:2";
+	o.errbuf = why;
+	o.errbuf_len = sizeof(why);
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_true(a->o.store_timeout == 30 && a->o.op_timeout == 5);
+	mu_md_agent_free(a);
+	setenv("NIXL_TCPSTORE_TIMEOUT_MS", "1500", 1);
+	setenv("NIXL_TCPSTORE_OP_TIMEOUT_MS", "250", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_true(a->o.store_timeout == 1.5 && a->o.op_timeout == 0.25);
+	mu_md_agent_free(a);
+	setenv("MUSTER_TCPSTORE_OP_TIMEOUT_MS", "750", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_true(a->o.store_timeout == 1.5 && a->o.op_timeout == 0.75);
+	mu_md_agent_free(a);
+	o.store_timeout = 7; /* the API's value wins */
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_true(a->o.store_timeout == 7 && a->o.op_timeout == 0.75);
+	mu_md_agent_free(a);
+	o.no_env = 1;
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_true(a->o.store_timeout == 7 && a->o.op_timeout == 5);
+	mu_md_agent_free(a);
+	o.no_env = 0;
+	/* not a TCPStore: the variables do not apply */
+	o.tcpstore_endpoint = NULL;
+	o.etcd_endpoints = "http://127.0.0.1:1";
+	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_true(a->o.op_timeout == 5);
+	mu_md_agent_free(a);
+	o.etcd_endpoints = NULL;
+	o.tcpstore_endpoint = "127.0.0.1:2";
+	/* a bad value is refused, naming the variable */
+	setenv("MUSTER_TCPSTORE_OP_TIMEOUT_MS", "5s", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_non_null(strstr(why, "MUSTER_TCPSTORE_OP_TIMEOUT_MS=\"5s\""));
+	unsetenv("MUSTER_TCPSTORE_OP_TIMEOUT_MS");
+	setenv("NIXL_TCPSTORE_OP_TIMEOUT_MS", "0", 1);
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_non_null(strstr(why, "NIXL_TCPSTORE_OP_TIMEOUT_MS"));
+	unsetenv("NIXL_TCPSTORE_OP_TIMEOUT_MS");
+	unsetenv("NIXL_TCPSTORE_TIMEOUT_MS");
+	o.op_timeout = -1;
+	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_non_null(strstr(why, "op_timeout must be >= 0"));
+}
+
+static int fake_open(mu_md_agent_t *a, void **st)
+{
+	(void)a;
+	*st = NULL;
+	return 0;
+}
+
+static void fake_close(void *st)
+{
+	(void)st;
+}
+
+static int fake_op(void *st, mu__md_op_t *op, char *why, size_t wl)
+{
+	(void)st;
+	(void)op;
+	(void)why;
+	(void)wl;
+	return 0;
+}
+
+/* A method table of another version, or missing a method, is refused. */
+static void test_backend_table_checked(void **state)
+{
+	mu__md_backend_t b = {MU_MD_BACKEND_VERSION, "fake", fake_open, fake_close,
+	                      fake_op, fake_op, fake_op, NULL, NULL};
+	mu_md_agent_t *a = agent("A", 0, NULL, NULL);
+	char why[256];
+
+	(void)state;
+	a->o.errbuf = why;
+	a->o.errbuf_len = sizeof(why);
+	assert_int_equal(mu__md_backend_check(a, &b), 0);
+	assert_int_equal(mu__md_backend_check(a, &mu__md_backend_p2p), 0);
+	assert_int_equal(mu__md_backend_check(a, &mu__md_backend_tcpstore), 0);
+	assert_int_equal(mu__md_backend_check(a, &mu__md_backend_etcd), 0);
+	b.version = MU_MD_BACKEND_VERSION + 1;
+	assert_int_equal(mu__md_backend_check(a, &b), -ENOTSUP);
+	assert_non_null(strstr(why, "fake backend's method table is version"));
+	b.version = MU_MD_BACKEND_VERSION;
+	b.fetch = NULL;
+	a->setup_said = 0;
+	assert_int_equal(mu__md_backend_check(a, &b), -ENOTSUP);
+	a->o.errbuf = NULL;
+	a->o.errbuf_len = 0;
+	mu_md_agent_free(a);
 }
 
 /* A listen port in use: MU_EBIND, and the words name the address. */
@@ -603,6 +710,8 @@ int main(void)
 		cmocka_unit_test(test_p2p_push_pull_invalidate),
 		cmocka_unit_test(test_load_rules),
 		cmocka_unit_test(test_both_stores_is_an_error),
+		cmocka_unit_test(test_tcpstore_timeouts),
+		cmocka_unit_test(test_backend_table_checked),
 		cmocka_unit_test(test_listen_port_in_use_says_so),
 		cmocka_unit_test(test_p2p_peer_restarted_on_the_same_port),
 		cmocka_unit_test(test_event_queued_before_wait_returns),
