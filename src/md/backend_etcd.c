@@ -54,7 +54,8 @@ typedef struct {
 	mu__md_op_t *op;
 	mu_etcd_watch_t *w;
 	int64_t deadline;
-	int state;        /* 0 waiting, 1 published, 2 deleted */
+	int state;        /* 0 waiting, 1 published, 2 deleted, 3 etcd
+	                   * ended the watch (read again) */
 } pending_t;
 
 /* An agent we fetched: dropped when its marker goes after `rev`. */
@@ -369,8 +370,9 @@ static void pending_cb(void *ud, const mu_etcd_event_t *ev, int err)
 	pending_t *p = ud;
 
 	(void)err;
-	if (ev == NULL)
-		p->state = 2;
+	if (ev == NULL) /* canceled by etcd (a compacted revision, say): the
+	                 * key may have come and gone meanwhile; look again */
+		p->state = 3;
 	else if (ev->type == MU_ETCD_EVENT_DELETE)
 		p->state = 2;
 	else if (ev->kv->vlen > 0) /* the empty marker is not a blob */
@@ -439,10 +441,12 @@ static void settle_pending(etcd_be_t *be)
 		int rc;
 
 		why[0] = '\0';
-		if (p->state == 1) {
+		if (p->state == 1 || p->state == 3) {
 			p->state = 0;
 			rc = etcd_fetch(be, p->op, why, sizeof(why)); /* read it again, whole */
-			if (rc == 1) { /* it went again already: keep the newer wait */
+			if (rc == 1) { /* not there: keep the newer wait, same deadline */
+				mu__container_of(be->pending.prev, pending_t, node)->deadline =
+					p->deadline;
 				mu__list_remove(&p->node);
 				mu_etcd_watch_cancel(p->w);
 				mu__free(p);

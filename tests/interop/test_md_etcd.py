@@ -570,6 +570,29 @@ def test_invalidation_is_not_missed_when_etcd_ends_the_delete_watch(etcd, md_age
     assert b.wait_event("remote_dropped", "C", timeout=5) is not None, b.log_text()
 
 
+
+def test_waiting_fetch_survives_etcd_ending_its_watch(etcd, md_agent, link):
+    """B waits for A's blob on a watch through a link that is cut. A
+    publishes meanwhile and etcd is compacted past it, so the watch, when
+    it resumes, is canceled by etcd. B must read the key again (and find
+    it), not report it deleted."""
+    ln = link(etcd.port)
+    b = agent_for(md_agent, etcd, "B", etcd_endpoints=f"http://127.0.0.1:{ln.port}",
+                  etcd_watch_timeout=20.0, op_timeout=2.0)
+    op = b.ok("fetch", name="A", nowait=True)["op"]
+    time.sleep(0.5)            # its read is done: it waits on a watch now
+    ln.cut()
+    a = agent_for(md_agent, etcd, "A")
+    a.set("A, published while B could not hear")
+    a.ok("publish")
+    out = etcdctl(etcd, "put", "/elsewhere", "x", "-w", "json").stdout
+    etcdctl(etcd, "compact", int(json.loads(out)["header"]["revision"]))
+    time.sleep(0.5)
+    ln.restore()
+    r = b.call("wait", op=op, timeout=20)
+    assert r["status"] == 0, (r, b.log_text())
+    assert b.remote("A") == a.blob()
+
 # ---- configuration from the environment ----
 
 def test_muster_namespace_overrides_nixls(etcd, md_agent):
