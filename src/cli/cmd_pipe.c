@@ -16,6 +16,7 @@
 #include "cli/cli_int.h"
 #include "core/net_int.h"
 #include "core/time_int.h"
+#include "pipeline/pipeline_int.h"
 
 /* ---- plan ---- */
 
@@ -380,12 +381,22 @@ static void add_timing(cJSON *x, const mu_stage_timing_t *t)
 	cJSON_AddNumberToObject(x, "forwards", (double)t->forwards);
 }
 
+/* What this process (the coordinator, which holds no stage) needed at most. */
+static void print_peak(void)
+{
+	char b[32];
+
+	cli_bytes((double)mu__self_peak_rss(), b, sizeof(b));
+	printf("the coordinator's own peak memory: %s\n", b);
+}
+
 static void add_totals(cJSON *o, double wall_ms, int forwards, double first_ms)
 {
 	cJSON_AddNumberToObject(o, "forwards", forwards);
 	cJSON_AddNumberToObject(o, "wall_ms", wall_ms);
 	cJSON_AddNumberToObject(o, "first_output_ms", first_ms);
 	cJSON_AddNumberToObject(o, "forwards_per_s", wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0);
+	cJSON_AddNumberToObject(o, "coordinator_peak_rss_bytes", (double)mu__self_peak_rss());
 }
 
 static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, double first_ms)
@@ -488,6 +499,7 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 	printf("%d forward%s in %.1f ms (%.1f/s); first output %.1f ms after the start%s\n", forwards,
 	       forwards == 1 ? "" : "s", wall_ms, wall_ms > 0 ? forwards * 1000.0 / wall_ms : 0,
 	       first_ms, mu_cluster_replacements(c) ? "; a lost device was replaced" : "");
+	print_peak();
 }
 
 static void say_stderr(void *ud, const char *line)

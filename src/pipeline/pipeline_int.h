@@ -58,6 +58,10 @@ void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len);
 
 /* VmRSS of this process in bytes (0 when unknown). */
 uint64_t mu__self_rss(void);
+/* This process's peak resident set since it started (VmHWM; unlike
+ * getrusage's ru_maxrss it does not carry over the high-water mark of the
+ * process that forked it). */
+uint64_t mu__self_peak_rss(void);
 
 /*
  * A stage to be filled over a session: the graph's JSON text, the node

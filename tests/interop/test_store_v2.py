@@ -238,6 +238,7 @@ def test_compare_set_wakes_waiters_even_when_it_lies(v2, other):
     waiter gets one STOP_WAITING byte; the key stays missing, so its GET
     then reads an empty value (libuv's answer for a missing key)."""
     v2.send_wait(["cw"])
+    assert_alive(v2)  # a PING behind the WAIT: it is in before `other` writes
     assert other.compare_set("cw", b"x", b"y") == b"x"
     assert v2.recv_u8() == STOP_WAITING
     v2.assert_silent()
@@ -245,6 +246,7 @@ def test_compare_set_wakes_waiters_even_when_it_lies(v2, other):
     assert v2.get_only("cw") == b""
     # a wait on two keys: the lie counts for one of them
     v2.send_wait(["cw", "cw2"])
+    assert_alive(v2)
     assert other.compare_set("cw2", b"x", b"y") == b"x"
     v2.assert_silent()
     assert other.compare_set("cw", b"", b"made") == b"made"
@@ -258,6 +260,7 @@ def test_compare_set_wakes_waiters_even_when_it_lies(v2, other):
 
 def test_compare_set_lie_wakes_only_its_own_key(v2, other):
     v2.send_wait(["cw3"])
+    assert_alive(v2)
     assert other.compare_set("cw3-other", b"x", b"y") == b"x"
     other.set("cw3-another", b"")
     v2.assert_silent()
