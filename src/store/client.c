@@ -13,6 +13,7 @@
  * reported done, and lost.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "core/endian_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
+#include "store/client_int.h"
 #include "store/proto_int.h"
 
 /* How long AUTO waits for a PING echo before deciding the server is v1. */
@@ -36,6 +38,8 @@ struct mu_store_client_s {
 	int reused;             /* fd is from an earlier call and nothing of
 	                         * this call has been sent on it yet */
 	mu__store_dialect_t d;
+	int fd_given;           /* fd came from mu__store_client_from_fd:
+	                         * never redialed, never judged idle */
 };
 
 void mu_store_client_opts_init(mu_store_client_opts_t *o)
@@ -53,15 +57,20 @@ mu_store_dialect_t mu_store_client_dialect(const mu_store_client_t *c)
 	return c->d == MU_STORE_V2 ? MU_STORE_DIALECT_V2 : MU_STORE_DIALECT_V1;
 }
 
+uint32_t mu__store_client_nonce(void)
+{
+	/* the third byte is 0xFF so that a v1 server, which reads VALIDATE +
+	 * PING as SET with a key length, sees ~2^64 and closes */
+	return ((uint32_t)getpid() & 0xFFFF) | 0xFF0000u;
+}
+
 /* VALIDATE + PING in one segment, as torch 2.x sends them; read the echo. */
 static int v2_handshake(int fd, int64_t deadline)
 {
 	unsigned char out[10], echo[4];
-	uint32_t nonce = ((uint32_t)getpid() & 0xFFFF) | 0xFF0000u;
+	uint32_t nonce = mu__store_client_nonce();
 	int rc;
 
-	/* the nonce's third byte is 0xFF so that a v1 server, which reads
-	 * these bytes as SET with a key length, sees ~2^64 and closes */
 	out[0] = (unsigned char)mu__store_opcode(MU_STORE_V2, MU_SOP_VALIDATE);
 	mu_le32_put(out + 1, MU_STORE_V2_MAGIC);
 	out[5] = (unsigned char)mu__store_opcode(MU_STORE_V2, MU_SOP_PING);
@@ -85,6 +94,8 @@ static int dial(mu_store_client_t *c, int64_t deadline)
 {
 	int delay_ms = 50, rc;
 
+	if (c->fd_given)
+		return -ENOTCONN; /* nowhere to dial */
 	for (;;) {
 		rc = mu__sock_connect(c->host, c->o.port, deadline, &c->fd);
 		if (rc == 0 || !retryable(rc) || mu__remaining_ms(deadline) == 0)
@@ -151,6 +162,43 @@ int mu_store_client_connect(const mu_store_client_opts_t *o,
 	return 0;
 }
 
+int mu__store_client_from_fd(const mu_store_client_opts_t *o, int fd,
+                             mu_store_client_t **out)
+{
+	mu_store_client_t *c;
+	int flags, rc;
+
+	*out = NULL;
+	if (o == NULL || fd < 0 ||
+	    (o->dialect != MU_STORE_DIALECT_V1 && o->dialect != MU_STORE_DIALECT_V2)) {
+		mu__sock_close(fd);
+		return MU_EARG;
+	}
+	flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+		rc = -errno;
+		mu__sock_close(fd);
+		return rc;
+	}
+	c = mu__calloc(1, sizeof(*c));
+	if (c == NULL) {
+		mu__sock_close(fd);
+		return MU_ENOMEM;
+	}
+	c->o = *o;
+	c->o.host = c->host; /* "": never used */
+	c->fd = fd;
+	c->fd_given = 1;
+	c->d = o->dialect == MU_STORE_DIALECT_V1 ? MU_STORE_V1 : MU_STORE_V2;
+	rc = c->d == MU_STORE_V2 ? v2_handshake(fd, mu__deadline(o->timeout_ms)) : 0;
+	if (rc != 0) {
+		mu_store_client_close(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
 void mu_store_client_close(mu_store_client_t *c)
 {
 	if (c == NULL)
@@ -198,7 +246,7 @@ static int reconnect(mu_store_client_t *c)
 /* A connection for a new call: the kept one if it is still good. */
 static int ready(mu_store_client_t *c)
 {
-	if (c->fd >= 0 && !mu__sock_idle_ok(c->fd)) {
+	if (c->fd >= 0 && !c->fd_given && !mu__sock_idle_ok(c->fd)) {
 		mu__sock_close(c->fd);
 		c->fd = -1;
 	}

@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -17,7 +18,9 @@
 #include "mu_test.h"
 
 #include "muster/store.h"
+#include "core/endian_int.h"
 #include "core/time_int.h"
+#include "store/client_int.h"
 
 static mu_store_server_t *server_on(int port)
 {
@@ -332,6 +335,74 @@ static void test_list_refused_or_lied_about(void **state)
 	list_from("\x02\0\0\0\0\0\0\0" "\x01\0\0\0\0\0\0\0/", 17, MU_EEOF); /* cut short */
 }
 
+/* mu__store_client_from_fd (what the fuzz driver runs on): a client on a
+ * socketpair end reads replies queued ahead in order, writes its requests
+ * there, and after a failure says -ENOTCONN rather than dial anywhere. */
+static void test_client_from_fd(void **state)
+{
+	mu_store_client_opts_t o;
+	mu_store_client_t *c;
+	mu_store_value_t v;
+	unsigned char req[64], echo[4];
+	const char add_v1[] = "\x03" "\x02\0\0\0\0\0\0\0/n" "\x05\0\0\0\0\0\0\0";
+	int64_t n = 0;
+	int sv[2];
+
+	(void)state;
+	mu_store_client_opts_init(&o);
+	o.timeout_ms = 2000;
+
+	/* v1: ADD's i64, then GET's STOP_WAITING and a value cut short */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(write(sv[1], "\x2a\0\0\0\0\0\0\0" "\x00" "\x05\0\0\0\0\0\0\0ab", 19), 19);
+	shutdown(sv[1], SHUT_WR);
+	o.dialect = MU_STORE_DIALECT_V1;
+	assert_int_equal(mu__store_client_from_fd(&o, sv[0], &c), 0);
+	assert_int_equal(mu_store_client_dialect(c), MU_STORE_DIALECT_V1);
+	assert_int_equal(mu_store_add(c, "n", 5, &n), 0);
+	assert_true(n == 42);
+	assert_int_equal(read(sv[1], req, sizeof(add_v1) - 1), (ssize_t)sizeof(add_v1) - 1);
+	assert_memory_equal(req, add_v1, sizeof(add_v1) - 1);
+	assert_int_equal(mu_store_get(c, "k", &v), MU_EEOF);
+	assert_null(v.data);
+	assert_int_equal(mu_store_num_keys(c, &n), -ENOTCONN);
+	mu_store_client_close(c);
+	close(sv[1]);
+
+	/* v2: the handshake reads PING's echo first */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	mu_le32_put(echo, mu__store_client_nonce());
+	assert_int_equal(write(sv[1], echo, 4), 4);
+	assert_int_equal(write(sv[1], "\x07\0\0\0\0\0\0\0", 8), 8);
+	shutdown(sv[1], SHUT_WR);
+	o.dialect = MU_STORE_DIALECT_V2;
+	assert_int_equal(mu__store_client_from_fd(&o, sv[0], &c), 0);
+	assert_int_equal(mu_store_num_keys(c, &n), 0);
+	assert_true(n == 7);
+	assert_int_equal(read(sv[1], req, sizeof(req)), 11); /* VALIDATE, PING, GETNUMKEYS */
+	assert_int_equal(req[0], 0);
+	assert_int_equal(req[5], 0x0d);
+	assert_memory_equal(req + 6, echo, 4);
+	assert_int_equal(req[10], 0x07);
+	mu_store_client_close(c);
+	close(sv[1]);
+
+	/* a wrong echo fails the handshake; AUTO cannot be taken: the fd is
+	 * the client's either way, closed on failure */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(write(sv[1], "\0\0\0\0", 4), 4);
+	assert_int_equal(mu__store_client_from_fd(&o, sv[0], &c), MU_EPROTO);
+	assert_null(c);
+	assert_int_equal(fcntl(sv[0], F_GETFD), -1);
+	close(sv[1]);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	o.dialect = MU_STORE_AUTO;
+	assert_int_equal(mu__store_client_from_fd(&o, sv[0], &c), MU_EARG);
+	assert_null(c);
+	assert_int_equal(fcntl(sv[0], F_GETFD), -1);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -341,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_unasked_bytes_drop_the_connection),
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_list_refused_or_lied_about),
+		cmocka_unit_test(test_client_from_fd),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
