@@ -337,7 +337,9 @@ static int recv_bytes(mu_store_client_t *c, mu_store_value_t *out)
 	if (rc != 0)
 		return rc;
 	n = mu_le64_get(b);
-	if (n > c->o.max_value_bytes)
+	/* the second test keeps n + 1 from wrapping to a 0-byte buffer when
+	 * the limit is SIZE_MAX ("none") */
+	if (n > c->o.max_value_bytes || n >= SIZE_MAX)
 		return MU_ETOOBIG;
 	out->data = mu__malloc((size_t)n + 1);
 	if (out->data == NULL)

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -403,6 +404,32 @@ static void test_client_from_fd(void **state)
 	close(sv[1]);
 }
 
+/* A reply length of 2^64-1 under max_value_bytes = SIZE_MAX ("no limit")
+ * once wrapped the value's allocation (n + 1) to 0 bytes, and the value
+ * was received into it: a heap overflow (found by fuzz_store_client). */
+static void test_value_length_that_wraps(void **state)
+{
+	mu_store_client_opts_t o;
+	mu_store_client_t *c;
+	mu_store_value_t v = {"", 1};
+	int sv[2];
+
+	(void)state;
+	mu_store_client_opts_init(&o);
+	o.timeout_ms = 2000;
+	o.dialect = MU_STORE_DIALECT_V1;
+	o.max_value_bytes = SIZE_MAX;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(write(sv[1], "\xff\xff\xff\xff\xff\xff\xff\xff" "abcd", 12), 12);
+	shutdown(sv[1], SHUT_WR);
+	assert_int_equal(mu__store_client_from_fd(&o, sv[0], &c), 0);
+	assert_int_equal(mu_store_compare_set(c, "k", "", 0, "d", 1, &v), MU_ETOOBIG);
+	assert_null(v.data);
+	assert_int_equal(v.len, 0);
+	mu_store_client_close(c);
+	close(sv[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -413,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_list),
 		cmocka_unit_test(test_list_refused_or_lied_about),
 		cmocka_unit_test(test_client_from_fd),
+		cmocka_unit_test(test_value_length_that_wraps),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
