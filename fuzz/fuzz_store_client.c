@@ -9,15 +9,21 @@
  *
  * Input: byte 0 picks the setup (bit 0: v1/v2; bit 1: v2's PING echo is
  * supplied by the driver, so the rest reaches the requests; bit 2:
- * raw_keys; bits 3-4: max_value_bytes), byte 1 the number of operations
+ * raw_keys; bits 3-5: max_value_bytes, "unlimited" included), byte 1 the
+ * number of operations
  * (1..16), then one byte per operation (low nibble: which, mod 12; bits
  * 4-5: how many keys for CHECK/WAIT/MULTI_*, bit 6: WAIT with timeout 0),
  * then the server's bytes. A canceled wait (v2's CANCEL_WAIT reply) is not
  * reached: the queued bytes or the EOF always make the wait readable.
+ *
+ * The library's allocator refuses anything over 1 MiB, so a lying length
+ * under a huge max_value_bytes takes the out-of-memory paths instead of
+ * being reported by libFuzzer as a huge malloc.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,7 +34,29 @@
 
 enum { OPS = 12, MAX_KEYS = 3 };
 
+#define ALLOC_CAP ((size_t)1 << 20)
+
 static const char *const keys[MAX_KEYS] = {"a", "bb", "c"};
+
+static void *capped_malloc(size_t n)
+{
+	return n > ALLOC_CAP ? NULL : malloc(n);
+}
+
+static void *capped_realloc(void *p, size_t n)
+{
+	return n > ALLOC_CAP ? NULL : realloc(p, n);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	mu_set_allocator(capped_malloc, capped_realloc, free);
+	return 0;
+}
 
 static void free_values(mu_store_value_t *v, size_t n)
 {
@@ -110,7 +138,8 @@ static void queue(int fd, const void *b, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const size_t limits[4] = {64u << 20, 0, 16, 256};
+	static const size_t limits[8] = {64u << 20, 0, 16, 256,
+	                                 SIZE_MAX, SIZE_MAX - 8, 8, 4096};
 	mu_store_client_opts_t o;
 	mu_store_client_t *c;
 	unsigned char echo[4];
@@ -127,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mu_store_client_opts_init(&o);
 	o.dialect = data[0] & 1 ? MU_STORE_DIALECT_V2 : MU_STORE_DIALECT_V1;
 	o.raw_keys = data[0] >> 2 & 1;
-	o.max_value_bytes = limits[data[0] >> 3 & 3];
+	o.max_value_bytes = limits[data[0] >> 3 & 7];
 	/* a safety net only: EOF ends every read */
 	o.timeout_ms = 100;
 	if (o.dialect == MU_STORE_DIALECT_V2 && (data[0] & 2)) {
