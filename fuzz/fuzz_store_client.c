@@ -10,8 +10,7 @@
  * Input: byte 0 picks the setup (bit 0: v1/v2; bit 1: v2's PING echo is
  * supplied by the driver, so the rest reaches the requests; bit 2:
  * raw_keys; bits 3-5: max_value_bytes, "unlimited" included), byte 1 the
- * number of operations
- * (1..16), then one byte per operation (low nibble: which, mod 12; bits
+ * number of operations (1..16), then one byte per operation (low nibble: which, mod 12; bits
  * 4-5: how many keys for CHECK/WAIT/MULTI_*, bit 6: WAIT with timeout 0),
  * then the server's bytes. A canceled wait (v2's CANCEL_WAIT reply) is not
  * reached: the queued bytes or the EOF always make the wait readable.
@@ -21,10 +20,8 @@
  * being reported by libFuzzer as a huge malloc.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
