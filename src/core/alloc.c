@@ -91,3 +91,13 @@ char *mu__strdup(const char *s)
 {
 	return mu__strndup(s, strlen(s));
 }
+
+int mu__copy_str(char *dst, size_t n, const char *src)
+{
+	size_t len = src != NULL ? strlen(src) : 0;
+
+	if (len >= n)
+		return -1;
+	memcpy(dst, src != NULL ? src : "", len + 1);
+	return 0;
+}

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc_int.h"
 #include "muster/md.h"
 #include "md/md_int.h"
 
@@ -69,18 +70,6 @@ static void pick_source(const mu_md_opts_t *o, source_t *src)
 		src->etcd_from = vars[i][0];
 		src->ts_from = vars[i][1];
 	}
-}
-
-static int copy(char *dst, size_t n, const char *src)
-{
-	if (src == NULL) {
-		dst[0] = '\0';
-		return 0;
-	}
-	if (strlen(src) >= n)
-		return MU_EARG;
-	memcpy(dst, src, strlen(src) + 1);
-	return 0;
 }
 
 /*
@@ -160,10 +149,10 @@ int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o)
 		                   o->name, etcd != NULL ? etcd_from : ts_from);
 		return MU_EARG;
 	}
-	if (copy(a->etcd_endpoints, sizeof(a->etcd_endpoints), etcd) ||
-	    copy(a->etcd_namespace, sizeof(a->etcd_namespace), ns ? ns : "/nixl/agents/") ||
-	    copy(a->tcpstore_endpoint, sizeof(a->tcpstore_endpoint), ts) ||
-	    copy(a->listen_host, sizeof(a->listen_host), o->listen_host ? o->listen_host : "0.0.0.0")) {
+	if (mu__copy_str(a->etcd_endpoints, sizeof(a->etcd_endpoints), etcd) ||
+	    mu__copy_str(a->etcd_namespace, sizeof(a->etcd_namespace), ns ? ns : "/nixl/agents/") ||
+	    mu__copy_str(a->tcpstore_endpoint, sizeof(a->tcpstore_endpoint), ts) ||
+	    mu__copy_str(a->listen_host, sizeof(a->listen_host), o->listen_host ? o->listen_host : "0.0.0.0")) {
 		mu__md_setup_error(a, "agent %.64s: %s is too long", o->name,
 		                   etcd && strlen(etcd) >= sizeof(a->etcd_endpoints) ? etcd_from
 		                   : ns && strlen(ns) >= sizeof(a->etcd_namespace) ? ns_from

@@ -378,27 +378,15 @@ void mu_server_opts_init(mu_server_opts_t *o)
 	o->retry_max = 8;
 }
 
-static int copy_opt(char *dst, size_t n, const char *src)
-{
-	if (src == NULL) {
-		dst[0] = '\0';
-		return 0;
-	}
-	if (strlen(src) >= n)
-		return MU_EARG;
-	memcpy(dst, src, strlen(src) + 1);
-	return 0;
-}
-
 static int server_init(mu_server_t *s, const mu_server_opts_t *o)
 {
 	if (o->key == NULL || (o->key[0] == '\0' && o->tracker_host != NULL) ||
 	    o->on_session == NULL ||
 	    o->handshake_timeout < 0 || o->poll_period <= 0 || o->retry_max <= 0 ||
-	    copy_opt(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||
-	    copy_opt(s->key, sizeof(s->key), o->key) ||
-	    copy_opt(s->tracker_host, sizeof(s->tracker_host), o->tracker_host) ||
-	    copy_opt(s->custom_addr, sizeof(s->custom_addr), o->custom_addr) ||
+	    mu__copy_str(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||
+	    mu__copy_str(s->key, sizeof(s->key), o->key) ||
+	    mu__copy_str(s->tracker_host, sizeof(s->tracker_host), o->tracker_host) ||
+	    mu__copy_str(s->custom_addr, sizeof(s->custom_addr), o->custom_addr) ||
 	    strlen(o->key) + 24 >= MU_MATCHKEY_MAX)
 		return MU_EARG;
 	s->opts = *o;

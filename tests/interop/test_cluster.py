@@ -70,12 +70,12 @@ import signal
 import socket
 import struct
 import subprocess
-import threading
 import time
 
 import pytest
 
 import mumodel
+from relay import Relay
 import stagetable
 import tvmpeer
 from conftest import HOST, wait_for
@@ -504,66 +504,6 @@ def test_default_host_publishes_a_reachable_address(muster_bin, cluster, models)
     assert_bit_identical(cluster.out, model.reference, "a server on the wildcard")
 
 
-class GatedProxy:
-    """A TCP proxy in front of a store that holds each connection until
-    opened: a store that is slow to answer, for as long as the test likes."""
-
-    def __init__(self, target_port, hold=30.0):
-        self.target, self.hold = target_port, hold
-        self.gate, self.accepted = threading.Event(), threading.Event()
-        self.sock = socket.create_server((HOST, 0))
-        self.port = self.sock.getsockname()[1]
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                down, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(down)
-            self.accepted.set()
-            threading.Thread(target=self._serve, args=(down,), daemon=True).start()
-
-    def _serve(self, down):
-        if not self.gate.wait(self.hold):
-            return
-        try:
-            up = socket.create_connection((HOST, self.target), timeout=5)
-        except OSError:
-            return
-        up.settimeout(None)
-        self.conns.append(up)
-        threading.Thread(target=self._pump, args=(up, down), daemon=True).start()
-        self._pump(down, up)
-
-    @staticmethod
-    def _pump(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def open(self):
-        self.gate.set()
-
-    def close(self):
-        self.gate.set()
-        self.sock.close()
-        for c in self.conns:
-            c.close()
-
-
 def test_registers_only_once_published(muster_bin, cluster, models, muster_store,  # noqa: F811
                                        monkeypatch):
     """A server registers with the tracker only after its metadata is
@@ -572,7 +512,7 @@ def test_registers_only_once_published(muster_bin, cluster, models, muster_store
     connection) is kept from answering: bound and publishing, the server
     is not registered; once the store answers, it registers and serves."""
     store = muster_store()
-    proxy = GatedProxy(store.port)
+    proxy = Relay(store.port, held=True)
     try:
         monkeypatch.setenv("MUSTER_TCPSTORE_ENDPOINT", f"{HOST}:{proxy.port}")
         server = cluster.server("4M", wait_offer=False)
@@ -586,7 +526,7 @@ def test_registers_only_once_published(muster_bin, cluster, models, muster_store
                 f"{server.log_text()}")
             time.sleep(0.05)
         assert not server.matchkeys(), server.log_text()
-        proxy.open()
+        proxy.release()
         server.wait_offers(1)
         rep = cluster.ok(models("tiny"), 1)
         assert [s["device"] for s in rep["stages"]] == [addr(server)], rep["stages"]

@@ -7,7 +7,6 @@ and NIXL's side is played by etcdctl and blobs built from spec section 4.
 
 import http.server
 import json
-import socket
 import threading
 import time
 
@@ -16,6 +15,7 @@ import pytest
 from etcdfix import (etcd, etcd_cluster, etcd_factory, etcdctl, free_ports,  # noqa: F401
                      get_all, get_kvs, keys_only, put_bytes)
 from mdpeer import blob_agent, md_agent, muster_blob, nixl_blob  # noqa: F401
+from relay import Relay
 
 NS = "/nixl/agents/"          # NIXL's default namespace, joined verbatim
 MU_EARG = -1009
@@ -443,87 +443,12 @@ def test_3mib_blob_is_chunked_and_invalidated_whole(etcd, md_agent):
 
 # ---- a delete watch that etcd ends ----
 
-class _Link:
-    """A TCP relay from a loopback port to etcd that the test can cut: cut()
-    closes every relayed connection and refuses (accepts and closes) new
-    ones until restore()."""
-
-    def __init__(self, port):
-        self.port_to = port
-        self.srv = socket.create_server(("127.0.0.1", 0))
-        self.srv.settimeout(0.2)
-        self.port = self.srv.getsockname()[1]
-        self.lock = threading.Lock()
-        self.socks = []
-        self.is_cut = False
-        self.done = False
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while not self.done:
-            try:
-                c, _ = self.srv.accept()
-            except OSError:
-                continue
-            with self.lock:
-                if self.is_cut:
-                    c.close()
-                    continue
-                try:
-                    u = socket.create_connection(("127.0.0.1", self.port_to), timeout=2)
-                except OSError:
-                    c.close()
-                    continue
-                self.socks += [c, u]
-            for src, dst in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src, dst):
-        try:
-            src.settimeout(None)
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self):
-        with self.lock:
-            self.is_cut = True
-            for s in self.socks:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
-            self.socks = []
-
-    def restore(self):
-        with self.lock:
-            self.is_cut = False
-
-    def close(self):
-        self.done = True
-        self.cut()
-        self.thread.join(timeout=5)
-        self.srv.close()
-
-
 @pytest.fixture
 def link():
     links = []
 
     def start(port):
-        links.append(_Link(port))
+        links.append(Relay(port))
         return links[-1]
 
     yield start
