@@ -38,7 +38,7 @@ int cmd_server(int argc, char **argv)
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9090; 0 = any)"},
 		{"port-end", OPT_INT, &o.port_end, "PORT", "end of the port search, exclusive (default 9199)"},
 		{"tracker", OPT_STR, &tracker, "HOST:PORT", "tracker to register with (split at the last colon; [v6]:port works)"},
-		{"key", OPT_STR, &o.key, "KEY", "device key clients request, e.g. rasp (required with --tracker)"},
+		{"key", OPT_STR, &o.key, "KEY", "device key clients request, e.g. rasp (required with --tracker; standalone the default is \"\", as TVM's)"},
 		{"custom-addr", OPT_STR, &o.custom_addr, "ADDR", "address the tracker gives clients instead of the one it sees"},
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 		{"handshake-timeout", OPT_DOUBLE, &o.handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
@@ -54,7 +54,8 @@ int cmd_server(int argc, char **argv)
 		"(restarts, outages: it retries forever and registers again). Clients get this\n"
 		"device through the tracker (`muster request KEY`, TVM's TrackerSession) and\n"
 		"open a session with TVM's handshake. Without --tracker it runs standalone and\n"
-		"clients connect directly with the bare key.\n"
+		"clients connect directly with the bare key (TVM's rpc.connect(host, port)\n"
+		"sends the default, the empty key).\n"
 		"\n"
 		"A coordinator (`muster run --tracker`) that gets this device assigns it one\n"
 		"stage of a model, within --mem: loaded from a copy given with --model, or\n"
