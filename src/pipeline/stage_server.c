@@ -437,11 +437,11 @@ static void fail_cut_short(sconn_t *sc, int rc)
 	if (sc->state == SC_HEADER) {
 		sc->m.id = 0; /* still the last message's */
 		mu__cut_short(why, sizeof(why), "header", sc->conn.in.len, MU_MSG_HEADER, rc,
-		          sc->srv->o.io_timeout_ms);
+		              sc->srv->o.io_timeout_ms);
 	} else {
 		snprintf(what, sizeof(what), "%s body", mu__msg_type_name(sc->m.type));
 		mu__cut_short(why, sizeof(why), what, sc->m.len - sc->left, sc->m.len, rc,
-		          sc->srv->o.io_timeout_ms);
+		              sc->srv->o.io_timeout_ms);
 	}
 	fail_conn(sc, rc == -ETIMEDOUT ? rc : MU_EPROTO, "%s", why);
 }
@@ -465,14 +465,24 @@ static void sc_timeout(mu__conn_t *c)
 		          sc->srv->o.idle_timeout_ms / 1000.0);
 }
 
-/* The peer shut its sending side: between messages a goodbye, inside one
- * a message cut short, which it is told about (it can still read). */
+/*
+ * The peer shut its sending side (it can still read). Between messages a
+ * goodbye: what is still queued for it (a RESULT being written) goes out
+ * before we close, so a client may send its requests and shut down at
+ * once. Inside a message: a message cut short, which it is told about.
+ * (Reading is held while a message is answered, so the end of the stream
+ * is seen only between messages or inside one.)
+ */
 static int sc_eof(mu__conn_t *c)
 {
 	sconn_t *sc = (sconn_t *)c;
+	int linger = sc->srv->o.io_timeout_ms > 0 ? sc->srv->o.io_timeout_ms : LINGER_MS;
 
-	if (sc->state == SC_BUSY || (sc->state == SC_HEADER && c->in.len == 0))
-		return 0;
+	if (sc->state == SC_HEADER && c->in.len == 0) {
+		uncount(sc);
+		mu__conn_finish(c, 0, (uint64_t)linger);
+		return 1;
+	}
 	fail_cut_short(sc, MU_EEOF);
 	return 1;
 }

@@ -753,7 +753,7 @@ def rlx_tensor(name, array):
 
 
 PAD = b"\0" * 64   # completes any fixed-size header a framing may put first
-FORWARD, ERROR = 2, 4
+FORWARD, RESULT, ERROR = 2, 3, 4
 MU_EPROTO, MU_EBADMAGIC, MU_ETOOBIG = -1000, -1001, -1002
 ETIMEDOUT = -110
 IO_TIMEOUT = 1      # `--io-timeout` of the stages that get bad input
@@ -847,6 +847,46 @@ def test_bad_input_closes_the_connection(muster_bin, tmp_path, stages, small_mlp
             assert want_text in text, f"{case}: ERROR {text!r} does not say {want_text!r}"
         assert s.alive(), f"stage {s.index} died on {case} input:\n{s.log()}"
     assert_bit_identical(run(x, group), want, f"after {case} input")
+
+
+def test_half_close_after_whole_requests_gets_every_reply(muster_bin, tmp_path, stages):
+    """A client may send its requests and shut its sending side at once (as
+    `cat requests | nc` does): each request still gets its RESULT, in
+    order, and then the stage closes in an orderly way. The RESULTs (4 MiB
+    each) are far bigger than what the sockets buffer, and the client reads
+    only after it has shut down, so the stage meets the end of the stream
+    while most of its replies are still queued: they must not be dropped."""
+    info = mumodel.write_mlp(tmp_path / "wide", widths=(16, 32768), batch=32, seed=1,
+                             activations=["none"])
+    x = info.inputs(seed=2)
+    name = next(iter(x))
+    group = stages(info.path, 1)
+    frame = struct.pack("<I", 1) + rlx_tensor(name, x[name])
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(CLOSE_TIMEOUT)
+    with sock:
+        sock.connect((HOST, group[0].port))
+        sock.sendall(b"".join(
+            struct.pack("<4sHHiIQQQ", b"MUPL", 1, FORWARD, 0, 0, rid, 0, len(frame)) + frame
+            for rid in (11, 12, 13)))
+        sock.shutdown(socket.SHUT_WR)
+        time.sleep(0.5)   # not needed for correctness: lets the stage reach the end first
+        data = assert_closed(sock, CLOSE_TIMEOUT)
+    replies = []
+    while data:
+        assert len(data) >= 40, f"a cut-off reply header: {data[:64]!r}"
+        magic, version, mtype, status, _res, rid, _aux, length = struct.unpack(
+            "<4sHHiIQQQ", data[:40])
+        assert (magic, version) == (b"MUPL", 1), data[:40]
+        assert len(data) >= 40 + length, \
+            f"reply {rid} cut off: {len(data) - 40} of {length} bytes, after {replies}"
+        replies.append((mtype, status, rid, length))
+        data = data[40 + length:]
+    assert [(t, st, rid) for t, st, rid, _ in replies] == [(RESULT, 0, r) for r in (11, 12, 13)], \
+        replies
+    assert all(n > 32 * 32768 * 4 for *_, n in replies), replies
+    assert group[0].alive()
 
 
 # --------------------------------------------------------------------------
