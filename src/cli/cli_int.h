@@ -44,6 +44,9 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
 void cli_block_signals(void);
 /* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
 void cli_on_signal(void (*fn)(void *), void *ud);
+/* The signal that ran the callback (0 before one came), for an exit
+ * status of 128 + its number, as shells report a death by signal. */
+int cli_signal_caught(void);
 /* Forget that callback; when this returns it is not running. */
 void cli_signal_disarm(void);
 

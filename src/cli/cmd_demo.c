@@ -172,7 +172,7 @@ static void on_signal(void *ud)
 	stop_all(d);
 	remove_dir(d);
 	fprintf(stderr, "muster demo: stopped; %s removed\n", d->dir);
-	_exit(1);
+	_exit(128 + cli_signal_caught());
 }
 
 static char *summary(int port)
@@ -398,7 +398,8 @@ int cmd_demo(int argc, char **argv)
 		"SIGTERM). Its files (the model, the processes' log) go in a new directory\n"
 		"/tmp/muster-demo-XXXXXX, removed at the end and on Ctrl-C or SIGTERM; when\n"
 		"a step fails it is kept and its path printed, to read the log. Exit status:\n"
-		"0 when every step passed, 1 otherwise.",
+		"0 when every step passed, 1 otherwise, 128 + the signal's number after\n"
+		"Ctrl-C (130) or SIGTERM (143).",
 		NULL, 0, 0, 0};
 
 	rc = cli_parse(&c, argc, argv, &npos);

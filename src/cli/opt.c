@@ -140,6 +140,7 @@ static void *sig_ud;
 static sigset_t sig_set;
 static pthread_t sig_tid;
 static volatile sig_atomic_t sig_armed;
+static volatile sig_atomic_t sig_caught;
 
 /*
  * Threads that libraries start before main (OpenBLAS starts its pool from
@@ -165,6 +166,7 @@ static void *sig_thread(void *arg)
 	(void)arg;
 	if (sigwait(&sig_set, &sig) != 0)
 		return NULL;
+	sig_caught = sig;
 	pthread_mutex_lock(&sig_lock);
 	if (sig_fn != NULL)
 		sig_fn(sig_ud);
@@ -203,6 +205,11 @@ void cli_on_signal(void (*fn)(void *), void *ud)
 		sig_armed = 1;
 		pthread_detach(th);
 	}
+}
+
+int cli_signal_caught(void)
+{
+	return sig_caught;
 }
 
 void cli_signal_disarm(void)

@@ -190,7 +190,7 @@ def test_demo_sigterm_mid_run_stops_everything(demo):
     except subprocess.TimeoutExpired:
         pytest.fail(f"muster demo still running {STOP_TIMEOUT} s after SIGTERM:\n{d.stderr()}",
                     pytrace=False)
-    assert code == 1, f"muster demo exited {code} on SIGTERM:\n{d.stderr()}"
+    assert code == 128 + signal.SIGTERM, f"muster demo exited {code} on SIGTERM:\n{d.stderr()}"
     assert "interrupted" in d.stderr(), d.stderr()
     d.assert_nothing_left()
     assert not os.path.exists(d.directory()), f"{d.directory()} was left behind"
