@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,6 +74,8 @@ static void etcd_member_start(etcd_fixture_t *f, int i, int existing)
 	if (pid == 0) {
 		int null = open("/dev/null", O_WRONLY);
 
+		/* a test killed outright (a CI timeout) takes its etcd along */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(null, 1);
 		dup2(null, 2);
 		execl(ETCD_BIN, ETCD_BIN, "--name", f->name[i], "--data-dir", f->dir[i],
