@@ -29,6 +29,7 @@
 #include "cli/cli_int.h"
 #include "core/buf_int.h"
 #include "core/endian_int.h"
+#include "core/proc_int.h"
 #include "core/net_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
@@ -250,30 +251,17 @@ static int phase_cycle(bench_t *b, int ns, int nc, double secs)
 	return rc;
 }
 
-static long rss_kib(int pid, const char *field)
+/* The tracker's RSS in KiB, or -1 without --pid. */
+static long tracker_rss_kib(int pid)
 {
-	char path[64], line[256];
-	long v = -1;
-	FILE *f;
-
-	if (pid <= 0)
-		return -1;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	f = fopen(path, "r");
-	if (f == NULL)
-		return -1;
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (strncmp(line, field, strlen(field)) == 0)
-			v = strtol(line + strlen(field), NULL, 10);
-	fclose(f);
-	return v;
+	return pid > 0 ? mu__proc_status_kib(pid, "VmRSS") : -1;
 }
 
 /* Phase 2: n registered server connections, then one SUMMARY. */
 static int phase_scale(bench_t *b, int n, int pid, int json)
 {
 	bconn_t *all = calloc((size_t)n, sizeof(*all));
-	long rss0 = rss_kib(pid, "VmRSS:"), rss1;
+	long rss0 = tracker_rss_kib(pid), rss1;
 	int64_t t0 = mu__now_ms(), t1, t2;
 	mu_tracker_client_t *q;
 	char *summary = NULL;
@@ -291,7 +279,7 @@ static int phase_scale(bench_t *b, int n, int pid, int json)
 		}
 	}
 	t1 = mu__now_ms();
-	rss1 = rss_kib(pid, "VmRSS:");
+	rss1 = tracker_rss_kib(pid);
 	if (rc == 0)
 		rc = mu_tracker_client_connect(b->host, b->port, 10000, &q);
 	if (rc == 0) {
@@ -369,7 +357,7 @@ int bench_tracker(int argc, char **argv)
 	if (rc == 0 && secs > 0)
 		rc = phase_cycle(&b, servers, clients, secs);
 	if (rc == 0 && secs > 0) {
-		long rss = rss_kib(pid, "VmRSS:");
+		long rss = tracker_rss_kib(pid);
 
 		qsort(b.lat_us, b.nlat, sizeof(*b.lat_us), cmp64);
 		if (json)

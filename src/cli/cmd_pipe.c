@@ -51,6 +51,16 @@ static cJSON *names_json(const char *const *v, int n)
 }
 
 /* dev/budget: the device and its budget of each stage (NULL: no budgets). */
+/* Print the report o, then free it. */
+static void print_json(cJSON *o)
+{
+	char *text = cJSON_Print(o);
+
+	printf("%s\n", text != NULL ? text : "null");
+	cJSON_free(text);
+	cJSON_Delete(o);
+}
+
 static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p, int json,
                        const int *dev, const uint64_t *budget)
 {
@@ -58,7 +68,7 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 
 	if (json) {
 		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "stages");
-		char hex[20], *text;
+		char hex[20];
 
 		snprintf(hex, sizeof(hex), "%016" PRIx64, mu_model_digest(m));
 		cJSON_AddStringToObject(o, "model", dir);
@@ -84,10 +94,7 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 			cJSON_AddNumberToObject(x, "flops", s.flops);
 			cJSON_AddItemToArray(a, x);
 		}
-		text = cJSON_Print(o);
-		printf("%s\n", text);
-		cJSON_free(text);
-		cJSON_Delete(o);
+		print_json(o);
 		return;
 	}
 	cli_bytes((double)mu_model_param_bytes(m), total, sizeof(total));
@@ -405,7 +412,6 @@ static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, d
 
 	if (json) {
 		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "stages");
-		char *text;
 
 		for (int i = 0; i < n; i++) {
 			mu_stage_timing_t t;
@@ -418,10 +424,7 @@ static void print_table(mu_coord_t *c, int json, double wall_ms, int forwards, d
 			cJSON_AddItemToArray(a, x);
 		}
 		add_totals(o, wall_ms, forwards, first_ms);
-		text = cJSON_Print(o);
-		printf("%s\n", text);
-		cJSON_free(text);
-		cJSON_Delete(o);
+		print_json(o);
 		return;
 	}
 	if (n > 0) {
@@ -453,7 +456,6 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 
 	if (json) {
 		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "stages");
-		char *text;
 
 		for (int i = 0; i < n; i++) {
 			mu_cluster_stage_t s;
@@ -472,10 +474,7 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 		}
 		cJSON_AddNumberToObject(o, "replacements", mu_cluster_replacements(c));
 		add_totals(o, wall_ms, forwards, first_ms);
-		text = cJSON_Print(o);
-		printf("%s\n", text);
-		cJSON_free(text);
-		cJSON_Delete(o);
+		print_json(o);
 		return;
 	}
 	printf("\n%-5s %-21s %-9s %-8s %9s %10s %10s %10s %10s\n", "stage", "device", "weights",

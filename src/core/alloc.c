@@ -92,6 +92,15 @@ char *mu__strdup(const char *s)
 	return mu__strndup(s, strlen(s));
 }
 
+void mu__strv_free(char **v)
+{
+	if (v == NULL)
+		return;
+	for (size_t i = 0; v[i] != NULL; i++)
+		mu__free(v[i]);
+	mu__free(v);
+}
+
 int mu__copy_str(char *dst, size_t n, const char *src)
 {
 	size_t len = src != NULL ? strlen(src) : 0;

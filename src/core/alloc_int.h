@@ -16,6 +16,8 @@ void mu__free(void *p);
 char *mu__strdup(const char *s);
 char *mu__strndup(const char *s, size_t n); /* always NUL-terminates */
 void *mu__memdup(const void *p, size_t n);
+/* Free a NULL-terminated array of strings and the strings (NULL is fine). */
+void mu__strv_free(char **v);
 /* Copy src (NULL copies as "") into the fixed buffer dst[n]; -1, and dst
  * untouched, when it does not fit. For options kept in fixed fields. */
 int mu__copy_str(char *dst, size_t n, const char *src);

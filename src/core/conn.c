@@ -127,13 +127,29 @@ static void write_cb(uv_write_t *req, int status)
 	}
 }
 
+/* Queue w's write of bufs; past wq_high unsent bytes, stop reading. */
+static int submit(mu__conn_t *c, wreq_t *w, const uv_buf_t *bufs, unsigned n)
+{
+	int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, n, write_cb);
+
+	if (rc != 0) {
+		mu__free(w);
+		return rc;
+	}
+	if (!c->paused && mu__conn_queued(c) > c->wq_high) {
+		c->paused = 1;
+		update_reading(c);
+	}
+	return 0;
+}
+
 int mu__conn_send(mu__conn_t *c, const void *head, size_t hn,
                   const void *tail, size_t tn, mu__conn_done_cb done,
                   void *arg)
 {
 	uv_buf_t bufs[2];
 	wreq_t *w;
-	int n = 0, rc;
+	int n = 0;
 
 	if (c->closing)
 		return UV_ECANCELED;
@@ -149,23 +165,13 @@ int mu__conn_send(mu__conn_t *c, const void *head, size_t hn,
 	}
 	if (tn > 0)
 		bufs[n++] = uv_buf_init((char *)tail, (unsigned)tn);
-	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, (unsigned)n, write_cb);
-	if (rc != 0) {
-		mu__free(w);
-		return rc;
-	}
-	if (!c->paused && mu__conn_queued(c) > c->wq_high) {
-		c->paused = 1;
-		update_reading(c);
-	}
-	return 0;
+	return submit(c, w, bufs, (unsigned)n);
 }
 
 int mu__conn_sendv(mu__conn_t *c, const uv_buf_t *bufs, unsigned n,
                    mu__conn_done_cb done, void *arg)
 {
 	wreq_t *w;
-	int rc;
 
 	if (c->closing)
 		return UV_ECANCELED;
@@ -175,16 +181,7 @@ int mu__conn_sendv(mu__conn_t *c, const uv_buf_t *bufs, unsigned n,
 	w->done = done;
 	w->arg = arg;
 	w->hn = 0;
-	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, n, write_cb);
-	if (rc != 0) {
-		mu__free(w);
-		return rc;
-	}
-	if (!c->paused && mu__conn_queued(c) > c->wq_high) {
-		c->paused = 1;
-		update_reading(c);
-	}
-	return 0;
+	return submit(c, w, bufs, n);
 }
 
 static void shutdown_cb(uv_shutdown_t *req, int status)

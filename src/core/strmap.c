@@ -201,3 +201,23 @@ mu__strmap_entry_t *mu__strmap_next(const mu__strmap_t *m, size_t *slot,
 			return m->slots[*slot];
 	return NULL;
 }
+
+int mu__strmap_keys(const mu__strmap_t *m, char ***keys, size_t *n)
+{
+	mu__strmap_entry_t *e = NULL;
+	size_t slot = 0, i = 0;
+	char **v = mu__calloc(m->count + 1, sizeof(*v));
+
+	if (v == NULL)
+		return MU_ENOMEM;
+	while ((e = mu__strmap_next(m, &slot, e)) != NULL) {
+		if ((v[i] = mu__strdup(e->key)) == NULL) {
+			mu__strv_free(v);
+			return MU_ENOMEM;
+		}
+		i++;
+	}
+	*keys = v;
+	*n = i;
+	return 0;
+}

@@ -51,4 +51,11 @@ void *mu__strmap_remove(mu__strmap_t *m, const void *key, size_t klen);
 mu__strmap_entry_t *mu__strmap_next(const mu__strmap_t *m, size_t *slot,
                                     mu__strmap_entry_t *it);
 
+/*
+ * Every key, copied, as a NULL-terminated array (free it with
+ * mu__strv_free), keys being text; *n gets the count. 0 or MU_ENOMEM
+ * (nothing returned: never a partial list).
+ */
+int mu__strmap_keys(const mu__strmap_t *m, char ***keys, size_t *n);
+
 #endif

@@ -240,21 +240,12 @@ mu__md_blob_t *mu__md_local_copy(mu_md_agent_t *a, const char *label)
 
 int mu__md_local_labels(mu_md_agent_t *a, char ***labels, size_t *n)
 {
-	mu__strmap_entry_t *e = NULL;
-	size_t slot = 0, i = 0;
-	char **v;
+	int rc;
 
 	uv_mutex_lock(&a->lock);
-	v = mu__calloc(a->local.count + 1, sizeof(*v));
-	while (v != NULL && (e = mu__strmap_next(&a->local, &slot, e)) != NULL)
-		if ((v[i] = mu__strdup(e->key)) != NULL)
-			i++;
+	rc = mu__strmap_keys(&a->local, labels, n);
 	uv_mutex_unlock(&a->lock);
-	if (v == NULL)
-		return MU_ENOMEM;
-	*labels = v;
-	*n = i;
-	return 0;
+	return rc;
 }
 
 int mu_md_get_local(mu_md_agent_t *a, const char *label, void **blob, size_t *n)
@@ -372,32 +363,17 @@ void mu__md_drop(mu_md_agent_t *a, const char *name, const char *why)
 
 int mu_md_list_remote(mu_md_agent_t *a, char ***names, size_t *n)
 {
-	mu__strmap_entry_t *e = NULL;
-	size_t slot = 0, i = 0;
-	char **v;
+	int rc;
 
 	uv_mutex_lock(&a->lock);
-	v = mu__calloc(a->remote.count + 1, sizeof(*v));
-	while (v != NULL && (e = mu__strmap_next(&a->remote, &slot, e)) != NULL)
-		if ((v[i] = mu__strdup(e->key)) != NULL)
-			i++;
+	rc = mu__strmap_keys(&a->remote, names, n);
 	uv_mutex_unlock(&a->lock);
-	if (v == NULL)
-		return MU_ENOMEM;
-	*names = v;
-	*n = i;
-	return 0;
+	return rc;
 }
 
 void mu_md_strv_free(char **v)
 {
-	size_t i;
-
-	if (v == NULL)
-		return;
-	for (i = 0; v[i] != NULL; i++)
-		mu__free(v[i]);
-	mu__free(v);
+	mu__strv_free(v);
 }
 
 /* ---- events ---- */

@@ -13,6 +13,7 @@
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/proc_int.h"
 #include "pipeline/pipeline_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
@@ -26,32 +27,18 @@ uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
-/* A "Name:  N kB" line of /proc/self/status, in bytes (0 if unknown). */
-static uint64_t self_status_bytes(const char *name)
-{
-	char line[256];
-	size_t n = strlen(name);
-	unsigned long long kb = 0;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (f == NULL)
-		return 0;
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (strncmp(line, name, n) == 0 && line[n] == ':' &&
-		    sscanf(line + n + 1, "%llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb * 1024;
-}
-
 uint64_t mu__self_rss(void)
 {
-	return self_status_bytes("VmRSS");
+	long kib = mu__proc_status_kib(0, "VmRSS");
+
+	return kib > 0 ? (uint64_t)kib * 1024 : 0;
 }
 
 uint64_t mu__self_peak_rss(void)
 {
-	return self_status_bytes("VmHWM");
+	long kib = mu__proc_status_kib(0, "VmHWM");
+
+	return kib > 0 ? (uint64_t)kib * 1024 : 0;
 }
 
 void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)

@@ -275,13 +275,7 @@ int mu_tracker_client_put(mu_tracker_client_t *c, const char *key, int port,
 
 void mu_tracker_strv_free(char **v)
 {
-	size_t i;
-
-	if (v == NULL)
-		return;
-	for (i = 0; v[i] != NULL; i++)
-		mu__free(v[i]);
-	mu__free(v);
+	mu__strv_free(v);
 }
 
 static int strv_from_json(const cJSON *arr, char ***keys, size_t *n)

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests for src/core/strmap.c. */
 #include <stdio.h>
+#include <string.h>
 
 #include "mu_test.h"
 
+#include "core/alloc_int.h"
 #include "core/strmap_int.h"
 
 static void test_put_get_replace_remove(void **state)
@@ -93,6 +95,40 @@ static void test_free_values_and_oom(void **state)
 	assert_int_equal(freed, 2);
 }
 
+static void test_keys_whole_or_nothing(void **state)
+{
+	mu__strmap_t m;
+	char **keys = NULL;
+	size_t n = 0, seen = 0;
+
+	(void)state;
+	mu__strmap_init(&m);
+	assert_int_equal(mu__strmap_keys(&m, &keys, &n), 0);
+	assert_int_equal(n, 0);
+	assert_null(keys[0]);
+	mu__strv_free(keys);
+	mu__strmap_put(&m, "alpha", 5, NULL, NULL);
+	mu__strmap_put(&m, "beta", 4, NULL, NULL);
+	mu__strmap_put(&m, "gamma", 5, NULL, NULL);
+	assert_int_equal(mu__strmap_keys(&m, &keys, &n), 0);
+	assert_int_equal(n, 3);
+	assert_null(keys[3]);
+	for (size_t i = 0; i < n; i++)
+		seen |= strcmp(keys[i], "alpha") == 0 ? 1u : strcmp(keys[i], "beta") == 0 ? 2u
+		        : strcmp(keys[i], "gamma") == 0 ? 4u : 8u;
+	assert_int_equal(seen, 7);
+	mu__strv_free(keys);
+	/* out of memory at the array or at any copy: an error, nothing leaked */
+	for (long k = 0; k <= 3; k++) {
+		keys = NULL;
+		mu_test_fail_after(k);
+		assert_int_equal(mu__strmap_keys(&m, &keys, &n), MU_ENOMEM);
+		mu_test_alloc_reset();
+		assert_null(keys);
+	}
+	mu__strmap_free(&m, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -100,6 +136,7 @@ int main(void)
 		cmocka_unit_test(test_binary_keys),
 		cmocka_unit_test(test_many_keys_and_iteration),
 		cmocka_unit_test(test_free_values_and_oom),
+		cmocka_unit_test(test_keys_whole_or_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/proc_int.h"
+
+long mu__proc_status_kib(int pid, const char *field)
+{
+	char path[64], line[256];
+	size_t n = strlen(field);
+	long kib = -1;
+	FILE *f;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0)
+		snprintf(path, sizeof(path), "/proc/self/status");
+	else
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, field, n) == 0 && line[n] == ':' &&
+		    sscanf(line + n + 1, "%ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
