@@ -108,12 +108,17 @@ static int bench_frame(int mib, int rounds)
 	char *block;
 
 	mu_tensor_list_init(&l);
-	if (mu_tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0)
+	if (mu_tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
+		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB tensor\n", mib);
 		return 1;
+	}
 	bytes = mu_frame_size(&l);
 	block = calloc(1, bytes);
-	if (block == NULL)
+	if (block == NULL) {
+		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB frame\n", mib);
+		mu_tensor_list_free(&l);
 		return 1;
+	}
 	memcpy(block, t->data, t->numel * 4); /* the same bytes, touched */
 	tr = transfer(1, bytes, rounds, NULL, block);
 	tf = transfer(0, bytes, rounds, &l, NULL);
@@ -155,7 +160,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 {
 	uint64_t w[257];
 	int layers = nstages * per_stage, rc = 0, ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	char err[1024], addr[16][32];
+	char err[1024] = "", addr[16][32];
 	const char *addrs[16];
 	mu_stage_t *st[16] = {0};
 	mu_stage_server_t *srv[16] = {0};
@@ -250,7 +255,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 	       "   every core, whichever is slower. A stage's own compute per forward grows\n"
 	       "   when stages share the cores' caches and memory bandwidth.)\n\n");
 	if (rc != 0)
-		fprintf(stderr, "muster bench pipeline: %s\n", err);
+		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	mu_coord_close(c);
 	for (int i = 0; i < nstages; i++) {
 		mu_stage_server_free(srv[i]);
@@ -268,7 +273,7 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 	mu_model_t *m = NULL;
 	mu_tensor_list_t in, weights;
 	mu_tensor_t *x;
-	char err[1024], path[4096];
+	char err[1024] = "", path[4096];
 	double te = 1e30, td = 1e30;
 	float *a, *b;
 	int rc;
@@ -290,7 +295,8 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 	a = calloc((size_t)batch * (size_t)width, sizeof(float));
 	b = calloc((size_t)batch * (size_t)width, sizeof(float));
 	if (rc != 0 || a == NULL || b == NULL) {
-		fprintf(stderr, "muster bench pipeline: %s\n", rc ? err : "out of memory");
+		fprintf(stderr, "muster bench pipeline: %s\n",
+		        rc == 0 ? "out of memory" : err[0] != '\0' ? err : mu_strerror(rc));
 		mu_model_close(m);
 		return 1;
 	}
@@ -340,7 +346,7 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		printf("  OpenBLAS directly    %8.2f ms\n", td * 1e3);
 		printf("  ratio executor/direct %7.3f\n", te / td);
 	} else {
-		fprintf(stderr, "muster bench pipeline: %s\n", err);
+		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	}
 	free(a);
 	free(b);
@@ -380,8 +386,16 @@ int bench_pipeline(int argc, char **argv)
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (mib < 1 || rounds < 1 || stages < 1 || stages > 16 || width < 1 || per_stage < 1 ||
-	    batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 || ex_layers > 64 || ex_batch < 1) {
-		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, exec-layers <= 64)\n");
+	    stages * per_stage > 256 || batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 ||
+	    ex_layers > 64 || ex_batch < 1) {
+		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, "
+		        "stages * layers-per-stage <= 256, exec-layers <= 64)\n");
+		return 2;
+	}
+	if (only != NULL && strcmp(only, "frame") != 0 && strcmp(only, "pipeline") != 0 &&
+	    strcmp(only, "executor") != 0) {
+		fprintf(stderr, "muster bench pipeline: --only %s is not frame, pipeline or executor\n",
+		        only);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);

@@ -4,11 +4,13 @@
  * serve one stage of it, and drive forwards through the stages (or run it
  * whole in this process, the reference a split run matches bit for bit).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -138,7 +140,7 @@ int cmd_plan(int argc, char **argv)
 	uint64_t b[256];
 	int dev[256], nb = 0;
 	int stages = 0, json = 0, npos, rc;
-	char err[1024];
+	char err[1024] = "";
 	mu_model_t *m;
 	mu_plan_t *p = NULL;
 	mu_split_t split;
@@ -166,7 +168,7 @@ int cmd_plan(int argc, char **argv)
 	}
 	rc = mu_model_open(dir, &m, err, sizeof(err));
 	if (rc != 0) {
-		fprintf(stderr, "muster plan: %s\n", err);
+		fprintf(stderr, "muster plan: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		return 1;
 	}
 	if (budgets != NULL) {
@@ -186,7 +188,7 @@ int cmd_plan(int argc, char **argv)
 		rc = mu_plan_balanced(m, stages, split, &p, err, sizeof(err));
 	}
 	if (rc != 0)
-		fprintf(stderr, "muster plan: %s\n", err);
+		fprintf(stderr, "muster plan: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	else
 		print_plan(dir, m, p, json, budgets != NULL ? dev : NULL, b);
 	mu_plan_free(p);
@@ -248,7 +250,7 @@ int cmd_stage(int argc, char **argv)
 	mu_stage_server_opts_t o;
 	mu_stage_server_t *srv;
 	mu_stage_t *s;
-	char err[1024], name[64], rb[32];
+	char err[1024] = "", name[64], rb[32];
 	cli_opt_t opts[] = {
 		{"model", OPT_STR, &dir, "DIR", "the model directory (model.json, model.safetensors)"},
 		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
@@ -279,10 +281,19 @@ int cmd_stage(int argc, char **argv)
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if (cli_parse_size(max_frame, &mf) != 0) {
+		fprintf(stderr, "muster stage: --max-frame-bytes %s is not a size (try 64M or 1G)\n",
+		        max_frame);
+		return 2;
+	}
 	if (dir == NULL || index < 0 || (of < 1 && plan == NULL) || requests < 0 || io_timeout < 1 ||
-	    silent_timeout < 0 || max_conns < 1 || cli_parse_size(max_frame, &mf) != 0) {
+	    silent_timeout < 0 || max_conns < 1) {
 		fprintf(stderr, "muster stage: needs --model DIR, --stage I >= 0 and --of N or --plan "
 		                "FILE (see --help)\n");
+		return 2;
+	}
+	if (plan != NULL && access(plan, R_OK) != 0) {
+		fprintf(stderr, "muster stage: cannot read --plan %s: %s\n", plan, strerror(errno));
 		return 2;
 	}
 	if (plan != NULL && plan_range(plan, index, &of, &first, &last) != 0) {
@@ -295,7 +306,8 @@ int cmd_stage(int argc, char **argv)
 	rc = first >= 0 ? mu_stage_load_range(dir, index, of, first, last, &s, err, sizeof(err))
 	                : mu_stage_load(dir, index, of, &s, err, sizeof(err));
 	if (rc != 0) {
-		fprintf(stderr, "muster stage: cannot load stage %d/%d: %s\n", index, of, err);
+		fprintf(stderr, "muster stage: cannot load stage %d/%d: %s\n", index, of,
+		        err[0] != '\0' ? err : mu_strerror(rc));
 		return 1;
 	}
 	snprintf(name, sizeof(name), "stage %d/%d", index, of);
@@ -515,7 +527,7 @@ int cmd_run(int argc, char **argv)
 	    io_timeout = 60, devices = 1, request_timeout = 30, quiet = 0;
 	double t_start = mu__clock_ms(), t0, priority = 0;
 	double first_ms = 0;
-	char err[2048], thost[256];
+	char err[2048] = "", thost[256];
 	mu_tensor_list_t in, first, *outs = NULL, *ins = NULL;
 	mu_model_t *m = NULL;
 	mu_coord_t *c = NULL;
@@ -567,8 +579,11 @@ int cmd_run(int argc, char **argv)
 	}
 	mu_cluster_opts_init(&clo);
 	if (tracker != NULL) {
-		if (mu__split_hostport(tracker, thost, sizeof(thost), &clo.tracker_port) != 0 ||
-		    key == NULL || dir == NULL || devices < 1 || request_timeout < 1) {
+		if (mu__split_hostport(tracker, thost, sizeof(thost), &clo.tracker_port) != 0) {
+			fprintf(stderr, "muster run: --tracker %s is not HOST:PORT\n", tracker);
+			return 2;
+		}
+		if (key == NULL || dir == NULL || devices < 1 || request_timeout < 1) {
 			fprintf(stderr, "muster run: --tracker HOST:PORT needs --key, --model and --devices >= 1\n");
 			return 2;
 		}
@@ -671,7 +686,7 @@ int cmd_run(int argc, char **argv)
 			print_table(c, json, wall, done, first_ms);
 	}
 	if (rc != 0)
-		fprintf(stderr, "muster run: %s\n", err);
+		fprintf(stderr, "muster run: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	mu_tensor_list_free(&first);
 	mu_tensor_list_free(&in);
 	free(outs);

@@ -27,7 +27,7 @@ int cmd_server(int argc, char **argv)
 	mu_server_opts_t o;
 	mu_server_t *s;
 	const char *tracker = NULL, *mem = NULL, *models = NULL;
-	char thost[256], err[1024], addr[300];
+	char thost[256], err[1024] = "", addr[300];
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
 	mu_device_t *dev = NULL;
@@ -106,7 +106,7 @@ int cmd_server(int argc, char **argv)
 	rc = mu_device_new(&dopt, &dev, err, sizeof(err));
 	free(list);
 	if (rc != 0) {
-		fprintf(stderr, "muster server: %s\n", err);
+		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		return 1;
 	}
 	o.on_session = mu_device_session;
@@ -131,7 +131,7 @@ int cmd_server(int argc, char **argv)
 	if (rc == 0 && (rc = mu_server_register(s)) != 0)
 		snprintf(err, sizeof(err), "cannot register: %s", mu_strerror(rc));
 	if (rc != 0) {
-		fprintf(stderr, "muster server: %s\n", err);
+		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		mu_server_free(s);
 		mu_device_free(dev);
 		return 1;
