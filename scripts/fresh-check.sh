@@ -72,10 +72,13 @@ security=$(host_mirror debian-security)
 security=${security:-http://deb.debian.org/debian-security}
 
 mkdir -p "$cache/debootstrap" "$cache/apt" "$(dirname "$log")"
-: >"$log"
 # One run at a time: the runs share the .deb caches and apt locks them.
 exec 9>"$cache/lock"
-flock 9
+if ! flock -n 9; then
+	echo "fresh-check: waiting for another run to finish (it holds $cache/lock)" >&2
+	flock 9
+fi
+: >"$log"
 
 # The mount points at or under $1, as this namespace sees them.
 mounted_under() {
@@ -195,7 +198,7 @@ if [ -d /usr/local/share/ca-certificates ]; then
 	[ ! -f /etc/ssl/certs/ca-certificates.crt ] ||
 		cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
 fi
-[ ! -f "$HOME/.npmrc" ] || cp "$HOME/.npmrc" "$root/root/.npmrc"
+[ ! -f "${HOME:-/root}/.npmrc" ] || cp "${HOME:-/root}/.npmrc" "$root/root/.npmrc"
 
 # The tree as a user's checkout has it: what git tracks or would track.
 mkdir "$root/root/muster"

@@ -257,7 +257,7 @@ CASES = [
      r"\"lots\" is not a size", 2),
     ("plan-too-many-stages", ["plan", "--model", "{model}", "--stages", "99"], r"stage", 1),
     ("plan-budgets-too-small", ["plan", "--model", "{model}", "--budgets", "1,1"],
-     r"\S", 1),
+     r"more than the largest budget", 1),
     # stage
     ("stage-no-args", ["stage"], r"needs --model DIR", 2),
     ("stage-missing-model", ["stage", "--model", "{missing}", "--stage", "0", "--of", "1"],
