@@ -200,11 +200,21 @@ if [ -d /usr/local/share/ca-certificates ]; then
 fi
 [ ! -f "${HOME:-/root}/.npmrc" ] || cp "${HOME:-/root}/.npmrc" "$root/root/.npmrc"
 
-# The tree as a user's checkout has it: what git tracks or would track.
+# The tree as a user's checkout has it: what git tracks or would track; or,
+# outside a git checkout (a tarball, or this check run by `make check` in
+# such a root), every file but what .gitignore names.
+tree_files() {
+	if git -c safe.directory="$top" -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+		git -c safe.directory="$top" -C "$top" ls-files --cached --others --exclude-standard
+	else
+		(cd "$top" && find . \( -path ./build -o -path './build-*' -o -path ./.cache \
+			-o -name __pycache__ -o -name '*.pyc' \) -prune -o -type f -print)
+	fi
+}
 mkdir "$root/root/muster"
-git -c safe.directory="$top" -C "$top" ls-files --cached --others --exclude-standard |
-	(cd "$top" && while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done) |
+tree_files | (cd "$top" && while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done) |
 	tar -C "$top" -cf - --verbatim-files-from -T - | tar -C "$root/root/muster" -xf -
+[ -f "$root/root/muster/Makefile" ] || die "could not copy the tree at $top into the root"
 
 # Inside the root: a clean environment (no MAKEFLAGS or CC from our caller),
 # the user's own packages, then the README's command. Each phase says how
@@ -227,8 +237,12 @@ done
 apt-get autoclean -q >/dev/null'
 
 # In the namespace: mount what a running system has, then enter the root.
+# The root is bound onto itself first so that, inside, / is a mount point
+# as on a machine: tools that change its propagation (unshare, and so this
+# script when `make check` runs it in the root) need that.
 # shellcheck disable=SC2016 # expanded by the namespace's shell
 setup='set -e
+mount --bind "$1" "$1"
 mount -t proc proc "$1/proc"
 mount -t sysfs -o ro sysfs "$1/sys"
 mount -t devpts -o newinstance,ptmxmode=0666 devpts "$1/dev/pts"
