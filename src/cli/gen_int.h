@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What `muster generate` (and the commands built on it) share: the options
+ * that say which model and how to sample, and opening what runs it (a
+ * decoder in this process, or stages over the network) behind one chain.
+ */
+#ifndef MU_CLI_GEN_INT_H
+#define MU_CLI_GEN_INT_H
+
+#include <cjson/cJSON.h>
+
+#include "cli/cli_int.h"
+#include "model/llm_gen_int.h"
+#include "model/llm_int.h"
+
+#define GEN_MAX_OPTS 16
+
+typedef struct {
+	const char *model, *tokenizer, *stages;
+	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos;
+	double temperature, top_p, seed;
+} gen_args_t;
+
+typedef struct {
+	gen_args_t a;
+	mu__llm_src_t src;
+	int have_src;
+	mu__tok_t *tok;
+	mu__dec_t *dec;       /* in this process */
+	void *remote;         /* over stages */
+	mu__chain_t chain;
+	mu__gen_opts_t g;
+	uint64_t seed;
+	int json;
+	char where[160];      /* "3 stages", "this process, 2 threads" */
+} gen_run_t;
+
+void gen_args_default(gen_args_t *a);
+/* Fill opts with the shared options; returns how many. */
+int gen_args_opts(gen_args_t *a, cli_opt_t *opts);
+/* Open the model, its tokenizer and the chain. 0, or the exit status
+ * after printing why. */
+int gen_run_open(const gen_args_t *a, gen_run_t *r);
+void gen_run_close(gen_run_t *r);
+/* The model and placement, as fields of a JSON report. */
+void gen_run_json(const gen_run_t *r, cJSON *j);
+
+#endif

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Opening what `muster generate` runs: see gen_int.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "muster/common.h"
+#include "cli/gen_int.h"
+
+#define GEN_DEFAULT_CTX 4096
+
+void gen_args_default(gen_args_t *a)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	memset(a, 0, sizeof(*a));
+	a->threads = n > 0 ? (int)n : 1;
+	a->max_tokens = 256;
+	a->top_k = 40;
+	a->top_p = 0.95;
+	a->temperature = 0.8;
+	a->chunk = 256;
+	a->seed = -1;
+}
+
+int gen_args_opts(gen_args_t *a, cli_opt_t *o)
+{
+	cli_opt_t v[] = {
+		{"model", OPT_STR, &a->model, "PATH", "an HF checkpoint directory, a GGUF file or a "
+		 "llama2.c checkpoint"},
+		{"tokenizer", OPT_STR, &a->tokenizer, "FILE", "a llama2.c checkpoint's tokenizer "
+		 "(default: tokenizer.bin or tok<vocab>.bin beside it)"},
+		{"stages", OPT_STR, &a->stages, "H:P,...", "run over these `muster stage` servers, in "
+		 "order, instead of in this process"},
+		{"threads", OPT_INT, &a->threads, "N", "compute threads in this process (default: the "
+		 "machine's cores)"},
+		{"ctx", OPT_INT, &a->ctx, "N", "positions (prompt + new tokens) to reserve (default: "
+		 "the model's, at most 4096)"},
+		{"max-tokens", OPT_INT, &a->max_tokens, "N", "new tokens at most (default 256)"},
+		{"temperature", OPT_DOUBLE, &a->temperature, "T", "0 picks the likeliest token "
+		 "(default 0.8)"},
+		{"top-k", OPT_INT, &a->top_k, "K", "sample among the K likeliest, 0 for all (default 40)"},
+		{"top-p", OPT_DOUBLE, &a->top_p, "P", "then among the fewest whose probability adds up "
+		 "to P (default 0.95)"},
+		{"seed", OPT_DOUBLE, &a->seed, "S", "seed of the sampler; the same seed gives the same "
+		 "text (default: random, printed with --json)"},
+		{"chunk", OPT_INT, &a->chunk, "N", "prompt positions per forward (default 256)"},
+		{"no-bos", OPT_FLAG, &a->no_bos, NULL, "do not start the prompt with BOS"},
+		{"ignore-eos", OPT_FLAG, &a->ignore_eos, NULL, "go on past the end-of-text token"},
+		{"json", OPT_FLAG, &a->json, NULL, "print one JSON object at the end instead of "
+		 "streaming"},
+	};
+
+	memcpy(o, v, sizeof(v));
+	return (int)(sizeof(v) / sizeof(v[0]));
+}
+
+static int fail(const char *what, const char *why)
+{
+	fprintf(stderr, "muster generate: %s%s%s\n", what, why[0] ? ": " : "", why);
+	return 1;
+}
+
+static int check_args(const gen_args_t *a)
+{
+	const char *bad = NULL;
+
+	if (a->model == NULL)
+		bad = "--model PATH is required (see --help)";
+	else if (a->threads < 1 || a->threads > 1024)
+		bad = "--threads must be 1 to 1024";
+	else if (a->ctx < 0)
+		bad = "--ctx must be positive";
+	else if (a->max_tokens < 0)
+		bad = "--max-tokens must be 0 or more";
+	else if (!(a->temperature >= 0 && a->temperature <= 100))
+		bad = "--temperature must be 0 to 100";
+	else if (a->top_k < 0)
+		bad = "--top-k must be 0 or more";
+	else if (!(a->top_p > 0 && a->top_p <= 1))
+		bad = "--top-p must be in (0, 1]";
+	else if (a->chunk < 1 || a->chunk > 8192)
+		bad = "--chunk must be 1 to 8192";
+	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
+		bad = "--seed must be a non-negative integer";
+	if (bad != NULL)
+		fprintf(stderr, "muster generate: %s\n", bad);
+	return bad != NULL ? 2 : 0;
+}
+
+static int open_local(gen_run_t *r)
+{
+	mu__dec_opts_t o = {r->a.threads, 1, UINT64_MAX, r->a.chunk};
+	char why[1024] = "";
+	int rc;
+
+	rc = mu__dec_new(&r->src, 0, r->src.hp.n_layers, &o, &r->dec, why, sizeof(why));
+	if (rc != 0)
+		return fail("cannot set up the model", why);
+	mu__chain_local(&r->chain, r->dec, r->a.chunk);
+	snprintf(r->where, sizeof(r->where), "this process, %d thread%s, kernels %s", r->a.threads,
+	         r->a.threads == 1 ? "" : "s", mu__kern_isa());
+	return 0;
+}
+
+int gen_run_open(const gen_args_t *a, gen_run_t *r)
+{
+	char why[1024] = "";
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->a = *a;
+	if ((rc = check_args(a)) != 0)
+		return rc;
+	if ((rc = mu__llm_src_open(a->model, a->tokenizer, &r->src, why, sizeof(why))) != 0)
+		return fail("cannot open the model", why);
+	r->have_src = 1;
+	if ((rc = r->src.tokenizer(&r->src, &r->tok, why, sizeof(why))) != 0) {
+		gen_run_close(r);
+		return fail("cannot load the tokenizer", why);
+	}
+	if (a->seed < 0) {
+		if (getrandom(&r->seed, sizeof(r->seed), 0) != (ssize_t)sizeof(r->seed))
+			r->seed = 0x5eed;
+	} else {
+		r->seed = (uint64_t)a->seed;
+	}
+	r->json = a->json;
+	r->g.sample.temperature = (float)a->temperature;
+	r->g.sample.top_k = a->top_k;
+	r->g.sample.top_p = (float)a->top_p;
+	r->g.sample.seed = r->seed;
+	r->g.max_tokens = a->max_tokens;
+	r->g.ctx = a->ctx > 0 ? a->ctx : (r->src.hp.ctx < GEN_DEFAULT_CTX ? r->src.hp.ctx : GEN_DEFAULT_CTX);
+	r->g.no_bos = a->no_bos;
+	r->g.ignore_eos = a->ignore_eos;
+	r->g.seq_id = 1;
+	if (a->stages != NULL)
+		rc = fail("--stages", "not in this build yet");
+	else
+		rc = open_local(r);
+	if (rc != 0)
+		gen_run_close(r);
+	return rc;
+}
+
+void gen_run_close(gen_run_t *r)
+{
+	mu__dec_free(r->dec);
+	mu__tok_free(r->tok);
+	if (r->have_src)
+		mu__llm_src_free(&r->src);
+	memset(r, 0, sizeof(*r));
+}
+
+void gen_run_json(const gen_run_t *r, cJSON *j)
+{
+	const mu__llm_hp_t *h = &r->src.hp;
+	cJSON *m = cJSON_AddObjectToObject(j, "model");
+
+	cJSON_AddStringToObject(m, "arch", h->arch);
+	cJSON_AddStringToObject(m, "format", r->src.fmt == MU__FMT_HF ? "hf" :
+	                                    r->src.fmt == MU__FMT_GGUF ? "gguf" : "llama2.c");
+	cJSON_AddNumberToObject(m, "layers", h->n_layers);
+	cJSON_AddNumberToObject(m, "dim", h->dim);
+	cJSON_AddNumberToObject(m, "vocab", h->vocab);
+	cJSON_AddNumberToObject(m, "weight_bytes",
+	                        (double)mu__llm_src_bytes(&r->src, 0, h->n_layers));
+	cJSON_AddStringToObject(j, "where", r->where);
+}

@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Opening a decoder checkpoint whatever its format: which loader reads
+ * path, the mapped files and tensor directory they fill in, and the checks
+ * every format gets alike (hyperparameters in range, every tensor the
+ * configuration implies present with its shape and a type we compute
+ * with). The loaders themselves are llm_hf.c, llm_gguf.c and llm_l2c.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "muster/common.h"
+#include "core/alloc_int.h"
+#include "core/error_int.h"
+#include "model/llm_int.h"
+
+struct mu__llm_map_s {
+	void *p;
+	size_t len;
+};
+
+int mu__llm_map_file(const char *path, mu__llm_src_t *src,
+                     const unsigned char **base, size_t *len, char *why,
+                     size_t wl)
+{
+	mu__llm_map_t **maps, *m;
+	struct stat st;
+	void *p;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+		close(fd);
+		return mu__why(why, wl, MU_EPROTO, "%.300s is not a non-empty regular file", path);
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return mu__why(why, wl, -errno, "cannot map %.300s", path);
+	/* Weights are read in order once per token; the kernel's readahead
+	 * would otherwise pull in other stages' layers. */
+	madvise(p, (size_t)st.st_size, MADV_RANDOM);
+	m = mu__malloc(sizeof(*m));
+	maps = mu__realloc(src->maps, (src->nmaps + 1) * sizeof(*maps));
+	if (m == NULL || maps == NULL) {
+		mu__free(m);
+		if (maps != NULL)
+			src->maps = maps;
+		munmap(p, (size_t)st.st_size);
+		return MU_ENOMEM;
+	}
+	m->p = p;
+	m->len = (size_t)st.st_size;
+	src->maps = maps;
+	src->maps[src->nmaps++] = m;
+	*base = p;
+	*len = m->len;
+	return 0;
+}
+
+int mu__llm_add_tensor(mu__llm_src_t *src, const char *name, mu__wtype_t t,
+                       const void *data, int64_t rows, int64_t cols)
+{
+	mu__llm_tensor_t *v;
+	size_t rb = mu__wtype_row_bytes(t, cols);
+
+	if (strlen(name) >= sizeof(v->name) || rb == 0 || rows <= 0)
+		return MU_EARG;
+	v = mu__realloc(src->t, (src->nt + 1) * sizeof(*v));
+	if (v == NULL)
+		return MU_ENOMEM;
+	src->t = v;
+	v = &src->t[src->nt++];
+	memset(v, 0, sizeof(*v));
+	memcpy(v->name, name, strlen(name) + 1);
+	v->m.type = t;
+	v->m.data = data;
+	v->m.rows = rows;
+	v->m.cols = cols;
+	v->bytes = (uint64_t)rows * rb;
+	return 0;
+}
+
+const mu__llm_tensor_t *mu__llm_src_tensor(const mu__llm_src_t *src,
+                                           const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < src->nt; i++)
+		if (strcmp(src->t[i].name, name) == 0)
+			return &src->t[i];
+	return NULL;
+}
+
+/* Formats' sniffing: a directory is HF; a file starting "GGUF" is GGUF;
+ * anything else is tried as a llama2.c checkpoint. */
+int mu__llm_src_open(const char *path, const char *tok_path,
+                     mu__llm_src_t *src, char *why, size_t wl)
+{
+	struct stat st;
+	char magic[4] = {0};
+	FILE *f;
+	int rc;
+
+	memset(src, 0, sizeof(*src));
+	if (stat(path, &st) != 0)
+		return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+	src->path = mu__strdup(path);
+	if (src->path == NULL)
+		return MU_ENOMEM;
+	if (S_ISDIR(st.st_mode)) {
+		rc = mu__llm_open_hf(path, src, why, wl);
+	} else {
+		f = fopen(path, "rb");
+		if (f == NULL)
+			return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+		if (fread(magic, 1, 4, f) != 4)
+			memset(magic, 0, 4);
+		fclose(f);
+		if (memcmp(magic, "GGUF", 4) == 0)
+			rc = mu__llm_open_gguf(path, src, why, wl);
+		else
+			rc = mu__llm_open_l2c(path, tok_path, src, why, wl);
+	}
+	if (rc == 0)
+		rc = mu__llm_check(src, why, wl);
+	if (rc != 0)
+		mu__llm_src_free(src);
+	return rc;
+}
+
+void mu__llm_src_free(mu__llm_src_t *src)
+{
+	size_t i;
+
+	if (src->priv_free != NULL)
+		src->priv_free(src->priv);
+	for (i = 0; i < src->nmaps; i++) {
+		munmap(src->maps[i]->p, src->maps[i]->len);
+		mu__free(src->maps[i]);
+	}
+	mu__free(src->maps);
+	mu__free(src->t);
+	mu__free(src->path);
+	mu__free(src->tok_path);
+	memset(src, 0, sizeof(*src));
+}
+
+/* The tensor name's shape and type check; vectors are [1, n]. */
+static int want(const mu__llm_src_t *src, const char *name, int64_t rows,
+                int64_t cols, int vector, char *why, size_t wl)
+{
+	const mu__llm_tensor_t *t = mu__llm_src_tensor(src, name);
+
+	if (t == NULL)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is missing", src->path, name);
+	if (t->m.rows != rows || t->m.cols != cols)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is [%lld, %lld]; the configuration "
+		               "implies [%lld, %lld]", src->path, name, (long long)t->m.rows,
+		               (long long)t->m.cols, (long long)rows, (long long)cols);
+	if (vector && t->m.type != MU__WT_F32 && t->m.type != MU__WT_F16 &&
+	    t->m.type != MU__WT_BF16)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is %s; muster takes norms and "
+		               "biases as F32, F16 or BF16", src->path, name,
+		               mu__wtype_name(t->m.type));
+	return 0;
+}
+
+static int check_hp(const mu__llm_src_t *src, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+
+	if (h->dim <= 0 || h->hidden <= 0 || h->n_layers <= 0 || h->n_heads <= 0 ||
+	    h->n_kv_heads <= 0 || h->head_dim <= 0 || h->vocab <= 0 || h->ctx <= 0)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: a size in the configuration is zero or "
+		               "negative", src->path);
+	if (h->dim > (1 << 16) || h->hidden > (1 << 18) || h->n_layers > 1024 ||
+	    h->n_heads > 1024 || h->head_dim > 1024 || h->vocab > (1 << 22))
+		return mu__why(why, wl, MU_ETOOBIG, "%.200s: the configuration's sizes are past what "
+		               "muster loads", src->path);
+	if (h->n_heads % h->n_kv_heads != 0)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: %d attention heads is not a multiple of "
+		               "%d key/value heads", src->path, h->n_heads, h->n_kv_heads);
+	if (h->head_dim % 2 != 0)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: head_dim %d is odd; RoPE needs pairs",
+		               src->path, h->head_dim);
+	if (!(h->eps > 0 && h->eps < 1) || !(h->theta > 1))
+		return mu__why(why, wl, MU_EPROTO, "%.200s: rms_norm_eps or rope_theta is out of "
+		               "range", src->path);
+	if (h->scaling != MU__RS_NONE && !(h->sc_factor >= 1))
+		return mu__why(why, wl, MU_EPROTO, "%.200s: rope_scaling.factor must be >= 1",
+		               src->path);
+	if (h->scaling == MU__RS_LLAMA3 && (!(h->sc_high > h->sc_low) || !(h->sc_low > 0) ||
+	                                    h->sc_orig <= 0))
+		return mu__why(why, wl, MU_EPROTO, "%.200s: rope_scaling of type llama3 needs "
+		               "high_freq_factor > low_freq_factor > 0 and "
+		               "original_max_position_embeddings", src->path);
+	return 0;
+}
+
+static int check_layer(const mu__llm_src_t *src, int l, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int64_t qd = (int64_t)h->n_heads * h->head_dim, kvd = (int64_t)h->n_kv_heads * h->head_dim;
+	struct { const char *n; int64_t r, c; int vec; } need[] = {
+		{"attn_norm.weight", 1, h->dim, 1}, {"attn_q.weight", qd, h->dim, 0},
+		{"attn_k.weight", kvd, h->dim, 0}, {"attn_v.weight", kvd, h->dim, 0},
+		{"attn_output.weight", h->dim, qd, 0}, {"ffn_norm.weight", 1, h->dim, 1},
+		{"ffn_gate.weight", h->hidden, h->dim, 0}, {"ffn_up.weight", h->hidden, h->dim, 0},
+		{"ffn_down.weight", h->dim, h->hidden, 0},
+	};
+	struct { const char *n; int64_t c; } bias[] = {
+		{"attn_q.bias", qd}, {"attn_k.bias", kvd}, {"attn_v.bias", kvd},
+		{"attn_output.bias", h->dim},
+	};
+	char name[64];
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+		snprintf(name, sizeof(name), "blk.%d.%s", l, need[i].n);
+		if ((rc = want(src, name, need[i].r, need[i].c, need[i].vec, why, wl)) != 0)
+			return rc;
+	}
+	for (i = 0; i < sizeof(bias) / sizeof(bias[0]); i++) {
+		snprintf(name, sizeof(name), "blk.%d.%s", l, bias[i].n);
+		if (mu__llm_src_tensor(src, name) != NULL &&
+		    (rc = want(src, name, 1, bias[i].c, 1, why, wl)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int l, rc;
+
+	if ((rc = check_hp(src, why, wl)) != 0)
+		return rc;
+	if ((rc = want(src, "token_embd.weight", h->vocab, h->dim, 0, why, wl)) != 0 ||
+	    (rc = want(src, "output_norm.weight", 1, h->dim, 1, why, wl)) != 0)
+		return rc;
+	if (!h->tied && (rc = want(src, "output.weight", h->vocab, h->dim, 0, why, wl)) != 0)
+		return rc;
+	for (l = 0; l < h->n_layers; l++)
+		if ((rc = check_layer(src, l, why, wl)) != 0)
+			return rc;
+	return 0;
+}
+
+uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)
+{
+	uint64_t n = 0;
+	size_t i;
+	int l;
+
+	for (i = 0; i < src->nt; i++) {
+		const char *nm = src->t[i].name;
+
+		if (sscanf(nm, "blk.%d.", &l) == 1) {
+			if (l >= first && l < last)
+				n += src->t[i].bytes;
+		} else if (strcmp(nm, "token_embd.weight") == 0) {
+			if (first == 0 || (src->hp.tied && last == src->hp.n_layers))
+				n += src->t[i].bytes;
+		} else if (last == src->hp.n_layers) {
+			n += src->t[i].bytes; /* output_norm, output, rope_freqs */
+		}
+	}
+	return n;
+}
