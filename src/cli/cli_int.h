@@ -74,6 +74,10 @@ int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_stage_llm(int argc, char **argv);
+/* Is path a decoder LLM checkpoint (GGUF, llama2.c, HF directory) rather
+ * than a graph model directory? */
+int cli_is_llm(const char *path);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);

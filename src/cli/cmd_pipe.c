@@ -271,10 +271,20 @@ int cmd_stage(int argc, char **argv)
 		"    muster stage I/N: serving on HOST:PORT\n"
 		"\n"
 		"and answers forwards from `muster run --stages ...` until stopped (Ctrl-C or\n"
-		"SIGTERM) or until --requests forwards were served.",
+		"SIGTERM) or until --requests forwards were served.\n"
+		"\n"
+		"With --model naming a decoder LLM checkpoint (a GGUF file, an HF directory or a\n"
+		"llama2.c .bin) it serves layers of it to `muster generate --stages`; see\n"
+		"`muster stage --model CHECKPOINT --help` for those options.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 	uint64_t mf;
 
+	for (int i = 1; i + 1 < argc; i++) /* a decoder LLM has its own options */
+		if (strcmp(argv[i], "--model") == 0 && cli_is_llm(argv[i + 1]))
+			return cmd_stage_llm(argc, argv);
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], "--model=", 8) == 0 && cli_is_llm(argv[i] + 8))
+			return cmd_stage_llm(argc, argv);
 	mu_stage_server_opts_init(&o);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)

@@ -4,12 +4,14 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include "muster/common.h"
 #include "cli/gen_int.h"
+#include "pipeline/llm_coord_int.h"
 
 #define GEN_DEFAULT_CTX 4096
 
@@ -107,6 +109,53 @@ static int open_local(gen_run_t *r)
 	return 0;
 }
 
+/* Split "H:P,H:P,..." in place into at most max addresses. */
+static int split_addrs(char *s, char **v, int max)
+{
+	char *save = NULL;
+	int n = 0;
+
+	for (char *t = strtok_r(s, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+		if (n == max)
+			return -1;
+		v[n++] = t;
+	}
+	return n;
+}
+
+static int open_remote(gen_run_t *r)
+{
+	mu__llm_coord_opts_t o;
+	mu__llm_coord_t *c;
+	char *copy = strdup(r->a.stages), *v[1024], why[1024] = "";
+	int n, rc;
+
+	if (copy == NULL)
+		return fail("out of memory", "");
+	n = split_addrs(copy, v, 1024);
+	if (n < 1) {
+		free(copy);
+		fprintf(stderr, "muster generate: --stages takes HOST:PORT,... (1 to 1024 of them)\n");
+		return 2;
+	}
+	mu__llm_coord_opts_init(&o);
+	rc = mu__llm_coord_connect((const char *const *)v, n, &o, &c, why, sizeof(why));
+	free(copy);
+	if (rc != 0)
+		return fail("cannot use the stages", why);
+	r->remote = c;
+	mu__llm_coord_chain(c, &r->chain, r->a.chunk);
+	if (r->chain.vocab != r->src.hp.vocab) {
+		snprintf(why, sizeof(why), "their model has a vocabulary of %d, --model's %d",
+		         r->chain.vocab, r->src.hp.vocab);
+		return fail("the stages serve another model", why);
+	}
+	if (r->g.ctx > mu__llm_coord_ctx(c))
+		r->g.ctx = mu__llm_coord_ctx(c);
+	snprintf(r->where, sizeof(r->where), "%d stage%s", n, n == 1 ? "" : "s");
+	return 0;
+}
+
 int gen_run_open(const gen_args_t *a, gen_run_t *r)
 {
 	char why[1024] = "";
@@ -140,7 +189,7 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	r->g.ignore_eos = a->ignore_eos;
 	r->g.seq_id = 1;
 	if (a->stages != NULL)
-		rc = fail("--stages", "not in this build yet");
+		rc = open_remote(r);
 	else
 		rc = open_local(r);
 	if (rc != 0)
@@ -151,6 +200,7 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 void gen_run_close(gen_run_t *r)
 {
 	mu__dec_free(r->dec);
+	mu__llm_coord_free(r->remote);
 	mu__tok_free(r->tok);
 	if (r->have_src)
 		mu__llm_src_free(&r->src);

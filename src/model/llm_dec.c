@@ -21,7 +21,7 @@
 #include "model/llm_ops_int.h"
 
 typedef struct {
-	uint64_t id;
+	uint64_t owner, id;
 	int32_t ctx, len;
 	float *kv;            /* [layers held][2][ctx][kv_dim] */
 } seq_t;
@@ -191,22 +191,23 @@ uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx)
 	       (uint64_t)d->hp.n_kv_heads * (uint64_t)d->hp.head_dim * sizeof(float);
 }
 
-static seq_t *find_seq(const mu__dec_t *d, uint64_t id)
+static seq_t *find_seq(const mu__dec_t *d, uint64_t owner, uint64_t id)
 {
 	int i;
 
 	for (i = 0; i < d->nseqs; i++)
-		if (d->seqs[i].id == id)
+		if (d->seqs[i].owner == owner && d->seqs[i].id == id)
 			return &d->seqs[i];
 	return NULL;
 }
 
-int mu__dec_seq_open(mu__dec_t *d, uint64_t id, int32_t ctx, char *why, size_t wl)
+int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, char *why,
+                     size_t wl)
 {
 	uint64_t need;
 	seq_t *s;
 
-	if (find_seq(d, id) != NULL)
+	if (find_seq(d, owner, id) != NULL)
 		return mu__why(why, wl, -EEXIST, "sequence %llu is already open",
 		               (unsigned long long)id);
 	if (ctx < 1 || ctx > d->hp.ctx)
@@ -227,6 +228,7 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t id, int32_t ctx, char *why, size_t w
 	if (need > 0 && s->kv == NULL)
 		return mu__why(why, wl, MU_ENOMEM, "cannot allocate a KV cache of %llu bytes",
 		               (unsigned long long)need);
+	s->owner = owner;
 	s->id = id;
 	s->ctx = ctx;
 	s->len = 0;
@@ -235,16 +237,36 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t id, int32_t ctx, char *why, size_t w
 	return 0;
 }
 
-int mu__dec_seq_close(mu__dec_t *d, uint64_t id)
+static void drop_seq(mu__dec_t *d, seq_t *s)
 {
-	seq_t *s = find_seq(d, id);
-
-	if (s == NULL)
-		return -ENOENT;
 	d->kv_used -= mu__dec_kv_per_seq(d, s->ctx);
 	mu__free(s->kv);
 	*s = d->seqs[--d->nseqs];
+}
+
+int mu__dec_seq_close(mu__dec_t *d, uint64_t owner, uint64_t id)
+{
+	seq_t *s = find_seq(d, owner, id);
+
+	if (s == NULL)
+		return -ENOENT;
+	drop_seq(d, s);
 	return 0;
+}
+
+int mu__dec_seq_close_owner(mu__dec_t *d, uint64_t owner)
+{
+	int i = 0, n = 0;
+
+	while (i < d->nseqs) {
+		if (d->seqs[i].owner == owner) {
+			drop_seq(d, &d->seqs[i]);
+			n++;
+		} else {
+			i++;
+		}
+	}
+	return n;
 }
 
 int mu__dec_seqs(const mu__dec_t *d)
@@ -295,11 +317,11 @@ static int check_call(const mu__dec_t *d, const seq_t *s, uint64_t id, int32_t p
 	return 0;
 }
 
-int mu__dec_forward(mu__dec_t *d, uint64_t id, int32_t pos, int32_t n,
+int mu__dec_forward(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t pos, int32_t n,
                     const int32_t *tokens, const float *x, float *out,
                     int all_logits, char *why, size_t wl)
 {
-	seq_t *s = find_seq(d, id);
+	seq_t *s = find_seq(d, owner, id);
 	mu__dec_step_t st;
 	int32_t i, rows;
 	int l, rc;

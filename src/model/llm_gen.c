@@ -14,18 +14,18 @@
 
 static int local_open(void *ud, uint64_t id, int32_t ctx, char *why, size_t wl)
 {
-	return mu__dec_seq_open(ud, id, ctx, why, wl);
+	return mu__dec_seq_open(ud, 0, id, ctx, why, wl);
 }
 
 static int local_forward(void *ud, uint64_t id, int32_t pos, int32_t n, const int32_t *tokens,
                          float *logits, char *why, size_t wl)
 {
-	return mu__dec_forward(ud, id, pos, n, tokens, NULL, logits, 0, why, wl);
+	return mu__dec_forward(ud, 0, id, pos, n, tokens, NULL, logits, 0, why, wl);
 }
 
 static void local_close(void *ud, uint64_t id)
 {
-	mu__dec_seq_close(ud, id);
+	mu__dec_seq_close(ud, 0, id);
 }
 
 void mu__chain_local(mu__chain_t *c, mu__dec_t *d, int32_t max_chunk)

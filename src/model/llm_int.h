@@ -98,6 +98,13 @@ const mu__llm_tensor_t *mu__llm_src_tensor(const mu__llm_src_t *src,
  * the last layer. */
 uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last);
 
+/*
+ * Cut the layers into n contiguous stages (n <= n_layers) so that the
+ * largest stage's bytes (mu__llm_src_bytes) are as small as they can be:
+ * stage i is layers [cut[i], cut[i+1]); cut has n + 1 entries.
+ */
+int mu__llm_split(const mu__llm_src_t *src, int n, int *cut);
+
 /* Format loaders (llm_hf.c, llm_gguf.c, llm_l2c.c), called by open. */
 int mu__llm_open_hf(const char *dir, mu__llm_src_t *src, char *why, size_t wl);
 int mu__llm_open_gguf(const char *path, mu__llm_src_t *src, char *why,
@@ -144,14 +151,20 @@ int mu__dec_new(const mu__llm_src_t *src, int first, int last,
 void mu__dec_free(mu__dec_t *d);
 
 /*
+ * Sequences are named by (owner, id): an owner is whoever opened them (a
+ * connection of a stage server), so one peer's ids never meet another's
+ * and a peer that goes away takes its sequences with it.
+ *
  * Reserve a sequence's KV cache for ctx positions. MU_ETOOBIG with why
  * when max_seqs or kv_bytes would be passed, or ctx is over the model's
- * window of positions we allow; -EEXIST for an id already open.
+ * trained context; -EEXIST for an id already open.
  */
-int mu__dec_seq_open(mu__dec_t *d, uint64_t id, int32_t ctx, char *why,
-                     size_t wl);
+int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx,
+                     char *why, size_t wl);
 /* Free it; -ENOENT when unknown. */
-int mu__dec_seq_close(mu__dec_t *d, uint64_t id);
+int mu__dec_seq_close(mu__dec_t *d, uint64_t owner, uint64_t id);
+/* Free every sequence of owner; how many there were. */
+int mu__dec_seq_close_owner(mu__dec_t *d, uint64_t owner);
 int mu__dec_seqs(const mu__dec_t *d);
 uint64_t mu__dec_kv_reserved(const mu__dec_t *d);
 /* KV bytes one sequence of ctx positions takes on this decoder. */
@@ -167,7 +180,8 @@ uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx);
  * count (kern_int.h). Errors: MU_EARG / -ENOENT / MU_ETOOBIG with why,
  * MU_ENOMEM.
  */
-int mu__dec_forward(mu__dec_t *d, uint64_t id, int32_t pos, int32_t n,
+int mu__dec_forward(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t pos,
+                    int32_t n,
                     const int32_t *tokens, const float *x, float *out,
                     int all_logits, char *why, size_t wl);
 

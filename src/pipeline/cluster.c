@@ -194,7 +194,7 @@ static int request_error(mu_cluster_t *c, int rc, char *err, size_t el)
 /* Learn what a granted device offers: INFO, then its md metadata. */
 static int describe_device(mu_cluster_t *c, device_t *d, char *err, size_t el)
 {
-	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0};
+	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0, 0};
 	mu__chan_t ch;
 	char *info = NULL;
 	int rc;
@@ -308,7 +308,7 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 				sent[ns++] = e;
 		}
 		if (l.n > 0 && (e == NULL || bytes >= STREAM_FRAME_BYTES || ns == 4096)) {
-			mu__msg_t m = {MU_MSG_WEIGHTS, 0, 0, 0, 0};
+			mu__msg_t m = {MU_MSG_WEIGHTS, 0, 0, 0, 0, 0};
 
 			rc = mu__msg_send_frame(ch, &m, &l);
 			mu_tensor_list_free(&l);
@@ -329,7 +329,7 @@ static int assign(mu_cluster_t *c, int i, device_t *d, char *err, size_t el)
 {
 	mu_stage_info_t si;
 	cJSON *o = cJSON_CreateObject(), *shapes;
-	mu__msg_t m = {MU_MSG_ASSIGN, 0, 2, 0, 0};
+	mu__msg_t m = {MU_MSG_ASSIGN, 0, 2, 0, 0, 0};
 	mu__chan_t ch;
 	char hex[20], *body = NULL, *reply = NULL;
 	int stream, rc;
@@ -379,7 +379,7 @@ static int assign(mu_cluster_t *c, int i, device_t *d, char *err, size_t el)
 		mu__free(reply);
 		reply = NULL;
 		rc = stream_weights(c, &ch, &si, err, el, d->addr);
-		m = (mu__msg_t){MU_MSG_LOAD, 0, 3, 0, 0};
+		m = (mu__msg_t){MU_MSG_LOAD, 0, 3, 0, 0, 0};
 		if (rc == 0)
 			rc = exchange(&ch, &m, NULL, MU_MSG_READY, &reply, err, el, d->addr);
 	}

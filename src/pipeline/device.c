@@ -252,7 +252,7 @@ const char *mu_device_describe(const mu_device_t *d)
 static void ready(mu__serve_ctx_t *ctx, uint64_t id, mu_stage_t *s, mu__reply_t *r)
 {
 	ctx->stage = s;
-	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0};
+	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0, 0};
 	r->text = (char *)mu_stage_describe(s);
 }
 
@@ -325,7 +325,7 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 			ss->pending = s;
 			ss->received = 0;
 			ss->budget_need = (uint64_t)need;
-			r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0};
+			r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
 			r->text = mu__strdup("{\"weights\": \"stream\"}");
 			r->text_owned = 1;
 		}
@@ -370,7 +370,7 @@ static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 
 	switch (m->type) {
 	case MU_MSG_INFO:
-		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0};
+		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
 		r->text = ss->d->info != NULL ? ss->d->info : (char *)"{}";
 		return;
 	case MU_MSG_ASSIGN:

@@ -11,6 +11,7 @@
 
 #include "muster/pipeline.h"
 #include "core/strmap_int.h"
+#include "model/llm_int.h"
 #include "model/model_int.h"
 #include "model/plan_int.h"
 #include "model/safetensors_int.h"
@@ -47,7 +48,9 @@ struct mu_stage_s {
 	double load_ms;
 	char *desc;            /* JSON */
 	pthread_mutex_t lock;  /* one forward at a time */
+	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
 };
+
 
 /* FNV-1a, 64 bits, continued from h (start with MU_FNV_INIT). */
 #define MU_FNV_INIT 0xcbf29ce484222325ULL
@@ -113,7 +116,8 @@ void mu__reply_free(mu__reply_t *r);
 void mu__reply_error(mu__reply_t *r, uint64_t id, int code, int fatal, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
-void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
+/* owner: who sent it (a connection's serial), for state kept per peer. */
+void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m, const char *body,
                      mu_tensor_list_t *in, mu__reply_t *r);
 
 /*
@@ -122,6 +126,35 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
  * *stop is set. 0 for an orderly end.
  */
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
+
+/* ---- stages of decoder LLMs (llm_stage.c) ---- */
+
+typedef struct mu__llm_stage_s mu__llm_stage_t;
+
+typedef struct {
+	int threads;          /* compute threads */
+	int max_seqs;         /* sequences open at once (all connections) */
+	uint64_t kv_bytes;    /* KV cache all sequences may reserve */
+	int max_chunk;        /* positions per SEQ_FORWARD */
+} mu__llm_stage_opts_t;
+
+void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o);
+/*
+ * Load the stage of a checkpoint (an HF directory, GGUF or llama2.c file):
+ * layers [first, last) when first >= 0, else stage index of `of` split by
+ * weight bytes. The stage's own weights are made resident; nothing else
+ * of the files is read.
+ */
+int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
+                       int first, int last, const mu__llm_stage_opts_t *o,
+                       mu_stage_t **out, char *err, size_t el);
+void mu__llm_stage_free(mu__llm_stage_t *s);
+/* SEQ_OPEN, SEQ_FORWARD and SEQ_CLOSE from the connection owner. Any
+ * thread. */
+void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                          const char *body, mu_tensor_list_t *in, mu__reply_t *r);
+/* The connection owner has gone: free its sequences. Any thread. */
+void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner);
 
 /* Into t: why a message was cut short after got of its `of` bytes of
  * `what` ("header", "FORWARD body", ...): a stall of stall_ms when rc is

@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A stage of a decoder LLM: layers [first, last) of a checkpoint loaded
+ * from this machine's copy, serving sequences (docs/protocols/pipeline.md,
+ * "Sequences"). SEQ_OPEN reserves a sequence's KV cache, SEQ_FORWARD runs
+ * positions through the layers (token ids in on the first stage,
+ * activations in between, logits out of the last), SEQ_CLOSE frees it.
+ * Sequences belong to the connection that opened them and go with it.
+ *
+ * One forward at a time per stage (the decoder's scratch is shared); the
+ * stage server calls in from libuv's thread pool, so every entry point
+ * takes the lock.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "core/json_int.h"
+#include "core/log_int.h"
+#include "core/time_int.h"
+#include "pipeline/pipeline_int.h"
+
+#define LOG "stage"
+
+struct mu__llm_stage_s {
+	mu__llm_src_t src;
+	mu__dec_t *dec;
+	mu__llm_stage_opts_t o;
+	int index, of, first, last;
+	uint64_t digest;
+	uv_mutex_t lock;
+	int32_t *tok;         /* token ids of the chunk being run */
+};
+
+/* A digest of what the checkpoint is: its configuration and every
+ * tensor's name, type and shape (not its bytes: a stage reads no other
+ * stage's weights). Stages of one run must agree. */
+static uint64_t digest(const mu__llm_src_t *src)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int32_t v[] = {h->dim, h->hidden, h->n_layers, h->n_heads, h->n_kv_heads, h->head_dim,
+	               h->vocab, h->ctx, h->window, (int32_t)h->rope, (int32_t)h->scaling,
+	               h->sc_orig, h->tied};
+	float f[] = {h->eps, h->theta, h->sc_factor, h->sc_low, h->sc_high};
+	uint64_t d = mu__fnv(MU_FNV_INIT, h->arch, strlen(h->arch));
+	size_t i;
+
+	d = mu__fnv(d, v, sizeof(v));
+	d = mu__fnv(d, f, sizeof(f));
+	for (i = 0; i < src->nt; i++) {
+		int64_t shape[3] = {src->t[i].m.type, src->t[i].m.rows, src->t[i].m.cols};
+
+		d = mu__fnv(d, src->t[i].name, strlen(src->t[i].name));
+		d = mu__fnv(d, shape, sizeof(shape));
+	}
+	return d;
+}
+
+/* Read one byte of every page of the stage's own tensors, so it is
+ * resident before it says it is ready (and its first token is not spent
+ * on page faults). */
+static void make_resident(const mu__llm_src_t *src, int first, int last)
+{
+	volatile unsigned char sink = 0;
+	size_t i, off;
+	int l;
+
+	for (i = 0; i < src->nt; i++) {
+		const unsigned char *p = src->t[i].m.data;
+		const char *nm = src->t[i].name;
+		int mine = sscanf(nm, "blk.%d.", &l) == 1 ? l >= first && l < last
+		         : strcmp(nm, "token_embd.weight") == 0
+		                 ? first == 0 || (src->hp.tied && last == src->hp.n_layers)
+		                 : last == src->hp.n_layers;
+
+		for (off = 0; mine && off < src->t[i].bytes; off += 4096)
+			sink ^= p[off];
+	}
+	(void)sink;
+}
+
+void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->threads = 1;
+	o->max_seqs = 8;
+	o->kv_bytes = (uint64_t)1 << 30;
+	o->max_chunk = 256;
+}
+
+static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
+{
+	const mu__llm_hp_t *h = &s->src.hp;
+	mu__buf_t b;
+	int rc;
+
+	mu__buf_init(&b, 1 << 16);
+	rc = mu__buf_printf(&b, "{\"kind\": \"llm\", \"stage\": %d, \"of\": %d, \"arch\": \"%s\", "
+	                    "\"first\": %d, \"last\": %d, \"layers\": %d, \"dim\": %d, "
+	                    "\"vocab\": %d, \"ctx\": %d, \"embeds\": %s, \"head\": %s, "
+	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, \"kv_bytes\": %llu, "
+	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"threads\": %d, "
+	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
+	                    "\"load_ms\": %.3f}",
+	                    s->index, s->of, h->arch, s->first, s->last, h->n_layers, h->dim,
+	                    h->vocab, h->ctx, s->first == 0 ? "true" : "false",
+	                    s->last == h->n_layers ? "true" : "false",
+	                    (unsigned long long)s->digest, s->o.max_seqs,
+	                    (unsigned long long)s->o.kv_bytes,
+	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
+	                    s->o.threads, mu__kern_isa(),
+	                    (unsigned long long)mu__llm_src_bytes(&s->src, s->first, s->last),
+	                    (unsigned long long)mu__self_rss(), load_ms);
+	if (rc != 0) {
+		mu__buf_free(&b);
+		return rc;
+	}
+	st->desc = mu__buf_take(&b, NULL);
+	return 0;
+}
+
+/* Layers [first, last) for stage index of `of`, balanced by bytes. */
+static int place(mu__llm_stage_t *s, int first, int last, char *err, size_t el)
+{
+	int n = s->src.hp.n_layers, cut[1025], rc;
+
+	if (first >= 0) {
+		s->first = first;
+		s->last = last;
+		return 0;
+	}
+	if (s->of < 1 || s->index < 0 || s->index >= s->of || s->of > n || s->of > 1024) {
+		snprintf(err, el, "stage %d of %d: the model has %d layers", s->index, s->of, n);
+		return MU_EARG;
+	}
+	rc = mu__llm_split(&s->src, s->of, cut);
+	if (rc != 0)
+		return rc;
+	s->first = cut[s->index];
+	s->last = cut[s->index + 1];
+	return 0;
+}
+
+int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
+                       int first, int last, const mu__llm_stage_opts_t *o,
+                       mu_stage_t **out, char *err, size_t el)
+{
+	mu__dec_opts_t d = {o->threads, o->max_seqs, o->kv_bytes, o->max_chunk};
+	mu__llm_stage_t *s;
+	mu_stage_t *st;
+	double t0 = mu__clock_ms();
+	int rc;
+
+	*out = NULL;
+	st = mu__calloc(1, sizeof(*st));
+	s = mu__calloc(1, sizeof(*s));
+	if (st == NULL || s == NULL) {
+		mu__free(st);
+		mu__free(s);
+		return MU_ENOMEM;
+	}
+	uv_mutex_init(&s->lock);
+	pthread_mutex_init(&st->lock, NULL);
+	mu__strmap_init(&st->in_shapes);
+	mu__strmap_init(&st->params);
+	st->llm = s;
+	st->index = s->index = index;
+	st->of = s->of = of;
+	s->o = *o;
+	s->first = -1;
+	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
+	if (rc == 0) {
+		s->digest = st->digest = digest(&s->src);
+		rc = place(s, first, last, err, el);
+	}
+	if (rc == 0)
+		rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
+	if (rc == 0 && (s->tok = mu__malloc((size_t)o->max_chunk * sizeof(int32_t))) == NULL)
+		rc = MU_ENOMEM;
+	if (rc == 0) {
+		make_resident(&s->src, s->first, s->last);
+		rc = describe(st, s, mu__clock_ms() - t0);
+	}
+	if (rc != 0) {
+		mu_stage_free(st);
+		return rc;
+	}
+	*out = st;
+	return 0;
+}
+
+void mu__llm_stage_free(mu__llm_stage_t *s)
+{
+	if (s == NULL)
+		return;
+	mu__dec_free(s->dec);
+	if (s->src.path != NULL)
+		mu__llm_src_free(&s->src);
+	mu__free(s->tok);
+	uv_mutex_destroy(&s->lock);
+	mu__free(s);
+}
+
+void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner)
+{
+	int n;
+
+	uv_mutex_lock(&s->lock);
+	n = mu__dec_seq_close_owner(s->dec, owner);
+	uv_mutex_unlock(&s->lock);
+	if (n > 0)
+		mu__log(MU_LOG_INFO, LOG, "stage %d/%d: freed %d sequence%s of a closed connection",
+		        s->index, s->of, n, n == 1 ? "" : "s");
+}
+
+static void ready(mu__reply_t *r, uint64_t id, uint64_t seq, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* A READY reply with a small JSON body. */
+static void ready(mu__reply_t *r, uint64_t id, uint64_t seq, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	r->m = (mu__msg_t){MU_MSG_READY, 0, id, seq, 0, 0};
+	r->text = mu__strdup(text);
+	r->text_owned = 1;
+	if (r->text == NULL)
+		mu__reply_error(r, id, MU_ENOMEM, 0, "out of memory");
+}
+
+static void seq_open(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, const char *body,
+                     mu__reply_t *r)
+{
+	cJSON *j = NULL;
+	const cJSON *ctx;
+	char why[512];
+	int rc;
+
+	if (mu__json_parse(body, strlen(body), &j) != 0 || !cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		mu__reply_error(r, m->id, MU_EJSON, 0, "SEQ_OPEN: the body is not a JSON object");
+		return;
+	}
+	ctx = cJSON_GetObjectItemCaseSensitive(j, "ctx");
+	if (!mu__json_is_int(ctx, 1, INT32_MAX)) {
+		cJSON_Delete(j);
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "SEQ_OPEN: \"ctx\" must be a positive integer");
+		return;
+	}
+	uv_mutex_lock(&s->lock);
+	rc = mu__dec_seq_open(s->dec, owner, m->aux, (int32_t)ctx->valuedouble, why, sizeof(why));
+	uv_mutex_unlock(&s->lock);
+	if (rc != 0)
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
+	else
+		ready(r, m->id, m->aux, "{\"seq\": %llu, \"ctx\": %d, \"kv_bytes\": %llu}",
+		      (unsigned long long)m->aux, (int)ctx->valuedouble,
+		      (unsigned long long)mu__dec_kv_per_seq(s->dec, (int32_t)ctx->valuedouble));
+	cJSON_Delete(j);
+}
+
+static void seq_close(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, mu__reply_t *r)
+{
+	int rc;
+
+	uv_mutex_lock(&s->lock);
+	rc = mu__dec_seq_close(s->dec, owner, m->aux);
+	uv_mutex_unlock(&s->lock);
+	if (rc != 0)
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: sequence %llu is not open here",
+		                s->index, s->of, (unsigned long long)m->aux);
+	else
+		ready(r, m->id, m->aux, "{\"seq\": %llu, \"closed\": true}", (unsigned long long)m->aux);
+}
+
+/* The chunk's input: token ids (exact integers carried as f32) on the
+ * first stage, activations [n, dim] elsewhere. n, or an error text. */
+static int32_t seq_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, const float **x,
+                         char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &s->src.hp;
+	const mu_tensor_t *t = in->n == 1 ? in->t[0] : NULL;
+	int embeds = s->first == 0;
+	uint64_t i;
+
+	*x = NULL;
+	if (t == NULL || strcmp(t->name, embeds ? "tokens" : "x") != 0 ||
+	    t->rank != (embeds ? 1u : 2u) || t->dims[0] < 1 || t->dims[0] > (uint64_t)s->o.max_chunk ||
+	    (!embeds && t->dims[1] != (uint64_t)h->dim)) {
+		snprintf(why, wl, "SEQ_FORWARD carries one tensor, %s, of 1 to %d positions%s",
+		         embeds ? "\"tokens\" [n]" : "\"x\" [n, dim]", s->o.max_chunk,
+		         embeds ? "" : " (dim is the model's)");
+		return -1;
+	}
+	for (i = 0; embeds && i < t->dims[0]; i++) {
+		float v = t->data[i];
+
+		if (!(v >= 0 && v < (float)h->vocab) || v != (float)(int32_t)v) {
+			snprintf(why, wl, "token %llu is %g, not an id of the vocabulary of %d",
+			         (unsigned long long)i, (double)v, h->vocab);
+			return -1;
+		}
+		s->tok[i] = (int32_t)v;
+	}
+	if (!embeds)
+		*x = t->data;
+	return (int32_t)t->dims[0];
+}
+
+static void seq_forward(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                        const mu_tensor_list_t *in, mu__reply_t *r)
+{
+	const mu__llm_hp_t *h = &s->src.hp;
+	int all = (m->arg & MU_SEQ_ALL_LOGITS) != 0, head = s->last == h->n_layers;
+	int32_t pos = (int32_t)(m->arg & ~MU_SEQ_ALL_LOGITS), n;
+	uint64_t dims[2];
+	mu_tensor_t *t = NULL;
+	const float *x;
+	char why[512];
+	double t0;
+	int rc;
+
+	uv_mutex_lock(&s->lock);
+	n = seq_input(s, in, &x, why, sizeof(why));
+	if (n < 0) {
+		uv_mutex_unlock(&s->lock);
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "stage %d/%d: %s", s->index, s->of, why);
+		return;
+	}
+	dims[0] = head && !all ? 1 : (uint64_t)n;
+	dims[1] = head ? (uint64_t)h->vocab : (uint64_t)h->dim;
+	rc = mu_tensor_new(head ? "logits" : "x", 2, dims, &t);
+	t0 = mu__clock_ms();
+	if (rc == 0)
+		rc = mu__dec_forward(s->dec, owner, m->aux, pos, n, s->first == 0 ? s->tok : NULL, x,
+		                     t->data, all, why, sizeof(why));
+	else
+		snprintf(why, sizeof(why), "out of memory for the result");
+	uv_mutex_unlock(&s->lock);
+	if (rc == 0)
+		rc = mu_tensor_list_push(&r->out, t);
+	if (rc != 0) {
+		mu_tensor_free(t);
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
+		return;
+	}
+	r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
+}
+
+void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                          const char *body, mu_tensor_list_t *in, mu__reply_t *r)
+{
+	switch (m->type) {
+	case MU_MSG_SEQ_OPEN:
+		seq_open(s, owner, m, body != NULL ? body : "", r);
+		return;
+	case MU_MSG_SEQ_FORWARD:
+		seq_forward(s, owner, m, in, r);
+		return;
+	case MU_MSG_SEQ_CLOSE:
+		seq_close(s, owner, m, r);
+		return;
+	default:
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "a %s message is not expected by an LLM stage",
+		                mu__msg_type_name(m->type));
+	}
+}
