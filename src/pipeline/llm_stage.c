@@ -35,6 +35,8 @@ struct mu__llm_stage_s {
 	uint64_t digest;
 	uv_mutex_t lock;
 	int32_t *tok;         /* token ids of the chunk being run */
+	double load_ms;
+	mu_stage_t *stage;    /* the stage this is the LLM of */
 };
 
 /* A digest of what the checkpoint is: its configuration and every
@@ -93,12 +95,14 @@ void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
 	o->max_chunk = 256;
 }
 
+/* The stage's description as at load, plus what it holds now. */
 static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
 {
 	const mu__llm_hp_t *h = &s->src.hp;
 	mu__buf_t b;
 	int rc;
 
+	s->load_ms = load_ms;
 	mu__buf_init(&b, 1 << 16);
 	rc = mu__buf_printf(&b, "{\"kind\": \"llm\", \"stage\": %d, \"of\": %d, \"arch\": \"%s\", "
 	                    "\"first\": %d, \"last\": %d, \"layers\": %d, \"dim\": %d, "
@@ -106,7 +110,7 @@ static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
 	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, \"kv_bytes\": %llu, "
 	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"threads\": %d, "
 	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
-	                    "\"load_ms\": %.3f}",
+	                    "\"load_ms\": %.3f, \"sequences_open\": %d, \"kv_reserved\": %llu}",
 	                    s->index, s->of, h->arch, s->first, s->last, h->n_layers, h->dim,
 	                    h->vocab, h->ctx, s->first == 0 ? "true" : "false",
 	                    s->last == h->n_layers ? "true" : "false",
@@ -115,11 +119,13 @@ static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
 	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
 	                    s->o.threads, mu__kern_isa(),
 	                    (unsigned long long)mu__llm_src_bytes(&s->src, s->first, s->last),
-	                    (unsigned long long)mu__self_rss(), load_ms);
+	                    (unsigned long long)mu__self_rss(), load_ms, mu__dec_seqs(s->dec),
+	                    (unsigned long long)mu__dec_kv_reserved(s->dec));
 	if (rc != 0) {
 		mu__buf_free(&b);
 		return rc;
 	}
+	mu__free(st->desc);
 	st->desc = mu__buf_take(&b, NULL);
 	return 0;
 }
@@ -169,6 +175,7 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
 	mu__strmap_init(&st->in_shapes);
 	mu__strmap_init(&st->params);
 	st->llm = s;
+	s->stage = st;
 	st->index = s->index = index;
 	st->of = s->of = of;
 	s->o = *o;
@@ -356,10 +363,30 @@ static void seq_forward(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
 	r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
 }
 
+/* INFO: the description with the sequences held right now. */
+static void info(mu__llm_stage_t *s, const mu__msg_t *m, mu__reply_t *r)
+{
+	int rc;
+
+	uv_mutex_lock(&s->lock);
+	rc = describe(s->stage, s, s->load_ms);
+	r->text = rc == 0 ? mu__strdup(s->stage->desc) : NULL;
+	uv_mutex_unlock(&s->lock);
+	if (r->text == NULL) {
+		mu__reply_error(r, m->id, MU_ENOMEM, 0, "out of memory");
+		return;
+	}
+	r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
+	r->text_owned = 1;
+}
+
 void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
                           const char *body, mu_tensor_list_t *in, mu__reply_t *r)
 {
 	switch (m->type) {
+	case MU_MSG_INFO:
+		info(s, m, r);
+		return;
 	case MU_MSG_SEQ_OPEN:
 		seq_open(s, owner, m, body != NULL ? body : "", r);
 		return;

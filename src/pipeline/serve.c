@@ -59,6 +59,11 @@ static int llm_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
                       const char *body, mu_tensor_list_t *in, mu__reply_t *r)
 {
 	switch (m->type) {
+	case MU_MSG_INFO:
+		if (ctx->stage == NULL || ctx->stage->llm == NULL)
+			return 0;
+		mu__llm_stage_handle(ctx->stage->llm, owner, m, body, in, r);
+		return 1;
 	case MU_MSG_SEQ_OPEN:
 	case MU_MSG_SEQ_FORWARD:
 	case MU_MSG_SEQ_CLOSE:
