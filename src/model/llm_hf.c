@@ -360,6 +360,8 @@ int mu__llm_open_hf(const char *dir, mu__llm_src_t *src, char *why, size_t wl)
 	rc = read_config(cfg, &src->hp, why, wl);
 	cJSON_Delete(cfg);
 	if (rc == 0)
+		rc = mu__llm_check_hp(src, why, wl);
+	if (rc == 0)
 		rc = read_json(dir, "model.safetensors.index.json", HF_INDEX_MAX, 1, &idx, why, wl);
 	if (rc == 0)
 		rc = idx != NULL ? add_shards(src, hf, idx, why, wl)

@@ -126,6 +126,9 @@ int mu__llm_add_tensor(mu__llm_src_t *src, const char *name, mu__wtype_t t,
 /* Check hp for sanity and that every tensor it implies is present with
  * its shape and a usable type. */
 int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl);
+/* The hyperparameters alone, so a loader can refuse a configuration
+ * before it opens the weights. */
+int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl);
 
 /* ---- the decoder: a range of layers with KV caches ---- */
 

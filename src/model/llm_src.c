@@ -173,7 +173,7 @@ static int want(const mu__llm_src_t *src, const char *name, int64_t rows,
 	return 0;
 }
 
-static int check_hp(const mu__llm_src_t *src, char *why, size_t wl)
+int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl)
 {
 	const mu__llm_hp_t *h = &src->hp;
 
@@ -243,7 +243,7 @@ int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
 	const mu__llm_hp_t *h = &src->hp;
 	int l, rc;
 
-	if ((rc = check_hp(src, why, wl)) != 0)
+	if ((rc = mu__llm_check_hp(src, why, wl)) != 0)
 		return rc;
 	if ((rc = want(src, "token_embd.weight", h->vocab, h->dim, 0, why, wl)) != 0 ||
 	    (rc = want(src, "output_norm.weight", 1, h->dim, 1, why, wl)) != 0)
