@@ -17,7 +17,7 @@
 
 typedef struct {
 	const char *model, *tokenizer, *stages;
-	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos;
+	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
 	double temperature, top_p, seed;
 } gen_args_t;
 

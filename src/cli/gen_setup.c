@@ -27,6 +27,7 @@ void gen_args_default(gen_args_t *a)
 	a->temperature = 0.8;
 	a->chunk = 256;
 	a->seed = -1;
+	a->io_timeout = 60;
 }
 
 int gen_args_opts(gen_args_t *a, cli_opt_t *o)
@@ -51,12 +52,15 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		{"seed", OPT_DOUBLE, &a->seed, "S", "seed of the sampler; the same seed gives the same "
 		 "text (default: random, printed with --json)"},
 		{"chunk", OPT_INT, &a->chunk, "N", "prompt positions per forward (default 256)"},
+		{"io-timeout", OPT_INT, &a->io_timeout, "SECONDS", "with --stages: a stage that makes no "
+		 "progress on a reply this long has failed (default 60)"},
 		{"no-bos", OPT_FLAG, &a->no_bos, NULL, "do not start the prompt with BOS"},
 		{"ignore-eos", OPT_FLAG, &a->ignore_eos, NULL, "go on past the end-of-text token"},
 		{"json", OPT_FLAG, &a->json, NULL, "print one JSON object at the end instead of "
 		 "streaming"},
 	};
 
+	_Static_assert(sizeof(v) / sizeof(v[0]) <= GEN_MAX_OPTS, "GEN_MAX_OPTS is too small");
 	memcpy(o, v, sizeof(v));
 	return (int)(sizeof(v) / sizeof(v[0]));
 }
@@ -87,6 +91,8 @@ static int check_args(const gen_args_t *a)
 		bad = "--top-p must be in (0, 1]";
 	else if (a->chunk < 1 || a->chunk > 8192)
 		bad = "--chunk must be 1 to 8192";
+	else if (a->io_timeout < 1 || a->io_timeout > 86400)
+		bad = "--io-timeout must be 1 to 86400 seconds";
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
 		bad = "--seed must be a non-negative integer";
 	if (bad != NULL)
@@ -139,6 +145,7 @@ static int open_remote(gen_run_t *r)
 		return 2;
 	}
 	mu__llm_coord_opts_init(&o);
+	o.io_timeout_ms = r->a.io_timeout * 1000;
 	rc = mu__llm_coord_connect((const char *const *)v, n, &o, &c, why, sizeof(why));
 	free(copy);
 	if (rc != 0)

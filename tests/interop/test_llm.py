@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+import llmfix
 import stagefix
 from conftest import HOST, wait_for
 
@@ -366,3 +367,68 @@ def test_stage_killed_mid_generation(muster_bin, llm_stages):
         pytest.fail("generate did not end within 30 s of a stage's death")
     assert proc.returncode != 0
     assert f"stage 1/3 ({group[1].address})" in err.decode(), err.decode()
+
+
+def test_stage_stopped_mid_generation(muster_bin, llm_stages):
+    group = llm_stages(FORMATS["bin"], 3, "--threads", 1)
+    proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(FORMATS["bin"]),
+                             "--stages", addrs(group), "--temperature", "0", "--max-tokens",
+                             "500", "--ignore-eos", "--io-timeout", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    assert proc.stdout.read(20)
+    os.kill(group[2].pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("generate did not end within 30 s of a stage's stop")
+    finally:
+        os.kill(group[2].pid, signal.SIGCONT)
+    assert proc.returncode != 0
+    assert f"stage 2/3 ({group[2].address})" in err.decode(), err.decode()
+    assert took < 15, f"took {took:.1f} s with --io-timeout 2"
+
+
+def mapping_rss(pid, path):
+    """Resident bytes of the mappings of path in process pid (smaps)."""
+    total, inside = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:
+                inside = len(fields) >= 6 and fields[5] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
+
+
+def test_stage_holds_only_its_layers(muster_bin, llm_stages, tmp_path):
+    """Each stage of a 3-way split reads only its own layers' bytes of the
+    mapped checkpoint (the mapping's resident pages), and its RSS is about
+    its weights plus a small constant; the coordinator holds no weights."""
+    model = tmp_path / "m.bin"
+    total = llmfix.write_llama2c(model, dim=512, hidden=1408, layers=9, heads=8, kv_heads=4,
+                                 vocab=512, seq_len=256)
+    shutil.copy(STORIES / "tok512.bin", tmp_path / "tok512.bin")
+    group = llm_stages(model, 3, "--threads", 1)
+    for s in group:
+        d = Peer(s.address)
+        desc = d.info()
+        d.close()
+        own = desc["resident_bytes"]
+        assert total / 5 < own < total / 2, (own, total)
+        mapped = mapping_rss(s.pid, model.resolve())
+        # The kernel maps up to 64 KiB around a fault from the page cache
+        # (fault-around), so each of the stage's ~30 regions may bring in
+        # a little of its neighbours; another stage's layers are 30+ MiB.
+        assert own - 64 * 1024 <= mapped <= own + 4 * 1024 * 1024, \
+            f"stage {s.index}: {mapped} bytes of the file resident, its weights are {own}"
+        rss = s.status("VmRSS")
+        assert rss < own + 32 * 1024 * 1024, f"stage {s.index}: RSS {rss} for {own} of weights"
+    proc = generate(muster_bin, "--model", model, "--stages", addrs(group), "--temperature", 0,
+                    "--max-tokens", 40, "--json", "--ignore-eos")
+    r = json.loads(proc.stdout)
+    assert r["new_tokens"] == 40
+    assert r["peak_rss_kib"] * 1024 < 48 * 1024 * 1024, "the coordinator held weights"
