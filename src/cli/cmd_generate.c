@@ -22,6 +22,7 @@
 #include "cli/gen_int.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/json_int.h"
 #include "core/proc_int.h"
 
 typedef struct {
@@ -83,9 +84,16 @@ static void print_stats(const gen_run_t *r, const mu__gen_stats_t *st)
 static void print_json(const gen_run_t *r, out_t *o, const mu__gen_stats_t *st)
 {
 	cJSON *j = cJSON_CreateObject();
+	mu__buf_t text;
 	char *s;
 
-	cJSON_AddStringToObject(j, "text", o->text.data != NULL ? o->text.data : "");
+	/* A model may emit bytes that are not UTF-8 (byte tokens); JSON
+	 * carries text, so those become U+FFFD. */
+	mu__buf_init(&text, (size_t)1 << 30);
+	if (mu__utf8_repair(o->text.data != NULL ? o->text.data : "", o->text.len, &text) != 0)
+		mu__buf_reset(&text);
+	cJSON_AddStringToObject(j, "text", text.data != NULL ? text.data : "");
+	mu__buf_free(&text);
 	cJSON_AddItemToObject(j, "tokens", o->ids);
 	o->ids = NULL;
 	cJSON_AddNumberToObject(j, "prompt_tokens", st->prompt_tokens);
