@@ -39,6 +39,8 @@ struct mu__dec_s {
 	int nseqs;
 	uint64_t kv_used;
 	mu__dec_scratch_t s;
+	int32_t *rpos, *rctx;  /* per row of a call: position, its sequence's ctx */
+	float **rkv;           /* ... and its sequence's cache */
 };
 
 /* An f32 copy of a vector tensor (norm or bias), NULL when absent. */
@@ -156,6 +158,10 @@ int mu__dec_new(const mu__llm_src_t *src, int first, int last,
 		rc = MU_ENOMEM;
 	if (rc == 0)
 		rc = mu__dec_scratch_init(&d->s, h, o->max_chunk);
+	if (rc == 0 && ((d->rpos = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
+	                (d->rctx = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
+	                (d->rkv = mu__calloc((size_t)o->max_chunk, sizeof(float *))) == NULL))
+		rc = MU_ENOMEM;
 	if (rc == 0 && (rc = mu__pool_new(o->threads, &d->pool)) != 0)
 		mu__why(why, wl, rc, "cannot start %d compute threads", o->threads);
 	if (rc != 0) {
@@ -181,6 +187,9 @@ void mu__dec_free(mu__dec_t *d)
 	mu__free(d->out_norm);
 	mu__free(d->inv_freq);
 	mu__dec_scratch_free(&d->s);
+	mu__free(d->rpos);
+	mu__free(d->rctx);
+	mu__free(d->rkv);
 	mu__pool_free(d->pool);
 	mu__free(d);
 }
@@ -292,68 +301,120 @@ const mu__llm_hp_t *mu__dec_hp(const mu__dec_t *d)
 	return &d->hp;
 }
 
-static int check_call(const mu__dec_t *d, const seq_t *s, uint64_t id, int32_t pos,
-                      int32_t n, const int32_t *tokens, const float *x, char *why, size_t wl)
+static int check_item(const mu__dec_t *d, const seq_t *s, const mu__dec_item_t *it,
+                      char *why, size_t wl)
 {
-	int32_t i;
-
 	if (s == NULL)
 		return mu__why(why, wl, -ENOENT, "sequence %llu is not open here",
-		               (unsigned long long)id);
-	if (n < 1 || n > d->o.max_chunk)
-		return mu__why(why, wl, MU_EARG, "%d positions in one call: 1 to %d", n, d->o.max_chunk);
-	if (pos < 0 || pos > s->len)
+		               (unsigned long long)it->id);
+	if (it->n < 1)
+		return mu__why(why, wl, MU_EARG, "%d positions of sequence %llu", it->n,
+		               (unsigned long long)it->id);
+	if (it->pos < 0 || it->pos > s->len)
 		return mu__why(why, wl, MU_EARG, "position %d of sequence %llu: it holds %d so far",
-		               pos, (unsigned long long)id, s->len);
-	if (n > s->ctx - pos)
+		               it->pos, (unsigned long long)it->id, s->len);
+	if (it->n > s->ctx - it->pos)
 		return mu__why(why, wl, MU_ETOOBIG, "positions up to %d do not fit the sequence's "
-		               "context of %d", pos + n, s->ctx);
-	if (d->embeds ? tokens == NULL : x == NULL)
-		return mu__why(why, wl, MU_EARG, "this stage takes %s", d->embeds ? "token ids" : "activations");
-	for (i = 0; d->embeds && i < n; i++)
-		if (tokens[i] < 0 || tokens[i] >= d->hp.vocab)
-			return mu__why(why, wl, MU_EARG, "token id %d is outside the vocabulary of %d",
-			               tokens[i], d->hp.vocab);
+		               "context of %d", it->pos + it->n, s->ctx);
 	return 0;
+}
+
+/* Check the call and lay its rows out: positions, caches. Rows in all. */
+static int32_t plan_rows(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it, int nit,
+                         const int32_t *tokens, const float *x, seq_t **seqs, char *why,
+                         size_t wl)
+{
+	int32_t rows = 0, r;
+	int i, j, rc;
+
+	if (nit < 1 || nit > d->o.max_chunk || (d->embeds ? tokens == NULL : x == NULL))
+		return mu__why(why, wl, MU_EARG, "a call takes 1 to %d items and %s", d->o.max_chunk,
+		               d->embeds ? "token ids" : "activations");
+	for (i = 0; i < nit; i++) {
+		seqs[i] = find_seq(d, owner, it[i].id);
+		if ((rc = check_item(d, seqs[i], &it[i], why, wl)) != 0)
+			return rc;
+		for (j = 0; j < i; j++)
+			if (seqs[j] == seqs[i])
+				return mu__why(why, wl, MU_EARG, "sequence %llu appears twice in one call",
+				               (unsigned long long)it[i].id);
+		if (it[i].n > d->o.max_chunk - rows)
+			return mu__why(why, wl, MU_EARG, "more than %d positions in one call",
+			               d->o.max_chunk);
+		for (r = 0; r < it[i].n; r++, rows++) {
+			d->rpos[rows] = it[i].pos + r;
+			d->rctx[rows] = seqs[i]->ctx;
+			d->rkv[rows] = seqs[i]->kv;
+			if (d->embeds && (tokens[rows] < 0 || tokens[rows] >= d->hp.vocab))
+				return mu__why(why, wl, MU_EARG, "token id %d is outside the vocabulary of %d",
+				               tokens[rows], d->hp.vocab);
+		}
+	}
+	return rows;
+}
+
+/* The head over each item's last row (or all its rows). */
+static int head(mu__dec_t *d, mu__dec_step_t *st, const mu__dec_item_t *it, int nit,
+                float *out)
+{
+	size_t dim = (size_t)d->hp.dim, v = (size_t)d->hp.vocab;
+	int32_t row = 0, k;
+	int i, rc;
+
+	for (i = 0; i < nit; i++) {
+		k = it[i].all_logits ? it[i].n : 1;
+		rc = mu__dec_head(st, d->out_norm, &d->out, d->s.x + (size_t)(row + it[i].n - k) * dim,
+		                  k, out);
+		if (rc != 0)
+			return rc;
+		out += (size_t)k * v;
+		row += it[i].n;
+	}
+	return 0;
+}
+
+int mu__dec_forward_batch(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it, int nit,
+                          const int32_t *tokens, const float *x, float *out, char *why,
+                          size_t wl)
+{
+	seq_t *seqs[MU__DEC_MAX_ITEMS];
+	mu__dec_step_t st;
+	int32_t rows, r;
+	int l, i, rc;
+
+	if (nit > MU__DEC_MAX_ITEMS)
+		return mu__why(why, wl, MU_EARG, "more than %d sequences in one call",
+		               MU__DEC_MAX_ITEMS);
+	rows = plan_rows(d, owner, it, nit, tokens, x, seqs, why, wl);
+	if (rows < 0)
+		return rows;
+	for (r = 0; d->embeds && r < rows; r++)
+		mu__wmat_row(&d->embd, tokens[r], d->s.x + (size_t)r * (size_t)d->hp.dim);
+	if (!d->embeds)
+		memcpy(d->s.x, x, (size_t)rows * (size_t)d->hp.dim * sizeof(float));
+	st = (mu__dec_step_t){&d->hp, d->pool, &d->s, d->inv_freq, NULL, 0, rows,
+	                      d->rpos, d->rctx, d->rkv};
+	for (l = d->first; l < d->last; l++) {
+		st.L = &d->L[l - d->first];
+		st.layer = l - d->first;
+		if ((rc = mu__dec_layer(&st)) != 0)
+			return mu__why(why, wl, rc, "out of memory in layer %d", l);
+	}
+	for (i = 0; i < nit; i++)
+		seqs[i]->len = it[i].pos + it[i].n;
+	if (!d->head) {
+		memcpy(out, d->s.x, (size_t)rows * (size_t)d->hp.dim * sizeof(float));
+		return 0;
+	}
+	rc = head(d, &st, it, nit, out);
+	return rc != 0 ? mu__why(why, wl, rc, "out of memory in the head") : 0;
 }
 
 int mu__dec_forward(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t pos, int32_t n,
                     const int32_t *tokens, const float *x, float *out,
                     int all_logits, char *why, size_t wl)
 {
-	seq_t *s = find_seq(d, owner, id);
-	mu__dec_step_t st;
-	int32_t i, rows;
-	int l, rc;
+	mu__dec_item_t it = {id, pos, n, all_logits};
 
-	if ((rc = check_call(d, s, id, pos, n, tokens, x, why, wl)) != 0)
-		return rc;
-	for (i = 0; d->embeds && i < n; i++)
-		mu__wmat_row(&d->embd, tokens[i], d->s.x + (size_t)i * (size_t)d->hp.dim);
-	if (!d->embeds)
-		memcpy(d->s.x, x, (size_t)n * (size_t)d->hp.dim * sizeof(float));
-	st.hp = &d->hp;
-	st.pool = d->pool;
-	st.s = &d->s;
-	st.inv_freq = d->inv_freq;
-	st.pos = pos;
-	st.n = n;
-	st.ctx = s->ctx;
-	for (l = d->first; l < d->last; l++) {
-		st.L = &d->L[l - d->first];
-		st.kcache = s->kv + (size_t)(l - d->first) * 2 * (size_t)s->ctx *
-		                    (size_t)d->hp.n_kv_heads * (size_t)d->hp.head_dim;
-		st.vcache = st.kcache + (size_t)s->ctx * (size_t)d->hp.n_kv_heads * (size_t)d->hp.head_dim;
-		if ((rc = mu__dec_layer(&st)) != 0)
-			return mu__why(why, wl, rc, "out of memory in layer %d", l);
-	}
-	s->len = pos + n;
-	if (!d->head) {
-		memcpy(out, d->s.x, (size_t)n * (size_t)d->hp.dim * sizeof(float));
-		return 0;
-	}
-	rows = all_logits ? n : 1;
-	rc = mu__dec_head(&st, d->out_norm, &d->out, d->s.x + (size_t)(n - rows) * (size_t)d->hp.dim,
-	                  rows, out);
-	return rc != 0 ? mu__why(why, wl, rc, "out of memory in the head") : 0;
+	return mu__dec_forward_batch(d, owner, &it, 1, tokens, x, out, why, wl);
 }

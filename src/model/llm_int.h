@@ -183,6 +183,27 @@ uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx);
  * count (kern_int.h). Errors: MU_EARG / -ENOENT / MU_ETOOBIG with why,
  * MU_ENOMEM.
  */
+/*
+ * Several sequences in one call (decode steps batched into one product
+ * per weight matrix): item i runs positions [pos, pos + n) of sequence
+ * id; rows are the items' positions in item order (at most max_chunk in
+ * all, at most MU__DEC_MAX_ITEMS items, no sequence twice). The last
+ * stage writes each item's logits in item order (n rows when all_logits,
+ * else 1); other stages write every row's activations. A row's results
+ * are the same bits as when its sequence runs alone.
+ */
+#define MU__DEC_MAX_ITEMS 256
+
+typedef struct {
+	uint64_t id;
+	int32_t pos, n;
+	int all_logits;
+} mu__dec_item_t;
+
+int mu__dec_forward_batch(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it,
+                          int nit, const int32_t *tokens, const float *x, float *out,
+                          char *why, size_t wl);
+
 int mu__dec_forward(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t pos,
                     int32_t n,
                     const int32_t *tokens, const float *x, float *out,

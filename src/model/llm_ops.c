@@ -150,7 +150,7 @@ static void rope_chunk(const mu__dec_step_t *st)
 	float cs[512], sn[512];
 
 	for (int32_t i = 0; i < st->n; i++) {
-		float p = (float)(st->pos + i);
+		float p = (float)st->pos[i];
 
 		for (int32_t j = 0; j < h->head_dim / 2; j++) {
 			float a = p * st->inv_freq[j];
@@ -161,6 +161,17 @@ static void rope_chunk(const mu__dec_step_t *st)
 		rope(st->s->q + (size_t)i * (size_t)qdim(h), h->n_heads, h->head_dim, h->rope, cs, sn);
 		rope(st->s->k + (size_t)i * (size_t)kvdim(h), h->n_kv_heads, h->head_dim, h->rope, cs, sn);
 	}
+}
+
+/* Row i's cache of this layer: keys, then values. */
+static float *layer_k(const mu__dec_step_t *st, int32_t i)
+{
+	return st->kv[i] + (size_t)st->layer * 2 * (size_t)st->ctx[i] * (size_t)kvdim(st->hp);
+}
+
+static float *layer_v(const mu__dec_step_t *st, int32_t i)
+{
+	return layer_k(st, i) + (size_t)st->ctx[i] * (size_t)kvdim(st->hp);
 }
 
 /* A dot product in eight fixed lanes, summed in a fixed order. */
@@ -191,22 +202,27 @@ static void attend(void *argp, int64_t lo, int64_t hi)
 	const mu__llm_hp_t *h = st->hp;
 	int32_t hd = h->head_dim, group = h->n_heads / h->n_kv_heads;
 	float scale = 1.0f / sqrtf((float)hd);
-	float *w = mu__malloc((size_t)(st->pos + st->n) * sizeof(float));
+	int32_t most = 0;
+	float *w;
 
+	for (int64_t t = lo; t < hi; t++)
+		most = st->pos[t / h->n_heads] > most ? st->pos[t / h->n_heads] : most;
+	w = mu__malloc((size_t)(most + 1) * sizeof(float));
 	if (w == NULL) {
 		arg->failed = 1;
 		return;
 	}
 	for (int64_t t = lo; t < hi; t++) {
 		int32_t i = (int32_t)(t / h->n_heads), head = (int32_t)(t % h->n_heads);
-		int32_t p = st->pos + i, j0 = h->window > 0 && p + 1 > h->window ? p + 1 - h->window : 0;
+		int32_t p = st->pos[i], j0 = h->window > 0 && p + 1 > h->window ? p + 1 - h->window : 0;
+		const float *kc = layer_k(st, i), *vc = layer_v(st, i);
 		const float *q = st->s->q + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
 		size_t kvo = (size_t)(head / group) * (size_t)hd;
 		float *o = st->s->att + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
 		float mx = -INFINITY, sum = 0;
 
 		for (int32_t j = j0; j <= p; j++) {
-			w[j] = dot(q, st->kcache + (size_t)j * (size_t)kvdim(h) + kvo, hd) * scale;
+			w[j] = dot(q, kc + (size_t)j * (size_t)kvdim(h) + kvo, hd) * scale;
 			mx = w[j] > mx ? w[j] : mx;
 		}
 		for (int32_t j = j0; j <= p; j++) {
@@ -215,7 +231,7 @@ static void attend(void *argp, int64_t lo, int64_t hi)
 		}
 		memset(o, 0, (size_t)hd * sizeof(float));
 		for (int32_t j = j0; j <= p; j++) {
-			const float *v = st->vcache + (size_t)j * (size_t)kvdim(h) + kvo;
+			const float *v = vc + (size_t)j * (size_t)kvdim(h) + kvo;
 			float pj = w[j] / sum;
 
 			for (int32_t e = 0; e < hd; e++)
@@ -245,8 +261,12 @@ static int attention(const mu__dec_step_t *st)
 	    mu__matmul(st->pool, &L->wv, s->xb, st->n, s->v, L->bv) != 0)
 		return MU_ENOMEM;
 	rope_chunk(st);
-	memcpy(st->kcache + (size_t)st->pos * kvd, s->k, (size_t)st->n * kvd * sizeof(float));
-	memcpy(st->vcache + (size_t)st->pos * kvd, s->v, (size_t)st->n * kvd * sizeof(float));
+	for (int32_t i = 0; i < st->n; i++) {
+		memcpy(layer_k(st, i) + (size_t)st->pos[i] * kvd, s->k + (size_t)i * kvd,
+		       kvd * sizeof(float));
+		memcpy(layer_v(st, i) + (size_t)st->pos[i] * kvd, s->v + (size_t)i * kvd,
+		       kvd * sizeof(float));
+	}
 	mu__pool_run(st->pool, attend, &arg, (int64_t)st->n * h->n_heads);
 	if (arg.failed)
 		return MU_ENOMEM;

@@ -26,14 +26,24 @@ typedef struct {
 	float *hb, *hb2; /* [chunk][hidden] */
 } mu__dec_scratch_t;
 
+/*
+ * One call's rows: n positions, each of some sequence. Row i is at
+ * position pos[i] of the sequence whose cache starts at kv[i] (ctx[i]
+ * positions reserved; layer l of the stage at kv[i] + l * 2 * ctx[i] *
+ * kv_dim, keys then values). Rows of one sequence come in order of
+ * position; a row attends to its sequence's positions up to its own,
+ * including rows of this call before it.
+ */
 typedef struct {
 	const mu__llm_hp_t *hp;
 	mu__pool_t *pool;
 	mu__dec_scratch_t *s;
 	const float *inv_freq;
 	const mu__dec_layer_t *L;
-	float *kcache, *vcache; /* this layer's [ctx][kv_dim] each */
-	int32_t pos, n, ctx;
+	int layer;              /* index of L among the stage's layers */
+	int32_t n;
+	const int32_t *pos, *ctx;
+	float *const *kv;
 } mu__dec_step_t;
 
 int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk);
