@@ -289,21 +289,21 @@ static void seq_close(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, mu
 		ready(r, m->id, m->aux, "{\"seq\": %llu, \"closed\": true}", (unsigned long long)m->aux);
 }
 
-/* The chunk's input: token ids (exact integers carried as f32) on the
- * first stage, activations [n, dim] elsewhere. n, or an error text. */
-static int32_t seq_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, const float **x,
-                         char *why, size_t wl)
+/* The rows' input: token ids (exact integers carried as f32) on the first
+ * stage, activations [rows, dim] elsewhere; `extra` other tensors may come
+ * with it (SEQ_BATCH's items). Rows, or -1 with why. */
+static int32_t rows_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, size_t extra,
+                          const float **x, char *why, size_t wl)
 {
 	const mu__llm_hp_t *h = &s->src.hp;
-	const mu_tensor_t *t = in->n == 1 ? in->t[0] : NULL;
 	int embeds = s->first == 0;
+	const mu_tensor_t *t = mu_tensor_list_find(in, embeds ? "tokens" : "x");
 	uint64_t i;
 
 	*x = NULL;
-	if (t == NULL || strcmp(t->name, embeds ? "tokens" : "x") != 0 ||
-	    t->rank != (embeds ? 1u : 2u) || t->dims[0] < 1 || t->dims[0] > (uint64_t)s->o.max_chunk ||
-	    (!embeds && t->dims[1] != (uint64_t)h->dim)) {
-		snprintf(why, wl, "SEQ_FORWARD carries one tensor, %s, of 1 to %d positions%s",
+	if (t == NULL || in->n != 1 + extra || t->rank != (embeds ? 1u : 2u) || t->dims[0] < 1 ||
+	    t->dims[0] > (uint64_t)s->o.max_chunk || (!embeds && t->dims[1] != (uint64_t)h->dim)) {
+		snprintf(why, wl, "the input is one tensor, %s, of 1 to %d positions%s",
 		         embeds ? "\"tokens\" [n]" : "\"x\" [n, dim]", s->o.max_chunk,
 		         embeds ? "" : " (dim is the model's)");
 		return -1;
@@ -323,40 +323,103 @@ static int32_t seq_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, const f
 	return (int32_t)t->dims[0];
 }
 
-static void seq_forward(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
-                        const mu_tensor_list_t *in, mu__reply_t *r)
+/* SEQ_BATCH's items [k, 4]: (seq, pos, n, all_logits), exact integers
+ * below 2^24. Items, or -1 with why. */
+static int batch_items(const mu__llm_stage_t *s, const mu_tensor_list_t *in,
+                       mu__dec_item_t *it, int32_t *rows, int32_t *outrows, char *why,
+                       size_t wl)
+{
+	const mu_tensor_t *t = mu_tensor_list_find(in, "items");
+	uint64_t k, i, j;
+
+	*rows = *outrows = 0;
+	if (t == NULL || t->rank != 2 || t->dims[1] != 4 || t->dims[0] < 1 ||
+	    t->dims[0] > MU__DEC_MAX_ITEMS) {
+		snprintf(why, wl, "SEQ_BATCH carries \"items\" [k, 4] with k from 1 to %d",
+		         MU__DEC_MAX_ITEMS);
+		return -1;
+	}
+	k = t->dims[0];
+	for (i = 0; i < k; i++) {
+		const float *v = t->data + i * 4;
+
+		for (j = 0; j < 4; j++)
+			if (!(v[j] >= 0 && v[j] < 16777216.0f) || v[j] != (float)(int32_t)v[j]) {
+				snprintf(why, wl, "item %llu: %g is not an integer from 0 to 2^24",
+				         (unsigned long long)i, (double)v[j]);
+				return -1;
+			}
+		it[i] = (mu__dec_item_t){(uint64_t)v[0], (int32_t)v[1], (int32_t)v[2], v[3] != 0};
+		if (it[i].n < 1 || it[i].n > s->o.max_chunk - *rows) {
+			snprintf(why, wl, "the items hold more than %d positions, or an empty one",
+			         s->o.max_chunk);
+			return -1;
+		}
+		*rows += it[i].n;
+		*outrows += it[i].all_logits ? it[i].n : 1;
+	}
+	return (int)k;
+}
+
+/* Run items on the decoder into a RESULT "x" [rows, dim] or "logits"
+ * [outrows, vocab]. Called with the lock held. */
+static int run_items(mu__llm_stage_t *s, uint64_t owner, const mu__dec_item_t *it, int k,
+                     int32_t rows, int32_t outrows, const float *x, mu__reply_t *r,
+                     char *why, size_t wl)
 {
 	const mu__llm_hp_t *h = &s->src.hp;
-	int all = (m->arg & MU_SEQ_ALL_LOGITS) != 0, head = s->last == h->n_layers;
-	int32_t pos = (int32_t)(m->arg & ~MU_SEQ_ALL_LOGITS), n;
-	uint64_t dims[2];
+	int head = s->last == h->n_layers;
+	uint64_t dims[2] = {head ? (uint64_t)outrows : (uint64_t)rows,
+	                    head ? (uint64_t)h->vocab : (uint64_t)h->dim};
 	mu_tensor_t *t = NULL;
+	int rc = mu_tensor_new(head ? "logits" : "x", 2, dims, &t);
+
+	if (rc != 0) {
+		snprintf(why, wl, "out of memory for the result");
+		return rc;
+	}
+	rc = mu__dec_forward_batch(s->dec, owner, it, k, s->first == 0 ? s->tok : NULL, x, t->data,
+	                           why, wl);
+	if (rc == 0)
+		rc = mu_tensor_list_push(&r->out, t);
+	if (rc != 0)
+		mu_tensor_free(t);
+	return rc;
+}
+
+/* SEQ_FORWARD (one sequence, in the header) and SEQ_BATCH (items). */
+static void seq_run(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                    const mu_tensor_list_t *in, mu__reply_t *r)
+{
+	mu__dec_item_t it[MU__DEC_MAX_ITEMS];
+	int32_t rows, outrows = 0, n = 0;
 	const float *x;
 	char why[512];
 	double t0;
-	int rc;
+	int k = 1, rc;
 
 	uv_mutex_lock(&s->lock);
-	n = seq_input(s, in, &x, why, sizeof(why));
-	if (n < 0) {
+	if (m->type == MU_MSG_SEQ_BATCH) {
+		k = batch_items(s, in, it, &rows, &outrows, why, sizeof(why));
+		if (k > 0 && (n = rows_input(s, in, 1, &x, why, sizeof(why))) >= 0 && n != rows) {
+			snprintf(why, sizeof(why), "the items hold %d positions, the input %d", rows, n);
+			n = -1;
+		}
+	} else {
+		n = rows_input(s, in, 0, &x, why, sizeof(why));
+		it[0] = (mu__dec_item_t){m->aux, (int32_t)(m->arg & ~MU_SEQ_ALL_LOGITS), n,
+		                         (m->arg & MU_SEQ_ALL_LOGITS) != 0};
+		outrows = it[0].all_logits ? n : 1;
+	}
+	if (k < 0 || n < 0) {
 		uv_mutex_unlock(&s->lock);
 		mu__reply_error(r, m->id, MU_EPROTO, 0, "stage %d/%d: %s", s->index, s->of, why);
 		return;
 	}
-	dims[0] = head && !all ? 1 : (uint64_t)n;
-	dims[1] = head ? (uint64_t)h->vocab : (uint64_t)h->dim;
-	rc = mu_tensor_new(head ? "logits" : "x", 2, dims, &t);
 	t0 = mu__clock_ms();
-	if (rc == 0)
-		rc = mu__dec_forward(s->dec, owner, m->aux, pos, n, s->first == 0 ? s->tok : NULL, x,
-		                     t->data, all, why, sizeof(why));
-	else
-		snprintf(why, sizeof(why), "out of memory for the result");
+	rc = run_items(s, owner, it, k, n, outrows, x, r, why, sizeof(why));
 	uv_mutex_unlock(&s->lock);
-	if (rc == 0)
-		rc = mu_tensor_list_push(&r->out, t);
 	if (rc != 0) {
-		mu_tensor_free(t);
 		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
 		return;
 	}
@@ -391,7 +454,8 @@ void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m
 		seq_open(s, owner, m, body != NULL ? body : "", r);
 		return;
 	case MU_MSG_SEQ_FORWARD:
-		seq_forward(s, owner, m, in, r);
+	case MU_MSG_SEQ_BATCH:
+		seq_run(s, owner, m, in, r);
 		return;
 	case MU_MSG_SEQ_CLOSE:
 		seq_close(s, owner, m, r);

@@ -37,6 +37,7 @@ const char *mu__msg_type_name(int type)
 	static const char *const names[] = {
 		"?", "INFO", "FORWARD", "RESULT", "ERROR", "CLOSE",
 		"ASSIGN", "WEIGHTS", "LOAD", "READY", "SEQ_OPEN", "SEQ_FORWARD", "SEQ_CLOSE",
+		"SEQ_BATCH",
 	};
 
 	return type > 0 && type <= MU_MSG_TYPE_MAX ? names[type] : "?";
@@ -57,7 +58,7 @@ void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
 int mu__msg_is_frame(int type)
 {
 	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS ||
-	       type == MU_MSG_SEQ_FORWARD;
+	       type == MU_MSG_SEQ_FORWARD || type == MU_MSG_SEQ_BATCH;
 }
 
 int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)

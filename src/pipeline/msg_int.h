@@ -51,7 +51,10 @@ typedef enum {
 	                            frame "tokens" [n] or "x" [n, dim]
 	                            -> RESULT "x" [n, dim] or "logits" */
 	MU_MSG_SEQ_CLOSE = 12,   /* aux = seq -> READY or ERROR */
-	MU_MSG_TYPE_MAX = 12
+	MU_MSG_SEQ_BATCH = 13,   /* frame "items" [k, 4] (seq, pos, n, all_logits)
+	                            and "tokens" [rows] or "x" [rows, dim]
+	                            -> RESULT "x" or "logits", items in order */
+	MU_MSG_TYPE_MAX = 13
 } mu__msg_type_t;
 
 /* SEQ_FORWARD's arg: the first position, and this bit for the logits of

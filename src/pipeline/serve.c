@@ -66,6 +66,7 @@ static int llm_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
 		return 1;
 	case MU_MSG_SEQ_OPEN:
 	case MU_MSG_SEQ_FORWARD:
+	case MU_MSG_SEQ_BATCH:
 	case MU_MSG_SEQ_CLOSE:
 		if (ctx->stage == NULL || ctx->stage->llm == NULL) {
 			mu__reply_error(r, m->id, MU_EPROTO, 0, "%s: this stage serves no LLM",

@@ -278,6 +278,7 @@ static void dispatch(sconn_t *sc)
 	/* Compute, and anything that waits for the compute's lock, runs off
 	 * the loop. A SEQ_OPEN's JSON body is made a string first. */
 	if ((sc->m.type == MU_MSG_FORWARD || sc->m.type == MU_MSG_SEQ_FORWARD ||
+	     sc->m.type == MU_MSG_SEQ_BATCH ||
 	     sc->m.type == MU_MSG_SEQ_OPEN || sc->m.type == MU_MSG_SEQ_CLOSE ||
 	     (sc->m.type == MU_MSG_INFO && sc->srv->stage != NULL && sc->srv->stage->llm != NULL)) &&
 	    sc->srv->stage != NULL && mu__buf_appendc(&sc->text, '\0') == 0) {

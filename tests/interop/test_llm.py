@@ -245,7 +245,7 @@ def test_bad_options(muster_bin):
 
 HDR = struct.Struct("<4sHHiIQQQ")
 INFO, FORWARD, RESULT, ERROR, CLOSE, READY = 1, 2, 3, 4, 5, 9
-SEQ_OPEN, SEQ_FORWARD, SEQ_CLOSE = 10, 11, 12
+SEQ_OPEN, SEQ_FORWARD, SEQ_CLOSE, SEQ_BATCH = 10, 11, 12, 13
 
 
 class Peer:
@@ -432,3 +432,55 @@ def test_stage_holds_only_its_layers(muster_bin, llm_stages, tmp_path):
     r = json.loads(proc.stdout)
     assert r["new_tokens"] == 40
     assert r["peak_rss_kib"] * 1024 < 48 * 1024 * 1024, "the coordinator held weights"
+
+
+def frames(*tensors):
+    """A frame of several (name, dims, values) tensors."""
+    out = struct.pack("<I", len(tensors))
+    for name, dims, values in tensors:
+        out += struct.pack("<I", len(name)) + name.encode()
+        out += struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<Q", len(values)) + struct.pack(f"<{len(values)}f", *values)
+    return out
+
+
+def logits_of(body, vocab=512):
+    """The rows of a RESULT's one "logits" tensor, as bytes each."""
+    count, nlen = struct.unpack_from("<II", body)
+    off = 8 + nlen
+    assert count == 1 and body[8:off] == b"logits"
+    rank, = struct.unpack_from("<I", body, off)
+    dims = struct.unpack_from(f"<{rank}Q", body, off + 4)
+    data = body[off + 4 + 8 * rank + 8:]
+    return [data[i * vocab * 4:(i + 1) * vocab * 4] for i in range(dims[0])]
+
+
+def test_stage_batch(muster_bin, llm_stages):
+    """SEQ_BATCH runs several sequences in one call; each row's logits are
+    the bits the sequence gets alone."""
+    (stage,) = llm_stages(FORMATS["bin"], 1, "--threads", 2)
+    p = Peer(stage.address)
+    for seq in (1, 2, 3):
+        assert p.ask(SEQ_OPEN, b'{"ctx": 64}', aux=seq)[0] == READY
+    rtype, _, _, body = p.ask(SEQ_FORWARD, frame("tokens", [3], [1.0, 7.0, 9.0]), aux=1,
+                              arg=0x80000000)
+    assert rtype == RESULT
+    alone = logits_of(body)
+    assert len(alone) == 3
+    items = [2, 0, 1, 0, 3, 0, 2, 1]
+    rtype, _, _, body = p.ask(SEQ_BATCH, frames(("items", [2, 4], items),
+                                                ("tokens", [3], [1.0, 1.0, 7.0])))
+    assert rtype == RESULT, body
+    got = logits_of(body)
+    assert got == [alone[0], alone[0], alone[1]]
+    rtype, _, _, body = p.ask(SEQ_BATCH, frames(("items", [2, 4], [2, 1, 2, 0, 3, 2, 1, 0]),
+                                                ("tokens", [3], [7.0, 9.0, 9.0])))
+    assert rtype == RESULT and logits_of(body) == [alone[2], alone[2]]
+    for bad, word in (([2, 0, 1, 0, 2, 1, 1, 0], b"twice"),
+                      ([9, 0, 1, 0, 1, 3, 1, 0], b"not open"),
+                      ([1, 3, 1.5, 0, 2, 3, 1, 0], b"not an integer"),
+                      ([1, 3, 1, 0, 2, 3, 2, 0], b"the items hold 3 positions, the input 2")):
+        rtype, _, _, text = p.ask(SEQ_BATCH, frames(("items", [2, 4], bad),
+                                                    ("tokens", [2], [5.0, 5.0])))
+        assert rtype == ERROR and word in text, text
+    p.close()
