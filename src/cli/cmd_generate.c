@@ -212,7 +212,12 @@ int cmd_generate(int argc, char **argv)
 		text = mu__strdup(prompt != NULL ? prompt : "");
 		len = strlen(text);
 	}
-	rc = run(&r, text, len, dump);
+	if (a.parallel > 0 && prompt_file == NULL) {
+		fprintf(stderr, "muster generate: --parallel takes its prompts from --prompt-file\n");
+		rc = 2;
+	} else {
+		rc = a.parallel > 0 ? gen_run_parallel(&r, text) : run(&r, text, len, dump);
+	}
 	mu__free(text);
 	gen_run_close(&r);
 	return rc;

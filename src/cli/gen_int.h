@@ -13,11 +13,12 @@
 #include "model/llm_gen_int.h"
 #include "model/llm_int.h"
 
-#define GEN_MAX_OPTS 16
+#define GEN_MAX_OPTS 20
 
 typedef struct {
 	const char *model, *tokenizer, *stages;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
+	int parallel, no_batch;
 	double temperature, top_p, seed;
 } gen_args_t;
 
@@ -42,6 +43,10 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *opts);
  * after printing why. */
 int gen_run_open(const gen_args_t *a, gen_run_t *r);
 void gen_run_close(gen_run_t *r);
+/* --parallel: every line of text a prompt (text is modified). The exit
+ * status. */
+int gen_run_parallel(gen_run_t *r, char *text);
+
 /* The model and placement, as fields of a JSON report. */
 void gen_run_json(const gen_run_t *r, cJSON *j);
 

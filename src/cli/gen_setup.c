@@ -54,6 +54,10 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		{"chunk", OPT_INT, &a->chunk, "N", "prompt positions per forward (default 256)"},
 		{"io-timeout", OPT_INT, &a->io_timeout, "SECONDS", "with --stages: a stage that makes no "
 		 "progress on a reply this long has failed (default 60)"},
+		{"parallel", OPT_INT, &a->parallel, "S", "with --prompt-file: every line is a prompt, "
+		 "S of them generated at once (batched and pipelined over the stages)"},
+		{"no-batch", OPT_FLAG, &a->no_batch, NULL, "with --parallel: one sequence per batch "
+		 "(to measure what batching gives)"},
 		{"no-bos", OPT_FLAG, &a->no_bos, NULL, "do not start the prompt with BOS"},
 		{"ignore-eos", OPT_FLAG, &a->ignore_eos, NULL, "go on past the end-of-text token"},
 		{"json", OPT_FLAG, &a->json, NULL, "print one JSON object at the end instead of "
@@ -91,6 +95,8 @@ static int check_args(const gen_args_t *a)
 		bad = "--top-p must be in (0, 1]";
 	else if (a->chunk < 1 || a->chunk > 8192)
 		bad = "--chunk must be 1 to 8192";
+	else if (a->parallel < 0 || a->parallel > 4096)
+		bad = "--parallel must be 1 to 4096";
 	else if (a->io_timeout < 1 || a->io_timeout > 86400)
 		bad = "--io-timeout must be 1 to 86400 seconds";
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
@@ -102,7 +108,8 @@ static int check_args(const gen_args_t *a)
 
 static int open_local(gen_run_t *r)
 {
-	mu__dec_opts_t o = {r->a.threads, 1, UINT64_MAX, r->a.chunk};
+	mu__dec_opts_t o = {r->a.threads, r->a.parallel > 0 ? r->a.parallel : 1, UINT64_MAX,
+	                    r->a.chunk};
 	char why[1024] = "";
 	int rc;
 

@@ -21,6 +21,11 @@
 #include "pipeline/llm_coord_int.h"
 
 typedef struct {
+	struct mu__llm_coord_s *co;
+	int i;
+	uint64_t want_id;    /* the id the outstanding batch's reply carries */
+	mu_tensor_list_t res; /* the link's last batch result */
+	int32_t max_seqs;
 	char addr[300];
 	int fd;
 	mu__chan_t c;
@@ -112,7 +117,7 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	lstage_t *s = &c->s[i];
 	cJSON *d = NULL;
 	const cJSON *dg, *kind;
-	int32_t first, last, layers, dim, vocab, ctx, chunk;
+	int32_t first, last, layers, dim, vocab, ctx, chunk, seqs;
 	int rc = MU_EPROTO;
 
 	if (mu__json_parse(s->desc, strlen(s->desc), &d) != 0)
@@ -122,7 +127,7 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	if (!cJSON_IsString(kind) || strcmp(kind->valuestring, "llm") != 0 || !cJSON_IsString(dg) ||
 	    num(d, "first", &first) || num(d, "last", &last) || num(d, "layers", &layers) ||
 	    num(d, "dim", &dim) || num(d, "vocab", &vocab) || num(d, "ctx", &ctx) ||
-	    num(d, "max_chunk", &chunk))
+	    num(d, "max_chunk", &chunk) || num(d, "max_sequences", &seqs))
 		snprintf(err, el, "stage %d/%d (%s) does not serve an LLM (a `muster stage --model` of "
 		         "a GGUF, HF or llama2.c checkpoint)", i, c->n, s->addr);
 	else if (i > 0 && strcmp(dg->valuestring, c->digest) != 0)
@@ -139,6 +144,7 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	if (rc == 0) {
 		s->first = first;
 		s->last = last;
+		s->max_seqs = seqs;
 		snprintf(c->digest, sizeof(c->digest), "%s", dg->valuestring);
 		c->vocab = vocab;
 		c->dim = dim;
@@ -197,8 +203,12 @@ int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_o
 	}
 	c->n = n;
 	c->o = *o;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		c->s[i].fd = -1;
+		c->s[i].co = c;
+		c->s[i].i = i;
+		mu_tensor_list_init(&c->s[i].res);
+	}
 	for (i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
 	if (rc != 0) {
@@ -226,6 +236,7 @@ void mu__llm_coord_free(mu__llm_coord_t *c)
 			mu__sock_close(s->fd);
 		}
 		mu__free(s->desc);
+		mu_tensor_list_free(&s->res);
 	}
 	mu__free(c->s);
 	mu__free(c);
@@ -350,4 +361,104 @@ void mu__llm_coord_chain(mu__llm_coord_t *c, mu__chain_t *chain, int32_t max_chu
 int32_t mu__llm_coord_ctx(const mu__llm_coord_t *c)
 {
 	return c->ctx;
+}
+
+/* ---- stages as engine links ---- */
+
+static int link_open(void *ud, uint64_t seq, int32_t ctx, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m = {MU_MSG_SEQ_OPEN, 0, 0, seq, 0, 0};
+	char body[64];
+
+	snprintf(body, sizeof(body), "{\"ctx\": %d}", ctx);
+	return ask(s->co, s->i, &m, body, MU_MSG_READY, NULL, why, wl, "opening a sequence");
+}
+
+static int link_close(void *ud, uint64_t seq, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m = {MU_MSG_SEQ_CLOSE, 0, 0, seq, 0, 0};
+
+	return ask(s->co, s->i, &m, NULL, MU_MSG_READY, NULL, why, wl, "closing a sequence");
+}
+
+/* A SEQ_BATCH: items [k, 4] and the rows. */
+static int link_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
+                       const int32_t *tokens, const float *x, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__llm_coord_t *c = s->co;
+	uint64_t idims[2] = {(uint64_t)k, 4}, xdims[2] = {(uint64_t)rows, (uint64_t)c->dim};
+	mu_tensor_t *items = NULL, *in = NULL;
+	mu_tensor_list_t l;
+	mu__msg_t m = {MU_MSG_SEQ_BATCH, 0, ++c->next_id, 0, 0, 0};
+	int rc, j;
+
+	mu_tensor_list_free(&s->res);
+	mu_tensor_list_init(&l);
+	rc = mu_tensor_new("items", 2, idims, &items);
+	if (rc == 0)
+		rc = tokens != NULL ? mu_tensor_new("tokens", 1, xdims, &in)
+		                    : mu_tensor_wrap("x", 2, xdims, (float *)x, &in);
+	if (rc == 0 && (rc = mu_tensor_list_push(&l, items)) == 0)
+		items = NULL;
+	if (rc == 0 && (rc = mu_tensor_list_push(&l, in)) == 0)
+		in = NULL;
+	for (j = 0; rc == 0 && j < k; j++) {
+		l.t[0]->data[4 * j] = (float)it[j].id;
+		l.t[0]->data[4 * j + 1] = (float)it[j].pos;
+		l.t[0]->data[4 * j + 2] = (float)it[j].n;
+		l.t[0]->data[4 * j + 3] = (float)it[j].all_logits;
+	}
+	for (j = 0; rc == 0 && tokens != NULL && j < rows; j++)
+		l.t[1]->data[j] = (float)tokens[j];
+	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &l)) != 0)
+		fail(c, s->i, rc, why, wl, "sending a batch");
+	s->want_id = m.id;
+	mu_tensor_free(items);
+	mu_tensor_free(in);
+	mu_tensor_list_free(&l);
+	return rc;
+}
+
+static int link_fd(void *ud)
+{
+	return ((lstage_t *)ud)->fd;
+}
+
+static int link_finish(void *ud, const float **out, double *ms, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m;
+	int rc = reply(s->co, s->i, s->want_id, MU_MSG_RESULT, &m, why, wl, "in a batch");
+
+	if (rc != 0)
+		return rc;
+	*ms = (double)m.aux / 1e6;
+	s->compute_ms += *ms;
+	if ((rc = mu__msg_recv_frame(&s->c, &m, &s->res)) != 0)
+		return fail(s->co, s->i, rc, why, wl, "reading a batch's result");
+	if (s->res.n != 1) {
+		snprintf(why, wl, "stage %d/%d (%s) returned %zu tensors, not one", s->i, s->co->n,
+		         s->addr, s->res.n);
+		return MU_EPROTO;
+	}
+	*out = s->res.t[0]->data;
+	return 0;
+}
+
+void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_link_t *link)
+{
+	lstage_t *s = &c->s[i];
+
+	*link = (mu__eng_link_t){link_open, link_close, link_submit, link_fd, link_finish, s,
+	                         max_chunk < c->max_chunk ? max_chunk : c->max_chunk, s->max_seqs,
+	                         ""};
+	snprintf(link->name, sizeof(link->name), "stage %d/%d (%s)", i, c->n, s->addr);
+}
+
+int32_t mu__llm_coord_dim(const mu__llm_coord_t *c)
+{
+	return c->dim;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "model/llm_gen_int.h"
+#include "pipeline/llm_engine_int.h"
 #include "pipeline/pipeline_int.h"
 
 typedef struct mu__llm_coord_s mu__llm_coord_t;
@@ -40,6 +41,10 @@ int mu__llm_coord_stages(const mu__llm_coord_t *c);
 void mu__llm_coord_stage(const mu__llm_coord_t *c, int i, mu__llm_coord_stage_t *out);
 /* The smallest trained context among the stages. */
 int32_t mu__llm_coord_ctx(const mu__llm_coord_t *c);
+
+/* Stage i as a link for the engine (valid while c lives). */
+void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_link_t *link);
+int32_t mu__llm_coord_dim(const mu__llm_coord_t *c);
 
 /* A chain over c; positions per forward at most max_chunk (and the
  * stages' own limit). */

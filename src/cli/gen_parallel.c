@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `muster generate --parallel S --prompt-file FILE`: every line of FILE is
+ * a prompt, S of them in flight at once through the engine (batched on
+ * each stage, pipelined over the stages). Each completion prints when it
+ * ends (the engine calls back from its one thread, so printing needs no
+ * lock); the last line gives the aggregate decode rate.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "muster/common.h"
+#include "cli/gen_int.h"
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "core/json_int.h"
+#include "core/time_int.h"
+#include "pipeline/llm_coord_int.h"
+#include "pipeline/llm_link_int.h"
+
+typedef struct {
+	int index;
+	const mu__tok_t *tok;
+	mu__tok_stream_t ts;
+	mu__buf_t text;
+	cJSON *ids;
+	int rc, stop;
+	char why[512];
+	mu__gen_stats_t st;
+	int json;
+} par_seq_t;
+
+static int par_token(void *ud, int32_t id)
+{
+	par_seq_t *p = ud;
+	char buf[256];
+	size_t n = 0;
+
+	mu__tok_stream_feed(&p->ts, id, buf, sizeof(buf), &n);
+	cJSON_AddItemToArray(p->ids, cJSON_CreateNumber(id));
+	return mu__buf_append(&p->text, buf, n) != 0;
+}
+
+static const char *stop_name(int s)
+{
+	return s == MU__STOP_EOS ? "eos" : s == MU__STOP_LENGTH ? "length" : "context";
+}
+
+static void par_done(void *ud, int rc, const char *why, int stop, const mu__gen_stats_t *st)
+{
+	par_seq_t *p = ud;
+
+	p->rc = rc;
+	p->stop = stop;
+	p->st = *st;
+	snprintf(p->why, sizeof(p->why), "%s", why);
+	if (p->json)
+		return;
+	if (rc != 0)
+		printf("--- %d: failed: %s\n", p->index, why);
+	else
+		printf("--- %d: %d tokens, stop: %s\n%.*s\n", p->index, st->new_tokens, stop_name(stop),
+		       (int)p->text.len, p->text.data != NULL ? p->text.data : "");
+	fflush(stdout);
+}
+
+/* The links over whatever the run holds: the local decoder or stages. */
+static int make_links(gen_run_t *r, int s, mu__eng_link_t **out, int *n)
+{
+	int i, k = r->remote != NULL ? mu__llm_coord_stages(r->remote) : 1;
+	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
+
+	if (l == NULL)
+		return MU_ENOMEM;
+	if (r->remote == NULL) {
+		if (mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
+			mu__free(l);
+			return MU_ENOMEM;
+		}
+	}
+	for (i = 0; r->remote != NULL && i < k; i++)
+		mu__llm_coord_link(r->remote, i, r->a.chunk, &l[i]);
+	*out = l;
+	*n = k;
+	return 0;
+}
+
+static void report(gen_run_t *r, par_seq_t *p, int n, double wall_ms, mu__eng_t *e, int nl)
+{
+	int i, toks = 0, failed = 0;
+	cJSON *j = r->json ? cJSON_CreateArray() : NULL;
+
+	for (i = 0; i < n; i++) {
+		toks += p[i].st.new_tokens;
+		failed += p[i].rc != 0;
+		if (j != NULL) {
+			cJSON *o = cJSON_CreateObject();
+			mu__buf_t t;
+
+			mu__buf_init(&t, (size_t)1 << 30);
+			mu__utf8_repair(p[i].text.data != NULL ? p[i].text.data : "", p[i].text.len, &t);
+			cJSON_AddStringToObject(o, "text", t.data != NULL ? t.data : "");
+			mu__buf_free(&t);
+			cJSON_AddItemToObject(o, "tokens", p[i].ids);
+			p[i].ids = NULL;
+			cJSON_AddStringToObject(o, "stop", p[i].rc != 0 ? "error" : stop_name(p[i].stop));
+			if (p[i].rc != 0)
+				cJSON_AddStringToObject(o, "error", p[i].why);
+			cJSON_AddNumberToObject(o, "ttft_ms", p[i].st.ttft_s * 1e3);
+			cJSON_AddItemToArray(j, o);
+		}
+	}
+	if (j != NULL) {
+		char *s = cJSON_PrintUnformatted(j);
+
+		printf("%s\n", s != NULL ? s : "[]");
+		free(s);
+		cJSON_Delete(j);
+	}
+	fprintf(stderr, "%d sequences (%d in flight), %d new tokens in %.1f ms: %.2f tok/s in all "
+	        "| %s\n", n, r->a.parallel, toks, wall_ms, toks / (wall_ms / 1e3), r->where);
+	for (i = 0; i < nl; i++) {
+		mu__eng_stage_stats_t st;
+
+		mu__eng_stage_stats(e, i, &st);
+		fprintf(stderr, "  link %d: %llu batches, %.2f rows each, busy %.1f ms (%.0f%%)\n", i,
+		        (unsigned long long)st.batches, st.batches ? (double)st.rows / st.batches : 0.0,
+		        st.busy_ms, wall_ms > 0 ? 100 * st.busy_ms / wall_ms : 0.0);
+	}
+	(void)failed;
+}
+
+/* Split text into its non-empty lines (in place). */
+static int lines(char *text, char ***out)
+{
+	int n = 0, cap = 16;
+	char **v = mu__malloc((size_t)cap * sizeof(*v)), *save = NULL;
+
+	for (char *t = strtok_r(text, "\n", &save); v != NULL && t != NULL;
+	     t = strtok_r(NULL, "\n", &save)) {
+		if (n == cap && (v = mu__realloc(v, (size_t)(cap *= 2) * sizeof(*v))) == NULL)
+			break;
+		v[n++] = t;
+	}
+	*out = v;
+	return v != NULL ? n : -1;
+}
+
+static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts, int n)
+{
+	mu__eng_req_t q;
+	size_t neos;
+	int i, rc;
+
+	for (i = 0; i < n; i++) {
+		int32_t *ids = NULL;
+		size_t nid = 0;
+
+		memset(&q, 0, sizeof(q));
+		if (mu__tok_encode(r->tok, prompts[i], strlen(prompts[i]),
+		                   (r->a.no_bos ? 0 : MU__TOK_BOS) | MU__TOK_SPECIAL, &ids, &nid) != 0)
+			return MU_ENOMEM;
+		q.prompt = ids;
+		q.nprompt = (int32_t)nid;
+		q.ctx = r->g.ctx;
+		q.max_tokens = r->g.max_tokens;
+		q.sample = r->g.sample;
+		q.sample.seed += (uint64_t)i; /* each line its own stream, reproducibly */
+		q.eos = mu__tok_eos(r->tok, &neos);
+		q.neos = neos;
+		q.ignore_eos = r->g.ignore_eos;
+		q.on_token = par_token;
+		q.on_done = par_done;
+		q.ud = &p[i];
+		rc = mu__eng_submit(e, &q, NULL);
+		mu__free(ids);
+		if (rc != 0) {
+			fprintf(stderr, "muster generate: prompt %d (%zu tokens) cannot run: %s\n", i, nid,
+			        rc == MU_EARG ? "empty, or longer than --ctx" : mu_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int gen_run_parallel(gen_run_t *r, char *text)
+{
+	mu__eng_opts_t o = {0};
+	mu__eng_link_t *links = NULL;
+	mu__eng_t *e = NULL;
+	par_seq_t *p = NULL;
+	char **prompts = NULL;
+	int n = lines(text, &prompts), nl = 0, i, rc;
+	double t0;
+
+	if (n <= 0) {
+		fprintf(stderr, "muster generate: --parallel needs --prompt-file with one prompt a line\n");
+		mu__free(prompts);
+		return 2;
+	}
+	p = mu__calloc((size_t)n, sizeof(*p));
+	rc = p == NULL ? MU_ENOMEM : make_links(r, r->a.parallel, &links, &nl);
+	o = (mu__eng_opts_t){r->src.hp.dim, r->src.hp.vocab, r->g.ctx, r->a.parallel, !r->a.no_batch,
+	                     r->a.io_timeout * 1000};
+	if (rc == 0)
+		rc = mu__eng_new(links, nl, &o, &e);
+	for (i = 0; rc == 0 && i < n; i++) {
+		p[i].index = i;
+		p[i].tok = r->tok;
+		p[i].json = r->json;
+		p[i].ids = cJSON_CreateArray();
+		mu__buf_init(&p[i].text, (size_t)64 << 20);
+		mu__tok_stream_init(&p[i].ts, r->tok);
+	}
+	t0 = mu__clock_ms();
+	if (rc == 0 && (rc = submit_all(r, e, p, prompts, n)) == 0)
+		mu__eng_drain(e);
+	if (rc == 0)
+		report(r, p, n, mu__clock_ms() - t0, e, nl);
+	for (i = 0; p != NULL && i < n; i++) {
+		rc = rc != 0 ? rc : p[i].rc;
+		mu__buf_free(&p[i].text);
+		cJSON_Delete(p[i].ids);
+	}
+	mu__eng_free(e);
+	if (r->remote == NULL && links != NULL)
+		mu__link_local_free(&links[0]);
+	mu__free(links);
+	mu__free(p);
+	mu__free(prompts);
+	if (rc == MU_ENOMEM)
+		fprintf(stderr, "muster generate: out of memory\n");
+	return rc != 0;
+}
