@@ -78,6 +78,7 @@ int cmd_stage_llm(int argc, char **argv);
 /* Is path a decoder LLM checkpoint (GGUF, llama2.c, HF directory) rather
  * than a graph model directory? */
 int cli_is_llm(const char *path);
+int cmd_tokenize(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);
