@@ -40,7 +40,8 @@ static void on_token(void *ud, int32_t id, const char *text, size_t len)
 	if (o->json) {
 		if (mu__buf_append(&o->text, text, len) != 0)
 			o->failed_write = 1;
-		cJSON_AddItemToArray(o->ids, cJSON_CreateNumber(id));
+		if (id >= 0)
+			cJSON_AddItemToArray(o->ids, cJSON_CreateNumber(id));
 		return;
 	}
 	if (len > 0) {

@@ -24,7 +24,7 @@
 typedef struct {
 	int index;
 	const mu__tok_t *tok;
-	mu__tok_stream_t ts;
+	mu__textout_t to;
 	mu__buf_t text;
 	cJSON *ids;
 	int rc, stop;
@@ -36,12 +36,12 @@ typedef struct {
 static int par_token(void *ud, int32_t id)
 {
 	par_seq_t *p = ud;
-	char buf[256];
-	size_t n = 0;
+	const char *text;
+	size_t n;
 
-	mu__tok_stream_feed(&p->ts, id, buf, sizeof(buf), &n);
+	mu__textout_feed(&p->to, id, &text, &n);
 	cJSON_AddItemToArray(p->ids, cJSON_CreateNumber(id));
-	return mu__buf_append(&p->text, buf, n) != 0;
+	return mu__buf_append(&p->text, text, n) != 0;
 }
 
 static const char *stop_name(int s)
@@ -52,7 +52,11 @@ static const char *stop_name(int s)
 static void par_done(void *ud, int rc, const char *why, int stop, const mu__gen_stats_t *st)
 {
 	par_seq_t *p = ud;
+	const char *text;
+	size_t n;
 
+	mu__textout_flush(&p->to, &text, &n);
+	mu__buf_append(&p->text, text, n);
 	p->rc = rc;
 	p->stop = stop;
 	p->st = *st;
@@ -161,8 +165,11 @@ static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts, 
 
 		memset(&q, 0, sizeof(q));
 		if (mu__tok_encode(r->tok, prompts[i], strlen(prompts[i]),
-		                   (r->a.no_bos ? 0 : MU__TOK_BOS) | MU__TOK_SPECIAL, &ids, &nid) != 0)
+		                   (r->a.no_bos ? 0 : MU__TOK_BOS) | MU__TOK_SPECIAL, &ids, &nid) != 0 ||
+		    mu__textout_init(&p[i].to, r->tok, ids, nid) != 0) {
+			mu__free(ids);
 			return MU_ENOMEM;
+		}
 		q.prompt = ids;
 		q.nprompt = (int32_t)nid;
 		q.ctx = r->g.ctx;
@@ -213,7 +220,6 @@ int gen_run_parallel(gen_run_t *r, char *text)
 		p[i].json = r->json;
 		p[i].ids = cJSON_CreateArray();
 		mu__buf_init(&p[i].text, (size_t)64 << 20);
-		mu__tok_stream_init(&p[i].ts, r->tok);
 	}
 	t0 = mu__clock_ms();
 	if (rc == 0 && (rc = submit_all(r, e, p, prompts, n)) == 0)
@@ -223,6 +229,7 @@ int gen_run_parallel(gen_run_t *r, char *text)
 	for (i = 0; p != NULL && i < n; i++) {
 		rc = rc != 0 ? rc : p[i].rc;
 		mu__buf_free(&p[i].text);
+		mu__textout_free(&p[i].to);
 		cJSON_Delete(p[i].ids);
 	}
 	mu__eng_free(e);

@@ -92,26 +92,61 @@ static int prefill(const mu__chain_t *c, uint64_t id, const int32_t *ids, int32_
 	return 0;
 }
 
-static void emit(const mu__gen_opts_t *o, mu__tok_stream_t *ts, int32_t id)
+int mu__textout_init(mu__textout_t *o, const mu__tok_t *t, const int32_t *prompt, size_t n)
 {
-	char text[256];
-	size_t tn = 0;
+	const char *s;
+	size_t len, i;
 
-	mu__tok_stream_feed(ts, id, text, sizeof(text), &tn);
-	if (o->on_token != NULL)
+	mu__tok_stream_init(&o->ts, t);
+	o->cap = mu__tok_stream_cap(t);
+	if ((o->buf = mu__malloc(o->cap)) == NULL)
+		return MU_ENOMEM;
+	for (i = 0; i < n; i++)
+		mu__textout_feed(o, prompt[i], &s, &len);
+	return 0;
+}
+
+void mu__textout_feed(mu__textout_t *o, int32_t id, const char **text, size_t *len)
+{
+	*len = 0;
+	*text = o->buf;
+	mu__tok_stream_feed(&o->ts, id, o->buf, o->cap, len);
+}
+
+void mu__textout_flush(mu__textout_t *o, const char **text, size_t *len)
+{
+	*len = 0;
+	*text = o->buf;
+	mu__tok_stream_flush(&o->ts, o->buf, o->cap, len);
+}
+
+void mu__textout_free(mu__textout_t *o)
+{
+	mu__free(o->buf);
+	o->buf = NULL;
+}
+
+static void emit(const mu__gen_opts_t *o, mu__textout_t *to, int32_t id)
+{
+	const char *text;
+	size_t tn;
+
+	if (id >= 0)
+		mu__textout_feed(to, id, &text, &tn);
+	else
+		mu__textout_flush(to, &text, &tn);
+	if (o->on_token != NULL && (id >= 0 || tn > 0))
 		o->on_token(o->ud, id, text, tn);
 }
 
 static int decode_loop(const mu__chain_t *c, const mu__tok_t *tok, const mu__gen_opts_t *o,
                        mu__sampler_t *sm, float *logits, int32_t pos, double t0,
-                       mu__gen_stats_t *st, char *why, size_t wl)
+                       mu__gen_stats_t *st, mu__textout_t *ts, char *why, size_t wl)
 {
-	mu__tok_stream_t ts;
 	int32_t next;
 	double t;
 	int rc;
 
-	mu__tok_stream_init(&ts, tok);
 	for (;;) {
 		if (o->on_logits != NULL)
 			o->on_logits(o->ud, logits, c->vocab);
@@ -123,7 +158,7 @@ static int decode_loop(const mu__chain_t *c, const mu__tok_t *tok, const mu__gen
 			return 0;
 		}
 		st->new_tokens++;
-		emit(o, &ts, next);
+		emit(o, ts, next);
 		if (st->new_tokens >= o->max_tokens) {
 			st->stop = MU__STOP_LENGTH;
 			return 0;
@@ -148,6 +183,7 @@ int mu__generate(const mu__chain_t *c, const mu__tok_t *tok, const char *prompt,
 {
 	int32_t *ids = NULL;
 	float *logits = NULL;
+	mu__textout_t to = {0};
 	mu__sampler_t sm;
 	double t0 = now_s();
 	size_t n = 0;
@@ -163,9 +199,12 @@ int mu__generate(const mu__chain_t *c, const mu__tok_t *tok, const char *prompt,
 		               n, o->ctx);
 	}
 	if ((rc = mu__sampler_init(&sm, &o->sample, c->vocab)) != 0 ||
-	    (logits = mu__malloc((size_t)c->vocab * sizeof(float))) == NULL) {
+	    (logits = mu__malloc((size_t)c->vocab * sizeof(float))) == NULL ||
+	    mu__textout_init(&to, tok, ids, n) != 0) {
 		mu__free(ids);
+		mu__free(logits);
 		mu__sampler_free(&sm);
+		mu__textout_free(&to);
 		return MU_ENOMEM;
 	}
 	rc = c->open(c->ud, o->seq_id, o->ctx, why, wl);
@@ -173,11 +212,13 @@ int mu__generate(const mu__chain_t *c, const mu__tok_t *tok, const char *prompt,
 		rc = prefill(c, o->seq_id, ids, (int32_t)n, logits, why, wl);
 		st->prefill_s = now_s() - t0;
 		if (rc == 0 && o->max_tokens > 0)
-			rc = decode_loop(c, tok, o, &sm, logits, (int32_t)n, t0, st, why, wl);
+			rc = decode_loop(c, tok, o, &sm, logits, (int32_t)n, t0, st, &to, why, wl);
+		emit(o, &to, -1);
 		c->close(c->ud, o->seq_id);
 	}
 	mu__free(ids);
 	mu__free(logits);
 	mu__sampler_free(&sm);
+	mu__textout_free(&to);
 	return rc;
 }

@@ -27,6 +27,24 @@ typedef struct {
 	int32_t vocab;
 } mu__chain_t;
 
+/*
+ * The text of new tokens as they come: a streaming decoder primed with the
+ * prompt's ids (so the leading-space rules see where the text starts),
+ * then fed each new id; what it holds back at the end (a cut-short UTF-8
+ * character) comes out of flush.
+ */
+typedef struct {
+	mu__tok_stream_t ts;
+	char *buf;
+	size_t cap;
+} mu__textout_t;
+
+int mu__textout_init(mu__textout_t *o, const mu__tok_t *t, const int32_t *prompt,
+                     size_t n);
+void mu__textout_feed(mu__textout_t *o, int32_t id, const char **text, size_t *len);
+void mu__textout_flush(mu__textout_t *o, const char **text, size_t *len);
+void mu__textout_free(mu__textout_t *o);
+
 /* A chain over one decoder holding every layer. */
 void mu__chain_local(mu__chain_t *c, mu__dec_t *d, int32_t max_chunk);
 
@@ -40,7 +58,8 @@ typedef struct {
 	int32_t nprompt_ids;
 	uint64_t seq_id;
 	/* Each new token, with the text it completes (may be empty while a
-	 * UTF-8 character is still partial). */
+	 * UTF-8 character is still partial); at the end, id -1 with the bytes
+	 * held back, if any. */
 	void (*on_token)(void *ud, int32_t id, const char *text, size_t len);
 	/* Optional: every step's logits (the prompt's last, then each new
 	 * token's) before sampling. */
