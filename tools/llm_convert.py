@@ -125,8 +125,14 @@ def check_hf_config(cfg):
         if kind not in ("llama3", "linear", "default"):
             raise ConvertError(f"config.json rope_scaling type {kind!r}: unsupported")
     heads = cfg["num_attention_heads"]
-    return arch, {"heads": heads, "kv": cfg.get("num_key_value_heads") or heads,
-                  "head_dim": cfg.get("head_dim") or cfg["hidden_size"] // heads}
+    kv = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    if not isinstance(kv, int) or kv <= 0 or heads % kv:
+        raise ConvertError(f"config.json num_key_value_heads {kv!r}: must divide "
+                           f"num_attention_heads {heads}")
+    if not isinstance(head_dim, int) or head_dim <= 0 or head_dim % 2:
+        raise ConvertError(f"config.json head_dim {head_dim!r}: must be a positive even number")
+    return arch, {"heads": heads, "kv": kv, "head_dim": head_dim}
 
 
 def llama3_rope_factors(cfg, head_dim):
@@ -221,11 +227,14 @@ def gguf_tokenizer_metadata(gw, hfdir, cfg):
 
 
 def gguf_tensor_plan(ck, cfg, arch, dims, ftype):
-    """[(gguf name, hf name or None, numpy shape, ggml type, transform)]"""
+    """[(gguf name, hf name, numpy shape, ggml type, undo_heads)] in the
+    order llama.cpp writes them; undo_heads is the head count whose Q/K
+    permutation is undone (llama only), else None. Shapes are checked
+    against what config.json implies."""
     tied = cfg.get("tie_word_embeddings", False)
     plan = []
 
-    def add(gname, hname, rows_of=None):
+    def add(gname, hname, undo_heads=None):
         if hname not in ck:
             raise ConvertError(f"{ck.path}: tensor {hname} is missing")
         shape = ck.shape(hname)
@@ -235,7 +244,7 @@ def gguf_tensor_plan(ck, cfg, arch, dims, ftype):
             gtype = ftype
             if shape[-1] % llm_io.GGML_TYPES[gtype][1]:
                 gtype = "F16"
-        plan.append((gname, hname, shape, gtype, rows_of))
+        plan.append((gname, hname, shape, gtype, undo_heads))
 
     add("token_embd.weight", "model.embed_tokens.weight")
     qkv = ["q", "k", "v"]
@@ -304,17 +313,19 @@ def hf_to_gguf(args):
         try:
             for gname, data in extra:
                 gw.write_tensor(gname, data)
-            for gname, hname, shape, gtype, undo in plan:
-                if undo:            # whole heads at once: Q and K are small
-                    x = to_interleaved(ck.tensor(hname), undo)
+            for gname, hname, shape, gtype, undo_heads in plan:
+                if undo_heads:      # whole heads at once: Q and K are small
+                    x = to_interleaved(ck.tensor(hname), undo_heads)
                     gw.write_tensor(gname, encode_ggml(x, gtype))
                     continue
                 raw = ck.raw(hname)
                 for a, b in row_blocks(shape):
                     x = llm_io.decode(raw[a:b], ck.dtype(hname))
                     gw.write_tensor(gname, encode_ggml(x, gtype))
-        finally:
-            gw.close()
+        except BaseException:
+            gw.abort()
+            raise
+        gw.close()
 
     write_outputs(args.out, False, work)
 
@@ -513,8 +524,10 @@ def main(argv=None):
     args = parser().parse_args(argv)
     try:
         args.func(args)
-    except (ConvertError, llm_io.FormatError) as exc:
-        print(f"llm_convert: {exc}", file=sys.stderr)
+    except (ConvertError, OSError, ValueError, KeyError) as exc:
+        # FormatError is a ValueError; a bad JSON file raises one too
+        print(f"llm_convert: {type(exc).__name__}: {exc}" if not isinstance(exc, ConvertError)
+              else f"llm_convert: {exc}", file=sys.stderr)
         return 1
     return 0
 

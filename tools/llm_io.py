@@ -395,6 +395,8 @@ class GgufWriter:
     def write_tensor(self, name, data):
         """Append `data` (an array whose bytes are the stored form) to
         tensor `name`: the whole tensor, or consecutive pieces of it."""
+        if self.next >= len(self.tensors):
+            raise ValueError(f"{name}: every declared tensor is written")
         want, _, _, nbytes = self.tensors[self.next]
         if name != want:
             raise ValueError(f"wrote {name!r} where {want!r} was due")
@@ -407,10 +409,14 @@ class GgufWriter:
             self.file.write(b"\0" * (-nbytes % self.alignment))
             self.next, self.done = self.next + 1, 0
 
-    def close(self):
+    def abort(self):
+        """Close the file after a failure, without the completeness check."""
         if self.file is not None:
             self.file.close()
             self.file = None
+
+    def close(self):
+        self.abort()
         if self.next != len(self.tensors):
             raise ValueError(f"{self.path}: only {self.next} of "
                              f"{len(self.tensors)} tensors written")

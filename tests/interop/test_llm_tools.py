@@ -166,6 +166,16 @@ def test_stories260k_hf_export_prints_the_known_story(stories, stories_hf):
     assert decode_hf_spm(stories_hf / "tokenizer.json", ids) == expected.decode()
 
 
+def test_reference_runs_llama2c_and_gguf_too(stories):
+    """llmref's adjacent-pair RoPE path, on the llama2.c checkpoint and on
+    llama.cpp's GGUF of it, prints the same story."""
+    expected = (stories / "expected_t0_200.txt").read_bytes()
+    for model in (llmref.from_llama2c(stories / "stories260K.bin"),
+                  llmref.from_gguf(stories / "stories260K.gguf")):
+        ids = model.generate([1], 200)
+        assert decode_llama2c(stories / "tok512.bin", ids) == expected
+
+
 def test_wrong_k_permutation_changes_the_story(stories, stories_hf, tmp_path):
     """K permuted per query head (llama2.c export.py's bug) instead of per
     KV head: the GQA model tells another story. Only K differs."""
@@ -491,24 +501,6 @@ def test_rope_scaling_reference_frequencies(generated):
     assert "llama.rope.scaling.type" not in md
 
 
-GGUF_NAMES = {"input_layernorm.weight": "attn_norm.weight",
-              "post_attention_layernorm.weight": "ffn_norm.weight",
-              "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
-              "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
-              "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
-              "self_attn.o_proj.weight": "attn_output.weight",
-              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-              "mlp.down_proj.weight": "ffn_down.weight"}
-
-
-def gguf_name(hf):
-    if hf.startswith("model.layers."):
-        _, _, i, rest = hf.split(".", 3)
-        return f"blk.{i}.{GGUF_NAMES[rest]}"
-    return {"model.embed_tokens.weight": "token_embd.weight",
-            "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}[hf]
-
-
 def interleave_rows(w, n_heads):
     """HF rows (per head: first halves, then second halves) back to
     adjacent pairs: row j of the first half goes to 2j, of the second to
@@ -524,11 +516,13 @@ def interleave_rows(w, n_heads):
 
 
 @pytest.mark.parametrize("key", ["llama-gqa-tied-f16-sharded", "mistral-headdim-bf16",
-                                 "qwen2-bias-tied"])
+                                 "qwen2-bias-tied", "llama3-scaling", "linear-scaling"])
 def test_generated_checkpoint_to_gguf(generated, key, tmp_path):
     """Every HF tensor is in the GGUF under llama.cpp's name, dims innermost
     first, llama Q/K rows interleaved per (KV) head, qwen2 rows as they
-    are; hyperparameters as config.json says."""
+    are; hyperparameters as config.json says. Run as llama.cpp runs it
+    (llama: adjacent pairs; qwen2: halves; rope_freqs or linear scaling),
+    the GGUF gives the HF model's logits."""
     path = generated(key)
     out = tmp_path / "m.gguf"
     tool("hf-to-gguf", path, out, "--type", "F32")
@@ -546,14 +540,20 @@ def test_generated_checkpoint_to_gguf(generated, key, tmp_path):
     if ref.head_dim != ref.dim // ref.heads:
         assert md[f"{arch}.attention.key_length"] == ref.head_dim
     weights = llmref.Weights(str(path))
-    assert len(g.tensors) == len(weights.files)
+    extra = {"rope_freqs.weight"} if (cfg.get("rope_scaling") or {}).get("rope_type") == \
+        "llama3" else set()
+    assert set(g.tensors) == {llmref.gguf_name(n) for n in weights.files} | extra
     for name, st in weights.files.items():
         want = st[name]
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             want = interleave_rows(want, ref.heads if "q_proj" in name else ref.kv_heads)
-        gname = gguf_name(name)
+        gname = llmref.gguf_name(name)
         assert g.tensors[gname][0] == want.shape, name
         assert np.array_equal(g.tensor(gname), want), name
+    ids = PROMPTS[2]
+    # not to the bit: GGUF stores eps, theta and rope factors as float32
+    np.testing.assert_allclose(llmref.from_gguf(out).logits(ids), ref.logits(ids),
+                               rtol=1e-6, atol=1e-6)
 
 
 def test_bad_inputs_are_named(tmp_path, stories, stories_hf):
