@@ -317,11 +317,12 @@ def hf_to_gguf(args):
                 if undo_heads:      # whole heads at once: Q and K are small
                     x = to_interleaved(ck.tensor(hname), undo_heads)
                     gw.write_tensor(gname, encode_ggml(x, gtype))
-                    continue
-                raw = ck.raw(hname)
-                for a, b in row_blocks(shape):
-                    x = llm_io.decode(raw[a:b], ck.dtype(hname))
-                    gw.write_tensor(gname, encode_ggml(x, gtype))
+                else:
+                    raw = ck.raw(hname)
+                    for a, b in row_blocks(shape):
+                        x = llm_io.decode(raw[a:b], ck.dtype(hname))
+                        gw.write_tensor(gname, encode_ggml(x, gtype))
+                ck.release(hname)
         except BaseException:
             gw.abort()
             raise

@@ -214,9 +214,21 @@ class SafetensorsReader:
     def raw(self, name):
         dtype, shape, begin, end = self.entries[name]
         if self._map is None:
-            self._map = (np.memmap(self.path, np.uint8, "r", self.start, (self.size,))
-                         if self.size else np.zeros(0, np.uint8))
+            with open(self.path, "rb") as f:
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._map = np.frombuffer(self._mm, np.uint8)[self.start:]
         return self._map[begin:end].view(ST_DTYPES[dtype]).reshape(shape)
+
+    def release(self, name):
+        """Drop the pages of tensor `name` from this process's memory (they
+        stay in the page cache), so converting a big model tensor by tensor
+        does not grow the RSS by the whole file."""
+        _, _, begin, end = self.entries[name]
+        if self._map is None or end == begin:
+            return
+        page = mmap.PAGESIZE
+        first = (self.start + begin) // page * page
+        self._mm.madvise(mmap.MADV_DONTNEED, first, self.start + end - first)
 
     def tensor(self, name):
         return decode(self.raw(name), self.dtype(name))
@@ -261,6 +273,9 @@ class HfCheckpoint:
 
     def raw(self, name):
         return self.where[name].raw(name)
+
+    def release(self, name):
+        self.where[name].release(name)
 
     def tensor(self, name):
         if name not in self.where:

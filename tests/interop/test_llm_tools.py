@@ -55,10 +55,21 @@ from modelfix import _npm_pack, cache_dir, cache_lock  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
 TOOL = REPO / "tools" / "llm_convert.py"
-STORIES = Path(os.environ.get("MUSTER_STORIES260K",
-                              REPO.parent.parent / "shared" / "models" / "stories260K"))
 TOOL_TIMEOUT = 300.0
 FULL = os.environ.get("MUSTER_LLM_FULL") == "1"
+
+
+def stories_dir():
+    """Where stories260K is: $MUSTER_STORIES260K, a copy in the project,
+    or the machine's shared models folder beside the checkout."""
+    if os.environ.get("MUSTER_STORIES260K"):
+        return Path(os.environ["MUSTER_STORIES260K"])
+    candidates = [REPO / "tests" / "data" / "stories260K", REPO / "models" / "stories260K"]
+    candidates += [p / "shared" / "models" / "stories260K" for p in REPO.parents]
+    return next((c for c in candidates if (c / "stories260K.bin").is_file()), candidates[0])
+
+
+STORIES = stories_dir()
 
 
 def tool(*args, check=True):
@@ -79,7 +90,8 @@ def tool(*args, check=True):
 def stories():
     for name in ("stories260K.bin", "tok512.bin", "stories260K.gguf", "expected_t0_200.txt"):
         if not (STORIES / name).is_file():
-            pytest.fail(f"{STORIES / name} is missing (set MUSTER_STORIES260K)", pytrace=False)
+            pytest.fail(f"{STORIES / name} is missing: set MUSTER_STORIES260K to the "
+                        "folder holding stories260K", pytrace=False)
     return STORIES
 
 
