@@ -171,18 +171,46 @@ static int run(gen_run_t *r, const char *prompt, size_t plen, const char *dump)
 	return rc != 0;
 }
 
+/* "1,2,3" -> ids in [0, vocab). */
+static int parse_ids(const char *s, int32_t vocab, int32_t **out, int32_t *n)
+{
+	int32_t *v = mu__malloc(65536 * sizeof(int32_t));
+	char *end;
+	long x;
+
+	*n = 0;
+	if (v == NULL)
+		return -1;
+	for (;;) {
+		x = strtol(s, &end, 10);
+		if (end == s || x < 0 || x >= vocab || *n == 65536 || (*end != ',' && *end != '\0')) {
+			mu__free(v);
+			return -1;
+		}
+		v[(*n)++] = (int32_t)x;
+		if (*end == '\0')
+			break;
+		s = end + 1;
+	}
+	*out = v;
+	return 0;
+}
+
 int cmd_generate(int argc, char **argv)
 {
-	const char *prompt = NULL, *prompt_file = NULL, *dump = NULL;
+	const char *prompt = NULL, *prompt_file = NULL, *dump = NULL, *prompt_ids = NULL;
+	int32_t *ids = NULL;
 	char *text = NULL;
 	gen_args_t a;
 	gen_run_t r;
 	size_t len;
 	int npos, rc;
-	cli_opt_t opts[GEN_MAX_OPTS + 3] = {
+	cli_opt_t opts[GEN_MAX_OPTS + 4] = {
 		{"prompt", OPT_STR, &prompt, "TEXT", "the prompt (default: empty, so the model starts "
 		 "from BOS)"},
 		{"prompt-file", OPT_STR, &prompt_file, "FILE", "read the prompt from FILE"},
+		{"prompt-ids", OPT_STR, &prompt_ids, "ID,ID,...", "the prompt as token ids, used as "
+		 "given (no BOS added; tests and benchmarks)"},
 		{"dump-logits", OPT_STR, &dump, "FILE", "write every step's logits to FILE as "
 		 "little-endian f32 rows (tests)"},
 	};
@@ -192,19 +220,29 @@ int cmd_generate(int argc, char **argv)
 		"directory, a GGUF file or a llama2.c checkpoint: in this process, or split over\n"
 		"`muster stage` servers with --stages. Tokens print as they come; a last line on\n"
 		"stderr gives prefill and decode speed and the time to the first token.",
-		opts, 3, 0, 0};
+		opts, 4, 0, 0};
 
 	gen_args_default(&a);
-	cmd.nopts += gen_args_opts(&a, opts + 3);
+	cmd.nopts += gen_args_opts(&a, opts + 4);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	if (prompt != NULL && prompt_file != NULL) {
-		fprintf(stderr, "muster generate: give --prompt or --prompt-file, not both\n");
+	if ((prompt != NULL) + (prompt_file != NULL) + (prompt_ids != NULL) > 1) {
+		fprintf(stderr, "muster generate: give one of --prompt, --prompt-file and --prompt-ids\n");
 		return 2;
 	}
 	if ((rc = gen_run_open(&a, &r)) != 0)
 		return rc;
+	if (prompt_ids != NULL) {
+		rc = parse_ids(prompt_ids, r.src.hp.vocab, &ids, &r.g.nprompt_ids);
+		if (rc != 0) {
+			fprintf(stderr, "muster generate: --prompt-ids takes 1 to 65536 token ids of the "
+			        "vocabulary (0 to %d), comma-separated\n", r.src.hp.vocab - 1);
+			gen_run_close(&r);
+			return 2;
+		}
+		r.g.prompt_ids = ids;
+	}
 	if (prompt_file != NULL && read_prompt(prompt_file, &text, &len) != 0) {
 		gen_run_close(&r);
 		return 1;
@@ -220,6 +258,7 @@ int cmd_generate(int argc, char **argv)
 		rc = a.parallel > 0 ? gen_run_parallel(&r, text) : run(&r, text, len, dump);
 	}
 	mu__free(text);
+	mu__free(ids);
 	gen_run_close(&r);
 	return rc;
 }

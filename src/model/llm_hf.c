@@ -195,10 +195,14 @@ static int read_config(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
 	    (rc = cfg_num(c, "rope_theta", 10000.0, &h->theta, why, wl)) != 0 ||
 	    (rc = read_scaling(c, h, why, wl)) != 0)
 		return rc;
-	/* Qwen2 carries a window it does not use unless use_sliding_window. */
-	if (mu__json_is_int(sw, 1, 1 << 30) &&
-	    (strcmp(h->arch, "mistral") == 0 ||
-	     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window"))))
+	/* Mistral's window is 4096 when config.json omits it (transformers'
+	 * MistralConfig), none when it is null; Qwen2 carries one it does not
+	 * use unless use_sliding_window. */
+	if (strcmp(h->arch, "mistral") == 0 && sw == NULL)
+		h->window = 4096;
+	else if (mu__json_is_int(sw, 1, 1 << 30) &&
+	         (strcmp(h->arch, "mistral") == 0 ||
+	          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window"))))
 		h->window = (int32_t)sw->valuedouble;
 	h->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings"));
 	h->rope = MU__ROPE_HALVES;

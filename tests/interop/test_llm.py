@@ -34,6 +34,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +51,24 @@ RUN_TIMEOUT = 120.0
 ENV = dict(os.environ)
 
 FORMATS = {"bin": STORIES / "stories260K.bin", "gguf": STORIES / "stories260K.gguf"}
+KINDS = ["bin", "gguf", "hf"]
+
+
+@pytest.fixture(scope="module")
+def stories_hf(tmp_path_factory):
+    """stories260K as an HF checkpoint, exported by our own converter (Q/K
+    rows permuted for rotate-half RoPE, K with the KV head count)."""
+    out = tmp_path_factory.mktemp("hf") / "stories260K-hf"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "llm_convert.py"),
+                           "llama2c-to-hf", str(FORMATS["bin"]), str(STORIES / "tok512.bin"),
+                           str(out)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        pytest.fail(f"llm_convert.py llama2c-to-hf failed: {proc.stderr}", pytrace=False)
+    return out
+
+
+def stories(kind, stories_hf):
+    return stories_hf if kind == "hf" else FORMATS[kind]
 
 
 def generate(muster_bin, *args, timeout=RUN_TIMEOUT, check=True):
@@ -77,20 +96,20 @@ def addrs(group):
 # the known story
 # --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_stories_one_process(muster_bin, fmt):
-    proc = generate(muster_bin, "--model", FORMATS[fmt], "--temperature", 0, "--max-tokens", 200,
-                    "--threads", 1)
+@pytest.mark.parametrize("fmt", KINDS)
+def test_stories_one_process(muster_bin, stories_hf, fmt):
+    proc = generate(muster_bin, "--model", stories(fmt, stories_hf), "--temperature", 0,
+                    "--max-tokens", 200, "--threads", 1)
     assert proc.stdout.decode("utf-8") == EXPECTED
     err = proc.stderr.decode()
     assert "prefill 1 tokens" in err and "decode 199 tokens" in err, err
     assert "first token after" in err and "stop: length" in err, err
 
 
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("fmt", KINDS)
 @pytest.mark.parametrize("n", [2, 3])
-def test_stories_split(muster_bin, llm_stages, tmp_path, fmt, n):
-    model = FORMATS[fmt]
+def test_stories_split(muster_bin, llm_stages, stories_hf, tmp_path, fmt, n):
+    model = stories(fmt, stories_hf)
     group = llm_stages(model, n, "--threads", 1)
     one, split = tmp_path / "one.f32", tmp_path / "split.f32"
     generate(muster_bin, "--model", model, "--temperature", 0, "--max-tokens", 200,
@@ -118,15 +137,17 @@ def test_json_report(muster_bin):
     assert r["peak_rss_kib"] > 0
 
 
-def test_formats_agree_on_tokens(muster_bin):
-    """The GGUF holds the same weights as the llama2.c checkpoint: the same
-    greedy token ids, whatever the tokenizer prints."""
+def test_formats_agree_on_tokens(muster_bin, stories_hf):
+    """The GGUF and the HF export hold the same weights as the llama2.c
+    checkpoint: the same greedy token ids from a prompt, encoded by each
+    format's own tokenizer."""
     ids = []
-    for fmt in sorted(FORMATS):
-        proc = generate(muster_bin, "--model", FORMATS[fmt], "--temperature", 0,
+    for fmt in KINDS:
+        proc = generate(muster_bin, "--model", stories(fmt, stories_hf), "--prompt",
+                        "Lily and her mom went to the park. They saw", "--temperature", 0,
                         "--max-tokens", 64, "--json")
         ids.append(json.loads(proc.stdout)["tokens"])
-    assert ids[0] == ids[1]
+    assert ids[0] == ids[1] == ids[2]
 
 
 # --------------------------------------------------------------------------
@@ -141,7 +162,7 @@ def test_chunked_prefill_is_bit_identical(muster_bin, tmp_path):
         generate(muster_bin, "--model", FORMATS["gguf"], "--prompt", prompt, "--temperature", 0,
                  "--max-tokens", 8, "--chunk", chunk, "--dump-logits", out)
         logits.append(out.read_bytes())
-    assert len(logits[0]) == 9 * 512 * 4
+    assert len(logits[0]) == 8 * 512 * 4  # the prompt's last position, then 7 fed back
     assert logits[0] == logits[1] == logits[2]
 
 
