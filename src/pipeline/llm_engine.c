@@ -302,12 +302,19 @@ static int start_batch(mu__eng_t *e, int k, eseq_t **all, int nall, char *why, s
 {
 	stage_t *s = &e->s[k];
 	int32_t budget = s->l.max_chunk, rows = 0;
-	int i, start = nall > 0 ? e->rotate++ % nall : 0;
+	int i, start = nall > 0 ? e->rotate++ % nall : 0, most = MU__DEC_MAX_ITEMS;
 
+	/* Stage 0 takes a group of about S/N sequences, so that N groups fill
+	 * the N stages (each later stage takes what reaches it): batching
+	 * everything at once would leave all but one stage idle. */
+	if (k == 0 && e->n > 1)
+		most = (nall + e->n - 1) / e->n;
+	if (!e->o.batch)
+		most = 1;
 	*err = 0;
 	s->nbatch = 0;
 	for (i = 0; i < nall && budget > 0; i++) {
-		if (s->nbatch == MU__DEC_MAX_ITEMS || (!e->o.batch && s->nbatch == 1))
+		if (s->nbatch == most)
 			break;
 		int32_t m = take(e, k, all[(start + i) % nall], budget, rows);
 

@@ -505,3 +505,27 @@ def test_stage_batch(muster_bin, llm_stages):
                                                     ("tokens", [2], [5.0, 5.0])))
         assert rtype == ERROR and word in text, text
     p.close()
+
+
+PROMPTS = ["Once upon a time", "The dog", "Lily and Tom", "A big red", "The sun was",
+           "Max liked to", "One day, a little bird"]
+
+
+@pytest.mark.parametrize("where", ["local", "stages"])
+def test_parallel_matches_one_at_a_time(muster_bin, llm_stages, tmp_path, where):
+    """Sequences generated together (batched on a stage, pipelined over the
+    stages) give exactly the tokens each gets alone."""
+    model = FORMATS["gguf"]
+    extra = ["--stages", addrs(llm_stages(model, 3, "--threads", 1))] if where == "stages" else []
+    pf = tmp_path / "prompts.txt"
+    pf.write_text("\n".join(PROMPTS) + "\n")
+    alone = [json.loads(generate(muster_bin, "--model", model, "--prompt", p, "--temperature", 0,
+                                 "--max-tokens", 30, "--json", *extra).stdout)["tokens"]
+             for p in PROMPTS]
+    for s in (1, 3, 7):
+        proc = generate(muster_bin, "--model", model, "--prompt-file", pf, "--parallel", s,
+                        "--temperature", 0, "--max-tokens", 30, "--json", *extra)
+        got = json.loads(proc.stdout)
+        assert [g["tokens"] for g in got] == alone, f"--parallel {s}"
+        assert all(g["stop"] in ("length", "eos") for g in got)
+        assert f"{len(PROMPTS)} sequences ({s} in flight)" in proc.stderr.decode()
