@@ -2,8 +2,10 @@
 /*
  * Blocking client sockets with deadlines, for the client APIs (tracker,
  * store, session handshakes). Every call takes an absolute deadline from
- * time_int.h; nothing here waits past it. The fd is non-blocking underneath
- * and waits happen in poll(), so a deadline is exact even mid-transfer.
+ * time_int.h; nothing here waits past it. Sends and receives never block
+ * in the kernel (MSG_DONTWAIT, so a blocking fd is fine too) and waits
+ * happen in poll() for the time left, so a deadline is exact even
+ * mid-transfer and against a peer that stopped reading.
  */
 #ifndef MU_CORE_SOCK_INT_H
 #define MU_CORE_SOCK_INT_H

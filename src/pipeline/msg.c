@@ -24,6 +24,11 @@ void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
 
 	c->fd = fd;
 	c->sess = sess;
+	/* a device's session: no wait on the client outlasts the server's
+	 * session timeout, sends included (reads go through the session) */
+	if (sess != NULL && mu_session_wait_limit_ms(sess) >= 0 &&
+	    (io_ms < 0 || io_ms > mu_session_wait_limit_ms(sess)))
+		io_ms = mu_session_wait_limit_ms(sess);
 	c->io_ms = io_ms;
 	c->max_frame = max_frame;
 	c->got = 0;
