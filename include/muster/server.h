@@ -167,6 +167,8 @@ MU_EXTERN int mu_session_connect(const char *host, int port,
  * on a mismatch or an unreachable device, request again, up to max_retry
  * tries in all. timeout_ms bounds the whole call (< 0: wait for a device
  * forever, as TVM does). The last cause is returned when every try failed.
+ * MU_EFAIL at once when the tracker refuses the request (past one of its
+ * limits).
  */
 MU_EXTERN int mu_session_request(const char *tracker_host, int tracker_port,
                                  const char *key, double priority,

@@ -288,6 +288,14 @@ int mu_session_request(const char *tracker_host, int tracker_port,
 			}
 		}
 		rc = mu_tracker_client_request(tc, key, priority, remaining(deadline), &g);
+		if (rc == MU_EFAIL) {
+			/* refused for one of the tracker's limits: asking again at
+			 * once would be refused again */
+			mu__log(MU_LOG_WARN, "session", "tracker %s:%d refused the request for %s "
+			        "(one of its limits; its log says which)", tracker_host,
+			        tracker_port, key);
+			break;
+		}
 		if (rc != 0) {
 			mu_tracker_client_close(tc);
 			tc = NULL;

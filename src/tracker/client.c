@@ -234,7 +234,9 @@ int mu_tracker_client_request(mu_tracker_client_t *c, const char *key,
 		                             sizeof(g->addr), &g->port,
 		                             g->matchkey, sizeof(g->matchkey));
 	mu__buf_free(&body);
-	return broken(c, rc);
+	/* MU_EFAIL is an answer (the request was refused), not a broken
+	 * connection */
+	return rc == MU_EFAIL ? rc : broken(c, rc);
 }
 
 int mu_tracker_client_update_info(mu_tracker_client_t *c, const char *info_key,

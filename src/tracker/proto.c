@@ -249,6 +249,11 @@ int mu__tracker_grant_parse(const char *body, size_t len, char *addr,
 		return rc;
 	rc = MU_EPROTO;
 	res = cJSON_GetArrayItem(root, 1);
+	/* [-1, why]: a muster tracker refusing the request for a limit */
+	if (cJSON_IsArray(root) && mu__json_is_int(cJSON_GetArrayItem(root, 0), -1, -1)) {
+		rc = MU_EFAIL;
+		goto out;
+	}
 	if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) != 2 ||
 	    !mu__json_is_int(cJSON_GetArrayItem(root, 0), 0, 0) ||
 	    !cJSON_IsArray(res) || cJSON_GetArraySize(res) != 3)
