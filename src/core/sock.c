@@ -86,6 +86,8 @@ int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	snprintf(service, sizeof(service), "%d", port);
+	/* resolving a name waits on the system resolver's own timeouts,
+	 * which no deadline of ours can shorten (see sock_int.h) */
 	if (getaddrinfo(host, service, &hints, &res) != 0 || res == NULL)
 		return MU_ERESOLVE;
 	rc = -ECONNREFUSED;

@@ -17,6 +17,10 @@
  * Connect to host:port (name or literal; every resolved address is tried
  * in turn). *fd gets a connected, non-blocking, close-on-exec socket with
  * TCP_NODELAY. 0, MU_ERESOLVE, -ETIMEDOUT, or the last address's -errno.
+ * Resolving a name is the one wait bounded by the system resolver's own
+ * timeouts (resolv.conf) rather than the deadline; an IP literal never
+ * waits there. A deadline already past still makes one attempt, so a
+ * caller retrying refused connects learns the last real cause.
  */
 int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd);
 
