@@ -137,6 +137,8 @@ static void test_utf8_repair(void **state)
 	repaired("\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd");      /* overlong */
 	repaired("\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); /* surrogate */
 	repaired("\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80");     /* 4 bytes */
+}
+
 /* Parse text as one JSON value (the test frees it). */
 static cJSON *num(const char *text)
 {
