@@ -33,8 +33,9 @@ are run_muster() and run_muster_split() below, written against the command
 lines above, to be adjusted when the commands land.
 
 Peak RSS is each process's ru_maxrss from wait4 (the node process includes
-Node.js itself, about 45 MB); for a split run, the largest stage and the
-coordinator. prefill tok/s = prompt tokens / time to first token; decode
+Node.js itself, about 45 MB); for a split run, the largest of the stages and
+the coordinator. "cores" is the CPU time a run got over its wall time (load
+and warm-up included), which says how much of the machine it really had. prefill tok/s = prompt tokens / time to first token; decode
 tok/s = (generated - 1) / time from the first token to the last. The machine
 may be shared: each row shows the 1-minute load average when it started.
 Then the goals of issue 13, as ratios from this run: muster's decode >= 0.8x
@@ -74,9 +75,13 @@ def load_average():
 
 
 def run_measured(cmd, timeout, stdin=subprocess.DEVNULL):
-    """Run cmd to completion; (exit status, stdout, stderr, peak RSS KiB).
-    wait4 gives the child's own ru_maxrss; a timer kills it at `timeout`."""
+    """Run cmd to completion; (exit status, stdout, stderr, usage) where
+    usage holds the child's own peak RSS in KiB (ru_maxrss, from wait4) and
+    `cores`, the CPU time it got over its wall time: on a shared machine,
+    how much of the asked-for threads' time it really had. A timer kills it
+    at `timeout`."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.monotonic()
         proc = subprocess.Popen([str(c) for c in cmd], stdin=stdin, stdout=out, stderr=err)
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
@@ -87,8 +92,11 @@ def run_measured(cmd, timeout, stdin=subprocess.DEVNULL):
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
+        wall = max(time.monotonic() - t0, 1e-9)
         return (proc.returncode, out.read().decode("utf-8", "replace"),
-                err.read().decode("utf-8", "replace"), usage.ru_maxrss)
+                err.read().decode("utf-8", "replace"),
+                {"peak_rss_kib": usage.ru_maxrss,
+                 "cores": (usage.ru_utime + usage.ru_stime) / wall})
 
 
 def last_json(text, what):
@@ -142,17 +150,17 @@ def run_llamacpp(a, model, threads):
     cmd = ["node", GENERATE_MJS, "--modules", a.llamacpp_modules, "--model", model,
            "--threads", threads, "--prompt", prompt_text(a), "--max-tokens", a.decode_tokens,
            "--ignore-eos", "--warmup"]
-    rc, out, err, rss = run_measured(cmd, a.timeout)
+    rc, out, err, usage = run_measured(cmd, a.timeout)
     if rc != 0:
         raise BenchError(f"generate.mjs exited {rc}:\n{err[-2000:]}")
     r = last_json(out, "generate.mjs")
     if r["prompt_tokens"] != a.prompt_tokens or r["n_generated"] != a.decode_tokens:
         raise BenchError(f"llama.cpp ran {r['prompt_tokens']} prompt tokens and generated "
                          f"{r['n_generated']}, expected {a.prompt_tokens} and {a.decode_tokens}")
-    return row(r, rss)
+    return row(r, usage)
 
 
-def row(r, rss_kib, prompt_tokens=None):
+def row(r, usage, prompt_tokens=None):
     """The figures of one run from its JSON; the prompt must have had the
     length asked for, or the engines ran different prompts."""
     if prompt_tokens is not None and r.get("prompt_tokens", prompt_tokens) != prompt_tokens:
@@ -167,7 +175,7 @@ def row(r, rss_kib, prompt_tokens=None):
     return {"prefill_tok_s": pick("prefill_tok_s", "prefill_tokens_per_s"),
             "decode_tok_s": pick("decode_tok_s", "decode_tokens_per_s"),
             "ttft_ms": pick("ttft_ms", "time_to_first_token_ms"),
-            "peak_rss_kib": rss_kib, "prompt_tokens": r.get("prompt_tokens")}
+            "prompt_tokens": r.get("prompt_tokens"), **usage}
 
 
 def muster_help(a, command):
@@ -193,11 +201,11 @@ def run_muster(a, model, threads):
     help_text = muster_help(a, "generate")
     if help_text is None:
         return None
-    rc, out, err, rss = run_measured([a.muster, *generate_args(a, model, threads, help_text)],
-                                     a.timeout)
+    rc, out, err, usage = run_measured([a.muster, *generate_args(a, model, threads, help_text)],
+                                       a.timeout)
     if rc != 0:
         raise BenchError(f"muster generate exited {rc}:\n{err[-2000:]}")
-    return row(last_json(out, "muster generate"), rss, a.prompt_tokens)
+    return row(last_json(out, "muster generate"), usage, a.prompt_tokens)
 
 
 def start_stage(a, model, index, of, threads, stage_help):
@@ -237,22 +245,28 @@ def run_muster_split(a, model, threads, nstages):
             stages.append(start_stage(a, model, i, nstages, threads, stage_help))
         args = generate_args(a, model, None, help_text)
         args += ["--stages", ",".join(addr for _, addr in stages)]
-        rc, out, err, rss = run_measured([a.muster, *args], a.timeout)
+        t0 = time.monotonic()
+        rc, out, err, usage = run_measured([a.muster, *args], a.timeout)
+        wall = time.monotonic() - t0
         if rc != 0:
             raise BenchError(f"muster generate --stages exited {rc}:\n{err[-2000:]}")
-        r = row(last_json(out, "muster generate --stages"), rss, a.prompt_tokens)
+        r = row(last_json(out, "muster generate --stages"), usage, a.prompt_tokens)
     finally:
-        stage_rss = []
+        stage_rss, stage_cpu = [], 0.0
         for proc, _ in stages:
             proc.send_signal(signal.SIGTERM)
             timer = threading.Timer(30, proc.kill)
             timer.start()
-            _, status, usage = os.wait4(proc.pid, 0)
+            _, status, ru = os.wait4(proc.pid, 0)
             timer.cancel()
             proc.returncode = os.waitstatus_to_exitcode(status)
-            stage_rss.append(usage.ru_maxrss)
-    r["peak_rss_kib"] = max(stage_rss + [rss])
+            stage_rss.append(ru.ru_maxrss)
+            stage_cpu += ru.ru_utime + ru.ru_stime
+    # The largest process; cores counts the stages' CPU time (their loading
+    # included) with the coordinator's, over the coordinator's wall time.
+    r["peak_rss_kib"] = max(stage_rss + [usage["peak_rss_kib"]])
     r["stage_rss_kib"] = stage_rss
+    r["cores"] = usage["cores"] + stage_cpu / max(wall, 1e-9)
     return r
 
 
@@ -271,7 +285,8 @@ def print_row(a, wtype, threads, engine, r, load):
     rss = r.get("peak_rss_kib")
     log(f"  {wtype:<6} {threads:>3}  {engine:<18} {fmt(r.get('prefill_tok_s'), '13.1f'):>13} "
         f"{fmt(r.get('decode_tok_s'), '12.2f'):>12} {fmt(r.get('ttft_ms'), '9.0f'):>9} "
-        f"{fmt(None if rss is None else rss / 1024, '12.0f'):>12} {load:5.2f}")
+        f"{fmt(None if rss is None else rss / 1024, '12.0f'):>12} {load:5.2f} "
+        f"{fmt(r.get('cores'), '5.2f'):>5}")
     a.rows.append({"type": wtype, "threads": threads, "engine": engine, "load": load, **r})
 
 
@@ -314,7 +329,8 @@ def bench(a):
         model = ensure_model(a, wtype)
         log(f"{wtype}: {model} ({model.stat().st_size / 2**30:.2f} GiB)")
         log(f"  {'type':<6} {'thr':>3}  {'engine':<18} {'prefill tok/s':>13} "
-            f"{'decode tok/s':>12} {'TTFT ms':>9} {'peak RSS MiB':>12} {'load':>5}")
+            f"{'decode tok/s':>12} {'TTFT ms':>9} {'peak RSS MiB':>12} {'load':>5} "
+            f"{'cores':>5}")
         for threads in a.threads:
             eng = results.setdefault((wtype, threads), {})
             runs = []
@@ -334,6 +350,8 @@ def bench(a):
                     print_row(a, wtype, threads, engine, None, load_average())
     if any(r.get("decode_tok_s") is None for r in a.rows):
         log("  n/a: `muster generate` is not there yet, or --engines left muster out")
+    log("  load: the 1-minute load average when the row started (this machine has "
+        f"{os.cpu_count()} CPUs); cores: CPU time the run got / its wall time")
     log("  llama.cpp's RSS includes Node.js (about 45 MB); a split row's is its largest process")
     print_ratios(a, results)
 
