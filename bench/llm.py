@@ -175,6 +175,7 @@ def row(r, usage, prompt_tokens=None):
     return {"prefill_tok_s": pick("prefill_tok_s", "prefill_tokens_per_s"),
             "decode_tok_s": pick("decode_tok_s", "decode_tokens_per_s"),
             "ttft_ms": pick("ttft_ms", "time_to_first_token_ms"),
+            "prefill_cpu_ms": pick("prefill_cpu_ms"), "decode_cpu_ms": pick("decode_cpu_ms"),
             "prompt_tokens": r.get("prompt_tokens"), **usage}
 
 

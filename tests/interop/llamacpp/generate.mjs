@@ -22,6 +22,9 @@
 //   decode_tok_s   = (generated - 1) / time from the first token to the last
 //                    (each of those steps evaluates one position),
 //   ttft_ms        = from handing over the prompt to the first sampled token,
+//   prefill_cpu_ms, decode_cpu_ms = CPU time the process got in those two
+//                    phases (all threads): on a shared machine, compare with
+//                    the wall time x threads to see how much it really had,
 //   load_ms, peak_rss_kib (this process's ru_maxrss: node itself included;
 //   base_rss_kib is the RSS before the model was loaded), threads, ctx, batch.
 // --warmup evaluates the BOS token once and clears the sequence before the
@@ -107,6 +110,12 @@ function ms(t0, t1) {
     return Number(t1 - t0) / 1e6;
 }
 
+// CPU time of the whole process (every thread), user + system, in ms.
+function cpuMs() {
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1e3;
+}
+
 function rssKib() {
     const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync("/proc/self/status", "utf8"));
     return m ? Number(m[1]) : null;
@@ -130,14 +139,20 @@ async function generate(seq, prompt, opts) {
     const out = [];
     let stoppedAtEos = false;
     const t0 = process.hrtime.bigint();
+    const c0 = cpuMs();
     let tFirst = null;
     let tLast = null;
+    let cFirst = null;
+    let cLast = null;
     if (opts.maxTokens > 0) {
         const it = seq.evaluate(prompt, {temperature: 0, yieldEogToken: true});
         for await (const token of it) {
             tLast = process.hrtime.bigint();
-            if (tFirst === null)
+            cLast = cpuMs();
+            if (tFirst === null) {
                 tFirst = tLast;
+                cFirst = cLast;
+            }
             if (!opts.ignoreEos && seq.model.isEogToken(token)) {
                 stoppedAtEos = true;
                 break;
@@ -153,6 +168,8 @@ async function generate(seq, prompt, opts) {
         tokens: out, stoppedAtEos, ttft,
         prefill: ttft ? prompt.length / (ttft / 1e3) : null,
         decode: decodeSteps > 0 && tLast > tFirst ? decodeSteps / (ms(tFirst, tLast) / 1e3) : null,
+        prefillCpu: cFirst === null ? null : cFirst - c0,
+        decodeCpu: decodeSteps > 0 ? cLast - cFirst : null,
     };
 }
 
@@ -209,6 +226,7 @@ async function main() {
             text: model.detokenize(g.tokens, false, prompt),
             n_generated: g.tokens.length, stopped_at_eos: g.stoppedAtEos,
             prefill_tok_s: g.prefill, decode_tok_s: g.decode, ttft_ms: g.ttft,
+            prefill_cpu_ms: g.prefillCpu, decode_cpu_ms: g.decodeCpu,
         });
     }
     result.base_rss_kib = baseRss;
