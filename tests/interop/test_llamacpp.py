@@ -8,8 +8,10 @@ does. Every prompt form the comparisons use (BOS alone, token ids, text)
 and the last-position log-probabilities agree with that story. Speeds are
 reported by the script but never asserted (bench/llm.py measures them)."""
 
+import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,15 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _stories_dir():
-    """stories260K's files: $MUSTER_STORIES260K, else the shared folder beside
-    the repository (../shared/models/stories260K, where CI and the
-    worktrees find it)."""
+    """stories260K's files: $MUSTER_STORIES260K, else the project's copy."""
     if os.environ.get("MUSTER_STORIES260K"):
         return Path(os.environ["MUSTER_STORIES260K"])
-    for base in (REPO.parent, Path("/work")):
-        if (base / "shared" / "models" / "stories260K").is_dir():
-            return base / "shared" / "models" / "stories260K"
-    return REPO.parent / "shared" / "models" / "stories260K"
+    return REPO / "models" / "stories260K"
 
 
 STORIES = _stories_dir()
@@ -106,3 +103,57 @@ def test_bad_model_fails_with_the_reason(llamacpp, tmp_path):
     proc = llamacpp.run_raw(bad, "--max-tokens", 4)
     assert proc.returncode != 0 and proc.stdout.strip() == "", proc.stdout
     assert "generate.mjs:" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# muster against llama.cpp on the same GGUF
+# --------------------------------------------------------------------------
+
+CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
+
+
+def muster_tokens(muster_bin, model, ids, n):
+    proc = subprocess.run([str(muster_bin), "generate", "--model", str(model), "--prompt-ids",
+                           ",".join(map(str, ids)), "--temperature", "0", "--max-tokens", str(n),
+                           "--ignore-eos", "--json"], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        pytest.fail(f"muster generate: {proc.stderr}", pytrace=False)
+    return json.loads(proc.stdout)["tokens"]
+
+
+def test_stories_tokens_match_llamacpp(muster_bin, llamacpp, story):
+    assert muster_tokens(muster_bin, GGUF, [BOS], 200) == story["tokens"]
+
+
+@pytest.fixture(scope="module")
+def random_ggufs(tmp_path_factory):
+    """Random-weight checkpoints written by our generator, then as GGUF by
+    our converter (llama rows un-permuted, qwen2 rows as they are)."""
+    root = tmp_path_factory.mktemp("ggufs")
+    out = {}
+    for name, args, gtype in (
+            ("llama-gqa-f32", ["--arch", "llama", "--dim", "128", "--layers", "4", "--heads",
+                               "8", "--kv-heads", "2", "--hidden", "256"], "F32"),
+            ("qwen2-f16", ["--arch", "qwen2", "--dim", "128", "--layers", "3", "--heads", "4",
+                           "--kv-heads", "2", "--hidden", "256"], "F16"),
+            ("llama-q8", ["--arch", "llama", "--dim", "256", "--layers", "3", "--heads", "8",
+                          "--kv-heads", "4", "--hidden", "512"], "Q8_0")):
+        hf, gguf = root / name, root / f"{name}.gguf"
+        for cmd in (["gen", *args, "--vocab", "600", "--seed", "11", hf],
+                    ["hf-to-gguf", "--type", gtype, hf, gguf]):
+            proc = subprocess.run(CONVERT + [str(c) for c in cmd], capture_output=True,
+                                  text=True, timeout=300)
+            if proc.returncode != 0:
+                pytest.fail(f"llm_convert.py {cmd[0]}: {proc.stderr}", pytrace=False)
+        out[name] = gguf
+    return out
+
+
+@pytest.mark.parametrize("name", ["llama-gqa-f32", "qwen2-f16", "llama-q8"])
+def test_random_gguf_tokens_match_llamacpp(muster_bin, llamacpp, random_ggufs, name):
+    """The same weights as GGUF, run by llama.cpp and by muster: the same
+    greedy tokens from the same prompt ids."""
+    prompt = [1, 37, 5, 222, 90, 14]
+    want = llamacpp.run(random_ggufs[name], "--tokens", ",".join(map(str, prompt)),
+                        "--max-tokens", 24, "--ignore-eos", "--threads", 1)["tokens"]
+    assert muster_tokens(muster_bin, random_ggufs[name], prompt, 24) == want
