@@ -39,30 +39,6 @@ struct mu__llm_stage_s {
 	mu_stage_t *stage;    /* the stage this is the LLM of */
 };
 
-/* A digest of what the checkpoint is: its configuration and every
- * tensor's name, type and shape (not its bytes: a stage reads no other
- * stage's weights). Stages of one run must agree. */
-static uint64_t digest(const mu__llm_src_t *src)
-{
-	const mu__llm_hp_t *h = &src->hp;
-	int32_t v[] = {h->dim, h->hidden, h->n_layers, h->n_heads, h->n_kv_heads, h->head_dim,
-	               h->vocab, h->ctx, h->window, (int32_t)h->rope, (int32_t)h->scaling,
-	               h->sc_orig, h->tied};
-	float f[] = {h->eps, h->theta, h->sc_factor, h->sc_low, h->sc_high};
-	uint64_t d = mu__fnv(MU_FNV_INIT, h->arch, strlen(h->arch));
-	size_t i;
-
-	d = mu__fnv(d, v, sizeof(v));
-	d = mu__fnv(d, f, sizeof(f));
-	for (i = 0; i < src->nt; i++) {
-		int64_t shape[3] = {src->t[i].m.type, src->t[i].m.rows, src->t[i].m.cols};
-
-		d = mu__fnv(d, src->t[i].name, strlen(src->t[i].name));
-		d = mu__fnv(d, shape, sizeof(shape));
-	}
-	return d;
-}
-
 /* Read one byte of every page of the stage's own tensors, so it is
  * resident before it says it is ready (and its first token is not spent
  * on page faults). */
@@ -182,7 +158,7 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
 	s->first = -1;
 	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
 	if (rc == 0) {
-		s->digest = st->digest = digest(&s->src);
+		s->digest = st->digest = mu__llm_digest(&s->src);
 		rc = place(s, first, last, err, el);
 	}
 	if (rc == 0)
