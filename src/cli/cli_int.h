@@ -73,6 +73,7 @@ int cmd_stage(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);

@@ -24,6 +24,7 @@ static const struct {
 	{"plan", cmd_plan, "show how a model splits into stages"},
 	{"stage", cmd_stage, "serve one stage of a split model"},
 	{"run", cmd_run, "run a model through its stages (or in this process)"},
+	{"tokenize", cmd_tokenize, "text to an LLM's token ids and back"},
 	{"demo", cmd_demo, "show the system working on this machine"},
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };
