@@ -254,6 +254,13 @@ typedef struct {
 	size_t capheap;
 	int32_t *ids;
 	size_t nids, capids;
+	/* Words seen in this call and their ids (tok_bpe.c): text repeats its
+	 * words, and BPE of a word depends on nothing else. */
+	struct mu__tok_cached_s *cache;
+	size_t cmask, ccount;
+	mu__buf_t ckeys;
+	int32_t *cids;
+	size_t ncids, capcids;
 } mu__tok_work_t;
 
 int mu__tok_work_init(mu__tok_work_t *w);
@@ -277,6 +284,7 @@ int mu__tok_bpe(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len
 void mu__tok_bpe_free(mu__tok_work_t *w);
 
 /* ---- maps (tok_map.c) ---- */
+uint64_t mu__tok_hash(const void *p, size_t len);
 int mu__tok_map_build(mu__tok_map_t *m, const mu__tok_t *t);
 void mu__tok_map_free(mu__tok_map_t *m);
 int32_t mu__tok_map_get(const mu__tok_map_t *m, const mu__tok_t *t,

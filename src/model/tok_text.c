@@ -269,6 +269,7 @@ int mu__tok_work_init(mu__tok_work_t *w)
 	mu__buf_init(&w->a, SIZE_MAX / 4);
 	mu__buf_init(&w->b, SIZE_MAX / 4);
 	mu__buf_init(&w->c, SIZE_MAX / 4);
+	mu__buf_init(&w->ckeys, SIZE_MAX / 4);
 	return 0;
 }
 
@@ -307,34 +308,47 @@ static int push3(size_t (**v)[3], size_t *n, size_t *cap, size_t a, size_t b, si
 
 /* ---- normalizers ---- */
 
-/* NFC/NFD/NFKC/NFKD of the valid UTF-8 runs of in; other bytes copied. */
+/*
+ * NFC/NFD/NFKC/NFKD of the valid UTF-8 runs of in; other bytes copied.
+ * Every form leaves ASCII as it is, and an ASCII character never combines
+ * with what comes before it (canonical class 0, never second in a
+ * composition), so text can be cut before any ASCII character: runs of
+ * ASCII are copied, and only the stretches from the ASCII character before
+ * a non-ASCII one to the next ASCII one go through utf8proc.
+ */
 static int unorm(const char *in, size_t len, utf8proc_option_t opt, mu__buf_t *out)
 {
 	size_t i = 0;
 	int rc = 0;
 
 	while (rc == 0 && i < len) {
-		size_t j = i, n;
+		size_t a = i, s, j, n;
 		uint32_t cp;
 		utf8proc_ssize_t m, k;
 		utf8proc_int32_t *buf;
 
-		while (j < len && (n = mu__tok_utf8((const unsigned char *)in + j, len - j, &cp)) > 0)
+		while (a < len && (unsigned char)in[a] < 0x80)
+			a++;
+		s = a > i && a < len ? a - 1 : a; /* keep the one before a with it */
+		if ((rc = mu__buf_append(out, in + i, s - i)) != 0 || a == len)
+			break;
+		for (j = a; j < len && (unsigned char)in[j] >= 0x80 &&
+		            (n = mu__tok_utf8((const unsigned char *)in + j, len - j, &cp)) > 0;)
 			j += n;
-		if (j == i) { /* an invalid byte */
-			rc = mu__buf_appendc(out, in[i++]);
+		if (j == a) { /* an invalid byte: as it is */
+			rc = mu__buf_append(out, in + s, a + 1 - s);
+			i = a + 1;
 			continue;
 		}
-		m = utf8proc_decompose((const utf8proc_uint8_t *)in + i, (utf8proc_ssize_t)(j - i),
+		m = utf8proc_decompose((const utf8proc_uint8_t *)in + s, (utf8proc_ssize_t)(j - s),
 		                       NULL, 0, opt);
 		buf = m >= 0 ? mu__calloc((size_t)m + 1, sizeof(*buf)) : NULL;
 		if (buf == NULL)
 			return MU_ENOMEM; /* m < 0 cannot happen on valid UTF-8 */
-		m = utf8proc_decompose((const utf8proc_uint8_t *)in + i, (utf8proc_ssize_t)(j - i),
+		m = utf8proc_decompose((const utf8proc_uint8_t *)in + s, (utf8proc_ssize_t)(j - s),
 		                       buf, m, opt);
 		k = m >= 0 ? utf8proc_reencode(buf, m, opt) : -1;
-		rc = k >= 0 ? mu__buf_append(out, buf, (size_t)k)
-		            : mu__buf_append(out, in + i, j - i);
+		rc = k >= 0 ? mu__buf_append(out, buf, (size_t)k) : mu__buf_append(out, in + s, j - s);
 		mu__free(buf);
 		i = j;
 	}
