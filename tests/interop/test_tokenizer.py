@@ -14,7 +14,10 @@
   and decode(encode(x)) must be x (NFC(x) for Qwen, which normalizes;
   special tokens' text kept when they were recognised).
 * stories260K's llama2.c tokenizer against run.c's encoder, written out
-  below in Python from its C.
+  below in Python from its C; and the same vocabulary read out of
+  stories260K.gguf (a GGUF reader in tokfix.py) through the GGUF path.
+* The GGUF "gpt2" path on real vocabularies: Llama 3 and Qwen 3 written as
+  llama.cpp's converter writes them, against the JS library's ids.
 * The command's own behaviour: --json, --decode, errors naming the field.
 """
 
@@ -261,6 +264,37 @@ def test_stories260k_matches_runc(muster_bin):
     assert not bad, f"{len(bad)} of {len(texts)} texts differ:\n" + "\n".join(bad[:5])
     back = tokenize(muster_bin, ["--llama2c", TOK512, "--vocab", 512, "--decode"], got)
     assert back == texts
+
+
+def test_stories260k_gguf(muster_bin, tmp_path):
+    """The vocabulary inside stories260K.gguf, read by a GGUF reader
+    written here, tokenizes as run.c does with tok512.bin."""
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps(tokfix.gguf_tokenizer_json(TOK512.with_name("stories260K.gguf"))))
+    vocab, scores = load_tok512()
+    texts = list(LINES)
+    texts += [p for p in (LICENSES / "GPL-3").read_text().split("\n\n") if p.strip()][:60]
+    want = [runc_encode(vocab, scores, t.encode()) for t in texts]
+    # run.c has no special tokens: their text is text
+    got = tokenize(muster_bin, ["--gguf-meta", meta, "--no-special"], texts)
+    bad = [describe(t, w, g) for t, w, g in zip(texts, want, got) if w != g]
+    assert not bad, f"{len(bad)} of {len(texts)} texts differ:\n" + "\n".join(bad[:5])
+    assert tokenize(muster_bin, ["--gguf-meta", meta, "--decode"], got) == texts
+
+
+@pytest.mark.parametrize("name,pre", [("llama3", "llama-bpe"), ("qwen3", "qwen2")])
+def test_gguf_gpt2_matches_hf_js(muster_bin, reference, tmp_path, name, pre):
+    """Llama 3's and Qwen 3's vocabularies as llama.cpp's converter puts
+    them in a GGUF ("gpt2", tokenizer.ggml.pre) give the JS library's ids."""
+    texts, dirs, js = reference
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps(tokfix.hf_to_gguf_json(dirs[name], pre)))
+    ids = tokenize(muster_bin, ["--gguf-meta", meta], texts)
+    bad = [describe(t, j["ids"], c) for t, j, c in zip(texts, js[name], ids) if j["ids"] != c]
+    assert not bad, f"{len(bad)} of {len(texts)} texts differ:\n" + "\n".join(bad[:5])
+    keep = tokenize(muster_bin, ["--gguf-meta", meta, "--decode", "--keep-special"], ids)
+    for t, k in zip(texts, keep):
+        assert k == (unicodedata.normalize("NFC", t) if name == "qwen3" else t)
 
 
 def run(muster_bin, *args, text=None):

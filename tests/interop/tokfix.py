@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -160,6 +161,86 @@ def finish_js(started, n):
 
 def run_js(jslib, tokdir, texts, *args):
     return finish_js(start_js(jslib, tokdir, texts, *args), len(texts))
+
+
+# ---- GGUF tokenizer metadata, for `muster tokenize --gguf-meta` ----
+
+GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                10: "<Q", 11: "<q", 12: "<d"}
+
+
+def read_gguf_meta(path):
+    """The metadata key/values of a GGUF v2/v3 file (strings as bytes)."""
+    data = Path(path).read_bytes()
+    if data[:4] != b"GGUF":
+        fail(f"{path} is not a GGUF file")
+    _version, _ntensors, nkv = struct.unpack_from("<IQQ", data, 4)
+    off = 24
+
+    def string(o):
+        n, = struct.unpack_from("<Q", data, o)
+        return data[o + 8:o + 8 + n], o + 8 + n
+
+    def value(ty, o):
+        if ty == 8:
+            return string(o)
+        if ty == 9:
+            ety, n = struct.unpack_from("<IQ", data, o)
+            o += 12
+            out = []
+            for _ in range(n):
+                v, o = value(ety, o)
+                out.append(v)
+            return out, o
+        v, = struct.unpack_from(GGUF_SCALARS[ty], data, o)
+        return v, o + struct.calcsize(GGUF_SCALARS[ty])
+
+    meta = {}
+    for _ in range(nkv):
+        key, off = string(off)
+        ty, = struct.unpack_from("<I", data, off)
+        meta[key.decode()], off = value(ty, off + 4)
+    return meta
+
+
+def gguf_tokenizer_json(path):
+    """A GGUF file's tokenizer.* metadata as the JSON object --gguf-meta
+    reads."""
+    out = {}
+    for k, v in read_gguf_meta(path).items():
+        if k.startswith("tokenizer."):
+            if isinstance(v, list):
+                v = [x.decode() if isinstance(x, bytes) else x for x in v]
+            out[k] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+def hf_to_gguf_json(tokdir, pre):
+    """What llama.cpp's convert_hf_to_gguf.py writes for a byte-level BPE
+    tokenizer.json ("gpt2"): tokens by id, special added tokens (and ones
+    that look like <|...|>) CONTROL, other added ones USER_DEFINED, gaps
+    UNUSED, merges as "a b"."""
+    tj = json.loads((Path(tokdir) / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tj["model"]["vocab"]
+    added = {a["id"]: a for a in tj["added_tokens"]}
+    rev = {i: p for p, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(max(max(vocab.values()), max(added, default=0)) + 1):
+        if i in added:
+            c = added[i]["content"]
+            tokens.append(c)
+            looks = c.startswith("<|") and c.endswith("|>")
+            types.append(3 if added[i]["special"] or looks else 4)
+        elif i in rev:
+            tokens.append(rev[i])
+            types.append(1)
+        else:
+            tokens.append(f"[PAD{i}]")
+            types.append(5)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+            "tokenizer.ggml.merges": merges, "tokenizer.ggml.add_bos_token": False}
 
 
 if __name__ == "__main__":
