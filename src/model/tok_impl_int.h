@@ -241,6 +241,15 @@ size_t mu__tok_utf8_put(uint32_t cp, char *out);
 int mu__tok_regex(const char *pat, size_t len, int literal, pcre2_code **out,
                   char *why, size_t wl);
 
+/* First match of re in s[from..len) that is not empty: 1 and [*ms, *me),
+ * or 0. A match that hits a resource limit under JIT is retried by the
+ * interpreter; one that still fails ends the matches (the rest is a gap).
+ * opts: PCRE2_ANCHORED or 0. */
+int mu__tok_find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t len,
+                 size_t from, uint32_t opts, size_t *ms, size_t *me);
+/* Append a triple to a growable array of them. 0 or MU_ENOMEM. */
+int mu__tok_push3(size_t (**v)[3], size_t *n, size_t *cap, size_t a, size_t b, size_t c);
+
 /* One encode call's scratch. */
 typedef struct {
 	pcre2_match_data *md;
@@ -270,7 +279,8 @@ void mu__tok_work_free(mu__tok_work_t *w);
  * in. 0 or MU_ENOMEM. */
 int mu__tok_normalize(const mu__tok_t *t, mu__tok_work_t *w, const char *in,
                       size_t len, const char **out, size_t *outlen);
-/* Pre-tokenize p[0..len) into w->c / w->sp. origin: p starts the input. */
+/* Pre-tokenize p[0..len) into w->c / w->sp (tok_pre.c). origin: p starts
+ * the input. */
 int mu__tok_pretokenize(const mu__tok_t *t, mu__tok_work_t *w, const char *p,
                         size_t len, int origin);
 /* Bytes of White_Space at the start (left) or end (!left) of p. */
