@@ -340,6 +340,32 @@ static int batch(job_t *j, int decode, char *in, size_t len, mu__buf_t *o)
 	return rc;
 }
 
+/* The input to its output on stdout; the exit status. */
+static int convert(job_t *j, int decode, int bat, int json, char *in, size_t len)
+{
+	mu__buf_t o;
+	int rc;
+
+	mu__buf_init(&o, SIZE_MAX / 4);
+	if (bat) {
+		rc = batch(j, decode, in, len, &o);
+	} else {
+		rc = json ? mu__buf_appends(&o, decode ? "{\"text\": " : "{\"ids\": ") : 0;
+		if (rc == 0)
+			rc = one(j, decode, in, len, &o);
+		if (rc == 0 && json)
+			rc = mu__buf_appendc(&o, '}');
+		if (rc == 0 && (json || !decode))
+			rc = mu__buf_appendc(&o, '\n');
+	}
+	if (rc == 0 && o.len > 0 && fwrite(o.data, 1, o.len, stdout) != o.len)
+		rc = 1;
+	if (rc != 0 && rc != 1 && rc != 2)
+		fprintf(stderr, "muster tokenize: %s\n", mu_strerror(rc));
+	mu__buf_free(&o);
+	return rc == 0 ? 0 : rc == 2 ? 2 : 1;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
 	const char *hf = NULL, *config = NULL, *l2c = NULL, *text = NULL, *gmeta = NULL;
@@ -373,9 +399,8 @@ int cmd_tokenize(int argc, char **argv)
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 	job_t j;
 	mu__tok_t *t = NULL;
-	mu__buf_t o;
 	char *in;
-	size_t len;
+	size_t len = 0;
 	double t0;
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
@@ -407,27 +432,11 @@ int cmd_tokenize(int argc, char **argv)
 		mu__tok_free(t);
 		return 1;
 	}
-	mu__buf_init(&o, SIZE_MAX / 4);
-	if (bat) {
-		rc = batch(&j, decode, in, len, &o);
-	} else {
-		if (json)
-			mu__buf_appends(&o, decode ? "{\"text\": " : "{\"ids\": ");
-		rc = one(&j, decode, in, len, &o);
-		if (rc == 0 && json)
-			rc = mu__buf_appendc(&o, '}');
-		if (rc == 0 && (json || !decode))
-			rc = mu__buf_appendc(&o, '\n');
-	}
-	if (rc == 0 && o.len > 0 && fwrite(o.data, 1, o.len, stdout) != o.len)
-		rc = 1;
+	rc = convert(&j, decode, bat, json, in, len);
 	if (stats && !decode)
 		fprintf(stderr, "tokenize: %zu bytes -> %zu tokens in %.1f ms (%.2f MB/s)\n", j.bytes,
 		        j.tokens, j.enc_ms, j.enc_ms > 0 ? (double)j.bytes / 1e3 / j.enc_ms : 0.0);
-	if (rc != 0 && rc != 2)
-		fprintf(stderr, "muster tokenize: %s\n", mu_strerror(rc));
-	mu__buf_free(&o);
 	mu__free(in);
 	mu__tok_free(t);
-	return rc == 0 ? 0 : rc == 2 ? 2 : 1;
+	return rc;
 }
