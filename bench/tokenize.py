@@ -59,7 +59,8 @@ def main():
     cache = tokfix.cache_dir() / "tokenizers"
     cache.mkdir(parents=True, exist_ok=True)
     jslib = tokfix.ensure_jslib(cache)
-    print(f"encode speed on {len(texts)} license files ({len(jsonl) // 1000} kB), "
+    size = sum(len(t.encode()) for t in texts)
+    print(f"encode speed on {len(texts)} license files ({size // 1000} kB), "
           f"each encoded {repeat}x; load time apart")
     print(f"{'tokenizer':<22}{'tokens':>8}{'muster MB/s':>13}{'JS MB/s':>10}{'ratio':>8}"
           f"{'muster load ms':>16}{'JS load ms':>12}")
