@@ -128,53 +128,96 @@ static int place(mu__llm_stage_t *s, int first, int last, char *err, size_t el)
 	return 0;
 }
 
-int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
-                       int first, int last, const mu__llm_stage_opts_t *o,
-                       mu_stage_t **out, char *err, size_t el)
+/* A stage around an LLM stage s (its fields set); on failure frees both. */
+static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
 {
-	mu__dec_opts_t d = {o->threads, o->max_seqs, o->kv_bytes, o->max_chunk};
-	mu__llm_stage_t *s;
-	mu_stage_t *st;
-	double t0 = mu__clock_ms();
-	int rc;
+	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk};
+	mu_stage_t *st = mu__calloc(1, sizeof(*st));
+	int rc = st == NULL ? MU_ENOMEM : 0;
 
-	*out = NULL;
-	st = mu__calloc(1, sizeof(*st));
-	s = mu__calloc(1, sizeof(*s));
-	if (st == NULL || s == NULL) {
-		mu__free(st);
-		mu__free(s);
-		return MU_ENOMEM;
-	}
-	uv_mutex_init(&s->lock);
-	pthread_mutex_init(&st->lock, NULL);
-	mu__strmap_init(&st->in_shapes);
-	mu__strmap_init(&st->params);
-	st->llm = s;
-	s->stage = st;
-	st->index = s->index = index;
-	st->of = s->of = of;
-	s->o = *o;
-	s->first = -1;
-	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
-	if (rc == 0) {
-		s->digest = st->digest = mu__llm_digest(&s->src);
-		rc = place(s, first, last, err, el);
+	if (st != NULL) {
+		pthread_mutex_init(&st->lock, NULL);
+		mu__strmap_init(&st->in_shapes);
+		mu__strmap_init(&st->params);
+		st->llm = s;
+		st->index = s->index;
+		st->of = s->of;
+		st->digest = s->digest;
+		s->stage = st;
 	}
 	if (rc == 0)
 		rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
-	if (rc == 0 && (s->tok = mu__malloc((size_t)o->max_chunk * sizeof(int32_t))) == NULL)
+	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
 		rc = MU_ENOMEM;
 	if (rc == 0) {
 		make_resident(&s->src, s->first, s->last);
 		rc = describe(st, s, mu__clock_ms() - t0);
 	}
 	if (rc != 0) {
-		mu_stage_free(st);
+		if (st != NULL)
+			mu_stage_free(st); /* frees s too */
+		else
+			mu__llm_stage_free(s);
 		return rc;
 	}
 	*out = st;
 	return 0;
+}
+
+static mu__llm_stage_t *stage_alloc(int index, int of, const mu__llm_stage_opts_t *o)
+{
+	mu__llm_stage_t *s = mu__calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	uv_mutex_init(&s->lock);
+	s->index = index;
+	s->of = of;
+	s->o = *o;
+	s->first = -1;
+	return s;
+}
+
+int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
+                       int first, int last, const mu__llm_stage_opts_t *o,
+                       mu_stage_t **out, char *err, size_t el)
+{
+	mu__llm_stage_t *s = stage_alloc(index, of, o);
+	double t0 = mu__clock_ms();
+	int rc;
+
+	*out = NULL;
+	if (s == NULL)
+		return MU_ENOMEM;
+	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
+	if (rc == 0) {
+		s->digest = mu__llm_digest(&s->src);
+		rc = place(s, first, last, err, el);
+	}
+	if (rc != 0) {
+		mu__llm_stage_free(s);
+		return rc;
+	}
+	return wrap(s, t0, out, err, el);
+}
+
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
+                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
+                           char *err, size_t el)
+{
+	mu__llm_stage_t *s = stage_alloc(index, of, o);
+
+	*out = NULL;
+	if (s == NULL) {
+		mu__llm_src_free(src);
+		return MU_ENOMEM;
+	}
+	s->src = *src;
+	memset(src, 0, sizeof(*src));
+	s->digest = digest;
+	s->first = first;
+	s->last = last;
+	return wrap(s, mu__clock_ms(), out, err, el);
 }
 
 void mu__llm_stage_free(mu__llm_stage_t *s)

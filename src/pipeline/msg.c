@@ -42,7 +42,7 @@ const char *mu__msg_type_name(int type)
 	static const char *const names[] = {
 		"?", "INFO", "FORWARD", "RESULT", "ERROR", "CLOSE",
 		"ASSIGN", "WEIGHTS", "LOAD", "READY", "SEQ_OPEN", "SEQ_FORWARD", "SEQ_CLOSE",
-		"SEQ_BATCH",
+		"SEQ_BATCH", "TENSOR",
 	};
 
 	return type > 0 && type <= MU_MSG_TYPE_MAX ? names[type] : "?";

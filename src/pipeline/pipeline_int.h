@@ -148,6 +148,12 @@ void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o);
 int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
                        int first, int last, const mu__llm_stage_opts_t *o,
                        mu_stage_t **out, char *err, size_t el);
+/* The same from an open source (taken: freed with the stage, or on
+ * failure) whose digest is given (a stage assembled from streamed
+ * tensors cannot compute the whole checkpoint's). */
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
+                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
+                           char *err, size_t el);
 void mu__llm_stage_free(mu__llm_stage_t *s);
 /* SEQ_OPEN, SEQ_FORWARD and SEQ_CLOSE from the connection owner. Any
  * thread. */
@@ -169,12 +175,29 @@ typedef struct {
 	double t0;              /* when ASSIGN came */
 	uint64_t received;      /* weight bytes streamed so far */
 	uint64_t budget_need;
+	struct mu__llm_pending_s *llm; /* an LLM stage whose tensors stream in */
 } mu__device_sess_t;
 
 /* Set ctx up to serve a session as device d (ss: the session's state);
  * _done frees whatever stage the session built. */
 void mu__device_ctx(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, mu_device_t *d);
 void mu__device_ctx_done(mu__serve_ctx_t *ctx);
+
+/* The device's side of an LLM stage (device_llm.c): ASSIGN with "kind":
+ * "llm" (local_path: the device's checkpoint of that digest, or NULL),
+ * TENSOR, LOAD. The device's cache directory and budget come from ss->d. */
+typedef struct mu__llm_pending_s mu__llm_pending_t;
+void mu__device_assign_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
+                           const cJSON *o, const char *local_path, mu__reply_t *r);
+void mu__device_tensor_llm(mu__device_sess_t *ss, const mu__msg_t *m, const char *body,
+                           mu__reply_t *r);
+void mu__device_load_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
+                         mu__reply_t *r);
+void mu__llm_pending_free(mu__llm_pending_t *p);
+/* What device_llm.c needs of the device. */
+const char *mu__device_cache_dir(const mu_device_t *d);
+uint64_t mu__device_mem(const mu_device_t *d);
+int mu__device_threads(const mu_device_t *d);
 
 /*
  * A coordinator over sessions already open (the main job): n empty
