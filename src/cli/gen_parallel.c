@@ -210,8 +210,9 @@ int gen_run_parallel(gen_run_t *r, char *text)
 	}
 	p = mu__calloc((size_t)n, sizeof(*p));
 	rc = p == NULL ? MU_ENOMEM : make_links(r, r->a.parallel, &links, &nl);
-	o = (mu__eng_opts_t){r->src.hp.dim, r->src.hp.vocab, r->g.ctx, r->a.parallel, !r->a.no_batch,
-	                     r->a.io_timeout * 1000};
+	o = (mu__eng_opts_t){.dim = r->src.hp.dim, .vocab = r->src.hp.vocab, .ctx_max = r->g.ctx,
+	                     .max_active = r->a.parallel, .batch = !r->a.no_batch,
+	                     .io_timeout_ms = r->a.io_timeout * 1000};
 	if (rc == 0)
 		rc = mu__eng_new(links, nl, &o, &e);
 	for (i = 0; rc == 0 && i < n; i++) {
