@@ -13,12 +13,12 @@
 #include "model/llm_gen_int.h"
 #include "model/llm_int.h"
 
-#define GEN_MAX_OPTS 20
+#define GEN_MAX_OPTS 32
 
 typedef struct {
-	const char *model, *tokenizer, *stages;
+	const char *model, *tokenizer, *stages, *tracker, *key, *weights, *replay_mem;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
-	int parallel, no_batch;
+	int parallel, no_batch, devices, max_seqs, quiet;
 	double temperature, top_p, seed;
 } gen_args_t;
 
@@ -29,6 +29,8 @@ typedef struct {
 	mu__tok_t *tok;
 	mu__dec_t *dec;       /* in this process */
 	void *remote;         /* over stages */
+	void *cluster;        /* over devices from the tracker */
+	uint64_t replay_bytes;
 	mu__chain_t chain;
 	mu__gen_opts_t g;
 	uint64_t seed;
@@ -46,6 +48,10 @@ void gen_run_close(gen_run_t *r);
 /* --parallel: every line of text a prompt (text is modified). The exit
  * status. */
 int gen_run_parallel(gen_run_t *r, char *text);
+/* One prompt through the engine (devices from the tracker, which can be
+ * replaced mid-generation), its text streamed as it comes. */
+int gen_run_engine_one(gen_run_t *r, const char *text, size_t len, const int32_t *ids,
+                       int32_t nids);
 
 /* The model and placement, as fields of a JSON report. */
 void gen_run_json(const gen_run_t *r, cJSON *j);

@@ -269,25 +269,26 @@ int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
 	return mu__llm_check_range(src, 0, src->hp.n_layers, why, wl);
 }
 
+int mu__llm_tensor_in(const mu__llm_src_t *src, size_t i, int first, int last)
+{
+	const char *nm = src->t[i].name;
+	int l;
+
+	if (sscanf(nm, "blk.%d.", &l) == 1)
+		return l >= first && l < last;
+	if (strcmp(nm, "token_embd.weight") == 0)
+		return first == 0 || (src->hp.tied && last == src->hp.n_layers);
+	return last == src->hp.n_layers; /* output_norm, output, rope_freqs */
+}
+
 uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)
 {
 	uint64_t n = 0;
 	size_t i;
-	int l;
 
-	for (i = 0; i < src->nt; i++) {
-		const char *nm = src->t[i].name;
-
-		if (sscanf(nm, "blk.%d.", &l) == 1) {
-			if (l >= first && l < last)
-				n += src->t[i].bytes;
-		} else if (strcmp(nm, "token_embd.weight") == 0) {
-			if (first == 0 || (src->hp.tied && last == src->hp.n_layers))
-				n += src->t[i].bytes;
-		} else if (last == src->hp.n_layers) {
-			n += src->t[i].bytes; /* output_norm, output, rope_freqs */
-		}
-	}
+	for (i = 0; i < src->nt; i++)
+		if (mu__llm_tensor_in(src, i, first, last))
+			n += src->t[i].bytes;
 	return n;
 }
 

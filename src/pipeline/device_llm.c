@@ -60,12 +60,23 @@ static int wtype_parse(const char *s, mu__wtype_t *t)
 	return -1;
 }
 
+static void part_name(const mu__llm_pending_t *p, size_t i, char *out, size_t n)
+{
+	/* several devices may share a cache directory: each writes its own */
+	snprintf(out, n, "%s.%ld.%p.part", p->files[i].path, (long)getpid(), (const void *)p);
+}
+
 void mu__llm_pending_free(mu__llm_pending_t *p)
 {
 	if (p == NULL)
 		return;
-	if (p->out != NULL)
+	if (p->out != NULL) { /* cut off mid-tensor: nothing half-written stays */
+		char part[4400];
+
 		fclose(p->out);
+		part_name(p, p->cur, part, sizeof(part));
+		unlink(part);
+	}
 	mu__sha256_free(p->h);
 	for (size_t i = 0; i < p->n; i++) {
 		if (p->temp_dir && p->files[i].path != NULL)
@@ -308,10 +319,10 @@ void mu__device_assign_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu
  * is whole and checked. */
 static int begin_tensor(mu__llm_pending_t *p, size_t i, char *err, size_t el)
 {
-	char part[4300];
+	char part[4400];
 	int rc;
 
-	snprintf(part, sizeof(part), "%s.part", p->files[i].path);
+	part_name(p, i, part, sizeof(part));
 	if ((p->out = fopen(part, "wb")) == NULL) {
 		snprintf(err, el, "cannot write %.300s: %s", part, strerror(errno));
 		return -errno;
@@ -328,14 +339,14 @@ static int begin_tensor(mu__llm_pending_t *p, size_t i, char *err, size_t el)
 /* Tensor i has all its bytes: keep it under its hash, or refuse it. */
 static int end_tensor(mu__llm_pending_t *p, char *err, size_t el)
 {
-	char hex[MU_SHA256_HEX], part[4300];
+	char hex[MU_SHA256_HEX], part[4400];
 	size_t i = p->cur;
 	int ok = fclose(p->out) == 0, rc;
 
 	p->out = NULL;
 	rc = mu__sha256_final(p->h, hex);
 	p->h = NULL;
-	snprintf(part, sizeof(part), "%s.part", p->files[i].path);
+	part_name(p, i, part, sizeof(part));
 	if (!ok || rc != 0 || strcmp(hex, p->sha[i]) != 0 || rename(part, p->files[i].path) != 0) {
 		unlink(part);
 		snprintf(err, el, "tensor %s: %s", p->files[i].name,

@@ -46,17 +46,12 @@ static void make_resident(const mu__llm_src_t *src, int first, int last)
 {
 	volatile unsigned char sink = 0;
 	size_t i, off;
-	int l;
 
 	for (i = 0; i < src->nt; i++) {
 		const unsigned char *p = src->t[i].m.data;
-		const char *nm = src->t[i].name;
-		int mine = sscanf(nm, "blk.%d.", &l) == 1 ? l >= first && l < last
-		         : strcmp(nm, "token_embd.weight") == 0
-		                 ? first == 0 || (src->hp.tied && last == src->hp.n_layers)
-		                 : last == src->hp.n_layers;
 
-		for (off = 0; mine && off < src->t[i].bytes; off += 4096)
+		for (off = 0; mu__llm_tensor_in(src, i, first, last) && off < src->t[i].bytes;
+		     off += 4096)
 			sink ^= p[off];
 	}
 	(void)sink;
