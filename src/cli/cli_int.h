@@ -78,6 +78,9 @@ int cmd_stage_llm(int argc, char **argv);
 /* Is path a decoder LLM checkpoint (GGUF, llama2.c, HF directory) rather
  * than a graph model directory? */
 int cli_is_llm(const char *path);
+/* `muster plan` for such a checkpoint. The exit status. */
+int cli_plan_llm(const char *path, int stages, const char *budgets, int ctx, int seqs,
+                 int json);
 int cmd_tokenize(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);

@@ -139,7 +139,7 @@ int cmd_plan(int argc, char **argv)
 	const char *dir = NULL, *by = "params", *budgets = NULL;
 	uint64_t b[256];
 	int dev[256], nb = 0;
-	int stages = 0, json = 0, npos, rc;
+	int stages = 0, json = 0, npos, rc, ctx = 2048, seqs = 1;
 	char err[1024];
 	mu_model_t *m;
 	mu_plan_t *p = NULL;
@@ -150,17 +150,26 @@ int cmd_plan(int argc, char **argv)
 		{"by", OPT_STR, &by, "params|flops", "balance weight bytes (default) or estimated compute"},
 		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --stages: fit devices of these memory budgets, in whichever order fits best (e.g. 512M,1G,1G)"},
 		{"json", OPT_FLAG, &json, NULL, "print the plan as JSON (what `muster stage --plan` reads)"},
+		{"ctx", OPT_INT, &ctx, "N", "an LLM: positions of each sequence's KV cache (default 2048)"},
+		{"max-sequences", OPT_INT, &seqs, "N", "an LLM: sequences each stage keeps a KV cache for (default 1)"},
 	};
 	cli_cmd_t cmd = {
 		"muster plan --model DIR (--stages N | --budgets SIZE,...) [--by params|flops] [--json]",
 		"Show how a model's graph is cut into contiguous stages: each stage's nodes,\n"
 		"the weights it alone holds, and the named tensors it takes from earlier\n"
-		"stages (or the input) and hands on. Stages never depend on later ones.",
+		"stages (or the input) and hands on. Stages never depend on later ones.\n"
+		"\n"
+		"For a decoder LLM checkpoint (GGUF, HF directory, llama2.c) it shows the\n"
+		"layers each stage or device takes, with its weights and the KV cache of\n"
+		"--max-sequences sequences of --ctx positions, as `muster generate --tracker`\n"
+		"places them.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if (dir != NULL && cli_is_llm(dir) && (stages >= 1 || budgets != NULL) && ctx > 0 && seqs > 0)
+		return cli_plan_llm(dir, stages, budgets, ctx, seqs, json);
 	if (dir == NULL || (stages < 1 && budgets == NULL) || parse_split(by, &split) != 0) {
 		fprintf(stderr, "muster plan: needs --model DIR and --stages N >= 1 (or --budgets); "
 		                "--by is params or flops\n");

@@ -5,6 +5,7 @@
  * --stages` (sequences with their KV caches; docs/protocols/pipeline.md).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "pipeline/llm_cluster_int.h"
 #include "pipeline/pipeline_int.h"
 
 int cli_is_llm(const char *path)
@@ -152,5 +154,101 @@ int cmd_stage_llm(int argc, char **argv)
 	cli_signal_disarm();
 	mu_stage_server_free(srv);
 	mu_stage_free(s);
+	return 0;
+}
+
+/* ---- muster plan for an LLM ---- */
+
+static int parse_budgets(const char *s, uint64_t *b, int max)
+{
+	char *copy = strdup(s), *save = NULL;
+	int n = 0;
+
+	if (copy == NULL)
+		return -1;
+	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save))
+		if (n == max || cli_parse_size(t, &b[n++]) != 0) {
+			free(copy);
+			return -1;
+		}
+	free(copy);
+	return n;
+}
+
+static void plan_row(const mu__llm_src_t *src, int stage, const char *dev, int a, int b,
+                     int32_t ctx, int seqs, int json, int last_row)
+{
+	uint64_t w = mu__llm_src_bytes(src, a, b), kv = mu__llm_kv_bytes(src, a, b, ctx, seqs);
+	char wb[32], kb[32], tb[32];
+
+	if (json) {
+		printf("    {\"stage\": %d, \"device\": %s, \"first\": %d, \"last\": %d, "
+		       "\"embeds\": %s, \"head\": %s, \"weight_bytes\": %llu, \"kv_bytes\": %llu}%s\n",
+		       stage, dev, a, b, a == 0 ? "true" : "false",
+		       b == src->hp.n_layers ? "true" : "false", (unsigned long long)w,
+		       (unsigned long long)kv, last_row ? "" : ",");
+		return;
+	}
+	cli_bytes((double)w, wb, sizeof(wb));
+	cli_bytes((double)kv, kb, sizeof(kb));
+	cli_bytes((double)(w + kv), tb, sizeof(tb));
+	printf("%5d  %-12s %6d..%-4d %-9s %10s %10s %10s\n", stage, dev, a, b - 1,
+	       a == 0 && b == src->hp.n_layers ? "emb+head" : a == 0 ? "embed" :
+	       b == src->hp.n_layers ? "head" : "", wb, kb, tb);
+}
+
+/* `muster plan --model CHECKPOINT (--stages N | --budgets ...)`. */
+int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx, int seqs,
+                 int json)
+{
+	mu__llm_src_t src;
+	uint64_t b[64];
+	int order[64], cut[1025], n, i, k = 0, prev = 0, rc;
+	char err[1024], dev[64];
+
+	if ((rc = mu__llm_src_open(path, NULL, &src, err, sizeof(err))) != 0) {
+		fprintf(stderr, "muster plan: %s\n", err);
+		return 1;
+	}
+	if (budgets != NULL) {
+		n = parse_budgets(budgets, b, 64);
+		rc = n < 1 ? MU_EARG : mu__llm_plan(&src, ctx, seqs, b, n, order, cut, err, sizeof(err));
+		if (n < 1)
+			snprintf(err, sizeof(err), "--budgets takes 1 to 64 sizes like 512M,1G");
+	} else {
+		n = stages;
+		rc = mu__llm_split(&src, stages, cut);
+		if (rc != 0)
+			snprintf(err, sizeof(err), "%d stages of a model of %d layers", stages,
+			         src.hp.n_layers);
+	}
+	if (rc != 0) {
+		fprintf(stderr, "muster plan: %s\n", err);
+		mu__llm_src_free(&src);
+		return 1;
+	}
+	if (json)
+		printf("{\"model\": \"%s\", \"layers\": %d, \"ctx\": %d, \"max_sequences\": %d, "
+		       "\"stages\": [\n", src.hp.arch, src.hp.n_layers, ctx, seqs);
+	else
+		printf("%s: %d layers, KV cache for %d sequence%s of %d positions\n%5s  %-12s %12s "
+		       "%-9s %10s %10s %10s\n", path, src.hp.n_layers, seqs, seqs == 1 ? "" : "s", ctx,
+		       "stage", "device", "layers", "", "weights", "KV", "total");
+	for (i = 0; i < n; i++) {
+		int a = budgets != NULL ? prev : cut[i], e = budgets != NULL ? cut[i] : cut[i + 1];
+
+		if (budgets != NULL) {
+			cli_bytes((double)b[order[i]], err, sizeof(err));
+			snprintf(dev, sizeof(dev), json ? "%d" : "#%d (%s)", order[i], err);
+			prev = cut[i];
+		} else {
+			snprintf(dev, sizeof(dev), json ? "null" : "-");
+		}
+		if (e > a)
+			plan_row(&src, k++, dev, a, e, ctx, seqs, json, e == src.hp.n_layers);
+	}
+	if (json)
+		printf("  ]}\n");
+	mu__llm_src_free(&src);
 	return 0;
 }

@@ -58,24 +58,52 @@ void mu__llm_cluster_opts_init(mu__llm_cluster_opts_t *o)
 	o->max_replacements = 3;
 }
 
+/* What placement needs to know: the checkpoint and the KV it must hold. */
+typedef struct {
+	const mu__llm_src_t *src;
+	int32_t ctx;
+	int max_seqs;
+} fit_t;
+
 /* KV bytes of layers [a, b) for ctx positions of max_seqs sequences. */
-static uint64_t kv_bytes(const mu__llm_cluster_t *c, int a, int b)
+static uint64_t fit_kv(const fit_t *f, int a, int b)
 {
-	const mu__llm_hp_t *h = &c->src->hp;
+	const mu__llm_hp_t *h = &f->src->hp;
 
 	return (uint64_t)(b - a) * 2 * (uint64_t)h->n_kv_heads * (uint64_t)h->head_dim *
-	       sizeof(float) * (uint64_t)c->o.ctx * (uint64_t)c->o.max_seqs;
+	       sizeof(float) * (uint64_t)f->ctx * (uint64_t)f->max_seqs;
 }
 
 /* What a device needs for layers [a, b): weights and KV cache. */
+static uint64_t fit_need(const fit_t *f, int a, int b)
+{
+	return mu__llm_src_bytes(f->src, a, b) + fit_kv(f, a, b);
+}
+
+uint64_t mu__llm_kv_bytes(const mu__llm_src_t *src, int a, int b, int32_t ctx, int max_seqs)
+{
+	fit_t f = {src, ctx, max_seqs};
+
+	return fit_kv(&f, a, b);
+}
+
+static uint64_t kv_bytes(const mu__llm_cluster_t *c, int a, int b)
+{
+	fit_t f = {c->src, c->o.ctx, c->o.max_seqs};
+
+	return fit_kv(&f, a, b);
+}
+
 static uint64_t need(const mu__llm_cluster_t *c, int a, int b)
 {
-	return mu__llm_src_bytes(c->src, a, b) + kv_bytes(c, a, b);
+	fit_t f = {c->src, c->o.ctx, c->o.max_seqs};
+
+	return fit_need(&f, a, b);
 }
 
 /* Devices in `order`, each taking layers while they fit cap = budget * r;
  * cut[i] is where device order[i] ends. 1 when every layer found a place. */
-static int pack(const mu__llm_cluster_t *c, const uint64_t *budget, const int *order, int nd,
+static int pack(const fit_t *c, const uint64_t *budget, const int *order, int nd,
                 double r, int *cut)
 {
 	int L = c->src->hp.n_layers, a = 0, b, i;
@@ -83,7 +111,7 @@ static int pack(const mu__llm_cluster_t *c, const uint64_t *budget, const int *o
 	for (i = 0; i < nd; i++) {
 		double cap = (double)budget[order[i]] * r;
 
-		for (b = a; b < L && (double)need(c, a, b + 1) <= cap; b++)
+		for (b = a; b < L && (double)fit_need(c, a, b + 1) <= cap; b++)
 			;
 		cut[i] = b;
 		a = b;
@@ -92,7 +120,7 @@ static int pack(const mu__llm_cluster_t *c, const uint64_t *budget, const int *o
 }
 
 /* The smallest r (<= 1) with which this order packs; 2 when none. */
-static double best_ratio(const mu__llm_cluster_t *c, const uint64_t *budget, const int *order,
+static double best_ratio(const fit_t *c, const uint64_t *budget, const int *order,
                          int nd, int *cut)
 {
 	double lo = 0, hi = 1;
@@ -130,9 +158,10 @@ static int next_perm(int *a, int n)
 /* Cut the layers over the devices: every order of up to 6 devices, else
  * the largest budget first; the order whose fullest device is least full
  * wins. order[] and cut[] describe it; MU_ETOOBIG when nothing fits. */
-static int plan(const mu__llm_cluster_t *c, const uint64_t *budget, int nd, int *order, int *cut,
-                char *err, size_t el)
+int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, const uint64_t *budget,
+                 int nd, int *order, int *cut, char *err, size_t el)
 {
+	fit_t f = {src, ctx, max_seqs}, *c = &f;
 	int perm[64], tcut[64], i, j, t;
 	double best = 2, r;
 
@@ -156,8 +185,8 @@ static int plan(const mu__llm_cluster_t *c, const uint64_t *budget, int nd, int 
 	snprintf(err, el, "the model (%.1f MiB of weights, %d layers) with a KV cache for %d "
 	         "sequence%s of %d positions (%.1f MiB) does not fit the %d device%s granted",
 	         (double)mu__llm_src_bytes(c->src, 0, c->src->hp.n_layers) / 1048576.0,
-	         c->src->hp.n_layers, c->o.max_seqs, c->o.max_seqs == 1 ? "" : "s", c->o.ctx,
-	         (double)kv_bytes(c, 0, c->src->hp.n_layers) / 1048576.0, nd, nd == 1 ? "" : "s");
+	         c->src->hp.n_layers, max_seqs, max_seqs == 1 ? "" : "s", ctx,
+	         (double)fit_kv(c, 0, c->src->hp.n_layers) / 1048576.0, nd, nd == 1 ? "" : "s");
 	return MU_ETOOBIG;
 }
 
@@ -366,12 +395,13 @@ static int assign(mu__llm_cluster_t *c, int i, mu__device_t *d, char *err, size_
 /* The plan's stages onto the devices; unused devices are released. */
 static int place(mu__llm_cluster_t *c, mu__device_t *devs, int nd, char *err, size_t el)
 {
-	uint64_t budget[64];
+	uint64_t budget[64] = {0};
 	int order[64], cut[64], i, prev = 0, rc;
 
 	for (i = 0; i < nd; i++)
 		budget[i] = devs[i].budget;
-	if ((rc = plan(c, budget, nd, order, cut, err, el)) != 0)
+	if ((rc = mu__llm_plan(c->src, c->o.ctx, c->o.max_seqs, budget, nd, order, cut, err,
+	                       el)) != 0)
 		return rc;
 	for (i = 0; i < nd; i++)
 		if (cut[i] > (i == 0 ? 0 : cut[i - 1]))

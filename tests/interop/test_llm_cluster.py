@@ -191,3 +191,32 @@ def test_no_replacement_fails_clearly(muster_bin, muster_tracker, muster_server,
     assert time.monotonic() - t0 < 60
     # the healthy device is free again: its session ended, it offers anew
     devs[1].wait_offers(2, timeout=20)
+
+
+def test_plan_shows_the_placement(muster_bin, muster_tracker, muster_server, model):
+    """`muster plan --budgets` shows the layers, weights and KV of each
+    device as `muster generate --tracker` then places them."""
+    proc = subprocess.run([str(muster_bin), "plan", "--model", str(model), "--budgets",
+                           "3M,2M,3M", "--ctx", "512", "--max-sequences", "4", "--json"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    rows = plan["stages"]
+    assert [r["first"] for r in rows][0] == 0 and rows[-1]["last"] == 5 and rows[-1]["head"]
+    for r in rows:
+        assert r["kv_bytes"] == (r["last"] - r["first"]) * 2 * 4 * 8 * 4 * 512 * 4
+        assert r["weight_bytes"] + r["kv_bytes"] <= [3, 2, 3][r["device"]] << 20
+    tracker = muster_tracker()
+    start_devices(muster_server, tracker, 3, mem="3M")
+    out = generate(muster_bin, tracker, model, "--devices", 3, "--ctx", 512, "--max-sequences",
+                   4, "--temperature", 0, "--max-tokens", 10).stderr.decode()
+    placed = [(int(a), int(b) + 1) for a, b in re.findall(r"layers (\d+)\.\.(\d+)", out)]
+    plan3 = json.loads(subprocess.run([str(muster_bin), "plan", "--model", str(model),
+                                       "--budgets", "3M,3M,3M", "--ctx", "512",
+                                       "--max-sequences", "4", "--json"], capture_output=True,
+                                      text=True, timeout=30).stdout)
+    assert placed == [(r["first"], r["last"]) for r in plan3["stages"]]
+    bad = subprocess.run([str(muster_bin), "plan", "--model", str(model), "--budgets", "1M",
+                          "--ctx", "512", "--max-sequences", "4"], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 1 and "does not fit" in bad.stderr
