@@ -48,7 +48,7 @@ typedef struct {
 static pid_t pid_of(const show_t *s, const char *addr)
 {
 	const char *colon = strrchr(addr, ':');
-	int port = colon != NULL ? atoi(colon + 1) : -1;
+	int port = colon != NULL ? (int)strtol(colon + 1, NULL, 10) : -1;
 
 	for (int i = 0; i < NDEV; i++)
 		if (s->ports[i] == port)
