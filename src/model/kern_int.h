@@ -102,4 +102,12 @@ void mu__quantize_q4_0(const float *x, int64_t n, void *out);
 /* The instruction set in use: "avx2" or "portable". */
 const char *mu__kern_isa(void);
 
+/*
+ * For tests (an addition to the interface above): use "portable" or "avx2"
+ * from now on, or NULL to choose again as at start (MUSTER_KERNELS, then
+ * the CPU). MU_EARG for a name this build or CPU cannot run. Call it while
+ * no product runs.
+ */
+int mu__kern_force_isa(const char *isa);
+
 #endif
