@@ -352,7 +352,7 @@ static void test_quant_row_isas(void **state)
 
 	(void)state;
 	if (avx == NULL) {
-		print_message("no AVX2 on this CPU: the portable quantizer alone is checked\n");
+		print_message("no AVX2 kernels here (CPU or build): the portable quantizer alone is checked\n");
 		avx = &mu__kern_portable;
 	}
 	for (int it = 0; it < 3000; it++) {
