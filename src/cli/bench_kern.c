@@ -18,6 +18,7 @@
  * gets the CPU time of that thread, which the others' load hardly moves,
  * and a ratio on it.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +65,16 @@ typedef struct {
 
 /* ---- memory bandwidth ---- */
 
+/* What the options asked for. */
+typedef struct {
+	int threads[8], nthreads, reps, prefill;
+	int types[5], ntypes;
+	uint64_t set_bytes;
+} opts_t;
+
 typedef struct {
 	const uint64_t *a;
-	uint64_t sum[64];
+	atomic_uint_fast64_t sum; /* keeps the loads; the value is irrelevant */
 } sum_t;
 
 static void sum_range(void *arg, int64_t lo, int64_t hi)
@@ -76,12 +84,12 @@ static void sum_range(void *arg, int64_t lo, int64_t hi)
 
 	for (int64_t i = lo * 4096; i < hi * 4096; i++)
 		acc += s->a[i];
-	s->sum[lo % 64] += acc; /* keep the loads; the value is irrelevant */
+	atomic_fetch_add(&s->sum, acc);
 }
 
 static double read_bw(mu__pool_t *pool, const void *buf, size_t bytes)
 {
-	sum_t s = {buf, {0}};
+	sum_t s = {buf, 0};
 	double best = 1e30;
 
 	for (int r = 0; r < 3; r++) {
@@ -92,6 +100,21 @@ static double read_bw(mu__pool_t *pool, const void *buf, size_t bytes)
 		best = t < best ? t : best;
 	}
 	return (double)bytes / best / 1e9;
+}
+
+static void print_bandwidth(const opts_t *o, mu__pool_t **pools)
+{
+	size_t bytes = 512u << 20;
+	void *buf = malloc(bytes);
+
+	if (buf == NULL)
+		return;
+	memset(buf, 1, bytes);
+	printf("memory read bandwidth:");
+	for (int t = 0; t < o->nthreads; t++)
+		printf(" %d thread%s %.1f GB/s%s", o->threads[t], o->threads[t] > 1 ? "s" : "",
+		       read_bw(pools[t], buf, bytes), t + 1 < o->nthreads ? "," : "\n");
+	free(buf);
 }
 
 /* ---- weights ---- */
@@ -211,11 +234,6 @@ static tm_t time_blas(const wset_t *s, const float *x, int n, float *y, int reps
 
 /* ---- the table ---- */
 
-typedef struct {
-	int threads[8], nthreads, reps, prefill;
-	int types[5], ntypes;
-	uint64_t set_bytes;
-} opts_t;
 
 static void row(const char *mode, const shape_t *sh, int th, const char *type, tm_t t, int n,
                 size_t wbytes, tm_t bl)
@@ -322,6 +340,17 @@ static int parse_types(const char *s, int *out)
 	return n;
 }
 
+/* "RxC" into sh (rows 0 when it is not one, or C is no multiple of 32). */
+static void parse_shape(const char *s, shape_t *sh)
+{
+	char *end;
+	long r = strtol(s, &end, 10), c = *end == 'x' ? strtol(end + 1, &end, 10) : 0;
+
+	sh->rows = *end == '\0' && r >= 1 && r <= 1 << 20 && c >= 32 && c <= 1 << 20 && c % 32 == 0
+	               ? (int)r : 0;
+	sh->cols = (int)c;
+}
+
 int bench_kern(int argc, char **argv)
 {
 	const char *threads = "1,2", *types = "F32,F16,BF16,Q8_0,Q4_0", *shape = NULL;
@@ -356,12 +385,7 @@ int bench_kern(int argc, char **argv)
 	o.prefill = prefill;
 	o.set_bytes = (uint64_t)(set_mib < 0 ? 0 : set_mib) << 20;
 	if (shape != NULL) {
-		char *end;
-
-		custom.rows = (int)strtol(shape, &end, 10);
-		custom.cols = *end == 'x' ? (int)strtol(end + 1, &end, 10) : 0;
-		if (*end != '\0' || custom.rows < 1 || custom.cols < 32 || custom.cols % 32)
-			custom.rows = 0;
+		parse_shape(shape, &custom);
 		list = &custom;
 		nshapes = 1;
 	}
@@ -379,19 +403,7 @@ int bench_kern(int argc, char **argv)
 		}
 	printf("kern: %s kernels, best of %d passes; others may share this machine, so figures are noisy\n",
 	       mu__kern_isa(), reps);
-	{
-		size_t bytes = 512u << 20;
-		void *buf = malloc(bytes);
-
-		if (buf != NULL) {
-			memset(buf, 1, bytes);
-			printf("memory read bandwidth:");
-			for (int t = 0; t < o.nthreads; t++)
-				printf(" %d thread%s %.1f GB/s%s", o.threads[t], o.threads[t] > 1 ? "s" : "",
-				       read_bw(pools[t], buf, bytes), t + 1 < o.nthreads ? "," : "\n");
-			free(buf);
-		}
-	}
+	print_bandwidth(&o, pools);
 	printf("  %-7s %-11s %-11s %2s %-10s %9s %8s %7s %7s %9s %7s\n", "mode", "shape", "", "th",
 	       "type", "ms", "GFLOP/s", "GB/s", "vs BLAS", "cpu ms", "vs BLAS");
 	for (int s = 0; rc == 0 && s < nshapes; s++)

@@ -192,16 +192,28 @@ void mu__quantize_q4_0(const float *x, int64_t n, void *out)
 extern const mu__kern_isa_t mu__kern_avx2_table;
 #endif
 
+/* 0: not looked at yet; 1: no; 2: yes. CPUID traps to the hypervisor in a
+ * VM (tens of microseconds), so the answer is kept. */
+static atomic_int avx2_ok;
+
 /* __builtin_cpu_supports checks that the OS saves the YMM registers too;
  * F16C is a CPUID bit (clang's builtin does not know its name). */
 const mu__kern_isa_t *mu__kern_avx2(void)
 {
 #if defined(MU_HAVE_KERN_AVX2)
-	unsigned a, b, c, d;
+	int ok = atomic_load_explicit(&avx2_ok, memory_order_relaxed);
 
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	    __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C))
+	if (ok == 0) {
+		unsigned a, b, c, d;
+
+		__builtin_cpu_init();
+		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		             __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)
+		         ? 2
+		         : 1;
+		atomic_store_explicit(&avx2_ok, ok, memory_order_relaxed);
+	}
+	if (ok == 2)
 		return &mu__kern_avx2_table;
 #endif
 	return NULL;
@@ -229,7 +241,11 @@ const mu__kern_isa_t *mu__kern_get(void)
 		c = isa_detect();
 		atomic_store_explicit(&isa_choice, c, memory_order_relaxed);
 	}
-	return c == 2 ? mu__kern_avx2() : &mu__kern_portable;
+#if defined(MU_HAVE_KERN_AVX2)
+	if (c == 2)
+		return &mu__kern_avx2_table;
+#endif
+	return &mu__kern_portable;
 }
 
 const char *mu__kern_isa(void)
