@@ -7,10 +7,11 @@
  * Each output element is one __m256 of eight lanes that accumulates along
  * k from 0 to cols, then reduces as kern_isa_int.h defines, so a result
  * never depends on the tile, the thread or n. For speed the loops are
- * blocked in registers as llamafile's tinyBLAS does: a tile of up to RM
- * rows of W by RN rows of x shares each load among RM * RN independent
- * accumulators, and x is walked in panels of rows that stay in the L2
- * cache while the thread's rows of W stream past them.
+ * blocked in registers as llamafile's tinyBLAS does: a tile of up to 4
+ * rows of W by 3 rows of x shares each load among its independent
+ * accumulators; a tile's rows of W lie far apart in memory (see DRIVER);
+ * and x is walked in panels of rows that stay in the L2 cache while the
+ * thread's rows of W stream past them.
  */
 #include "model/kern_isa_int.h"
 
