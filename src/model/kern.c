@@ -189,63 +189,93 @@ void mu__quantize_q4_0(const float *x, int64_t n, void *out)
 /* ---- the instruction set ---- */
 
 #if defined(MU_HAVE_KERN_AVX2)
-extern const mu__kern_isa_t mu__kern_avx2_table;
+extern const mu__kern_isa_t mu__kern_avx2_table, mu__kern_vnni_table;
 #endif
 
-/* 0: not looked at yet; 1: no; 2: yes. CPUID traps to the hypervisor in a
- * VM (tens of microseconds), so the answer is kept. */
-static atomic_int avx2_ok;
+/* What this CPU runs, bit n for ISA_* n; -1 until looked at. CPUID traps
+ * to the hypervisor in a VM (tens of microseconds), so it is kept. */
+enum { ISA_PORTABLE, ISA_AVX2, ISA_VNNI, ISA_N };
+static atomic_int isa_mask = -1;
 
-/* __builtin_cpu_supports checks that the OS saves the YMM registers too;
- * F16C is a CPUID bit (clang's builtin does not know its name). */
-const mu__kern_isa_t *mu__kern_avx2(void)
+/* __builtin_cpu_supports checks that the OS saves the YMM (and for AVX-512
+ * the ZMM and mask) registers too; F16C is a CPUID bit (clang's builtin
+ * does not know its name). */
+static int cpu_isas(void)
 {
-#if defined(MU_HAVE_KERN_AVX2)
-	int ok = atomic_load_explicit(&avx2_ok, memory_order_relaxed);
+	int m = atomic_load_explicit(&isa_mask, memory_order_relaxed);
 
-	if (ok == 0) {
+	if (m < 0) {
+		m = 1 << ISA_PORTABLE;
+#if defined(MU_HAVE_KERN_AVX2)
 		unsigned a, b, c, d;
 
 		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		             __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)
-		         ? 2
-		         : 1;
-		atomic_store_explicit(&avx2_ok, ok, memory_order_relaxed);
-	}
-	if (ok == 2)
-		return &mu__kern_avx2_table;
+		if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		    __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C)) {
+			m |= 1 << ISA_AVX2;
+			if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"))
+				m |= 1 << ISA_VNNI;
+		}
 #endif
+		atomic_store_explicit(&isa_mask, m, memory_order_relaxed);
+	}
+	return m;
+}
+
+static const mu__kern_isa_t *isa_table(int i)
+{
+#if defined(MU_HAVE_KERN_AVX2)
+	if (i == ISA_AVX2)
+		return &mu__kern_avx2_table;
+	if (i == ISA_VNNI)
+		return &mu__kern_vnni_table;
+#endif
+	return &mu__kern_portable;
+}
+
+const mu__kern_isa_t *mu__kern_avx2(void)
+{
+	return cpu_isas() & 1 << ISA_AVX2 ? isa_table(ISA_AVX2) : NULL;
+}
+
+const mu__kern_isa_t *mu__kern_isa_by_name(const char *name)
+{
+	for (int i = 0; i < ISA_N; i++)
+		if (cpu_isas() & 1 << i && strcmp(isa_table(i)->name, name) == 0)
+			return isa_table(i);
 	return NULL;
 }
 
-/* 0: not chosen yet; 1: portable; 2: avx2. Set once by the first use (or
- * by the test hook), read by every call after: a cached fact about the
- * machine, not state anything changes while running. */
-static atomic_int isa_choice;
+/* The ISA_* in use, -1 until chosen. Set once by the first use (or by the
+ * test hook), read by every call after: a cached fact about the machine,
+ * not state anything changes while running. */
+static atomic_int isa_choice = -1;
 
+/* MUSTER_KERNELS names one this CPU runs, else the best it runs. */
 static int isa_detect(void)
 {
 	const char *env = getenv("MUSTER_KERNELS");
+	int m = cpu_isas(), best = ISA_PORTABLE;
 
-	if (env != NULL && strcmp(env, "portable") == 0)
-		return 1;
-	return mu__kern_avx2() != NULL ? 2 : 1;
+	for (int i = 0; i < ISA_N; i++) {
+		if (!(m & 1 << i))
+			continue;
+		if (env != NULL && strcmp(env, isa_table(i)->name) == 0)
+			return i;
+		best = i;
+	}
+	return best;
 }
 
 const mu__kern_isa_t *mu__kern_get(void)
 {
 	int c = atomic_load_explicit(&isa_choice, memory_order_relaxed);
 
-	if (c == 0) {
+	if (c < 0) {
 		c = isa_detect();
 		atomic_store_explicit(&isa_choice, c, memory_order_relaxed);
 	}
-#if defined(MU_HAVE_KERN_AVX2)
-	if (c == 2)
-		return &mu__kern_avx2_table;
-#endif
-	return &mu__kern_portable;
+	return isa_table(c);
 }
 
 const char *mu__kern_isa(void)
@@ -259,14 +289,11 @@ int mu__kern_force_isa(const char *isa)
 		atomic_store(&isa_choice, isa_detect());
 		return 0;
 	}
-	if (strcmp(isa, "portable") == 0) {
-		atomic_store(&isa_choice, 1);
-		return 0;
-	}
-	if (strcmp(isa, "avx2") == 0 && mu__kern_avx2() != NULL) {
-		atomic_store(&isa_choice, 2);
-		return 0;
-	}
+	for (int i = 0; i < ISA_N; i++)
+		if (cpu_isas() & 1 << i && strcmp(isa_table(i)->name, isa) == 0) {
+			atomic_store(&isa_choice, i);
+			return 0;
+		}
 	return MU_EARG;
 }
 

@@ -3,6 +3,10 @@
  * The AVX2+FMA+F16C kernels. This file alone is compiled with -mavx2 -mfma
  * -mf16c (and -ffp-contract=off); nothing in it runs until kern.c has
  * seen the CPU support all three, so the same binary runs on any x86-64.
+ * kern_vnni.c builds it a second time with MU_KERN_VNNI, for CPUs that
+ * also have AVX512-VNNI and AVX512-VL: the integer blocks then take one
+ * vpdpbusd where AVX2 needs maddubs + madd (the same exact sums), and the
+ * 32 vector registers of AVX512-VL let the integer tiles grow to 4x3.
  *
  * Each output element is one __m256 of eight lanes that accumulates along
  * k from 0 to cols, then reduces as kern_isa_int.h defines, so a result
@@ -15,7 +19,11 @@
  */
 #include "model/kern_isa_int.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(MU_KERN_VNNI) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define MU__KERN_SKIP 1
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(MU__KERN_SKIP)
 
 #include <float.h>
 #include <immintrin.h>
@@ -155,6 +163,8 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 	const __m256i ones = _mm256_set1_epi16(1);
 	__m256 acc[TM][TN];
 
+	(void)ones;
+
 #pragma GCC unroll 4
 	for (int a = 0; a < rm; a++)
 #pragma GCC unroll 4
@@ -179,8 +189,14 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 			for (int i = 0; i < rn; i++) {
 				/* |w| * (x with w's sign): exact, as no pair sum
 				 * reaches 2^15 (|x| <= 127, see mu__q8_block) */
-				__m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[i], wv));
-				__m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+				__m256i sx = _mm256_sign_epi8(xv[i], wv);
+#if defined(MU_KERN_VNNI)
+				__m256 s = _mm256_cvtepi32_ps(
+				    _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx));
+#else
+				__m256 s = _mm256_cvtepi32_ps(
+				    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+#endif
 
 				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), s, acc[a][i]);
 			}
@@ -234,13 +250,18 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 
 /* Tile shapes: 4x3 keeps the float tiles' 12 accumulators, 3 rows of x and
  * one row of W in the 16 registers. The integer tiles need more registers
- * per accumulator; 4x2, 2x3 and 2x2 measured alike, and 4x2 gives a decode
- * step four streams of W. */
+ * per accumulator; with 16, 4x2, 2x3 and 2x2 measured alike (4x2 gives a
+ * decode step four streams of W); with AVX512-VL's 32, 4x3 was faster. */
+#if defined(MU_KERN_VNNI)
+#define QRN 3
+#else
+#define QRN 2
+#endif
 DRIVER(mm_f32, tile_f, MU__WT_F32, 4, 4, 3)
 DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 4, 3)
 DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 4, 3)
-DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 1, 4, 2)
-DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 1, 4, 2)
+DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 1, 4, QRN)
+DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 1, 4, QRN)
 
 /* ---- x to Q8_0, byte for byte as mu__q8_block ---- */
 
@@ -301,8 +322,13 @@ static void quant_row(const float *x, int64_t cols, int8_t *q, float *d)
 	}
 }
 
+#if defined(MU_KERN_VNNI)
+const mu__kern_isa_t mu__kern_vnni_table = {
+	"avx2-vnni",
+#else
 const mu__kern_isa_t mu__kern_avx2_table = {
 	"avx2",
+#endif
 	{mm_f32, mm_f16, mm_bf16, mm_q8, mm_q4},
 	quant_row,
 };

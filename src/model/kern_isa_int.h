@@ -52,9 +52,12 @@ typedef struct {
 } mu__kern_isa_t;
 
 extern const mu__kern_isa_t mu__kern_portable;
-/* The AVX2+FMA+F16C table, or NULL when this build has none (not x86). */
+/* The AVX2+FMA+F16C table, or NULL when this build or CPU has none. */
 const mu__kern_isa_t *mu__kern_avx2(void);
-/* The table in use (chosen once: MUSTER_KERNELS, then the CPU). */
+/* The table named ("portable", "avx2", "avx2-vnni"), or NULL when this
+ * build or CPU cannot run it. */
+const mu__kern_isa_t *mu__kern_isa_by_name(const char *name);
+/* The table in use (chosen once: MUSTER_KERNELS, then the CPU's best). */
 const mu__kern_isa_t *mu__kern_get(void);
 
 /* ---- scalar definitions (inline: the portable kernels' inner loops) ---- */

@@ -10,8 +10,9 @@
  *   - mu__matmul against a double-precision reference for every type on
  *     odd shapes, n = 1..17, 1..4 threads;
  *   - the determinism contract: bit-identical results across n, thread
- *     counts and instruction sets (portable against AVX2 where the CPU has
- *     it; where it has not, portable against itself, and the test says so);
+ *     counts and instruction sets (portable against AVX2, and AVX2 with
+ *     AVX512-VNNI, where the CPU has them; where it has none, portable
+ *     against itself, and the test says so);
  * The pool has its own tests (test_pool.c); these use pools of 1..4 threads.
  */
 #include <float.h>
@@ -55,6 +56,19 @@ static uint32_t f_bits(float f)
 
 	memcpy(&u, &f, 4);
 	return u;
+}
+
+/* The instruction sets this build and CPU run, portable first; their count. */
+static const char *const all_isas[] = {"portable", "avx2", "avx2-vnni"};
+
+static int isas_here(const char *out[3])
+{
+	int n = 0;
+
+	for (int i = 0; i < 3; i++)
+		if (mu__kern_isa_by_name(all_isas[i]) != NULL)
+			out[n++] = all_isas[i];
+	return n;
 }
 
 /* ---- f16 and bf16 ---- */
@@ -342,20 +356,21 @@ static void test_q4_0(void **state)
 	}
 }
 
-/* The AVX2 row quantizer gives the portable one's bytes, edge cases too. */
+/* Every row quantizer gives the portable one's bytes, edge cases too. */
 static void test_quant_row_isas(void **state)
 {
-	const mu__kern_isa_t *avx = mu__kern_avx2();
+	const char *names[3];
+	int nisa = isas_here(names);
 	enum { C = 32 * 12 };
 	float x[C], dp[C / 32], da[C / 32];
 	int8_t qp[C], qa[C];
 
 	(void)state;
-	if (avx == NULL) {
+	if (nisa == 1)
 		print_message("no AVX2 kernels here (CPU or build): the portable quantizer alone is checked\n");
-		avx = &mu__kern_portable;
-	}
 	for (int it = 0; it < 3000; it++) {
+		const mu__kern_isa_t *avx = mu__kern_isa_by_name(names[it % nisa]);
+
 		float scale = ldexpf(1.0f, (int)(rnd32() % 250) - 125);
 
 		for (int k = 0; k < C; k++)
@@ -491,8 +506,8 @@ static const int64_t quant_shapes[][2] = {{1, 32}, {5, 64}, {17, 96}, {37, 160},
 static void run_type(mu__wtype_t t, mu__pool_t *pools[TMAX])
 {
 	int quant = t >= MU__WT_Q8_0, nshapes = quant ? 6 : 8;
-	const char *isas[2] = {"portable", "avx2"};
-	int nisa = mu__kern_avx2() != NULL ? 2 : 1;
+	const char *isas[3];
+	int nisa = isas_here(isas);
 
 	for (int s = 0; s < nshapes; s++) {
 		int64_t rows = quant ? quant_shapes[s][0] : float_shapes[s][0];
@@ -580,10 +595,16 @@ static void test_matmul_q8_0(void **state)
 
 static void test_matmul_q4_0(void **state)
 {
+	const char *names[3];
+	int nisa = isas_here(names);
+
 	run_type(MU__WT_Q4_0, *state);
-	print_message("instruction sets compared: portable%s\n",
-	              mu__kern_avx2() ? " and avx2 (bit for bit)"
-	                              : " only (no AVX2 here: portable against itself across n and threads)");
+	if (nisa == 1)
+		print_message("instruction sets compared: portable only (no AVX2 here: portable "
+		              "against itself across n and threads)\n");
+	else
+		print_message("instruction sets compared bit for bit: portable, %s%s%s\n", names[1],
+		              nisa > 2 ? ", " : "", nisa > 2 ? names[2] : "");
 }
 
 static void test_matmul_edges(void **state)
@@ -631,9 +652,13 @@ static void test_types(void **state)
 
 static void test_isa_choice(void **state)
 {
-	const char *best = mu__kern_avx2() ? "avx2" : "portable";
+	const char *names[3], *best;
+	int nisa = isas_here(names);
 
 	(void)state;
+	best = names[nisa - 1];
+	assert_true((mu__kern_avx2() != NULL) == (nisa > 1));
+	assert_null(mu__kern_isa_by_name("sse9"));
 	assert_int_equal(setenv("MUSTER_KERNELS", "portable", 1), 0);
 	assert_int_equal(mu__kern_force_isa(NULL), 0);
 	assert_string_equal(mu__kern_isa(), "portable");
@@ -641,11 +666,20 @@ static void test_isa_choice(void **state)
 	assert_int_equal(mu__kern_force_isa(NULL), 0);
 	assert_string_equal(mu__kern_isa(), best);
 	assert_int_equal(mu__kern_force_isa("sse9"), MU_EARG);
-	assert_int_equal(mu__kern_force_isa(mu__kern_avx2() ? "avx2" : "portable"), 0);
-	assert_int_equal(mu__kern_force_isa("portable"), 0);
-	assert_string_equal(mu__kern_isa(), "portable");
+	for (int i = 0; i < 3; i++) {
+		int here = mu__kern_isa_by_name(all_isas[i]) != NULL;
+
+		/* forced in-process, and by name from the environment */
+		assert_int_equal(mu__kern_force_isa(all_isas[i]), here ? 0 : MU_EARG);
+		if (here)
+			assert_string_equal(mu__kern_isa(), all_isas[i]);
+		assert_int_equal(setenv("MUSTER_KERNELS", all_isas[i], 1), 0);
+		assert_int_equal(mu__kern_force_isa(NULL), 0);
+		assert_string_equal(mu__kern_isa(), here ? all_isas[i] : best);
+	}
+	assert_int_equal(unsetenv("MUSTER_KERNELS"), 0);
 	assert_int_equal(mu__kern_force_isa(NULL), 0);
-	print_message("kernels on this CPU: %s\n", best);
+	print_message("kernels on this CPU: %s (of %d here)\n", best, nisa);
 }
 
 int main(void)
