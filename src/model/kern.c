@@ -4,8 +4,8 @@
  * Q8_0/Q4_0 quantizers, the choice of instruction set, and mu__matmul,
  * which checks shapes, quantizes x when the weights are quantized and
  * splits the output rows over the pool. The products themselves are in
- * kern_portable.c and kern_avx2.c, which kern_isa_int.h ties to one
- * definition of the arithmetic.
+ * kern_portable.c, kern_avx2.c and kern_vnni.c, which kern_isa_int.h ties
+ * to one definition of the arithmetic.
  */
 #include <assert.h>
 #include <float.h>
