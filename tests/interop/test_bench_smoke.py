@@ -81,7 +81,7 @@ def test_bench_cluster_script(muster_bin):
 def test_bench_kern(muster_bin):
     out = run([muster_bin, "bench", "kern", "--shape", "96x64", "--prefill", 5,
                "--reps", 1, "--set-mib", 1])
-    assert re.search(r"^kern: (avx2|portable) kernels", out, re.M), out
+    assert re.search(r"^kern: (avx2|avx2-vnni|portable) kernels", out, re.M), out
     assert figure(out, "1 thread") > 0 and figure(out, "2 threads") > 0, out
     for mode in ("decode", "prefill"):
         for th in (1, 2):
