@@ -240,14 +240,14 @@ static void row(const char *mode, const shape_t *sh, int th, const char *type, t
 {
 	double flop = 2.0 * sh->rows * sh->cols * n;
 
-	printf("  %-7s %5dx%-5d %-11s %2d %-10s %9.3f %8.1f %7.1f", mode, sh->rows, sh->cols, sh->what,
+	printf("  %-7s %5dx%-5d %-11s %2d %-10s %9.4f %8.1f %7.1f", mode, sh->rows, sh->cols, sh->what,
 	       th, type, t.wall * 1e3, flop / t.wall / 1e9, (double)wbytes / t.wall / 1e9);
 	if (bl.wall > 0)
 		printf(" %7.2f", bl.wall / t.wall);
 	else if (th == 1)
 		printf(" %7s", "");
 	if (th == 1) /* the work ran on this thread alone */
-		printf(" %9.3f", t.cpu * 1e3);
+		printf(" %9.4f", t.cpu * 1e3);
 	if (th == 1 && bl.wall > 0)
 		printf(" %7.2f", bl.cpu / t.cpu);
 	printf("\n");
