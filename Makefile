@@ -75,6 +75,7 @@ bench: build
 	bench/store.sh
 	bench/md.sh
 	bench/pipeline.sh
+	bench/kern.sh
 	bench/cluster.sh
 	bench/llm.sh
 

@@ -86,5 +86,6 @@ int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
+int bench_kern(int argc, char **argv);
 
 #endif

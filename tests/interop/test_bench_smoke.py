@@ -105,3 +105,22 @@ def test_bench_llm_script_llamacpp_side(llamacpp, tmp_path):
         else:
             assert figures == ["n/a"] * 4, (wtype, threads, engine, figures)
     assert "ratios from this run" in out, out
+
+
+def test_bench_kern(muster_bin):
+    out = run([muster_bin, "bench", "kern", "--shape", "256x256", "--prefill", 5,
+               "--reps", 1, "--set-mib", 1])
+    assert re.search(r"^kern: (avx2|avx2-vnni|portable) kernels", out, re.M), out
+    assert figure(out, "1 thread") > 0 and figure(out, "2 threads") > 0, out
+    for mode in ("decode", "prefill"):
+        for th in (1, 2):
+            blas = "sgemv" if mode == "decode" else "sgemm"
+            assert re.search(rf"^\s+{mode}\s+256x256\s+custom\s+{th} BLAS {blas}\s+[0-9.]+", out,
+                             re.M), (mode, th, out)
+            for t in ("F32", "F16", "BF16", "Q8_0", "Q4_0"):
+                m = re.search(rf"^\s+{mode}\s+256x256\s+custom\s+{th} {t}\s+(.*)$", out, re.M)
+                assert m, (mode, th, t, out)
+                figs = [float(v) for v in m.group(1).split()]
+                # ms, GFLOP/s, GB/s, ratio to OpenBLAS (+ cpu ms and its ratio on one
+                # thread); at this toy size the rates may round to 0.0
+                assert len(figs) == (6 if th == 1 else 4) and figs[0] > 0, m.group(0)
