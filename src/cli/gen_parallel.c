@@ -18,8 +18,6 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
-#include "pipeline/llm_coord_int.h"
-#include "pipeline/llm_link_int.h"
 
 typedef struct {
 	int index;
@@ -69,27 +67,6 @@ static void par_done(void *ud, int rc, const char *why, int stop, const mu__gen_
 		printf("--- %d: %d tokens, stop: %s\n%.*s\n", p->index, st->new_tokens, stop_name(stop),
 		       (int)p->text.len, p->text.data != NULL ? p->text.data : "");
 	fflush(stdout);
-}
-
-/* The links over whatever the run holds: the local decoder or stages. */
-static int make_links(gen_run_t *r, int s, mu__eng_link_t **out, int *n)
-{
-	int i, k = r->remote != NULL ? mu__llm_coord_stages(r->remote) : 1;
-	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
-
-	if (l == NULL)
-		return MU_ENOMEM;
-	if (r->remote == NULL) {
-		if (mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
-			mu__free(l);
-			return MU_ENOMEM;
-		}
-	}
-	for (i = 0; r->remote != NULL && i < k; i++)
-		mu__llm_coord_link(r->remote, i, r->a.chunk, &l[i]);
-	*out = l;
-	*n = k;
-	return 0;
 }
 
 static void report(gen_run_t *r, par_seq_t *p, int n, double wall_ms, mu__eng_t *e, int nl)
@@ -195,12 +172,10 @@ static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts, 
 
 int gen_run_parallel(gen_run_t *r, char *text)
 {
-	mu__eng_opts_t o = {0};
-	mu__eng_link_t *links = NULL;
 	mu__eng_t *e = NULL;
 	par_seq_t *p = NULL;
 	char **prompts = NULL;
-	int n = lines(text, &prompts), nl = 0, i, rc;
+	int n = lines(text, &prompts), i, rc;
 	double t0;
 
 	if (n <= 0) {
@@ -209,11 +184,7 @@ int gen_run_parallel(gen_run_t *r, char *text)
 		return 2;
 	}
 	p = mu__calloc((size_t)n, sizeof(*p));
-	rc = p == NULL ? MU_ENOMEM : make_links(r, r->a.parallel, &links, &nl);
-	o = (mu__eng_opts_t){r->src.hp.dim, r->src.hp.vocab, r->g.ctx, r->a.parallel, !r->a.no_batch,
-	                     r->a.io_timeout * 1000};
-	if (rc == 0)
-		rc = mu__eng_new(links, nl, &o, &e);
+	rc = p == NULL ? MU_ENOMEM : gen_run_engine(r, r->a.parallel, &e);
 	for (i = 0; rc == 0 && i < n; i++) {
 		p[i].index = i;
 		p[i].tok = r->tok;
@@ -225,7 +196,7 @@ int gen_run_parallel(gen_run_t *r, char *text)
 	if (rc == 0 && (rc = submit_all(r, e, p, prompts, n)) == 0)
 		mu__eng_drain(e);
 	if (rc == 0)
-		report(r, p, n, mu__clock_ms() - t0, e, nl);
+		report(r, p, n, mu__clock_ms() - t0, e, r->nlinks);
 	for (i = 0; p != NULL && i < n; i++) {
 		rc = rc != 0 ? rc : p[i].rc;
 		mu__buf_free(&p[i].text);
@@ -233,9 +204,6 @@ int gen_run_parallel(gen_run_t *r, char *text)
 		cJSON_Delete(p[i].ids);
 	}
 	mu__eng_free(e);
-	if (r->remote == NULL && links != NULL)
-		mu__link_local_free(&links[0]);
-	mu__free(links);
 	mu__free(p);
 	mu__free(prompts);
 	if (rc == MU_ENOMEM)

@@ -11,7 +11,9 @@
 
 #include "muster/common.h"
 #include "cli/gen_int.h"
+#include "core/alloc_int.h"
 #include "pipeline/llm_coord_int.h"
+#include "pipeline/llm_link_int.h"
 
 #define GEN_DEFAULT_CTX 4096
 
@@ -211,8 +213,42 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	return rc;
 }
 
+/* The links over whatever the run holds: the local decoder or stages. */
+static int make_links(gen_run_t *r, int s)
+{
+	int i, k = r->remote != NULL ? mu__llm_coord_stages(r->remote) : 1;
+	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
+
+	if (l == NULL)
+		return MU_ENOMEM;
+	if (r->remote == NULL && mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
+		mu__free(l);
+		return MU_ENOMEM;
+	}
+	for (i = 0; r->remote != NULL && i < k; i++)
+		mu__llm_coord_link(r->remote, i, r->a.chunk, &l[i]);
+	r->links = l;
+	r->nlinks = k;
+	return 0;
+}
+
+int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
+{
+	mu__eng_opts_t o = {r->src.hp.dim, r->src.hp.vocab, r->g.ctx, parallel, !r->a.no_batch,
+	                    r->a.io_timeout * 1000};
+	int rc;
+
+	*out = NULL;
+	if (r->links == NULL && (rc = make_links(r, parallel)) != 0)
+		return rc;
+	return mu__eng_new(r->links, r->nlinks, &o, out);
+}
+
 void gen_run_close(gen_run_t *r)
 {
+	if (r->remote == NULL && r->links != NULL)
+		mu__link_local_free(&r->links[0]);
+	mu__free(r->links);
 	mu__dec_free(r->dec);
 	mu__llm_coord_free(r->remote);
 	mu__tok_free(r->tok);
