@@ -8,6 +8,9 @@
  *   GET  /v1/models             the one model served
  *   POST /v1/completions        prompt -> text
  *   POST /v1/chat/completions   messages -> the chat template -> text
+ *   POST /apply-template        messages -> {"prompt": the rendered text}
+ *                               (llama.cpp's server has it too: to see
+ *                               what a chat becomes)
  *
  * Every request gets one log line when it ends: method, path, status,
  * prompt+completion tokens, milliseconds (and why it stopped).
@@ -75,8 +78,9 @@ static int encode(mu__srv_t *s, const char *text, int flags, int32_t **ids, size
 	return 0;
 }
 
+/* The chat's prompt text into b (ids NULL), or its ids. */
 static int chat_prompt(mu__srv_t *s, const mu__oai_req_t *q, int32_t **ids, size_t *n,
-                       mu__oai_err_t *e)
+                       mu__buf_t *text, mu__oai_err_t *e)
 {
 	mu__chat_opts_t co = {q->enable_thinking};
 	char why[600] = "";
@@ -90,10 +94,14 @@ static int chat_prompt(mu__srv_t *s, const mu__oai_req_t *q, int32_t **ids, size
 		                    "%s", s->chat_why);
 	mu__buf_init(&b, (size_t)64 << 20);
 	rc = mu__chat_render(&s->chat, q->msgs, q->nmsgs, &co, &b, why, sizeof(why));
-	if (rc == 0)
-		rc = encode(s, b.data != NULL ? b.data : "", MU__TOK_SPECIAL, ids, n, e);
-	else
+	if (rc != 0)
 		mu__oai_fail(e, 400, "invalid_request_error", "messages", NULL, "%s", why);
+	else if (text != NULL)
+		rc = mu__buf_append(text, b.data, b.len) != 0 ? mu__oai_fail(e, 500, "server_error",
+		                                                             NULL, NULL, "out of memory")
+		                                              : 0;
+	else
+		rc = encode(s, b.data != NULL ? b.data : "", MU__TOK_SPECIAL, ids, n, e);
 	mu__buf_free(&b);
 	return rc != 0 ? -1 : 0;
 }
@@ -104,7 +112,7 @@ static int prompt_ids(mu__srv_t *s, const mu__oai_req_t *q, int32_t **ids, size_
 	*ids = NULL;
 	*n = 0;
 	if (q->kind == MU__OAI_CHAT)
-		return chat_prompt(s, q, ids, n, e);
+		return chat_prompt(s, q, ids, n, NULL, e);
 	if (q->prompt_ids != NULL) {
 		*ids = mu__memdup(q->prompt_ids, q->nprompt_ids * sizeof(int32_t));
 		*n = q->nprompt_ids;
@@ -193,6 +201,35 @@ static void generate(mu__srv_t *s, h2o_req_t *req, mu__oai_kind_t kind, double t
 	mu__free(ids);
 }
 
+static void apply_template(mu__srv_t *s, h2o_req_t *req, double t0)
+{
+	mu__oai_req_t q = {0};
+	mu__oai_err_t e;
+	mu__buf_t text, out;
+
+	mu__buf_init(&text, (size_t)64 << 20);
+	mu__buf_init(&out, (size_t)128 << 20);
+	if (req->entity.len > s->o.max_body)
+		mu__oai_fail(&e, 413, "invalid_request_error", NULL, "request_too_large", "the body is "
+		             "%zu bytes; this server takes at most %zu (--max-body)", req->entity.len,
+		             s->o.max_body);
+	else if (mu__oai_decode(MU__OAI_CHAT, req->entity.base != NULL ? req->entity.base : "",
+	                        req->entity.len, mu__tok_vocab_size(s->tok), &q, &e) == 0 &&
+	         chat_prompt(s, &q, NULL, NULL, &text, &e) == 0)
+		e.status = 0;
+	mu__oai_req_free(&q);
+	if (e.status != 0) {
+		mu__srv_error(s, req, &e, t0);
+	} else {
+		mu__buf_appends(&out, "{\"prompt\": ");
+		mu__json_dump_string(&out, text.data != NULL ? text.data : "");
+		mu__buf_appends(&out, "}");
+		reply_json(req, 200, &out, 0, t0, NULL);
+	}
+	mu__buf_free(&text);
+	mu__buf_free(&out);
+}
+
 /* ---- the routes ---- */
 
 static int is(h2o_iovec_t v, const char *s)
@@ -241,8 +278,10 @@ static void on_req(void *ud, h2o_req_t *req)
 		generate(s, req, MU__OAI_COMPLETIONS, t0);
 	} else if (is(p, "/v1/chat/completions") && post) {
 		generate(s, req, MU__OAI_CHAT, t0);
+	} else if (is(p, "/apply-template") && post) {
+		apply_template(s, req, t0);
 	} else if (is(p, "/health") || is(p, "/v1/models") || is(p, "/v1/completions") ||
-	           is(p, "/v1/chat/completions")) {
+	           is(p, "/v1/chat/completions") || is(p, "/apply-template")) {
 		mu__oai_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%.*s is not "
 		             "allowed on %.*s", (int)m.len > 16 ? 16 : (int)m.len, m.base,
 		             (int)p.len > 60 ? 60 : (int)p.len, p.base);

@@ -389,16 +389,15 @@ static int render_llama3(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int 
 	return rc != 0 ? rc : cat(b, "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
 }
 
+/* The [INST] templates' check, as they make it: a user turn exactly at
+ * the even places (after the system message Llama 2 takes out). */
 static int alternate(const mu__chat_msg_t *m, int n, int first, char *why, size_t wl)
 {
-	for (int i = first; i < n; i++) {
-		int want_user = (i - first) % 2 == 0;
-
-		if (!is_role(&m[i], want_user ? "user" : "assistant"))
+	for (int i = first; i < n; i++)
+		if (is_role(&m[i], "user") != ((i - first) % 2 == 0))
 			return mu__why(why, wl, MU_EARG, "messages[%d]: this model's template needs roles "
 			               "that alternate user/assistant/user/...%s, got \"%s\"", i,
 			               first ? " after one system message" : "", m[i].role);
-	}
 	return 0;
 }
 
@@ -412,6 +411,10 @@ static int render_llama2(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int 
 		size_t len;
 		const char *s;
 
+		/* A system message past the first passes the template's check at
+		 * an odd place, and the template writes nothing for it. */
+		if (!is_role(&m[i], "user") && !is_role(&m[i], "assistant"))
+			continue;
 		mu__buf_init(&c, b->max);
 		if (i == first && first)
 			rc = cat(&c, "<<SYS>>\n", m[0].content, "\n<</SYS>>\n\n", NULL);
@@ -437,6 +440,10 @@ static int render_mistral(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int
 {
 	int rc = alternate(m, n, 0, why, wl);
 
+	for (int i = 0; rc == 0 && i < n; i++)
+		if (!is_role(&m[i], "user") && !is_role(&m[i], "assistant"))
+			rc = mu__why(why, wl, MU_EARG, "messages[%d]: this model's template takes only "
+			             "user and assistant roles", i);
 	if (rc == 0)
 		rc = cat(b, t->bos, NULL);
 	for (int i = 0; rc == 0 && i < n; i++)
