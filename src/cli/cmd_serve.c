@@ -58,6 +58,10 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 		if (strcmp(all[i].name, "parallel") == 0)
 			all[i].help = "requests generated at once, batched and pipelined over the "
 			              "stages; more wait their turn (default 4)";
+		if (strcmp(all[i].name, "io-timeout") == 0)
+			all[i].help = "a stage that makes no progress on a reply this long has failed; "
+			              "also how long a client may take to send a request or to take its "
+			              "stream's next bytes (default 60)";
 		if (strcmp(all[i].name, "seed") == 0)
 			all[i].help = "seed of requests that give none (default: a random one each)";
 		o[k++] = all[i];

@@ -267,7 +267,10 @@ static void on_req(void *ud, h2o_req_t *req)
 	mu__buf_t b;
 
 	s->served++;
-	if (is(p, "/health") && get) {
+	if (s->stopping) {
+		mu__oai_fail(&e, 503, "server_error", NULL, "shutting_down", "the server is stopping");
+		mu__srv_error(s, req, &e, t0);
+	} else if (is(p, "/health") && get) {
 		health(s, req, t0);
 	} else if (is(p, "/v1/models") && get) {
 		mu__buf_init(&b, 1 << 16);

@@ -188,6 +188,15 @@ static void on_stop(h2o_generator_t *hg, h2o_req_t *req)
 	(void)req;
 }
 
+/* Why a generation failed, as the API reports it. */
+static void failed(const gen_t *g, mu__oai_err_t *e)
+{
+	if (g->s->stopping)
+		mu__oai_fail(e, 503, "server_error", NULL, "shutting_down", "the server is stopping");
+	else
+		mu__oai_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s", g->why);
+}
+
 static void stream_advance(gen_t *g)
 {
 	mu__oai_usage_t u = {g->nprompt, g->ntok};
@@ -205,7 +214,7 @@ static void stream_advance(gen_t *g)
 		if (g->rc != 0 && !g->gone) {
 			mu__oai_err_t e;
 
-			mu__oai_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", g->why);
+			failed(g, &e);
 			rc = mu__buf_appends(&g->pend, "data: ");
 			rc = rc ? rc : mu__oai_error_json(&e, &g->pend);
 			rc = rc ? rc : mu__buf_appends(&g->pend, "\n\n");
@@ -242,9 +251,9 @@ static void whole_reply(gen_t *g)
 	if (g->rc != 0) {
 		mu__oai_err_t e;
 
-		mu__oai_fail(&e, 500, "server_error", NULL, NULL, "generation failed: %s", g->why);
+		failed(g, &e);
 		rc = mu__oai_error_json(&e, &out);
-		g->status = 500;
+		g->status = e.status;
 	} else {
 		rc = mu__oai_result(&g->head, g->text.data != NULL ? g->text.data : "", g->text.len,
 		                    g->finish, &u, &out);

@@ -590,6 +590,7 @@ def test_stop_with_requests_in_flight(muster_bin, tmp_path):
     t.join(30)
     status, _, body = out[0]
     assert status == 200 and body.endswith(b"data: [DONE]\n\n")
+    assert b'"code":"shutting_down"' in body.split(b"\n\n")[-3]
     assert "stopping: 1 requests running" in s.log()
 
 
