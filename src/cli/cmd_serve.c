@@ -17,7 +17,7 @@
 #include "core/net_int.h"
 #include "serve/api_int.h"
 
-#define SERVE_OPTS 7
+#define SERVE_OPTS 5
 
 typedef struct {
 	const char *listen, *name, *max_body, *chat_template;
@@ -157,6 +157,7 @@ int cmd_serve(int argc, char **argv)
 		opts, 5, 0, 0};
 
 	gen_args_default(&a);
+	a.prog = "muster serve";
 	a.max_tokens = 0;
 	a.parallel = 4;
 	cmd.nopts += gen_opts(&a, opts + 5);

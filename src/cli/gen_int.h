@@ -17,6 +17,7 @@
 #define GEN_MAX_OPTS 20
 
 typedef struct {
+	const char *prog;     /* "muster generate", for messages */
 	const char *model, *tokenizer, *stages;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
 	int parallel, no_batch;

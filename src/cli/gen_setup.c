@@ -22,6 +22,7 @@ void gen_args_default(gen_args_t *a)
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 	memset(a, 0, sizeof(*a));
+	a->prog = "muster generate";
 	a->threads = n > 0 ? (int)n : 1;
 	a->max_tokens = 256;
 	a->top_k = 40;
@@ -71,9 +72,9 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 	return (int)(sizeof(v) / sizeof(v[0]));
 }
 
-static int fail(const char *what, const char *why)
+static int fail(const gen_args_t *a, const char *what, const char *why)
 {
-	fprintf(stderr, "muster generate: %s%s%s\n", what, why[0] ? ": " : "", why);
+	fprintf(stderr, "%s: %s%s%s\n", a->prog, what, why[0] ? ": " : "", why);
 	return 1;
 }
 
@@ -104,7 +105,7 @@ static int check_args(const gen_args_t *a)
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
 		bad = "--seed must be a non-negative integer";
 	if (bad != NULL)
-		fprintf(stderr, "muster generate: %s\n", bad);
+		fprintf(stderr, "%s: %s\n", a->prog, bad);
 	return bad != NULL ? 2 : 0;
 }
 
@@ -117,7 +118,7 @@ static int open_local(gen_run_t *r)
 
 	rc = mu__dec_new(&r->src, 0, r->src.hp.n_layers, &o, &r->dec, why, sizeof(why));
 	if (rc != 0)
-		return fail("cannot set up the model", why);
+		return fail(&r->a, "cannot set up the model", why);
 	mu__chain_local(&r->chain, r->dec, r->a.chunk);
 	snprintf(r->where, sizeof(r->where), "this process, %d thread%s, kernels %s", r->a.threads,
 	         r->a.threads == 1 ? "" : "s", mu__kern_isa());
@@ -146,11 +147,11 @@ static int open_remote(gen_run_t *r)
 	int n, rc;
 
 	if (copy == NULL)
-		return fail("out of memory", "");
+		return fail(&r->a, "out of memory", "");
 	n = split_addrs(copy, v, 1024);
 	if (n < 1) {
 		free(copy);
-		fprintf(stderr, "muster generate: --stages takes HOST:PORT,... (1 to 1024 of them)\n");
+		fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to 1024 of them)\n", r->a.prog);
 		return 2;
 	}
 	mu__llm_coord_opts_init(&o);
@@ -158,13 +159,13 @@ static int open_remote(gen_run_t *r)
 	rc = mu__llm_coord_connect((const char *const *)v, n, &o, &c, why, sizeof(why));
 	free(copy);
 	if (rc != 0)
-		return fail("cannot use the stages", why);
+		return fail(&r->a, "cannot use the stages", why);
 	r->remote = c;
 	mu__llm_coord_chain(c, &r->chain, r->a.chunk);
 	if (r->chain.vocab != r->src.hp.vocab) {
 		snprintf(why, sizeof(why), "their model has a vocabulary of %d, --model's %d",
 		         r->chain.vocab, r->src.hp.vocab);
-		return fail("the stages serve another model", why);
+		return fail(&r->a, "the stages serve another model", why);
 	}
 	if (r->g.ctx > mu__llm_coord_ctx(c))
 		r->g.ctx = mu__llm_coord_ctx(c);
@@ -182,11 +183,11 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	if ((rc = check_args(a)) != 0)
 		return rc;
 	if ((rc = mu__llm_src_open(a->model, a->tokenizer, &r->src, why, sizeof(why))) != 0)
-		return fail("cannot open the model", why);
+		return fail(&r->a, "cannot open the model", why);
 	r->have_src = 1;
 	if ((rc = r->src.tokenizer(&r->src, &r->tok, why, sizeof(why))) != 0) {
 		gen_run_close(r);
-		return fail("cannot load the tokenizer", why);
+		return fail(&r->a, "cannot load the tokenizer", why);
 	}
 	if (a->seed < 0) {
 		if (getrandom(&r->seed, sizeof(r->seed), 0) != (ssize_t)sizeof(r->seed))
