@@ -72,6 +72,7 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
 {
 	mu__srv_opts_t o = {0};
+	mu__chat_tmpl_t probe;
 	mu__eng_t *e = NULL;
 	mu__srv_t *srv = NULL;
 	char host[256], name[256], why[1024] = "";
@@ -98,13 +99,13 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
 	o.ignore_eos = a->ignore_eos;
 	o.chat_template = sa->chat_template;
 	o.where = r->where;
-	if (sa->chat_template != NULL && strcmp(sa->chat_template, "chatml") != 0 &&
-	    strcmp(sa->chat_template, "qwen3") != 0 && strcmp(sa->chat_template, "llama3") != 0 &&
-	    strcmp(sa->chat_template, "llama2") != 0 && strcmp(sa->chat_template, "mistral") != 0) {
-		fprintf(stderr, "muster serve: --chat-template is one of chatml, qwen3, llama3, llama2, "
-		        "mistral\n");
+	if (sa->chat_template != NULL && mu__chat_by_name(sa->chat_template, "", "", &probe) != 0) {
+		fprintf(stderr, "muster serve: --chat-template is one of chatml, qwen3, llama3, "
+		        "llama3.1, llama2, mistral\n");
 		return 2;
 	}
+	if (sa->chat_template != NULL)
+		mu__chat_free(&probe);
 	if ((rc = gen_run_engine(r, a->parallel, &e)) != 0) {
 		fprintf(stderr, "muster serve: cannot start the engine: %s\n", mu_strerror(rc));
 		return 1;
@@ -141,7 +142,7 @@ int cmd_serve(int argc, char **argv)
 		{"max-body", OPT_STR, &sa.max_body, "SIZE", "largest request body (default 4M; larger "
 		 "gets 413)"},
 		{"chat-template", OPT_STR, &sa.chat_template, "NAME", "render chats as chatml, qwen3, "
-		 "llama3, llama2 or mistral, whatever the model's template is"},
+		 "llama3, llama3.1, llama2 or mistral, whatever the model's template is"},
 	};
 	cli_cmd_t cmd = {
 		"muster serve --model DIR|FILE.gguf|FILE.bin [--stages H:P,...] [--listen HOST:PORT] "
@@ -151,7 +152,7 @@ int cmd_serve(int argc, char **argv)
 		"server-sent events), GET /v1/models and GET /health. Concurrent requests are\n"
 		"generated together (--parallel), in this process or over `muster stage` servers\n"
 		"(--stages); a client that disconnects cancels its sequence. Chats are rendered with\n"
-		"the model's chat template (ChatML/Qwen, Llama 3, Llama 2 and Mistral [INST]).\n"
+		"the model's chat template (ChatML/Qwen, Llama 3 and 3.1+, Llama 2, Mistral [INST]).\n"
 		"Sampling options are the defaults of requests that do not set them. One line per\n"
 		"request goes to stderr; SIGINT or SIGTERM stops it after cancelling what runs.",
 		opts, 5, 0, 0};

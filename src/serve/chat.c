@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
@@ -136,7 +137,25 @@ static int default_system(const char *tmpl, char **out)
 	return 0;
 }
 
-static const char *names[] = {"?", "chatml", "qwen3", "llama3", "llama2", "mistral"};
+/* Llama 3.1+'s date: "" (today's) when the template asks strftime_now,
+ * else its `set date_string = "..."`, else Llama 3.1's. */
+static void template_date(const char *tmpl, char *out, size_t n)
+{
+	static const char set[] = "set date_string = \"";
+	const char *p = strstr(tmpl, set), *e;
+
+	out[0] = 0;
+	if (has(tmpl, "strftime_now"))
+		return;
+	p = p != NULL ? p + sizeof(set) - 1 : NULL;
+	e = p != NULL ? strchr(p, '"') : NULL;
+	if (e != NULL && (size_t)(e - p) < n)
+		snprintf(out, n, "%.*s", (int)(e - p), p);
+	else
+		snprintf(out, n, "26 Jul 2024");
+}
+
+static const char *names[] = {"?", "chatml", "qwen3", "llama3", "llama3.1", "llama2", "mistral"};
 
 const char *mu__chat_name(mu__chat_kind_t k)
 {
@@ -160,8 +179,13 @@ static int set(mu__chat_tmpl_t *t, mu__chat_kind_t k, const char *bos, const cha
 int mu__chat_by_name(const char *name, const char *bos, const char *eos, mu__chat_tmpl_t *t)
 {
 	for (int k = MU__CHAT_CHATML; k <= MU__CHAT_MISTRAL; k++)
-		if (strcmp(name, names[k]) == 0)
-			return set(t, (mu__chat_kind_t)k, bos, eos, NULL);
+		if (strcmp(name, names[k]) == 0) {
+			int rc = set(t, (mu__chat_kind_t)k, bos, eos, NULL);
+
+			if (rc == 0 && k == MU__CHAT_LLAMA31)
+				snprintf(t->date, sizeof(t->date), "26 Jul 2024");
+			return rc;
+		}
 	return MU_EARG;
 }
 
@@ -181,8 +205,8 @@ static int refuse(const char *tmpl, const char *what, char *why, size_t wl)
 	}
 	start[j] = 0;
 	return mu__why(why, wl, MU_EPROTO, "the model's chat template is %s, which muster does not "
-	               "render (it starts \"%s%s\"); known: chatml, qwen3, llama3, llama2, mistral "
-	               "(muster serve --chat-template NAME forces one)", what, start,
+	               "render (it starts \"%s%s\"); known: chatml, qwen3, llama3, llama3.1, llama2, "
+	               "mistral (muster serve --chat-template NAME forces one)", what, start,
 	               tmpl[i] ? "..." : "");
 }
 
@@ -205,9 +229,16 @@ int mu__chat_detect(const char *tmpl, const char *bos, const char *eos, mu__chat
 		else if ((rc = default_system(tmpl, &sys)) == 0)
 			rc = set(&r, MU__CHAT_CHATML, bos, eos, sys);
 	} else if (has(tmpl, "<|start_header_id|>")) {
-		if (has(tmpl, "Cutting Knowledge Date"))
-			return refuse(tmpl, "Llama 3.1+ (a dated system header and tools)", why, wl);
-		rc = set(&r, MU__CHAT_LLAMA3, bos, eos, NULL);
+		if (!has(tmpl, "Cutting Knowledge Date")) {
+			rc = set(&r, MU__CHAT_LLAMA3, bos, eos, NULL);
+		} else if (!has(tmpl, "Cutting Knowledge Date: December 2023\\n") ||
+		           !has(tmpl, "\"Today Date: \" + date_string")) {
+			return refuse(tmpl, "Llama 3.1+ with another system header", why, wl);
+		} else {
+			rc = set(&r, MU__CHAT_LLAMA31, bos, eos, NULL);
+			if (rc == 0)
+				template_date(tmpl, r.date, sizeof(r.date));
+		}
 	} else if (has(tmpl, "[INST]")) {
 		if (has(tmpl, "<<SYS>>"))
 			rc = set(&r, MU__CHAT_LLAMA2, bos, eos, NULL);
@@ -243,6 +274,7 @@ const char *mu__chat_end_of_turn(const mu__chat_tmpl_t *t)
 	case MU__CHAT_QWEN3:
 		return "<|im_end|>";
 	case MU__CHAT_LLAMA3:
+	case MU__CHAT_LLAMA31:
 		return "<|eot_id|>";
 	default:
 		return t->eos;
@@ -376,9 +408,31 @@ static int render_qwen3(const mu__chat_msg_t *m, int n, const mu__chat_opts_t *o
 
 static int render_llama3(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int n, mu__buf_t *b)
 {
-	int rc = cat(b, t->bos, NULL);
+	int rc = cat(b, t->bos, NULL), i = 0;
 
-	for (int i = 0; rc == 0 && i < n; i++) {
+	if (t->kind == MU__CHAT_LLAMA31) {
+		/* The system turn always comes, with the dates, then the system
+		 * message (trimmed) if the chat opens with one. */
+		char today[32];
+		time_t now = time(NULL);
+		struct tm tm;
+		size_t len = 0;
+		const char *sys = "";
+
+		if (t->date[0] == 0 && localtime_r(&now, &tm) != NULL)
+			strftime(today, sizeof(today), "%d %b %Y", &tm);
+		if (n > 0 && is_role(&m[0], "system")) {
+			len = strlen(m[0].content);
+			sys = mu__py_strip(m[0].content, &len);
+			i = 1;
+		}
+		if (rc == 0)
+			rc = cat(b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+			         "December 2023\nToday Date: ", t->date[0] ? t->date : today, "\n\n", NULL);
+		if (rc == 0 && (rc = addn(b, sys, len)) == 0)
+			rc = cat(b, "<|eot_id|>", NULL);
+	}
+	for (; rc == 0 && i < n; i++) {
 		size_t len = strlen(m[i].content);
 		const char *c = mu__py_strip(m[i].content, &len);
 
@@ -469,6 +523,7 @@ int mu__chat_render(const mu__chat_tmpl_t *t, const mu__chat_msg_t *msgs, int n,
 		rc = render_qwen3(msgs, n, o, out);
 		break;
 	case MU__CHAT_LLAMA3:
+	case MU__CHAT_LLAMA31:
 		rc = render_llama3(t, msgs, n, out);
 		break;
 	case MU__CHAT_LLAMA2:

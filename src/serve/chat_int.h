@@ -16,6 +16,11 @@
  *   qwen3    ChatML plus Qwen 3's <think> rules for assistant turns
  *   llama3   <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>,
  *            BOS first, contents trimmed (Llama 3.0's template)
+ *   llama3.1 Llama 3's turns after a system header that always comes,
+ *            "Cutting Knowledge Date: December 2023\nToday Date: D\n\n"
+ *            then the system message (Llama 3.1, 3.2, 3.3); D is the
+ *            template's own date, or today's where the template asks
+ *            strftime_now (as HF's transformers answers it)
  *   llama2   Llama 2 chat: BOS [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]
  *   mistral  Mistral 7B Instruct v0.1: BOS [INST] ... [/INST]...EOS, no
  *            system role
@@ -36,6 +41,7 @@ typedef enum {
 	MU__CHAT_CHATML = 1,
 	MU__CHAT_QWEN3,
 	MU__CHAT_LLAMA3,
+	MU__CHAT_LLAMA31,
 	MU__CHAT_LLAMA2,
 	MU__CHAT_MISTRAL
 } mu__chat_kind_t;
@@ -52,6 +58,7 @@ typedef struct {
 	mu__chat_kind_t kind;
 	char *default_system;   /* chatml: the template's own system prompt, or NULL */
 	char *bos, *eos;        /* the tokenizer's BOS and EOS text ("" when none) */
+	char date[32];          /* llama3.1: "26 Jul 2024"; "" for today's */
 } mu__chat_tmpl_t;
 
 /*
@@ -62,8 +69,8 @@ typedef struct {
  */
 int mu__chat_detect(const char *tmpl, const char *bos, const char *eos, mu__chat_tmpl_t *t,
                     char *why, size_t wl);
-/* The family named name ("chatml", "qwen3", "llama3", "llama2",
- * "mistral"), for a model whose template is not recognised. MU_EARG for
+/* The family named name ("chatml", "qwen3", "llama3", "llama3.1",
+ * "llama2", "mistral"), for a model whose template is not recognised. MU_EARG for
  * another name. */
 int mu__chat_by_name(const char *name, const char *bos, const char *eos, mu__chat_tmpl_t *t);
 void mu__chat_free(mu__chat_tmpl_t *t);

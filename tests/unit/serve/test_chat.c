@@ -18,6 +18,8 @@
 	"helpful assistant.<|im_end|>\\n' }}{{- '<|im_start|>system\\n' + messages[0]['content'] }}"
 #define QWEN3 "<|im_start|>{%- set ns = namespace(last_query_index=1) %}reasoning_content <think>"
 #define LLAMA3 "{% set content = '<|start_header_id|>' + message['role'] %}"
+#define LLAMA31 "<|start_header_id|>{%- set date_string = \"26 Jul 2024\" %}{{- \"Cutting " \
+	"Knowledge Date: December 2023\\n\" }}{{- \"Today Date: \" + date_string + \"\\n\\n\" }}"
 #define LLAMA2 "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}<<SYS>>"
 #define MISTRAL "{{ bos_token }}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
 
@@ -65,6 +67,12 @@ static void test_render_families(void **state)
 	       "<|im_start|>assistant\n");
 	render(QWEN3, "", "<|im_end|>", convo + 3, 1, 0,
 	       "<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+	render(LLAMA31, "<|begin_of_text|>", "<|eot_id|>", convo + 1, 3, -1,
+	       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+	       "December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user"
+	       "<|end_header_id|>\n\nq1<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+	       "<think>\nr\n</think>\n\n a1<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nq2"
+	       "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 	render(LLAMA3, "<|begin_of_text|>", "<|end_of_text|>", convo, 4, -1,
 	       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nSys<|eot_id|>"
 	       "<|start_header_id|>user<|end_header_id|>\n\nq1<|eot_id|><|start_header_id|>assistant"
@@ -126,7 +134,7 @@ static void test_unknown_templates_are_named(void **state)
 	refused("", "no chat template");
 	refused("{% for m in messages %}<|user|>\n{{ m['content'] }}", "starts \"{% for m in");
 	refused("<|im_start|><think>{{ x }}", "ChatML with <think>");
-	refused("<|start_header_id|>Cutting Knowledge Date", "Llama 3.1+");
+	refused("<|start_header_id|>Cutting Knowledge Date", "Llama 3.1+ with another");
 	refused("[INST] [SYSTEM_PROMPT]", "Mistral [INST] variant");
 	refused("[INST]\n{{ system_message }}", "\\n");
 }
