@@ -255,7 +255,9 @@ int cmd_generate(int argc, char **argv)
 		fprintf(stderr, "muster generate: --parallel takes its prompts from --prompt-file\n");
 		rc = 2;
 	} else {
-		rc = a.parallel > 0 ? gen_run_parallel(&r, text) : run(&r, text, len, dump);
+		rc = a.parallel > 0 ? gen_run_parallel(&r, text)
+		   : r.cluster != NULL ? gen_run_engine_one(&r, text, len, r.g.prompt_ids, r.g.nprompt_ids)
+		                       : run(&r, text, len, dump);
 	}
 	mu__free(text);
 	mu__free(ids);

@@ -54,8 +54,107 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* --tokenizer FILE|DIR (tokenizer_config.json beside it when there), or
- * --llama2c FILE --vocab N. */
+static const cJSON *meta(const cJSON *m, const char *key)
+{
+	char k[96];
+
+	snprintf(k, sizeof(k), "tokenizer.ggml.%s", key);
+	return cJSON_GetObjectItemCaseSensitive(m, k);
+}
+
+static int32_t meta_id(const cJSON *m, const char *key)
+{
+	const cJSON *v = meta(m, key);
+
+	return mu__json_is_int(v, 0, INT32_MAX) ? (int32_t)v->valuedouble : -1;
+}
+
+static int meta_flag(const cJSON *m, const char *key)
+{
+	const cJSON *v = meta(m, key);
+
+	return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
+}
+
+/* The strings of an array (pointing into it), or NULL with *n = 0. */
+static const char **meta_strings(const cJSON *a, size_t *n)
+{
+	const char **v;
+	const cJSON *c;
+	size_t i = 0;
+
+	*n = 0;
+	if (!cJSON_IsArray(a) || (v = mu__calloc((size_t)cJSON_GetArraySize(a) + 1, sizeof(*v))) == NULL)
+		return NULL;
+	cJSON_ArrayForEach(c, a) {
+		if (!cJSON_IsString(c)) {
+			mu__free(v);
+			return NULL;
+		}
+		v[i++] = c->valuestring;
+	}
+	*n = i;
+	return v;
+}
+
+/*
+ * --gguf-meta FILE: a GGUF's tokenizer metadata as a JSON object keyed by
+ * the GGUF names ("tokenizer.ggml.tokens", ...), built the way a GGUF
+ * file's tokenizer is (mu__tok_from_vocab). Tests use it to run the GGUF
+ * tokenizers on real vocabularies without a model file.
+ */
+static int from_meta(const char *text, size_t len, mu__tok_t **t, char *why, size_t wl)
+{
+	cJSON *m = NULL;
+	mu__tok_vocab_t v;
+	const cJSON *c, *model;
+	float *scores = NULL;
+	int32_t *types = NULL;
+	size_t n, k = 0;
+	int rc = mu__json_parse(text, len, &m);
+
+	memset(&v, 0, sizeof(v));
+	if (rc != 0 || !cJSON_IsObject(m)) {
+		cJSON_Delete(m);
+		snprintf(why, wl, "not a JSON object");
+		return rc != 0 ? rc : MU_EPROTO;
+	}
+	model = meta(m, "model");
+	v.model = cJSON_IsString(model) ? model->valuestring : NULL;
+	c = meta(m, "pre");
+	v.pre = cJSON_IsString(c) ? c->valuestring : NULL;
+	v.tokens = meta_strings(meta(m, "tokens"), &v.n);
+	v.merges = meta_strings(meta(m, "merges"), &v.nmerges);
+	n = v.n;
+	if ((c = meta(m, "scores")) != NULL && cJSON_GetArraySize(c) == (int)n &&
+	    (scores = mu__calloc(n + 1, sizeof(*scores))) != NULL)
+		cJSON_ArrayForEach(c, meta(m, "scores")) scores[k++] = (float)c->valuedouble;
+	k = 0;
+	if ((c = meta(m, "token_type")) != NULL && cJSON_GetArraySize(c) == (int)n &&
+	    (types = mu__calloc(n + 1, sizeof(*types))) != NULL)
+		cJSON_ArrayForEach(c, meta(m, "token_type")) types[k++] = (int32_t)c->valuedouble;
+	v.scores = scores;
+	v.types = types;
+	v.bos = meta_id(m, "bos_token_id");
+	v.eos = meta_id(m, "eos_token_id");
+	v.unk = meta_id(m, "unknown_token_id");
+	v.pad = meta_id(m, "padding_token_id");
+	v.add_bos = meta_flag(m, "add_bos_token");
+	v.add_eos = meta_flag(m, "add_eos_token");
+	v.no_space_prefix = meta_flag(m, "add_space_prefix") == 0;
+	c = cJSON_GetObjectItemCaseSensitive(m, "tokenizer.chat_template");
+	v.chat_template = cJSON_IsString(c) ? c->valuestring : NULL;
+	rc = mu__tok_from_vocab(&v, t, why, wl);
+	mu__free((void *)v.tokens);
+	mu__free((void *)v.merges);
+	mu__free(scores);
+	mu__free(types);
+	cJSON_Delete(m);
+	return rc;
+}
+
+/* --tokenizer FILE|DIR (tokenizer_config.json beside it when there),
+ * --llama2c FILE --vocab N, or --gguf-meta FILE (vocab < 0). */
 static int load(const char *hf, const char *config, const char *l2c, int vocab, mu__tok_t **t)
 {
 	char why[512] = "", path[4096], *json = NULL, *cfg = NULL;
@@ -85,6 +184,8 @@ static int load(const char *hf, const char *config, const char *l2c, int vocab, 
 	}
 	if (hf != NULL)
 		rc = mu__tok_from_hf(json, jl, cfg, cl, t, why, sizeof(why));
+	else if (vocab < 0)
+		rc = from_meta(json, jl, t, why, sizeof(why));
 	else
 		rc = mu__tok_from_llama2c(json, jl, vocab, t, why, sizeof(why));
 	mu__free(json);
@@ -239,9 +340,35 @@ static int batch(job_t *j, int decode, char *in, size_t len, mu__buf_t *o)
 	return rc;
 }
 
+/* The input to its output on stdout; the exit status. */
+static int convert(job_t *j, int decode, int bat, int json, char *in, size_t len)
+{
+	mu__buf_t o;
+	int rc;
+
+	mu__buf_init(&o, SIZE_MAX / 4);
+	if (bat) {
+		rc = batch(j, decode, in, len, &o);
+	} else {
+		rc = json ? mu__buf_appends(&o, decode ? "{\"text\": " : "{\"ids\": ") : 0;
+		if (rc == 0)
+			rc = one(j, decode, in, len, &o);
+		if (rc == 0 && json)
+			rc = mu__buf_appendc(&o, '}');
+		if (rc == 0 && (json || !decode))
+			rc = mu__buf_appendc(&o, '\n');
+	}
+	if (rc == 0 && o.len > 0 && fwrite(o.data, 1, o.len, stdout) != o.len)
+		rc = 1;
+	if (rc != 0 && rc != 1 && rc != 2)
+		fprintf(stderr, "muster tokenize: %s\n", mu_strerror(rc));
+	mu__buf_free(&o);
+	return rc == 0 ? 0 : rc == 2 ? 2 : 1;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
-	const char *hf = NULL, *config = NULL, *l2c = NULL, *text = NULL;
+	const char *hf = NULL, *config = NULL, *l2c = NULL, *text = NULL, *gmeta = NULL;
 	int vocab = 0, decode = 0, json = 0, no_bos = 0, no_special = 0, keep = 0, bat = 0;
 	int stats = 0, repeat = 1, npos, rc;
 	cli_opt_t opts[] = {
@@ -249,6 +376,7 @@ int cmd_tokenize(int argc, char **argv)
 		{"config", OPT_STR, &config, "FILE", "its tokenizer_config.json (default: the one beside it)"},
 		{"llama2c", OPT_STR, &l2c, "FILE", "instead: a llama2.c tokenizer (tokenizer.bin, tok512.bin)"},
 		{"vocab", OPT_INT, &vocab, "N", "with --llama2c: the model's vocabulary size"},
+		{"gguf-meta", OPT_STR, &gmeta, "FILE", "instead: a GGUF's tokenizer.* metadata as a JSON object"},
 		{"text", OPT_STR, &text, "TEXT", "the text (or ids) to convert (default: stdin)"},
 		{"decode", OPT_FLAG, &decode, NULL, "ids to text instead"},
 		{"json", OPT_FLAG, &json, NULL, "print {\"ids\": [...]} or {\"text\": \"...\"}"},
@@ -260,7 +388,8 @@ int cmd_tokenize(int argc, char **argv)
 		{"repeat", OPT_INT, &repeat, "N", "encode each text N times (for --stats)"},
 	};
 	cli_cmd_t cmd = {
-		"muster tokenize (--tokenizer FILE|DIR | --llama2c FILE --vocab N) [--text TEXT] [--decode]",
+		"muster tokenize (--tokenizer FILE|DIR | --llama2c FILE --vocab N | --gguf-meta FILE)\n"
+		"                [--text TEXT] [--decode]",
 		"Turn text into a model's token ids (one line, space-separated) or, with\n"
 		"--decode, ids back into text, with the tokenizer an LLM checkpoint carries:\n"
 		"an HF tokenizer.json (byte-level BPE as in GPT-2, Llama 3, Qwen, or\n"
@@ -270,21 +399,21 @@ int cmd_tokenize(int argc, char **argv)
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 	job_t j;
 	mu__tok_t *t = NULL;
-	mu__buf_t o;
 	char *in;
-	size_t len;
+	size_t len = 0;
 	double t0;
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	if ((hf == NULL) == (l2c == NULL) || (l2c != NULL && vocab <= 0) || repeat < 1 ||
-	    (bat && text != NULL)) {
-		fprintf(stderr, "muster tokenize: needs --tokenizer, or --llama2c with --vocab (see --help)\n");
+	if ((hf != NULL) + (l2c != NULL) + (gmeta != NULL) != 1 || (l2c != NULL && vocab <= 0) ||
+	    repeat < 1 || (bat && text != NULL)) {
+		fprintf(stderr, "muster tokenize: needs one of --tokenizer, --llama2c with --vocab, "
+		                "--gguf-meta (see --help)\n");
 		return 2;
 	}
 	t0 = now_ms();
-	if ((rc = load(hf, config, l2c, vocab, &t)) != 0)
+	if ((rc = load(hf, config, gmeta != NULL ? gmeta : l2c, gmeta != NULL ? -1 : vocab, &t)) != 0)
 		return rc;
 	memset(&j, 0, sizeof(j));
 	j.t = t;
@@ -303,27 +432,11 @@ int cmd_tokenize(int argc, char **argv)
 		mu__tok_free(t);
 		return 1;
 	}
-	mu__buf_init(&o, SIZE_MAX / 4);
-	if (bat) {
-		rc = batch(&j, decode, in, len, &o);
-	} else {
-		if (json)
-			mu__buf_appends(&o, decode ? "{\"text\": " : "{\"ids\": ");
-		rc = one(&j, decode, in, len, &o);
-		if (rc == 0 && json)
-			rc = mu__buf_appendc(&o, '}');
-		if (rc == 0 && (json || !decode))
-			rc = mu__buf_appendc(&o, '\n');
-	}
-	if (rc == 0 && o.len > 0 && fwrite(o.data, 1, o.len, stdout) != o.len)
-		rc = 1;
+	rc = convert(&j, decode, bat, json, in, len);
 	if (stats && !decode)
 		fprintf(stderr, "tokenize: %zu bytes -> %zu tokens in %.1f ms (%.2f MB/s)\n", j.bytes,
 		        j.tokens, j.enc_ms, j.enc_ms > 0 ? (double)j.bytes / 1e3 / j.enc_ms : 0.0);
-	if (rc != 0 && rc != 2)
-		fprintf(stderr, "muster tokenize: %s\n", mu_strerror(rc));
-	mu__buf_free(&o);
 	mu__free(in);
 	mu__tok_free(t);
-	return rc == 0 ? 0 : rc == 2 ? 2 : 1;
+	return rc;
 }

@@ -14,13 +14,13 @@
 #include "model/llm_int.h"
 #include "pipeline/llm_engine_int.h"
 
-#define GEN_MAX_OPTS 20
+#define GEN_MAX_OPTS 32
 
 typedef struct {
 	const char *prog;     /* "muster generate", for messages */
-	const char *model, *tokenizer, *stages;
+	const char *model, *tokenizer, *stages, *tracker, *key, *weights, *replay_mem;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
-	int parallel, no_batch;
+	int parallel, no_batch, devices, max_seqs, quiet;
 	double temperature, top_p, seed;
 } gen_args_t;
 
@@ -31,6 +31,8 @@ typedef struct {
 	mu__tok_t *tok;
 	mu__dec_t *dec;       /* in this process */
 	void *remote;         /* over stages */
+	void *cluster;        /* over devices from the tracker */
+	uint64_t replay_bytes;
 	mu__chain_t chain;
 	mu__gen_opts_t g;
 	uint64_t seed;
@@ -56,6 +58,10 @@ int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out);
 /* --parallel: every line of text a prompt (text is modified). The exit
  * status. */
 int gen_run_parallel(gen_run_t *r, char *text);
+/* One prompt through the engine (devices from the tracker, which can be
+ * replaced mid-generation), its text streamed as it comes. */
+int gen_run_engine_one(gen_run_t *r, const char *text, size_t len, const int32_t *ids,
+                       int32_t nids);
 
 /* The model and placement, as fields of a JSON report. */
 void gen_run_json(const gen_run_t *r, cJSON *j);

@@ -18,9 +18,13 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
+#include "pipeline/llm_cluster_int.h"
+#include "pipeline/llm_coord_int.h"
+#include "pipeline/llm_link_int.h"
 
 typedef struct {
 	int index;
+	int stream;           /* print the text as it comes (one prompt) */
 	const mu__tok_t *tok;
 	mu__textout_t to;
 	mu__buf_t text;
@@ -39,6 +43,11 @@ static int par_token(void *ud, int32_t id)
 
 	mu__textout_feed(&p->to, id, &text, &n);
 	cJSON_AddItemToArray(p->ids, cJSON_CreateNumber(id));
+	if (p->stream) {
+		if (n > 0 && fwrite(text, 1, n, stdout) == n)
+			fflush(stdout);
+		return 0;
+	}
 	return mu__buf_append(&p->text, text, n) != 0;
 }
 
@@ -54,12 +63,15 @@ static void par_done(void *ud, int rc, const char *why, int stop, const mu__gen_
 	size_t n;
 
 	mu__textout_flush(&p->to, &text, &n);
-	mu__buf_append(&p->text, text, n);
+	if (p->stream)
+		fwrite(text, 1, n, stdout);
+	else
+		mu__buf_append(&p->text, text, n);
 	p->rc = rc;
 	p->stop = stop;
 	p->st = *st;
 	snprintf(p->why, sizeof(p->why), "%s", why);
-	if (p->json)
+	if (p->json || p->stream)
 		return;
 	if (rc != 0)
 		printf("--- %d: failed: %s\n", p->index, why);
@@ -130,7 +142,8 @@ static int lines(char *text, char ***out)
 	return v != NULL ? n : -1;
 }
 
-static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts, int n)
+static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts,
+                      const int32_t *given, int32_t ngiven, int n)
 {
 	mu__eng_req_t q;
 	size_t neos;
@@ -141,9 +154,15 @@ static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts, 
 		size_t nid = 0;
 
 		memset(&q, 0, sizeof(q));
-		if (mu__tok_encode(r->tok, prompts[i], strlen(prompts[i]),
-		                   (r->a.no_bos ? 0 : MU__TOK_BOS) | MU__TOK_SPECIAL, &ids, &nid) != 0 ||
-		    mu__textout_init(&p[i].to, r->tok, ids, nid) != 0) {
+		if (given != NULL) {
+			ids = mu__memdup(given, (size_t)ngiven * sizeof(int32_t));
+			nid = (size_t)ngiven;
+			rc = ids == NULL ? MU_ENOMEM : 0;
+		} else {
+			rc = mu__tok_encode(r->tok, prompts[i], strlen(prompts[i]),
+			                    (r->a.no_bos ? 0 : MU__TOK_BOS) | MU__TOK_SPECIAL, &ids, &nid);
+		}
+		if (rc != 0 || mu__textout_init(&p[i].to, r->tok, ids, nid) != 0) {
 			mu__free(ids);
 			return MU_ENOMEM;
 		}
@@ -170,32 +189,76 @@ static int submit_all(gen_run_t *r, mu__eng_t *e, par_seq_t *p, char **prompts, 
 	return 0;
 }
 
-int gen_run_parallel(gen_run_t *r, char *text)
+/* The one prompt's figures (and the recoveries), as the plain run gives
+ * them. */
+static void report_one(gen_run_t *r, par_seq_t *p, mu__eng_t *e)
+{
+	mu__eng_stats_t es;
+	const mu__gen_stats_t *st = &p->st;
+
+	mu__eng_stats(e, &es);
+	if (r->json) {
+		cJSON *j = cJSON_CreateObject();
+		mu__buf_t t;
+		char *s;
+
+		mu__buf_init(&t, (size_t)1 << 30);
+		mu__utf8_repair(p->text.data != NULL ? p->text.data : "", p->text.len, &t);
+		cJSON_AddStringToObject(j, "text", t.data != NULL ? t.data : "");
+		mu__buf_free(&t);
+		cJSON_AddItemToObject(j, "tokens", p->ids);
+		p->ids = NULL;
+		cJSON_AddNumberToObject(j, "prompt_tokens", st->prompt_tokens);
+		cJSON_AddNumberToObject(j, "new_tokens", st->new_tokens);
+		cJSON_AddNumberToObject(j, "ttft_ms", st->ttft_s * 1e3);
+		cJSON_AddNumberToObject(j, "decode_tok_s", st->decode_s > 0 ? st->decode_steps / st->decode_s : 0);
+		cJSON_AddStringToObject(j, "stop", stop_name(p->stop));
+		cJSON_AddNumberToObject(j, "recoveries", es.recoveries);
+		cJSON_AddNumberToObject(j, "recovery_ms", es.recovery_ms);
+		cJSON_AddNumberToObject(j, "replayed_positions", (double)es.replayed);
+		gen_run_json(r, j);
+		s = cJSON_PrintUnformatted(j);
+		printf("%s\n", s != NULL ? s : "{}");
+		free(s);
+		cJSON_Delete(j);
+		return;
+	}
+	fprintf(stderr, "\nprompt %d tokens, first token after %.1f ms | decode %d tokens in %.1f ms "
+	        "(%.2f tok/s) | stop: %s | %s\n", st->prompt_tokens, st->ttft_s * 1e3,
+	        st->decode_steps, st->decode_s * 1e3,
+	        st->decode_s > 0 ? st->decode_steps / st->decode_s : 0.0, stop_name(p->stop),
+	        r->where);
+	if (es.recoveries > 0)
+		fprintf(stderr, "recovered %d lost device%s in %.0f ms, replaying %llu positions; the "
+		        "text went on where it was\n", es.recoveries, es.recoveries == 1 ? "" : "s",
+		        es.recovery_ms, (unsigned long long)es.replayed);
+}
+
+static int run_engine(gen_run_t *r, char **prompts, const int32_t *ids, int32_t nids, int n,
+                      int stream)
 {
 	mu__eng_t *e = NULL;
-	par_seq_t *p = NULL;
-	char **prompts = NULL;
-	int n = lines(text, &prompts), i, rc;
+	par_seq_t *p = mu__calloc((size_t)n, sizeof(*p));
+	int i, rc, s = stream ? 1 : r->a.parallel;
 	double t0;
 
-	if (n <= 0) {
-		fprintf(stderr, "muster generate: --parallel needs --prompt-file with one prompt a line\n");
-		mu__free(prompts);
-		return 2;
-	}
-	p = mu__calloc((size_t)n, sizeof(*p));
-	rc = p == NULL ? MU_ENOMEM : gen_run_engine(r, r->a.parallel, &e);
+	rc = p == NULL ? MU_ENOMEM : gen_run_engine(r, s, &e);
 	for (i = 0; rc == 0 && i < n; i++) {
 		p[i].index = i;
+		p[i].stream = stream && !r->json;
 		p[i].tok = r->tok;
 		p[i].json = r->json;
 		p[i].ids = cJSON_CreateArray();
 		mu__buf_init(&p[i].text, (size_t)64 << 20);
 	}
 	t0 = mu__clock_ms();
-	if (rc == 0 && (rc = submit_all(r, e, p, prompts, n)) == 0)
+	if (rc == 0 && (rc = submit_all(r, e, p, prompts, ids, nids, n)) == 0)
 		mu__eng_drain(e);
-	if (rc == 0)
+	if (rc == 0 && stream && p[0].rc != 0)
+		fprintf(stderr, "\nmuster generate: %s\n", p[0].why);
+	else if (rc == 0 && stream)
+		report_one(r, &p[0], e);
+	else if (rc == 0)
 		report(r, p, n, mu__clock_ms() - t0, e, r->nlinks);
 	for (i = 0; p != NULL && i < n; i++) {
 		rc = rc != 0 ? rc : p[i].rc;
@@ -205,8 +268,35 @@ int gen_run_parallel(gen_run_t *r, char *text)
 	}
 	mu__eng_free(e);
 	mu__free(p);
-	mu__free(prompts);
 	if (rc == MU_ENOMEM)
 		fprintf(stderr, "muster generate: out of memory\n");
 	return rc != 0;
+}
+
+int gen_run_parallel(gen_run_t *r, char *text)
+{
+	char **prompts = NULL;
+	int n = lines(text, &prompts), rc;
+
+	if (n <= 0) {
+		fprintf(stderr, "muster generate: --parallel needs --prompt-file with one prompt a line\n");
+		mu__free(prompts);
+		return 2;
+	}
+	rc = run_engine(r, prompts, NULL, 0, n, 0);
+	mu__free(prompts);
+	return rc;
+}
+
+int gen_run_engine_one(gen_run_t *r, const char *text, size_t len, const int32_t *ids,
+                       int32_t nids)
+{
+	char *copy = mu__strndup(text, len);
+	int rc;
+
+	if (copy == NULL)
+		return 1;
+	rc = run_engine(r, &copy, ids, nids, 1, 1);
+	mu__free(copy);
+	return rc;
 }

@@ -12,6 +12,8 @@
 #include "muster/common.h"
 #include "cli/gen_int.h"
 #include "core/alloc_int.h"
+#include "core/net_int.h"
+#include "pipeline/llm_cluster_int.h"
 #include "pipeline/llm_coord_int.h"
 #include "pipeline/llm_link_int.h"
 
@@ -31,6 +33,7 @@ void gen_args_default(gen_args_t *a)
 	a->chunk = 256;
 	a->seed = -1;
 	a->io_timeout = 60;
+	a->devices = 1;
 }
 
 int gen_args_opts(gen_args_t *a, cli_opt_t *o)
@@ -42,6 +45,18 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		 "(default: tokenizer.bin or tok<vocab>.bin beside it)"},
 		{"stages", OPT_STR, &a->stages, "H:P,...", "run over these `muster stage` servers, in "
 		 "order, instead of in this process"},
+		{"tracker", OPT_STR, &a->tracker, "HOST:PORT", "run over devices from this tracker "
+		 "(`muster server --key KEY`), cut to fit their memory; a device lost on the way is "
+		 "replaced and the text goes on unchanged"},
+		{"key", OPT_STR, &a->key, "KEY", "with --tracker: the devices' key"},
+		{"devices", OPT_INT, &a->devices, "N", "with --tracker: how many to request (default 1)"},
+		{"weights", OPT_STR, &a->weights, "auto|local|stream", "with --tracker: from each "
+		 "device's own copy when it has one (auto, the default), only so, or always streamed"},
+		{"max-sequences", OPT_INT, &a->max_seqs, "N", "with --tracker: sequences each device "
+		 "keeps a KV cache for (default: --parallel, else 1)"},
+		{"replay-mem", OPT_STR, &a->replay_mem, "SIZE", "with --tracker: activations kept to "
+		 "rebuild a lost device's KV cache (default 256M)"},
+		{"quiet", OPT_FLAG, &a->quiet, NULL, "with --tracker: no narration of the placement"},
 		{"threads", OPT_INT, &a->threads, "N", "compute threads in this process (default: the "
 		 "machine's cores)"},
 		{"ctx", OPT_INT, &a->ctx, "N", "positions (prompt + new tokens) to reserve (default: "
@@ -98,6 +113,13 @@ static int check_args(const gen_args_t *a)
 		bad = "--top-p must be in (0, 1]";
 	else if (a->chunk < 1 || a->chunk > 8192)
 		bad = "--chunk must be 1 to 8192";
+	else if ((a->tracker != NULL) != (a->key != NULL) || (a->tracker && a->stages))
+		bad = "--tracker goes with --key (and not with --stages)";
+	else if (a->devices < 1 || a->devices > 64 || a->max_seqs < 0)
+		bad = "--devices must be 1 to 64";
+	else if (a->weights != NULL && strcmp(a->weights, "auto") != 0 &&
+	         strcmp(a->weights, "local") != 0 && strcmp(a->weights, "stream") != 0)
+		bad = "--weights must be auto, local or stream";
 	else if (a->parallel < 0 || a->parallel > 4096)
 		bad = "--parallel must be 1 to 4096";
 	else if (a->io_timeout < 1 || a->io_timeout > 86400)
@@ -173,6 +195,50 @@ static int open_remote(gen_run_t *r)
 	return 0;
 }
 
+static void narrate(void *ud, const char *line)
+{
+	(void)ud;
+	fprintf(stderr, "%s\n", line);
+}
+
+static int open_cluster(gen_run_t *r)
+{
+	mu__llm_cluster_opts_t o;
+	mu__llm_cluster_t *c;
+	char host[256], why[1024] = "";
+	int port, rc;
+
+	if (mu__split_hostport(r->a.tracker, host, sizeof(host), &port) != 0) {
+		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", r->a.prog, r->a.tracker);
+		return 2;
+	}
+	if (cli_parse_size(r->a.replay_mem != NULL ? r->a.replay_mem : "256M", &r->replay_bytes)) {
+		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", r->a.prog);
+		return 2;
+	}
+	mu__llm_cluster_opts_init(&o);
+	mu__llm_coord_opts_init(&o.coord);
+	o.pool.tracker_host = host;
+	o.pool.tracker_port = port;
+	o.pool.key = r->a.key;
+	o.pool.io_timeout_ms = r->a.io_timeout * 1000;
+	o.coord.io_timeout_ms = o.pool.io_timeout_ms;
+	o.pool.say = r->a.quiet ? NULL : narrate;
+	o.devices = r->a.devices;
+	o.weights = r->a.weights == NULL || strcmp(r->a.weights, "auto") == 0 ? MU_WEIGHTS_AUTO
+	          : strcmp(r->a.weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;
+	o.max_seqs = r->a.max_seqs > 0 ? r->a.max_seqs : r->a.parallel > 0 ? r->a.parallel : 1;
+	o.ctx = r->g.ctx;
+	o.max_chunk = r->a.chunk;
+	rc = mu__llm_cluster_start(&r->src, &o, &c, why, sizeof(why));
+	if (rc != 0)
+		return fail(&r->a, "cannot place the model on the devices", why);
+	r->cluster = c;
+	snprintf(r->where, sizeof(r->where), "%d device%s from the tracker",
+	         mu__llm_cluster_stages(c), mu__llm_cluster_stages(c) == 1 ? "" : "s");
+	return 0;
+}
+
 int gen_run_open(const gen_args_t *a, gen_run_t *r)
 {
 	char why[1024] = "";
@@ -207,6 +273,8 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	r->g.seq_id = 1;
 	if (a->stages != NULL)
 		rc = open_remote(r);
+	else if (a->tracker != NULL)
+		rc = open_cluster(r);
 	else
 		rc = open_local(r);
 	if (rc != 0)
@@ -214,20 +282,22 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	return rc;
 }
 
-/* The links over whatever the run holds: the local decoder or stages. */
+/* The links over whatever the run holds: the local decoder, stages, or
+ * devices from the tracker. */
 static int make_links(gen_run_t *r, int s)
 {
-	int i, k = r->remote != NULL ? mu__llm_coord_stages(r->remote) : 1;
+	mu__llm_coord_t *co = r->cluster != NULL ? mu__llm_cluster_coord(r->cluster) : r->remote;
+	int i, k = co != NULL ? mu__llm_coord_stages(co) : 1;
 	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
 
 	if (l == NULL)
 		return MU_ENOMEM;
-	if (r->remote == NULL && mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
+	if (co == NULL && mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
 		mu__free(l);
 		return MU_ENOMEM;
 	}
-	for (i = 0; r->remote != NULL && i < k; i++)
-		mu__llm_coord_link(r->remote, i, r->a.chunk, &l[i]);
+	for (i = 0; co != NULL && i < k; i++)
+		mu__llm_coord_link(co, i, r->a.chunk, &l[i]);
 	r->links = l;
 	r->nlinks = k;
 	return 0;
@@ -235,11 +305,18 @@ static int make_links(gen_run_t *r, int s)
 
 int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
 {
-	mu__eng_opts_t o = {r->src.hp.dim, r->src.hp.vocab, r->g.ctx, parallel, !r->a.no_batch,
-	                    r->a.io_timeout * 1000};
+	mu__eng_opts_t o = {.dim = r->src.hp.dim, .vocab = r->src.hp.vocab, .ctx_max = r->g.ctx,
+	                    .max_active = parallel, .batch = !r->a.no_batch,
+	                    .io_timeout_ms = r->a.io_timeout * 1000};
 	int rc;
 
 	*out = NULL;
+	if (r->cluster != NULL) {
+		o.recover = mu__llm_cluster_recover;
+		o.recover_ud = r->cluster;
+		o.max_recoveries = 3;
+		o.replay_bytes = r->replay_bytes;
+	}
 	if (r->links == NULL && (rc = make_links(r, parallel)) != 0)
 		return rc;
 	return mu__eng_new(r->links, r->nlinks, &o, out);
@@ -247,11 +324,12 @@ int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
 
 void gen_run_close(gen_run_t *r)
 {
-	if (r->remote == NULL && r->links != NULL)
+	if (r->remote == NULL && r->cluster == NULL && r->links != NULL)
 		mu__link_local_free(&r->links[0]);
 	mu__free(r->links);
 	mu__dec_free(r->dec);
 	mu__llm_coord_free(r->remote);
+	mu__llm_cluster_close(r->cluster);
 	mu__tok_free(r->tok);
 	if (r->have_src)
 		mu__llm_src_free(&r->src);

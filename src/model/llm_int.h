@@ -97,6 +97,8 @@ const mu__llm_tensor_t *mu__llm_src_tensor(const mu__llm_src_t *src,
  * when first == 0 and the head (when untied) and final norm when last is
  * the last layer. */
 uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last);
+/* Is tensor i one that layers [first, last) need (by the same rule)? */
+int mu__llm_tensor_in(const mu__llm_src_t *src, size_t i, int first, int last);
 
 /*
  * Cut the layers into n contiguous stages (n <= n_layers) so that the
@@ -117,6 +119,11 @@ int mu__llm_gguf_tokenizer(const void *src, mu__tok_t **out, char *why, size_t w
 int mu__llm_hf_tokenizer(const void *src, mu__tok_t **out, char *why, size_t wl);
 int mu__llm_l2c_tokenizer(const void *src, mu__tok_t **out, char *why, size_t wl);
 
+/* The files mapped for src: file i's path, size and modification time;
+ * returns how many there are. */
+size_t mu__llm_src_files(const mu__llm_src_t *src, size_t i, const char **path,
+                         uint64_t *size, int64_t *mtime_ns);
+
 /* Shared by the loaders (llm_src.c). */
 int mu__llm_map_file(const char *path, mu__llm_src_t *src,
                      const unsigned char **base, size_t *len, char *why,
@@ -126,9 +133,47 @@ int mu__llm_add_tensor(mu__llm_src_t *src, const char *name, mu__wtype_t t,
 /* Check hp for sanity and that every tensor it implies is present with
  * its shape and a usable type. */
 int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl);
+/* The same for the tensors layers [first, last) need (a stage assembled
+ * from streamed tensors holds only those). */
+int mu__llm_check_range(const mu__llm_src_t *src, int first, int last, char *why,
+                        size_t wl);
 /* The hyperparameters alone, so a loader can refuse a configuration
  * before it opens the weights. */
 int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl);
+
+/* ---- the description as it travels (llm_wire.c) ---- */
+
+/* FNV-1a 64 of the configuration and every tensor's name, type and shape:
+ * stages of one checkpoint agree on it without reading each other's
+ * weights. */
+uint64_t mu__llm_digest(const mu__llm_src_t *src);
+
+struct cJSON;
+/* The configuration as fields of object o, and back (every number
+ * range-checked; MU_EPROTO naming the field). */
+int mu__llm_hp_to_json(const mu__llm_hp_t *h, struct cJSON *o);
+int mu__llm_hp_from_json(const struct cJSON *o, mu__llm_hp_t *h, char *why, size_t wl);
+
+/*
+ * Every tensor's SHA-256 as hex (hex[i] for src->t[i]), from the cache
+ * beside the checkpoint (<file>.muster-sha256.json, or
+ * muster-sha256.json in an HF directory) when it matches the files' sizes
+ * and times, else computed and the cache written (*computed = 1).
+ */
+int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[65], int *computed,
+                       char *why, size_t wl);
+
+/* One tensor in a file of its own (a device's cache of streamed weights). */
+typedef struct {
+	const char *name, *path;
+	mu__wtype_t type;
+	int64_t rows, cols;
+} mu__llm_file_t;
+
+/* A source from such files and a configuration, holding what layers
+ * [first, last) need (checked like a checkpoint's). */
+int mu__llm_src_from_files(const mu__llm_hp_t *hp, const mu__llm_file_t *files, size_t n,
+                           int first, int last, mu__llm_src_t *src, char *why, size_t wl);
 
 /* ---- the decoder: a range of layers with KV caches ---- */
 

@@ -22,6 +22,8 @@
 struct mu__llm_map_s {
 	void *p;
 	size_t len;
+	char *path;
+	int64_t mtime_ns;
 };
 
 int mu__llm_map_file(const char *path, mu__llm_src_t *src,
@@ -47,9 +49,11 @@ int mu__llm_map_file(const char *path, mu__llm_src_t *src,
 	/* Weights are read in order once per token; the kernel's readahead
 	 * would otherwise pull in other stages' layers. */
 	madvise(p, (size_t)st.st_size, MADV_RANDOM);
-	m = mu__malloc(sizeof(*m));
+	m = mu__calloc(1, sizeof(*m));
 	maps = mu__realloc(src->maps, (src->nmaps + 1) * sizeof(*maps));
-	if (m == NULL || maps == NULL) {
+	if (m == NULL || maps == NULL || (m->path = mu__strdup(path)) == NULL) {
+		if (m != NULL)
+			mu__free(m->path);
 		mu__free(m);
 		if (maps != NULL)
 			src->maps = maps;
@@ -58,6 +62,7 @@ int mu__llm_map_file(const char *path, mu__llm_src_t *src,
 	}
 	m->p = p;
 	m->len = (size_t)st.st_size;
+	m->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	src->maps = maps;
 	src->maps[src->nmaps++] = m;
 	*base = p;
@@ -144,6 +149,7 @@ void mu__llm_src_free(mu__llm_src_t *src)
 		src->priv_free(src->priv);
 	for (i = 0; i < src->nmaps; i++) {
 		munmap(src->maps[i]->p, src->maps[i]->len);
+		mu__free(src->maps[i]->path);
 		mu__free(src->maps[i]);
 	}
 	mu__free(src->maps);
@@ -238,43 +244,51 @@ static int check_layer(const mu__llm_src_t *src, int l, char *why, size_t wl)
 	return 0;
 }
 
-int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
+int mu__llm_check_range(const mu__llm_src_t *src, int first, int last, char *why, size_t wl)
 {
 	const mu__llm_hp_t *h = &src->hp;
-	int l, rc;
+	int l, rc, head = last == h->n_layers;
 
 	if ((rc = mu__llm_check_hp(src, why, wl)) != 0)
 		return rc;
-	if ((rc = want(src, "token_embd.weight", h->vocab, h->dim, 0, why, wl)) != 0 ||
-	    (rc = want(src, "output_norm.weight", 1, h->dim, 1, why, wl)) != 0)
+	if ((first == 0 || (head && h->tied)) &&
+	    (rc = want(src, "token_embd.weight", h->vocab, h->dim, 0, why, wl)) != 0)
 		return rc;
-	if (!h->tied && (rc = want(src, "output.weight", h->vocab, h->dim, 0, why, wl)) != 0)
+	if (head && (rc = want(src, "output_norm.weight", 1, h->dim, 1, why, wl)) != 0)
 		return rc;
-	for (l = 0; l < h->n_layers; l++)
+	if (head && !h->tied && (rc = want(src, "output.weight", h->vocab, h->dim, 0, why, wl)) != 0)
+		return rc;
+	for (l = first; l < last; l++)
 		if ((rc = check_layer(src, l, why, wl)) != 0)
 			return rc;
 	return 0;
+}
+
+int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
+{
+	return mu__llm_check_range(src, 0, src->hp.n_layers, why, wl);
+}
+
+int mu__llm_tensor_in(const mu__llm_src_t *src, size_t i, int first, int last)
+{
+	const char *nm = src->t[i].name;
+	int l;
+
+	if (sscanf(nm, "blk.%d.", &l) == 1)
+		return l >= first && l < last;
+	if (strcmp(nm, "token_embd.weight") == 0)
+		return first == 0 || (src->hp.tied && last == src->hp.n_layers);
+	return last == src->hp.n_layers; /* output_norm, output, rope_freqs */
 }
 
 uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)
 {
 	uint64_t n = 0;
 	size_t i;
-	int l;
 
-	for (i = 0; i < src->nt; i++) {
-		const char *nm = src->t[i].name;
-
-		if (sscanf(nm, "blk.%d.", &l) == 1) {
-			if (l >= first && l < last)
-				n += src->t[i].bytes;
-		} else if (strcmp(nm, "token_embd.weight") == 0) {
-			if (first == 0 || (src->hp.tied && last == src->hp.n_layers))
-				n += src->t[i].bytes;
-		} else if (last == src->hp.n_layers) {
-			n += src->t[i].bytes; /* output_norm, output, rope_freqs */
-		}
-	}
+	for (i = 0; i < src->nt; i++)
+		if (mu__llm_tensor_in(src, i, first, last))
+			n += src->t[i].bytes;
 	return n;
 }
 
@@ -330,4 +344,15 @@ int mu__llm_split(const mu__llm_src_t *src, int n, int *cut)
 		k++;
 	}
 	return 0;
+}
+
+size_t mu__llm_src_files(const mu__llm_src_t *src, size_t i, const char **path,
+                         uint64_t *size, int64_t *mtime_ns)
+{
+	if (i < src->nmaps) {
+		*path = src->maps[i]->path;
+		*size = src->maps[i]->len;
+		*mtime_ns = src->maps[i]->mtime_ns;
+	}
+	return src->nmaps;
 }

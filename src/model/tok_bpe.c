@@ -184,7 +184,7 @@ static size_t symbolize(const mu__tok_t *t, sym_t *s, const char *p, size_t len)
 	return ns;
 }
 
-int mu__tok_bpe(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len)
+static int bpe_word(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len)
 {
 	sym_t *s;
 	cand_t *h, c;
@@ -238,10 +238,102 @@ int mu__tok_bpe(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len
 	return 0;
 }
 
+/* ---- the word cache of one encode call ---- */
+
+#define CACHE_WORD 48        /* longer words are not kept */
+#define CACHE_MAX (1u << 16) /* words kept, at most */
+
+struct mu__tok_cached_s {
+	uint64_t hash;
+	uint32_t koff, klen; /* the word, in w->ckeys */
+	uint32_t ioff, nids; /* its ids, in w->cids */
+};
+
+static struct mu__tok_cached_s *cache_find(const mu__tok_work_t *w, uint64_t h, const char *p,
+                                           size_t len)
+{
+	for (size_t s = h & w->cmask;; s = (s + 1) & w->cmask) {
+		struct mu__tok_cached_s *e = &w->cache[s];
+
+		if (e->klen == 0 || (e->hash == h && e->klen == len &&
+		                     memcmp(w->ckeys.data + e->koff, p, len) == 0))
+			return e;
+	}
+}
+
+/* Keep word p -> ids[from..nids) (quietly not, when memory is short). */
+static void cache_put(mu__tok_work_t *w, uint64_t h, const char *p, size_t len, size_t from)
+{
+	struct mu__tok_cached_s *e;
+	size_t n = w->nids - from;
+
+	if (w->ccount >= CACHE_MAX)
+		return;
+	if ((w->ccount + 1) * 2 > w->cmask + 1) { /* grow: rehash every word */
+		size_t slots = w->cache == NULL ? 512 : (w->cmask + 1) * 2;
+		struct mu__tok_cached_s *old = w->cache;
+		size_t oldn = w->cache == NULL ? 0 : w->cmask + 1;
+
+		w->cache = mu__calloc(slots, sizeof(*w->cache));
+		if (w->cache == NULL) {
+			w->cache = old;
+			return;
+		}
+		w->cmask = slots - 1;
+		for (size_t i = 0; i < oldn; i++)
+			if (old[i].klen > 0)
+				*cache_find(w, old[i].hash, "", 0) = old[i];
+		mu__free(old);
+	}
+	if (mu__buf_append(&w->ckeys, p, len) != 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if (mu__tok_push_id(&w->cids, &w->ncids, &w->capcids, w->ids[from + i]) != 0) {
+			w->ncids -= i;
+			w->ckeys.len -= len;
+			return;
+		}
+	e = cache_find(w, h, p, len);
+	e->hash = h;
+	e->koff = (uint32_t)(w->ckeys.len - len);
+	e->klen = (uint32_t)len;
+	e->ioff = (uint32_t)(w->ncids - n);
+	e->nids = (uint32_t)n;
+	w->ccount++;
+}
+
+int mu__tok_bpe(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len)
+{
+	size_t from = w->nids;
+	uint64_t h = 0;
+	int rc;
+
+	if (len > CACHE_WORD || len == 0)
+		return bpe_word(t, w, p, len);
+	h = mu__tok_hash(p, len);
+	if (w->cache != NULL) {
+		const struct mu__tok_cached_s *e = cache_find(w, h, p, len);
+
+		for (uint32_t i = 0; e->klen > 0 && i < e->nids; i++)
+			if ((rc = mu__tok_push_id(&w->ids, &w->nids, &w->capids, w->cids[e->ioff + i])) != 0)
+				return rc;
+		if (e->klen > 0)
+			return 0;
+	}
+	if ((rc = bpe_word(t, w, p, len)) == 0)
+		cache_put(w, h, p, len, from);
+	return rc;
+}
+
 void mu__tok_bpe_free(mu__tok_work_t *w)
 {
 	mu__free(w->sym);
 	mu__free(w->heap);
+	mu__free(w->cache);
+	mu__free(w->cids);
+	mu__buf_free(&w->ckeys);
 	w->sym = w->heap = NULL;
-	w->capsym = w->capheap = 0;
+	w->cache = NULL;
+	w->cids = NULL;
+	w->capsym = w->capheap = w->cmask = w->ccount = w->ncids = w->capcids = 0;
 }

@@ -241,6 +241,15 @@ size_t mu__tok_utf8_put(uint32_t cp, char *out);
 int mu__tok_regex(const char *pat, size_t len, int literal, pcre2_code **out,
                   char *why, size_t wl);
 
+/* First match of re in s[from..len) that is not empty: 1 and [*ms, *me),
+ * or 0. A match that hits a resource limit under JIT is retried by the
+ * interpreter; one that still fails ends the matches (the rest is a gap).
+ * opts: PCRE2_ANCHORED or 0. */
+int mu__tok_find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t len,
+                 size_t from, uint32_t opts, size_t *ms, size_t *me);
+/* Append a triple to a growable array of them. 0 or MU_ENOMEM. */
+int mu__tok_push3(size_t (**v)[3], size_t *n, size_t *cap, size_t a, size_t b, size_t c);
+
 /* One encode call's scratch. */
 typedef struct {
 	pcre2_match_data *md;
@@ -254,6 +263,13 @@ typedef struct {
 	size_t capheap;
 	int32_t *ids;
 	size_t nids, capids;
+	/* Words seen in this call and their ids (tok_bpe.c): text repeats its
+	 * words, and BPE of a word depends on nothing else. */
+	struct mu__tok_cached_s *cache;
+	size_t cmask, ccount;
+	mu__buf_t ckeys;
+	int32_t *cids;
+	size_t ncids, capcids;
 } mu__tok_work_t;
 
 int mu__tok_work_init(mu__tok_work_t *w);
@@ -263,7 +279,8 @@ void mu__tok_work_free(mu__tok_work_t *w);
  * in. 0 or MU_ENOMEM. */
 int mu__tok_normalize(const mu__tok_t *t, mu__tok_work_t *w, const char *in,
                       size_t len, const char **out, size_t *outlen);
-/* Pre-tokenize p[0..len) into w->c / w->sp. origin: p starts the input. */
+/* Pre-tokenize p[0..len) into w->c / w->sp (tok_pre.c). origin: p starts
+ * the input. */
 int mu__tok_pretokenize(const mu__tok_t *t, mu__tok_work_t *w, const char *p,
                         size_t len, int origin);
 /* Bytes of White_Space at the start (left) or end (!left) of p. */
@@ -277,6 +294,7 @@ int mu__tok_bpe(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len
 void mu__tok_bpe_free(mu__tok_work_t *w);
 
 /* ---- maps (tok_map.c) ---- */
+uint64_t mu__tok_hash(const void *p, size_t len);
 int mu__tok_map_build(mu__tok_map_t *m, const mu__tok_t *t);
 void mu__tok_map_free(mu__tok_map_t *m);
 int32_t mu__tok_map_get(const mu__tok_map_t *m, const mu__tok_t *t,

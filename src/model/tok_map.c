@@ -38,6 +38,11 @@ static uint64_t hash_bytes(const unsigned char *p, size_t len)
 	return mix(h ^ v);
 }
 
+uint64_t mu__tok_hash(const void *p, size_t len)
+{
+	return hash_bytes(p, len);
+}
+
 static size_t pow2_at_least(size_t n)
 {
 	size_t s = 16;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Text steps of a tokenizer before BPE: UTF-8 and GPT-2's byte alphabet,
- * regexes (PCRE2), normalizers (Unicode forms from utf8proc) and
- * pre-tokenizers, on bytes that may not be valid UTF-8 (invalid bytes pass
- * through every step unchanged). What the steps are comes from tok_hf.c or
- * tok_vocab.c; the BPE after them is tok_bpe.c.
+ * Text steps of a tokenizer before pre-tokenizing: UTF-8 and GPT-2's byte
+ * alphabet, regexes (PCRE2), each encode call's scratch, and normalizers
+ * (Unicode forms from utf8proc), on bytes that may not be valid UTF-8
+ * (invalid bytes pass through every step unchanged). What the steps are
+ * comes from tok_hf.c or tok_vocab.c; pre-tokenizers are tok_pre.c, BPE
+ * after them is tok_bpe.c.
  */
 #include <string.h>
 
@@ -208,11 +209,8 @@ int mu__tok_regex(const char *pat, size_t len, int literal, pcre2_code **out, ch
 	return rc;
 }
 
-/* First match of re in s[from..len) that is not empty: 1 and [*ms, *me),
- * or 0. A match that hits a resource limit under JIT is retried by the
- * interpreter; one that still fails ends the matches (the rest is a gap). */
-static int find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t len,
-                size_t from, uint32_t opts, size_t *ms, size_t *me)
+int mu__tok_find(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t len,
+                 size_t from, uint32_t opts, size_t *ms, size_t *me)
 {
 	int rc = pcre2_match(re, (PCRE2_SPTR)s, len, from, opts | PCRE2_NOTEMPTY, md, NULL);
 	PCRE2_SIZE *ov;
@@ -236,7 +234,7 @@ size_t mu__tok_ws_run(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size
 	size_t ms, me, n = 0;
 
 	if (left) {
-		while (n < len && find(t->ws, w->md, p, len, n, PCRE2_ANCHORED, &ms, &me))
+		while (n < len && mu__tok_find(t->ws, w->md, p, len, n, PCRE2_ANCHORED, &ms, &me))
 			n = me;
 		return n;
 	}
@@ -245,7 +243,7 @@ size_t mu__tok_ws_run(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size
 
 		while (at > 0 && len - n - at < 4 && ((unsigned char)p[at] & 0xC0) == 0x80)
 			at--;
-		if (!find(t->ws, w->md, p, len - n, at, PCRE2_ANCHORED, &ms, &me) ||
+		if (!mu__tok_find(t->ws, w->md, p, len - n, at, PCRE2_ANCHORED, &ms, &me) ||
 		    me != len - n)
 			break;
 		n = len - at;
@@ -269,6 +267,7 @@ int mu__tok_work_init(mu__tok_work_t *w)
 	mu__buf_init(&w->a, SIZE_MAX / 4);
 	mu__buf_init(&w->b, SIZE_MAX / 4);
 	mu__buf_init(&w->c, SIZE_MAX / 4);
+	mu__buf_init(&w->ckeys, SIZE_MAX / 4);
 	return 0;
 }
 
@@ -286,8 +285,7 @@ void mu__tok_work_free(mu__tok_work_t *w)
 	memset(w, 0, sizeof(*w));
 }
 
-/* Append a triple to a growable array of them. */
-static int push3(size_t (**v)[3], size_t *n, size_t *cap, size_t a, size_t b, size_t c)
+int mu__tok_push3(size_t (**v)[3], size_t *n, size_t *cap, size_t a, size_t b, size_t c)
 {
 	if (*n == *cap) {
 		size_t nc = *cap ? *cap * 2 : 64;
@@ -307,34 +305,47 @@ static int push3(size_t (**v)[3], size_t *n, size_t *cap, size_t a, size_t b, si
 
 /* ---- normalizers ---- */
 
-/* NFC/NFD/NFKC/NFKD of the valid UTF-8 runs of in; other bytes copied. */
+/*
+ * NFC/NFD/NFKC/NFKD of the valid UTF-8 runs of in; other bytes copied.
+ * Every form leaves ASCII as it is, and an ASCII character never combines
+ * with what comes before it (canonical class 0, never second in a
+ * composition), so text can be cut before any ASCII character: runs of
+ * ASCII are copied, and only the stretches from the ASCII character before
+ * a non-ASCII one to the next ASCII one go through utf8proc.
+ */
 static int unorm(const char *in, size_t len, utf8proc_option_t opt, mu__buf_t *out)
 {
 	size_t i = 0;
 	int rc = 0;
 
 	while (rc == 0 && i < len) {
-		size_t j = i, n;
+		size_t a = i, s, j, n;
 		uint32_t cp;
 		utf8proc_ssize_t m, k;
 		utf8proc_int32_t *buf;
 
-		while (j < len && (n = mu__tok_utf8((const unsigned char *)in + j, len - j, &cp)) > 0)
+		while (a < len && (unsigned char)in[a] < 0x80)
+			a++;
+		s = a > i && a < len ? a - 1 : a; /* keep the one before a with it */
+		if ((rc = mu__buf_append(out, in + i, s - i)) != 0 || a == len)
+			break;
+		for (j = a; j < len && (unsigned char)in[j] >= 0x80 &&
+		            (n = mu__tok_utf8((const unsigned char *)in + j, len - j, &cp)) > 0;)
 			j += n;
-		if (j == i) { /* an invalid byte */
-			rc = mu__buf_appendc(out, in[i++]);
+		if (j == a) { /* an invalid byte: as it is */
+			rc = mu__buf_append(out, in + s, a + 1 - s);
+			i = a + 1;
 			continue;
 		}
-		m = utf8proc_decompose((const utf8proc_uint8_t *)in + i, (utf8proc_ssize_t)(j - i),
+		m = utf8proc_decompose((const utf8proc_uint8_t *)in + s, (utf8proc_ssize_t)(j - s),
 		                       NULL, 0, opt);
 		buf = m >= 0 ? mu__calloc((size_t)m + 1, sizeof(*buf)) : NULL;
 		if (buf == NULL)
 			return MU_ENOMEM; /* m < 0 cannot happen on valid UTF-8 */
-		m = utf8proc_decompose((const utf8proc_uint8_t *)in + i, (utf8proc_ssize_t)(j - i),
+		m = utf8proc_decompose((const utf8proc_uint8_t *)in + s, (utf8proc_ssize_t)(j - s),
 		                       buf, m, opt);
 		k = m >= 0 ? utf8proc_reencode(buf, m, opt) : -1;
-		rc = k >= 0 ? mu__buf_append(out, buf, (size_t)k)
-		            : mu__buf_append(out, in + i, j - i);
+		rc = k >= 0 ? mu__buf_append(out, buf, (size_t)k) : mu__buf_append(out, in + s, j - s);
 		mu__free(buf);
 		i = j;
 	}
@@ -376,7 +387,7 @@ static int replace(const mu__tok_norm_t *op, pcre2_match_data *md, const char *i
 	size_t pos = 0, ms, me;
 	int rc = 0;
 
-	while (rc == 0 && pos < len && find(op->re, md, in, len, pos, 0, &ms, &me)) {
+	while (rc == 0 && pos < len && mu__tok_find(op->re, md, in, len, pos, 0, &ms, &me)) {
 		rc = mu__buf_append(out, in + pos, ms - pos);
 		if (rc == 0)
 			rc = mu__buf_append(out, op->s, op->slen);
@@ -437,179 +448,4 @@ int mu__tok_normalize(const mu__tok_t *t, mu__tok_work_t *w, const char *in, siz
 	*out = cur;
 	*outlen = curlen;
 	return 0;
-}
-
-/* ---- pre-tokenizers ---- */
-
-/* Cut span [off, off+len) of w->c by re into w->cut, then keep the pieces
- * as HF's SplitDelimiterBehavior says, appending spans to w->sp2. */
-static int split(const mu__tok_t *t, mu__tok_work_t *w, const mu__tok_pre_t *op, size_t off,
-                 size_t len, size_t origin)
-{
-	const char *s = w->c.data + off;
-	size_t pos = 0, ms, me, prev_match = 0;
-	size_t (*acc)[3];
-	size_t nacc = 0;
-	int rc = 0;
-
-	(void)t;
-	w->ncut = 0;
-	while (rc == 0 && pos < len && find(op->re, w->md, s, len, pos, 0, &ms, &me)) {
-		if (ms > pos)
-			rc = push3(&w->cut, &w->ncut, &w->capcut, pos, ms, 0);
-		if (rc == 0)
-			rc = push3(&w->cut, &w->ncut, &w->capcut, ms, me, 1);
-		pos = me;
-	}
-	if (rc == 0 && pos < len)
-		rc = push3(&w->cut, &w->ncut, &w->capcut, pos, len, 0);
-	if (rc != 0)
-		return rc;
-	if (op->invert)
-		for (size_t i = 0; i < w->ncut; i++)
-			w->cut[i][2] = !w->cut[i][2];
-	/* Fold the pieces in place into w->cut[0..nacc) (never ahead of i). */
-	acc = w->cut;
-	if (op->behavior == MU__TOK_B_NEXT) { /* walk backwards, as HF does */
-		size_t n = w->ncut;
-
-		for (size_t k = n; k-- > 0;) {
-			size_t a = w->cut[k][0], b = w->cut[k][1], m = w->cut[k][2];
-
-			if (m && !prev_match && nacc > 0)
-				acc[n - nacc][0] = a;
-			else {
-				nacc++;
-				acc[n - nacc][0] = a;
-				acc[n - nacc][1] = b;
-				acc[n - nacc][2] = 0;
-			}
-			prev_match = m;
-		}
-		acc += n - nacc;
-	} else {
-		for (size_t k = 0; k < w->ncut; k++) {
-			size_t a = w->cut[k][0], b = w->cut[k][1], m = w->cut[k][2];
-			int merge = 0, drop = 0;
-
-			switch (op->behavior) {
-			case MU__TOK_B_REMOVED:
-				drop = (int)m;
-				break;
-			case MU__TOK_B_PREVIOUS:
-				merge = m && !prev_match && nacc > 0;
-				break;
-			case MU__TOK_B_CONTIGUOUS:
-				merge = m == prev_match && nacc > 0;
-				break;
-			default:
-				break;
-			}
-			prev_match = m;
-			if (drop)
-				continue;
-			if (merge) {
-				acc[nacc - 1][1] = b;
-				continue;
-			}
-			acc[nacc][0] = a;
-			acc[nacc][1] = b;
-			nacc++;
-		}
-	}
-	for (size_t k = 0; rc == 0 && k < nacc; k++)
-		if (acc[k][1] > acc[k][0])
-			rc = push3(&w->sp2, &w->nsp2, &w->capsp2, off + acc[k][0],
-			           acc[k][1] - acc[k][0], origin && acc[k][0] == 0);
-	return rc;
-}
-
-/* Metaspace: spaces become the replacement, which is prepended when the
- * scheme says; the new bytes go to the end of w->c. */
-static int metaspace(mu__tok_work_t *w, const mu__tok_pre_t *op, size_t off, size_t len,
-                     size_t origin, size_t *noff, size_t *nlen)
-{
-	size_t start = w->c.len;
-	int rc = 0, pre;
-
-	pre = op->prepend == MU__TOK_PREPEND_ALWAYS ||
-	      (op->prepend == MU__TOK_PREPEND_FIRST && origin);
-	if (pre && len > 0 && w->c.data[off] == ' ')
-		pre = 0; /* it starts with the replacement once replaced */
-	if (pre && len >= op->replen && memcmp(w->c.data + off, op->rep, op->replen) == 0)
-		pre = 0;
-	if (pre)
-		rc = mu__buf_append(&w->c, op->rep, op->replen);
-	for (size_t i = 0; rc == 0 && i < len; i++) {
-		char c = w->c.data[off + i];
-
-		rc = c == ' ' ? mu__buf_append(&w->c, op->rep, op->replen) : mu__buf_appendc(&w->c, c);
-	}
-	*noff = start;
-	*nlen = w->c.len - start;
-	return rc;
-}
-
-static int pre_one(const mu__tok_t *t, mu__tok_work_t *w, const mu__tok_pre_t *op)
-{
-	int rc = 0;
-
-	w->nsp2 = 0;
-	for (size_t i = 0; rc == 0 && i < w->nsp; i++) {
-		size_t off = w->sp[i][0], len = w->sp[i][1], origin = w->sp[i][2];
-
-		switch (op->kind) {
-		case MU__TOK_P_SPLIT:
-			rc = split(t, w, op, off, len, origin);
-			break;
-		case MU__TOK_P_PREFIX:
-			if (len == 0 || w->c.data[off] != ' ') {
-				size_t start = w->c.len;
-
-				/* reserve first: the source is in the same buffer */
-				rc = mu__buf_reserve(&w->c, len + 1);
-				if (rc == 0)
-					rc = mu__buf_appendc(&w->c, ' ');
-				if (rc == 0)
-					rc = mu__buf_append(&w->c, w->c.data + off, len);
-				off = start;
-				len++;
-			}
-			if (rc == 0)
-				rc = push3(&w->sp2, &w->nsp2, &w->capsp2, off, len, origin);
-			break;
-		case MU__TOK_P_METASPACE:
-			rc = metaspace(w, op, off, len, origin, &off, &len);
-			if (rc == 0 && op->split)
-				rc = split(t, w, op, off, len, origin);
-			else if (rc == 0)
-				rc = push3(&w->sp2, &w->nsp2, &w->capsp2, off, len, origin);
-			break;
-		}
-	}
-	if (rc == 0) { /* swap the lists */
-		size_t (*v)[3] = w->sp, n = w->capsp;
-
-		w->sp = w->sp2;
-		w->capsp = w->capsp2;
-		w->nsp = w->nsp2;
-		w->sp2 = v;
-		w->capsp2 = n;
-	}
-	return rc;
-}
-
-int mu__tok_pretokenize(const mu__tok_t *t, mu__tok_work_t *w, const char *p, size_t len,
-                        int origin)
-{
-	int rc;
-
-	mu__buf_reset(&w->c);
-	w->nsp = 0;
-	rc = mu__buf_append(&w->c, p, len);
-	if (rc == 0)
-		rc = push3(&w->sp, &w->nsp, &w->capsp, 0, len, (size_t)(origin != 0));
-	for (size_t i = 0; rc == 0 && i < t->npre; i++)
-		rc = pre_one(t, w, &t->pre[i]);
-	return rc;
 }

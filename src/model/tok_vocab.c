@@ -93,7 +93,7 @@ static int32_t valid_id(const mu__tok_vocab_t *v, int32_t id)
 }
 
 /* Pieces, scores and types; control / unknown ids special, user-defined
- * ones added (matched in any text). */
+ * ones added (matched in any text), unused ones out of BPE's reach. */
 static int vocab_pieces(mu__tok_t *t, const mu__tok_vocab_t *v, char *why, size_t wl)
 {
 	int rc;
@@ -115,6 +115,8 @@ static int vocab_pieces(mu__tok_t *t, const mu__tok_vocab_t *v, char *why, size_
 		}
 		if (ty == 2 || ty == 3 || ty == 4)
 			rc = mu__tok_add_added(t, (int32_t)i, p, len, ty != 4, 0, 0, 0);
+		if (ty == 5) /* unused: a placeholder BPE must never produce */
+			t->attr[i] |= MU__TOK_A_NOKEY;
 		if (rc != 0)
 			return rc;
 		if (ty == 2 && t->unk < 0)

@@ -26,6 +26,7 @@ typedef struct {
 	uint64_t want_id;    /* the id the outstanding batch's reply carries */
 	mu_tensor_list_t res; /* the link's last batch result */
 	int32_t max_seqs;
+	mu_session_t *sess;  /* a tracker session, or NULL for a plain socket */
 	char addr[300];
 	int fd;
 	mu__chan_t c;
@@ -181,21 +182,17 @@ static int connect_stage(mu__llm_coord_t *c, int i, const char *addr, char *err,
 		return rc;
 	}
 	mu__chan_init(&s->c, s->fd, NULL, c->o.io_timeout_ms, c->o.max_frame_bytes);
-	rc = ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
-	return rc != 0 ? rc : check_info(c, i, err, el);
+	return ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
 }
 
-int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_opts_t *o,
-                          mu__llm_coord_t **out, char *err, size_t el)
+int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **out)
 {
 	mu__llm_coord_t *c;
-	int i, rc = 0;
+	int i;
 
 	*out = NULL;
-	if (n < 1 || n > 1024) {
-		snprintf(err, el, "give 1 to 1024 stages");
+	if (n < 1 || n > 1024)
 		return MU_EARG;
-	}
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL || (c->s = mu__calloc((size_t)n, sizeof(*c->s))) == NULL) {
 		mu__free(c);
@@ -209,8 +206,71 @@ int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_o
 		c->s[i].i = i;
 		mu_tensor_list_init(&c->s[i].res);
 	}
+	*out = c;
+	return 0;
+}
+
+/* Say goodbye to stage i's peer and forget it. */
+static void drop(lstage_t *s)
+{
+	if (s->fd >= 0) {
+		mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
+
+		s->c.io_ms = 1000; /* a goodbye is worth a second at most */
+		mu__msg_send(&s->c, &m, NULL, 0);
+		if (s->sess != NULL)
+			mu_session_close(s->sess);
+		else
+			mu__sock_close(s->fd);
+	}
+	s->fd = -1;
+	s->sess = NULL;
+	mu__free(s->desc);
+	s->desc = NULL;
+	mu_tensor_list_free(&s->res);
+}
+
+int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char *addr,
+                      const char *desc, char *err, size_t el)
+{
+	lstage_t *s = &c->s[i];
+	char *d = mu__strdup(desc);
+
+	if (d == NULL)
+		return MU_ENOMEM;
+	drop(s);
+	s->sess = sess;
+	s->fd = mu_session_fd(sess);
+	s->desc = d;
+	snprintf(s->addr, sizeof(s->addr), "%s", addr);
+	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
+	return 0;
+}
+
+int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el)
+{
+	int i, rc = 0;
+
+	for (i = 0; rc == 0 && i < c->n; i++)
+		rc = check_info(c, i, err, el);
+	return rc;
+}
+
+int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_opts_t *o,
+                          mu__llm_coord_t **out, char *err, size_t el)
+{
+	mu__llm_coord_t *c;
+	int i, rc;
+
+	*out = NULL;
+	if ((rc = mu__llm_coord_new(n, o, &c)) != 0) {
+		snprintf(err, el, rc == MU_EARG ? "give 1 to 1024 stages" : "out of memory");
+		return rc;
+	}
 	for (i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
+	if (rc == 0)
+		rc = mu__llm_coord_check(c, err, el);
 	if (rc != 0) {
 		mu__llm_coord_free(c);
 		return rc;
@@ -225,19 +285,8 @@ void mu__llm_coord_free(mu__llm_coord_t *c)
 
 	if (c == NULL)
 		return;
-	for (i = 0; i < c->n; i++) {
-		lstage_t *s = &c->s[i];
-
-		if (s->fd >= 0) {
-			mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
-
-			s->c.io_ms = 1000; /* a goodbye is worth a second at most */
-			mu__msg_send(&s->c, &m, NULL, 0);
-			mu__sock_close(s->fd);
-		}
-		mu__free(s->desc);
-		mu_tensor_list_free(&s->res);
-	}
+	for (i = 0; i < c->n; i++)
+		drop(&c->s[i]);
 	mu__free(c->s);
 	mu__free(c);
 }

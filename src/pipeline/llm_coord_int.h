@@ -31,6 +31,17 @@ int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_o
                           mu__llm_coord_t **out, char *err, size_t el);
 void mu__llm_coord_free(mu__llm_coord_t *c);
 
+/*
+ * Over tracker sessions (the LLM cluster): n stages with nothing yet; set
+ * stage i to a device's session (taken) and the stage description it
+ * answered READY with (replacing, and saying goodbye to, what was there);
+ * check that the stages form one checkpoint in order.
+ */
+int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **out);
+int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char *addr,
+                      const char *desc, char *err, size_t el);
+int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el);
+
 typedef struct {
 	const char *addr, *desc; /* desc: the stage's INFO JSON */
 	int first, last;

@@ -44,6 +44,7 @@ typedef struct {
 	inbuf_t *in;          /* per stage; stage 0 reads toks */
 	int *opened, *inflight;
 	int ending;           /* stopped or failed: close once nothing is in flight */
+	int no_replay;        /* its inputs are not kept (over replay_bytes) */
 	int cancel;
 	int rc, stop;
 	char why[512];
@@ -75,6 +76,7 @@ struct mu__eng_s {
 	uint64_t next_rid, pending;
 	uint8_t *sid_used;    /* MAX_SID + 1 flags */
 	int rotate;
+	mu__eng_stats_t st;
 };
 
 /* ---- sequences ---- */
@@ -83,8 +85,11 @@ static void seq_free(mu__eng_t *e, eseq_t *q)
 {
 	int k;
 
-	for (k = 0; k < e->n; k++)
-		mu__free(q->in[k].rows);
+	for (k = 0; k < e->n; k++) {
+		if (q->in != NULL && e->o.recover != NULL && !q->no_replay)
+			e->st.kept_bytes -= (uint64_t)q->in[k].n * (uint64_t)e->o.dim * sizeof(float);
+		mu__free(q->in != NULL ? q->in[k].rows : NULL);
+	}
 	mu__free(q->in);
 	mu__free(q->toks);
 	mu__free(q->eos);
@@ -335,6 +340,91 @@ static int start_batch(mu__eng_t *e, int k, eseq_t **all, int nall, char *why, s
 	return 1;
 }
 
+/* Rows of stage k's inputs for q, kept for replay while the budget
+ * lasts; past it, q keeps only what is still to be run. */
+static int keep(mu__eng_t *e, eseq_t *q, int k, const float *rows, int32_t n)
+{
+	uint64_t row = (uint64_t)e->o.dim * sizeof(float);
+
+	if (e->o.recover != NULL && !q->no_replay) {
+		if (e->st.kept_bytes + (uint64_t)n * row > e->o.replay_bytes) {
+			q->no_replay = 1;
+			for (int j = 1; j < e->n; j++) {
+				e->st.kept_bytes -= (uint64_t)q->in[j].n * row;
+				in_drop(e, &q->in[j], q->done[j]);
+			}
+		} else {
+			e->st.kept_bytes += (uint64_t)n * row;
+		}
+	}
+	return in_push(e, &q->in[k], rows, n);
+}
+
+/* Run one batch on link k and wait for it (replays). */
+static int run_now(mu__eng_t *e, int k, const mu__dec_item_t *it, const int32_t *tok,
+                   const float *x, char *why, size_t wl)
+{
+	stage_t *s = &e->s[k];
+	const float *out;
+	double ms;
+	int fd, rc = s->l.submit(s->l.ud, it, 1, it->n, tok, x, why, wl);
+
+	if (rc == 0 && (fd = s->l.fd(s->l.ud)) >= 0) {
+		struct pollfd p = {fd, POLLIN, 0};
+
+		if (poll(&p, 1, e->o.io_timeout_ms) != 1) {
+			snprintf(why, wl, "%s: no reply in %d ms while replaying", s->l.name,
+			         e->o.io_timeout_ms);
+			return -ETIMEDOUT;
+		}
+	}
+	return rc == 0 ? s->l.finish(s->l.ud, &out, &ms, why, wl) : rc;
+}
+
+/*
+ * Stage k is on a new device: open every sequence there again and run the
+ * positions it had done, from the inputs kept, so its KV cache is what
+ * the lost device held (the kernels are batch-invariant: the same bits).
+ * The outputs are not needed; later stages have them already.
+ */
+static int replay(mu__eng_t *e, int k, char *why, size_t wl)
+{
+	stage_t *s = &e->s[k];
+	size_t dim = (size_t)e->o.dim;
+	mu__list_t *it;
+	int rc;
+
+	mu__list_foreach(it, &e->active)
+		mu__container_of(it, eseq_t, node)->opened[k] = 0;
+	mu__list_foreach(it, &e->active) {
+		eseq_t *q = mu__container_of(it, eseq_t, node);
+
+		if (q->ending || q->done[k] == 0)
+			continue;
+		if (k > 0 && q->no_replay) {
+			seq_end(q, MU_EFAIL, MU__STOP_LENGTH, "its stage was lost and its inputs there were "
+			        "not kept (past the replay memory)");
+			continue;
+		}
+		if ((rc = s->l.open(s->l.ud, q->sid, q->r.ctx, why, wl)) != 0)
+			return rc;
+		q->opened[k] = 1;
+		for (int32_t pos = 0, m; pos < q->done[k]; pos += m) {
+			mu__dec_item_t item = {q->sid, pos, 0, 0};
+
+			m = q->done[k] - pos < s->l.max_chunk ? q->done[k] - pos : s->l.max_chunk;
+			item.n = m;
+			rc = run_now(e, k, &item, k == 0 ? q->toks + pos : NULL,
+			             k == 0 ? NULL : q->in[k].rows + (size_t)(pos - q->in[k].base) * dim,
+			             why, wl);
+			if (rc != 0)
+				return rc;
+			e->st.replayed += (uint64_t)m;
+		}
+	}
+	return 0;
+}
+
 /* Stage k's reply: hand each item's rows on, or sample. */
 static int reply(mu__eng_t *e, int k, char *why, size_t wl)
 {
@@ -351,13 +441,15 @@ static int reply(mu__eng_t *e, int k, char *why, size_t wl)
 		int32_t n = s->items[i].n;
 
 		q->inflight[k] = 0;
-		if (rc != 0)
+		if (rc != 0) { /* not done there: sent again if the stage comes back */
+			q->sent[k] = q->done[k];
 			continue;
+		}
 		q->done[k] += n;
-		if (k > 0)
+		if (k > 0 && (e->o.recover == NULL || q->no_replay))
 			in_drop(e, &q->in[k], q->done[k]);
 		if (k < e->n - 1) {
-			if (!q->ending && in_push(e, &q->in[k + 1], out, n) != 0)
+			if (!q->ending && keep(e, q, k + 1, out, n) != 0)
 				seq_end(q, MU_ENOMEM, MU__STOP_LENGTH, "out of memory");
 			q->avail[k + 1] += n;
 			out += (size_t)n * width;
@@ -372,9 +464,8 @@ static int reply(mu__eng_t *e, int k, char *why, size_t wl)
 	return rc;
 }
 
-/* A stage failed: every sequence that had a batch there ends with why,
- * and so does every other, since the chain is broken. */
-static void stage_failed(mu__eng_t *e, int k, int rc, const char *why)
+/* Every sequence ends with why: the chain is broken for good. */
+static void fail_all(mu__eng_t *e, int k, int rc, const char *why)
 {
 	mu__list_t *it;
 
@@ -387,6 +478,50 @@ static void stage_failed(mu__eng_t *e, int k, int rc, const char *why)
 		memset(q->opened, 0, (size_t)e->n * sizeof(int));
 	}
 	e->stopping = 1;
+}
+
+/* A stage answered a batch with an error of its own: those sequences end;
+ * the connection is in step and the others go on. */
+static void fail_batch(mu__eng_t *e, int k, int rc, const char *why)
+{
+	for (int i = 0; i < e->s[k].nbatch; i++)
+		seq_end(e->s[k].batch[i], rc, MU__STOP_LENGTH, why);
+}
+
+/* The device is gone (or silent), as opposed to a stage's own ERROR. */
+static int lost(int rc)
+{
+	return rc == MU_EEOF || rc == -ETIMEDOUT || rc == -ECONNRESET || rc == -EPIPE ||
+	       rc == -ECONNABORTED || rc == -ENOTCONN || rc == -EBADF || rc == -EIO;
+}
+
+static void stage_failed(mu__eng_t *e, int k, int rc, const char *why)
+{
+	char more[512];
+	double t0 = mu__clock_ms();
+
+	if (!lost(rc)) {
+		fail_batch(e, k, rc, why);
+		return;
+	}
+	if (e->o.recover == NULL || e->st.recoveries >= e->o.max_recoveries) {
+		fail_all(e, k, rc, why);
+		return;
+	}
+	mu__log(MU_LOG_WARN, LOG, "%s is lost (%s): asking for another device", e->s[k].l.name, why);
+	if (e->o.recover(e->o.recover_ud, k, more, sizeof(more)) != 0) {
+		char both[1100];
+
+		snprintf(both, sizeof(both), "%s; no replacement: %s", why, more);
+		fail_all(e, k, rc, both);
+		return;
+	}
+	if (replay(e, k, more, sizeof(more)) != 0) {
+		fail_all(e, k, MU_EFAIL, more);
+		return;
+	}
+	e->st.recoveries++;
+	e->st.recovery_ms += mu__clock_ms() - t0;
 }
 
 /* ---- the thread ---- */
@@ -437,9 +572,15 @@ static void wait_replies(mu__eng_t *e)
 	r = poll(p, (nfds_t)n, e->o.io_timeout_ms);
 	if (r == 0) {
 		for (k = 0; k < n; k++) {
-			snprintf(why, sizeof(why), "%s: no reply in %d ms (--io-timeout)",
-			         e->s[map[k]].l.name, e->o.io_timeout_ms);
-			e->s[map[k]].busy = 0;
+			stage_t *s = &e->s[map[k]];
+
+			snprintf(why, sizeof(why), "%s: no reply in %d ms (--io-timeout)", s->l.name,
+			         e->o.io_timeout_ms);
+			s->busy = 0;
+			for (int i = 0; i < s->nbatch; i++) {
+				s->batch[i]->inflight[map[k]] = 0;
+				s->batch[i]->sent[map[k]] = s->batch[i]->done[map[k]];
+			}
 			stage_failed(e, map[k], -ETIMEDOUT, why);
 		}
 		return;
@@ -626,6 +767,13 @@ void mu__eng_drain(mu__eng_t *e)
 void mu__eng_stage_stats(mu__eng_t *e, int i, mu__eng_stage_stats_t *st)
 {
 	*st = e->s[i].stats;
+}
+
+void mu__eng_stats(mu__eng_t *e, mu__eng_stats_t *st)
+{
+	uv_mutex_lock(&e->lock);
+	*st = e->st;
+	uv_mutex_unlock(&e->lock);
 }
 
 void mu__eng_free(mu__eng_t *e)

@@ -51,6 +51,21 @@ typedef struct {
 	int max_active;      /* sequences in flight; others queue */
 	int batch;           /* 0: one sequence per batch (to measure) */
 	int io_timeout_ms;   /* a stage silent this long mid-batch has failed */
+	/*
+	 * A stage whose device was lost (its connection broke, or it was
+	 * silent past io_timeout_ms): put the same layers on another device
+	 * so the link's calls reach it, and return 0; the engine then
+	 * rebuilds that stage's KV caches by replaying the positions each
+	 * sequence had there, from the inputs it kept, and goes on. NULL:
+	 * a lost stage fails every sequence. Called on the engine thread.
+	 */
+	int (*recover)(void *ud, int stage, char *why, size_t wl);
+	void *recover_ud;
+	int max_recoveries;
+	/* With recover: bytes of stage inputs (activations) kept in all for
+	 * replay; a sequence whose inputs would pass it keeps none, and is
+	 * failed rather than replayed if its stage is lost. */
+	uint64_t replay_bytes;
 } mu__eng_opts_t;
 
 typedef struct {
@@ -94,5 +109,14 @@ typedef struct {
 } mu__eng_stage_stats_t;
 
 void mu__eng_stage_stats(mu__eng_t *e, int i, mu__eng_stage_stats_t *st);
+
+typedef struct {
+	int recoveries;          /* stages put back on a new device */
+	double recovery_ms;      /* from the loss to generating again, summed */
+	uint64_t replayed;       /* positions replayed to rebuild caches */
+	uint64_t kept_bytes;     /* inputs held for replay now */
+} mu__eng_stats_t;
+
+void mu__eng_stats(mu__eng_t *e, mu__eng_stats_t *st);
 
 #endif

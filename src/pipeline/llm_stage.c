@@ -39,30 +39,6 @@ struct mu__llm_stage_s {
 	mu_stage_t *stage;    /* the stage this is the LLM of */
 };
 
-/* A digest of what the checkpoint is: its configuration and every
- * tensor's name, type and shape (not its bytes: a stage reads no other
- * stage's weights). Stages of one run must agree. */
-static uint64_t digest(const mu__llm_src_t *src)
-{
-	const mu__llm_hp_t *h = &src->hp;
-	int32_t v[] = {h->dim, h->hidden, h->n_layers, h->n_heads, h->n_kv_heads, h->head_dim,
-	               h->vocab, h->ctx, h->window, (int32_t)h->rope, (int32_t)h->scaling,
-	               h->sc_orig, h->tied};
-	float f[] = {h->eps, h->theta, h->sc_factor, h->sc_low, h->sc_high};
-	uint64_t d = mu__fnv(MU_FNV_INIT, h->arch, strlen(h->arch));
-	size_t i;
-
-	d = mu__fnv(d, v, sizeof(v));
-	d = mu__fnv(d, f, sizeof(f));
-	for (i = 0; i < src->nt; i++) {
-		int64_t shape[3] = {src->t[i].m.type, src->t[i].m.rows, src->t[i].m.cols};
-
-		d = mu__fnv(d, src->t[i].name, strlen(src->t[i].name));
-		d = mu__fnv(d, shape, sizeof(shape));
-	}
-	return d;
-}
-
 /* Read one byte of every page of the stage's own tensors, so it is
  * resident before it says it is ready (and its first token is not spent
  * on page faults). */
@@ -70,17 +46,12 @@ static void make_resident(const mu__llm_src_t *src, int first, int last)
 {
 	volatile unsigned char sink = 0;
 	size_t i, off;
-	int l;
 
 	for (i = 0; i < src->nt; i++) {
 		const unsigned char *p = src->t[i].m.data;
-		const char *nm = src->t[i].name;
-		int mine = sscanf(nm, "blk.%d.", &l) == 1 ? l >= first && l < last
-		         : strcmp(nm, "token_embd.weight") == 0
-		                 ? first == 0 || (src->hp.tied && last == src->hp.n_layers)
-		                 : last == src->hp.n_layers;
 
-		for (off = 0; mine && off < src->t[i].bytes; off += 4096)
+		for (off = 0; mu__llm_tensor_in(src, i, first, last) && off < src->t[i].bytes;
+		     off += 4096)
 			sink ^= p[off];
 	}
 	(void)sink;
@@ -152,53 +123,96 @@ static int place(mu__llm_stage_t *s, int first, int last, char *err, size_t el)
 	return 0;
 }
 
-int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
-                       int first, int last, const mu__llm_stage_opts_t *o,
-                       mu_stage_t **out, char *err, size_t el)
+/* A stage around an LLM stage s (its fields set); on failure frees both. */
+static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
 {
-	mu__dec_opts_t d = {o->threads, o->max_seqs, o->kv_bytes, o->max_chunk};
-	mu__llm_stage_t *s;
-	mu_stage_t *st;
-	double t0 = mu__clock_ms();
-	int rc;
+	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk};
+	mu_stage_t *st = mu__calloc(1, sizeof(*st));
+	int rc = st == NULL ? MU_ENOMEM : 0;
 
-	*out = NULL;
-	st = mu__calloc(1, sizeof(*st));
-	s = mu__calloc(1, sizeof(*s));
-	if (st == NULL || s == NULL) {
-		mu__free(st);
-		mu__free(s);
-		return MU_ENOMEM;
-	}
-	uv_mutex_init(&s->lock);
-	pthread_mutex_init(&st->lock, NULL);
-	mu__strmap_init(&st->in_shapes);
-	mu__strmap_init(&st->params);
-	st->llm = s;
-	s->stage = st;
-	st->index = s->index = index;
-	st->of = s->of = of;
-	s->o = *o;
-	s->first = -1;
-	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
-	if (rc == 0) {
-		s->digest = st->digest = digest(&s->src);
-		rc = place(s, first, last, err, el);
+	if (st != NULL) {
+		pthread_mutex_init(&st->lock, NULL);
+		mu__strmap_init(&st->in_shapes);
+		mu__strmap_init(&st->params);
+		st->llm = s;
+		st->index = s->index;
+		st->of = s->of;
+		st->digest = s->digest;
+		s->stage = st;
 	}
 	if (rc == 0)
 		rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
-	if (rc == 0 && (s->tok = mu__malloc((size_t)o->max_chunk * sizeof(int32_t))) == NULL)
+	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
 		rc = MU_ENOMEM;
 	if (rc == 0) {
 		make_resident(&s->src, s->first, s->last);
 		rc = describe(st, s, mu__clock_ms() - t0);
 	}
 	if (rc != 0) {
-		mu_stage_free(st);
+		if (st != NULL)
+			mu_stage_free(st); /* frees s too */
+		else
+			mu__llm_stage_free(s);
 		return rc;
 	}
 	*out = st;
 	return 0;
+}
+
+static mu__llm_stage_t *stage_alloc(int index, int of, const mu__llm_stage_opts_t *o)
+{
+	mu__llm_stage_t *s = mu__calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	uv_mutex_init(&s->lock);
+	s->index = index;
+	s->of = of;
+	s->o = *o;
+	s->first = -1;
+	return s;
+}
+
+int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
+                       int first, int last, const mu__llm_stage_opts_t *o,
+                       mu_stage_t **out, char *err, size_t el)
+{
+	mu__llm_stage_t *s = stage_alloc(index, of, o);
+	double t0 = mu__clock_ms();
+	int rc;
+
+	*out = NULL;
+	if (s == NULL)
+		return MU_ENOMEM;
+	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
+	if (rc == 0) {
+		s->digest = mu__llm_digest(&s->src);
+		rc = place(s, first, last, err, el);
+	}
+	if (rc != 0) {
+		mu__llm_stage_free(s);
+		return rc;
+	}
+	return wrap(s, t0, out, err, el);
+}
+
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
+                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
+                           char *err, size_t el)
+{
+	mu__llm_stage_t *s = stage_alloc(index, of, o);
+
+	*out = NULL;
+	if (s == NULL) {
+		mu__llm_src_free(src);
+		return MU_ENOMEM;
+	}
+	s->src = *src;
+	memset(src, 0, sizeof(*src));
+	s->digest = digest;
+	s->first = first;
+	s->last = last;
+	return wrap(s, mu__clock_ms(), out, err, el);
 }
 
 void mu__llm_stage_free(mu__llm_stage_t *s)

@@ -54,7 +54,9 @@ typedef enum {
 	MU_MSG_SEQ_BATCH = 13,   /* frame "items" [k, 4] (seq, pos, n, all_logits)
 	                            and "tokens" [rows] or "x" [rows, dim]
 	                            -> RESULT "x" or "logits", items in order */
-	MU_MSG_TYPE_MAX = 13
+	MU_MSG_TENSOR = 14,      /* arg = JSON length; JSON {"name", "offset"}
+	                            then raw bytes of that tensor (no reply) */
+	MU_MSG_TYPE_MAX = 14
 } mu__msg_type_t;
 
 /* SEQ_FORWARD's arg: the first position, and this bit for the logits of

@@ -129,6 +129,7 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
 		return;
 	case MU_MSG_ASSIGN:
 	case MU_MSG_WEIGHTS:
+	case MU_MSG_TENSOR:
 	case MU_MSG_LOAD:
 		if (ctx->on_other != NULL) {
 			ctx->on_other(ctx, m, body, in, r);

@@ -11,8 +11,11 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "interop"))
+from llamacppfix import llamacpp  # noqa: E402,F401
 
 
 def run(cmd, timeout=120, env=None):
@@ -76,3 +79,29 @@ def test_bench_cluster_script(muster_bin):
     assert all(float(fps) > 0 for _, _, fps, _ in rows), out
     assert "in one process" in out and "forwards in" in out, out
 
+
+
+def test_bench_llm_script_llamacpp_side(llamacpp, tmp_path):
+    """bench/llm.sh at toy size (a 140k-parameter random llama at F32 and
+    Q8_0, a 16-token prompt, 8 decoded): llama.cpp's rows for 1 and 2
+    threads with every figure, the muster rows as n/a. Only llama.cpp's side
+    runs here until `muster generate` lands."""
+    out = run([ROOT / "bench" / "llm.sh", "--toy", "--engines", "llamacpp", "--json",
+               "--cache", tmp_path, "--llamacpp-modules", llamacpp.modules], timeout=300)
+    result = json.loads(out.splitlines()[-1])
+    assert result["prompt_tokens"] == 16 and result["decode_tokens"] == 8, result
+    rows = [r for r in result["rows"] if r["engine"] == "llama.cpp"]
+    assert sorted((r["type"], r["threads"]) for r in rows) == [
+        ("f32", 1), ("f32", 2), ("q8_0", 1), ("q8_0", 2)], rows
+    for r in rows:
+        assert r["prompt_tokens"] == 16, r
+        assert min(r["prefill_tok_s"], r["decode_tok_s"], r["ttft_ms"], r["peak_rss_kib"]) > 0, r
+    table = re.findall(r"^\s+(f32|q8_0)\s+([12])\s+(llama\.cpp|muster(?: [23] stages)?)\s+(\S+)"
+                       r"\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)
+    assert len(table) == 16, out
+    for wtype, threads, engine, *figures in table:
+        if engine == "llama.cpp":
+            assert all(float(f) >= 0 for f in figures), (wtype, threads, figures)
+        else:
+            assert figures == ["n/a"] * 4, (wtype, threads, engine, figures)
+    assert "ratios from this run" in out, out

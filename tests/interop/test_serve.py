@@ -610,3 +610,15 @@ def test_over_two_stages(muster_bin, serve, stages, js):
         for p in ("Once upon", "The dog") for stream in (False, True)]})
     assert [g["text"] for g in got] == [want[0], want[0], want[1], want[1]]
     assert get(s, "/health")[1]["where"] == "2 stages"
+
+
+def test_over_devices_from_a_tracker(muster_bin, serve, tracker, muster_server, js):
+    for _ in range(2):
+        muster_server("--mem", "1G", tracker=tracker, key="cpu")
+    s = serve(STORIES, "--tracker", tracker.address, "--key", "cpu", "--devices", 2,
+              "--quiet")
+    want = generate(muster_bin, STORIES, "Once upon", 30)
+    got, = node(js, "client.mjs", {"base": s.url, "jobs": [{"kind": "completions", "body": {
+        "prompt": "Once upon", "max_tokens": 30, "temperature": 0, "stream": True}}]})
+    assert got["text"] == want
+    assert get(s, "/health")[1]["where"] == "2 devices from the tracker"

@@ -7,6 +7,8 @@
  * SentencePiece-style byte fallback, Metaspace), and every field we refuse
  * named in the error.
  */
+#include <utf8proc.h>
+
 #include "mu_test.h"
 
 #include "model/tok_hf_int.h"
@@ -249,6 +251,44 @@ static void test_normalizers(void **state)
 	mu__free(json);
 }
 
+/* NFC cut into pieces at ASCII characters gives NFC of the whole. */
+static void test_nfc_pieces(void **state)
+{
+	static const char *const parts[] = {
+		"a", "e", " ", "\xcc\x81", "\xcc\xa3", "\xc3\xa9", "\xe1\x84\x80", "\xe1\x85\xa1",
+		"\xe1\x86\xa8", "\xe2\x84\xab", "\xef\xac\x81", "o", "\xcc\x82"};
+	char *json = fix_bytelevel(NULL, 0, "{\"type\":\"NFC\"}", NULL, NULL, NULL, NULL);
+	mu__tok_t *t = load(json, NULL);
+	mu__tok_work_t w;
+	uint64_t x = 99;
+
+	(void)state;
+	assert_int_equal(mu__tok_work_init(&w), 0);
+	for (int k = 0; k < 2000; k++) {
+		char text[256] = "";
+		const char *got;
+		size_t n = 1 + k % 12, glen, len = 0;
+		unsigned char *want;
+
+		for (size_t i = 0; i < n; i++) {
+			const char *p;
+
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+			p = parts[(x >> 33) % (sizeof(parts) / sizeof(parts[0]))];
+			memcpy(text + len, p, strlen(p) + 1);
+			len += strlen(p);
+		}
+		want = utf8proc_NFC((const unsigned char *)text);
+		assert_int_equal(mu__tok_normalize(t, &w, text, strlen(text), &got, &glen), 0);
+		assert_int_equal(glen, strlen((char *)want));
+		assert_memory_equal(got, want, glen);
+		free(want);
+	}
+	mu__tok_work_free(&w);
+	mu__tok_free(t);
+	mu__free(json);
+}
+
 /* Llama 2's layout: U+2581 for spaces, byte fallback, the Strip decoder. */
 #define SPM_HEAD                                                               \
 	"{\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"special\":true},"     \
@@ -452,6 +492,7 @@ int main(void)
 		cmocka_unit_test(test_added_tokens),
 		cmocka_unit_test(test_template),
 		cmocka_unit_test(test_normalizers),
+		cmocka_unit_test(test_nfc_pieces),
 		cmocka_unit_test(test_sentencepiece),
 		cmocka_unit_test(test_unknown),
 		cmocka_unit_test(test_metaspace),
