@@ -74,6 +74,7 @@ int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_stage_llm(int argc, char **argv);
 /* Is path a decoder LLM checkpoint (GGUF, llama2.c, HF directory) rather
  * than a graph model directory? */

@@ -12,10 +12,12 @@
 #include "cli/cli_int.h"
 #include "model/llm_gen_int.h"
 #include "model/llm_int.h"
+#include "pipeline/llm_engine_int.h"
 
 #define GEN_MAX_OPTS 32
 
 typedef struct {
+	const char *prog;     /* "muster generate", for messages */
 	const char *model, *tokenizer, *stages, *tracker, *key, *weights, *replay_mem;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
 	int parallel, no_batch, devices, max_seqs, quiet;
@@ -36,6 +38,8 @@ typedef struct {
 	uint64_t seed;
 	int json;
 	char where[160];      /* "3 stages", "this process, 2 threads" */
+	mu__eng_link_t *links; /* gen_run_engine's, freed by gen_run_close */
+	int nlinks;
 } gen_run_t;
 
 void gen_args_default(gen_args_t *a);
@@ -45,6 +49,12 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *opts);
  * after printing why. */
 int gen_run_open(const gen_args_t *a, gen_run_t *r);
 void gen_run_close(gen_run_t *r);
+/*
+ * The engine over what the run holds (the local decoder or the stages),
+ * with at most `parallel` sequences in flight; free it with mu__eng_free
+ * before gen_run_close. 0 or MU_ENOMEM.
+ */
+int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out);
 /* --parallel: every line of text a prompt (text is modified). The exit
  * status. */
 int gen_run_parallel(gen_run_t *r, char *text);

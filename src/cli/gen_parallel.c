@@ -81,29 +81,6 @@ static void par_done(void *ud, int rc, const char *why, int stop, const mu__gen_
 	fflush(stdout);
 }
 
-/* The links over whatever the run holds: the local decoder, stages, or
- * devices from the tracker. */
-static int make_links(gen_run_t *r, int s, mu__eng_link_t **out, int *n)
-{
-	mu__llm_coord_t *co = r->cluster != NULL ? mu__llm_cluster_coord(r->cluster) : r->remote;
-	int i, k = co != NULL ? mu__llm_coord_stages(co) : 1;
-	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
-
-	if (l == NULL)
-		return MU_ENOMEM;
-	if (co == NULL) {
-		if (mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
-			mu__free(l);
-			return MU_ENOMEM;
-		}
-	}
-	for (i = 0; co != NULL && i < k; i++)
-		mu__llm_coord_link(co, i, r->a.chunk, &l[i]);
-	*out = l;
-	*n = k;
-	return 0;
-}
-
 static void report(gen_run_t *r, par_seq_t *p, int n, double wall_ms, mu__eng_t *e, int nl)
 {
 	int i, toks = 0, failed = 0;
@@ -260,25 +237,12 @@ static void report_one(gen_run_t *r, par_seq_t *p, mu__eng_t *e)
 static int run_engine(gen_run_t *r, char **prompts, const int32_t *ids, int32_t nids, int n,
                       int stream)
 {
-	mu__eng_opts_t o;
-	mu__eng_link_t *links = NULL;
 	mu__eng_t *e = NULL;
 	par_seq_t *p = mu__calloc((size_t)n, sizeof(*p));
-	int nl = 0, i, rc, s = stream ? 1 : r->a.parallel;
+	int i, rc, s = stream ? 1 : r->a.parallel;
 	double t0;
 
-	rc = p == NULL ? MU_ENOMEM : make_links(r, s, &links, &nl);
-	o = (mu__eng_opts_t){.dim = r->src.hp.dim, .vocab = r->src.hp.vocab, .ctx_max = r->g.ctx,
-	                     .max_active = s, .batch = !r->a.no_batch,
-	                     .io_timeout_ms = r->a.io_timeout * 1000};
-	if (r->cluster != NULL) {
-		o.recover = mu__llm_cluster_recover;
-		o.recover_ud = r->cluster;
-		o.max_recoveries = 3;
-		o.replay_bytes = r->replay_bytes;
-	}
-	if (rc == 0)
-		rc = mu__eng_new(links, nl, &o, &e);
+	rc = p == NULL ? MU_ENOMEM : gen_run_engine(r, s, &e);
 	for (i = 0; rc == 0 && i < n; i++) {
 		p[i].index = i;
 		p[i].stream = stream && !r->json;
@@ -295,7 +259,7 @@ static int run_engine(gen_run_t *r, char **prompts, const int32_t *ids, int32_t 
 	else if (rc == 0 && stream)
 		report_one(r, &p[0], e);
 	else if (rc == 0)
-		report(r, p, n, mu__clock_ms() - t0, e, nl);
+		report(r, p, n, mu__clock_ms() - t0, e, r->nlinks);
 	for (i = 0; p != NULL && i < n; i++) {
 		rc = rc != 0 ? rc : p[i].rc;
 		mu__buf_free(&p[i].text);
@@ -303,9 +267,6 @@ static int run_engine(gen_run_t *r, char **prompts, const int32_t *ids, int32_t 
 		cJSON_Delete(p[i].ids);
 	}
 	mu__eng_free(e);
-	if (r->remote == NULL && r->cluster == NULL && links != NULL)
-		mu__link_local_free(&links[0]);
-	mu__free(links);
 	mu__free(p);
 	if (rc == MU_ENOMEM)
 		fprintf(stderr, "muster generate: out of memory\n");

@@ -11,9 +11,11 @@
 
 #include "muster/common.h"
 #include "cli/gen_int.h"
+#include "core/alloc_int.h"
 #include "core/net_int.h"
 #include "pipeline/llm_cluster_int.h"
 #include "pipeline/llm_coord_int.h"
+#include "pipeline/llm_link_int.h"
 
 #define GEN_DEFAULT_CTX 4096
 
@@ -22,6 +24,7 @@ void gen_args_default(gen_args_t *a)
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 	memset(a, 0, sizeof(*a));
+	a->prog = "muster generate";
 	a->threads = n > 0 ? (int)n : 1;
 	a->max_tokens = 256;
 	a->top_k = 40;
@@ -84,9 +87,9 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 	return (int)(sizeof(v) / sizeof(v[0]));
 }
 
-static int fail(const char *what, const char *why)
+static int fail(const gen_args_t *a, const char *what, const char *why)
 {
-	fprintf(stderr, "muster generate: %s%s%s\n", what, why[0] ? ": " : "", why);
+	fprintf(stderr, "%s: %s%s%s\n", a->prog, what, why[0] ? ": " : "", why);
 	return 1;
 }
 
@@ -124,7 +127,7 @@ static int check_args(const gen_args_t *a)
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
 		bad = "--seed must be a non-negative integer";
 	if (bad != NULL)
-		fprintf(stderr, "muster generate: %s\n", bad);
+		fprintf(stderr, "%s: %s\n", a->prog, bad);
 	return bad != NULL ? 2 : 0;
 }
 
@@ -137,7 +140,7 @@ static int open_local(gen_run_t *r)
 
 	rc = mu__dec_new(&r->src, 0, r->src.hp.n_layers, &o, &r->dec, why, sizeof(why));
 	if (rc != 0)
-		return fail("cannot set up the model", why);
+		return fail(&r->a, "cannot set up the model", why);
 	mu__chain_local(&r->chain, r->dec, r->a.chunk);
 	snprintf(r->where, sizeof(r->where), "this process, %d thread%s, kernels %s", r->a.threads,
 	         r->a.threads == 1 ? "" : "s", mu__kern_isa());
@@ -166,11 +169,11 @@ static int open_remote(gen_run_t *r)
 	int n, rc;
 
 	if (copy == NULL)
-		return fail("out of memory", "");
+		return fail(&r->a, "out of memory", "");
 	n = split_addrs(copy, v, 1024);
 	if (n < 1) {
 		free(copy);
-		fprintf(stderr, "muster generate: --stages takes HOST:PORT,... (1 to 1024 of them)\n");
+		fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to 1024 of them)\n", r->a.prog);
 		return 2;
 	}
 	mu__llm_coord_opts_init(&o);
@@ -178,13 +181,13 @@ static int open_remote(gen_run_t *r)
 	rc = mu__llm_coord_connect((const char *const *)v, n, &o, &c, why, sizeof(why));
 	free(copy);
 	if (rc != 0)
-		return fail("cannot use the stages", why);
+		return fail(&r->a, "cannot use the stages", why);
 	r->remote = c;
 	mu__llm_coord_chain(c, &r->chain, r->a.chunk);
 	if (r->chain.vocab != r->src.hp.vocab) {
 		snprintf(why, sizeof(why), "their model has a vocabulary of %d, --model's %d",
 		         r->chain.vocab, r->src.hp.vocab);
-		return fail("the stages serve another model", why);
+		return fail(&r->a, "the stages serve another model", why);
 	}
 	if (r->g.ctx > mu__llm_coord_ctx(c))
 		r->g.ctx = mu__llm_coord_ctx(c);
@@ -206,11 +209,11 @@ static int open_cluster(gen_run_t *r)
 	int port, rc;
 
 	if (mu__split_hostport(r->a.tracker, host, sizeof(host), &port) != 0) {
-		fprintf(stderr, "muster generate: --tracker %s is not HOST:PORT\n", r->a.tracker);
+		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", r->a.prog, r->a.tracker);
 		return 2;
 	}
 	if (cli_parse_size(r->a.replay_mem != NULL ? r->a.replay_mem : "256M", &r->replay_bytes)) {
-		fprintf(stderr, "muster generate: --replay-mem is not a size (try 256M)\n");
+		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", r->a.prog);
 		return 2;
 	}
 	mu__llm_cluster_opts_init(&o);
@@ -229,7 +232,7 @@ static int open_cluster(gen_run_t *r)
 	o.max_chunk = r->a.chunk;
 	rc = mu__llm_cluster_start(&r->src, &o, &c, why, sizeof(why));
 	if (rc != 0)
-		return fail("cannot place the model on the devices", why);
+		return fail(&r->a, "cannot place the model on the devices", why);
 	r->cluster = c;
 	snprintf(r->where, sizeof(r->where), "%d device%s from the tracker",
 	         mu__llm_cluster_stages(c), mu__llm_cluster_stages(c) == 1 ? "" : "s");
@@ -246,11 +249,11 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	if ((rc = check_args(a)) != 0)
 		return rc;
 	if ((rc = mu__llm_src_open(a->model, a->tokenizer, &r->src, why, sizeof(why))) != 0)
-		return fail("cannot open the model", why);
+		return fail(&r->a, "cannot open the model", why);
 	r->have_src = 1;
 	if ((rc = r->src.tokenizer(&r->src, &r->tok, why, sizeof(why))) != 0) {
 		gen_run_close(r);
-		return fail("cannot load the tokenizer", why);
+		return fail(&r->a, "cannot load the tokenizer", why);
 	}
 	if (a->seed < 0) {
 		if (getrandom(&r->seed, sizeof(r->seed), 0) != (ssize_t)sizeof(r->seed))
@@ -279,8 +282,51 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	return rc;
 }
 
+/* The links over whatever the run holds: the local decoder, stages, or
+ * devices from the tracker. */
+static int make_links(gen_run_t *r, int s)
+{
+	mu__llm_coord_t *co = r->cluster != NULL ? mu__llm_cluster_coord(r->cluster) : r->remote;
+	int i, k = co != NULL ? mu__llm_coord_stages(co) : 1;
+	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
+
+	if (l == NULL)
+		return MU_ENOMEM;
+	if (co == NULL && mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
+		mu__free(l);
+		return MU_ENOMEM;
+	}
+	for (i = 0; co != NULL && i < k; i++)
+		mu__llm_coord_link(co, i, r->a.chunk, &l[i]);
+	r->links = l;
+	r->nlinks = k;
+	return 0;
+}
+
+int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
+{
+	mu__eng_opts_t o = {.dim = r->src.hp.dim, .vocab = r->src.hp.vocab, .ctx_max = r->g.ctx,
+	                    .max_active = parallel, .batch = !r->a.no_batch,
+	                    .io_timeout_ms = r->a.io_timeout * 1000};
+	int rc;
+
+	*out = NULL;
+	if (r->cluster != NULL) {
+		o.recover = mu__llm_cluster_recover;
+		o.recover_ud = r->cluster;
+		o.max_recoveries = 3;
+		o.replay_bytes = r->replay_bytes;
+	}
+	if (r->links == NULL && (rc = make_links(r, parallel)) != 0)
+		return rc;
+	return mu__eng_new(r->links, r->nlinks, &o, out);
+}
+
 void gen_run_close(gen_run_t *r)
 {
+	if (r->remote == NULL && r->cluster == NULL && r->links != NULL)
+		mu__link_local_free(&r->links[0]);
+	mu__free(r->links);
 	mu__dec_free(r->dec);
 	mu__llm_coord_free(r->remote);
 	mu__llm_cluster_close(r->cluster);

@@ -24,6 +24,7 @@ static const struct {
 	{"plan", cmd_plan, "show how a model splits into stages"},
 	{"stage", cmd_stage, "serve one stage of a split model"},
 	{"generate", cmd_generate, "generate text with an LLM, here or split over stages"},
+	{"serve", cmd_serve, "serve an LLM over HTTP with the OpenAI API"},
 	{"run", cmd_run, "run a model through its stages (or in this process)"},
 	{"tokenize", cmd_tokenize, "text to an LLM's token ids and back"},
 	{"demo", cmd_demo, "show the system working on this machine"},
