@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+import llmfix
+
 REPO = Path(__file__).resolve().parents[2]
 STORIES = REPO / "models" / "stories260K"
 EXPECTED = (STORIES / "expected_t0_200.txt").read_text(encoding="utf-8")
@@ -141,16 +143,28 @@ def test_placement_counts_the_kv_cache(muster_bin, muster_tracker, muster_server
     assert "KV cache for 16 sequences of 512 positions" in err
 
 
+@pytest.fixture
+def slow_model(tmp_path):
+    """A random llama2.c checkpoint big enough (100 MB) that 480 tokens
+    take seconds, so a device can be lost mid-way on any machine."""
+    path = tmp_path / "big.bin"
+    llmfix.write_llama2c(path, dim=512, hidden=1408, layers=9, heads=8, kv_heads=4, vocab=512,
+                         seq_len=512)
+    shutil.copy(STORIES / "tok512.bin", tmp_path / "tok512.bin")
+    return path
+
+
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
-def test_device_lost_mid_generation(muster_bin, muster_tracker, muster_server, model, how):
+def test_device_lost_mid_generation(muster_bin, muster_tracker, muster_server, slow_model, how):
     tracker = muster_tracker()
-    devs = start_devices(muster_server, tracker, 4)
-    want = subprocess.run([str(muster_bin), "generate", "--model", str(model), "--temperature",
-                           "0", "--max-tokens", "480", "--ignore-eos"], capture_output=True,
-                          timeout=60).stdout
-    proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(model), "--tracker",
-                             tracker.address, "--key", KEY, "--devices", "3", "--temperature",
-                             "0", "--max-tokens", "480", "--ignore-eos", "--io-timeout", "2"],
+    devs = start_devices(muster_server, tracker, 4, mem="128M")
+    want = subprocess.run([str(muster_bin), "generate", "--model", str(slow_model),
+                           "--temperature", "0", "--max-tokens", "480", "--ignore-eos",
+                           "--threads", "1"], capture_output=True, timeout=120).stdout
+    proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(slow_model),
+                             "--tracker", tracker.address, "--key", KEY, "--devices", "3",
+                             "--temperature", "0", "--max-tokens", "480", "--ignore-eos",
+                             "--io-timeout", "2", "--ctx", "512"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.read(40)
     busy = [d for d in devs if "LLM stage" in d.log_text()]
@@ -161,7 +175,7 @@ def test_device_lost_mid_generation(muster_bin, muster_tracker, muster_server, m
     else:
         os.kill(victim.proc.pid, signal.SIGSTOP)
     try:
-        rest, err = proc.communicate(timeout=60)
+        rest, err = proc.communicate(timeout=120)
     finally:
         if how == "SIGSTOP":
             os.kill(victim.proc.pid, signal.SIGCONT)
