@@ -61,7 +61,7 @@ GENERATOR = ROOT / "bench" / "llmgen.py"
 GENERATE_MJS = ROOT / "tests" / "interop" / "llamacpp" / "generate.mjs"
 PYTHON = os.environ.get("PYTHON", "/usr/bin/python3")
 TINYLLAMA = dict(dim=2048, layers=22, hidden=5632, heads=32, kv_heads=4, vocab=32000)
-TOY = dict(dim=64, layers=2, hidden=128, heads=4, kv_heads=2, vocab=512,
+TOY = dict(dim=64, layers=3, hidden=128, heads=4, kv_heads=2, vocab=512,
            prompt_tokens=16, decode_tokens=8)
 STAGE_READY_TIMEOUT = 600.0
 

