@@ -139,6 +139,8 @@ static int open_local(gen_run_t *r)
 	int rc;
 
 	rc = mu__dec_new(&r->src, 0, r->src.hp.n_layers, &o, &r->dec, why, sizeof(why));
+	if (rc == 0) /* the weights resident before anything is timed, as a stage does */
+		mu__llm_src_touch(&r->src, 0, r->src.hp.n_layers);
 	if (rc != 0)
 		return fail(&r->a, "cannot set up the model", why);
 	mu__chain_local(&r->chain, r->dec, r->a.chunk);

@@ -97,6 +97,10 @@ const mu__llm_tensor_t *mu__llm_src_tensor(const mu__llm_src_t *src,
  * when first == 0 and the head (when untied) and final norm when last is
  * the last layer. */
 uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last);
+/* Read one byte of every page of the tensors layers [first, last) need,
+ * so they are resident before a run is timed or a stage says it is ready
+ * (the first token is not spent on page faults). */
+void mu__llm_src_touch(const mu__llm_src_t *src, int first, int last);
 /* Is tensor i one that layers [first, last) need (by the same rule)? */
 int mu__llm_tensor_in(const mu__llm_src_t *src, size_t i, int first, int last);
 

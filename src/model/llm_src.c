@@ -356,3 +356,18 @@ size_t mu__llm_src_files(const mu__llm_src_t *src, size_t i, const char **path,
 	}
 	return src->nmaps;
 }
+
+void mu__llm_src_touch(const mu__llm_src_t *src, int first, int last)
+{
+	volatile unsigned char sink = 0;
+	size_t i, off;
+
+	for (i = 0; i < src->nt; i++) {
+		const unsigned char *p = src->t[i].m.data;
+
+		for (off = 0; mu__llm_tensor_in(src, i, first, last) && off < src->t[i].bytes;
+		     off += 4096)
+			sink ^= p[off];
+	}
+	(void)sink;
+}

@@ -39,24 +39,6 @@ struct mu__llm_stage_s {
 	mu_stage_t *stage;    /* the stage this is the LLM of */
 };
 
-/* Read one byte of every page of the stage's own tensors, so it is
- * resident before it says it is ready (and its first token is not spent
- * on page faults). */
-static void make_resident(const mu__llm_src_t *src, int first, int last)
-{
-	volatile unsigned char sink = 0;
-	size_t i, off;
-
-	for (i = 0; i < src->nt; i++) {
-		const unsigned char *p = src->t[i].m.data;
-
-		for (off = 0; mu__llm_tensor_in(src, i, first, last) && off < src->t[i].bytes;
-		     off += 4096)
-			sink ^= p[off];
-	}
-	(void)sink;
-}
-
 void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -145,7 +127,7 @@ static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size
 	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
 		rc = MU_ENOMEM;
 	if (rc == 0) {
-		make_resident(&s->src, s->first, s->last);
+		mu__llm_src_touch(&s->src, s->first, s->last);
 		rc = describe(st, s, mu__clock_ms() - t0);
 	}
 	if (rc != 0) {
