@@ -313,6 +313,10 @@ int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
 	int rc;
 
 	*out = NULL;
+	/* devices end sessions idle past their --session-timeout (300 s by
+	 * default): a long-lived coordinator (muster serve) shows it is there */
+	if (r->cluster != NULL || r->remote != NULL)
+		o.keepalive_ms = 60000;
 	if (r->cluster != NULL) {
 		o.recover = mu__llm_cluster_recover;
 		o.recover_ud = r->cluster;

@@ -471,6 +471,15 @@ static int link_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
 	return rc;
 }
 
+/* INFO, for its reply's sake: the session is in use. */
+static int link_ping(void *ud, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0, 0};
+
+	return ask(s->co, s->i, &m, NULL, MU_MSG_INFO, NULL, why, wl, "keeping the session alive");
+}
+
 static int link_fd(void *ud)
 {
 	return ((lstage_t *)ud)->fd;
@@ -501,7 +510,7 @@ void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_li
 {
 	lstage_t *s = &c->s[i];
 
-	*link = (mu__eng_link_t){link_open, link_close, link_submit, link_fd, link_finish, s,
+	*link = (mu__eng_link_t){link_open, link_close, link_submit, link_fd, link_finish, link_ping, s,
 	                         max_chunk < c->max_chunk ? max_chunk : c->max_chunk, s->max_seqs,
 	                         ""};
 	snprintf(link->name, sizeof(link->name), "stage %d/%d (%s)", i, c->n, s->addr);

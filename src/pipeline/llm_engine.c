@@ -646,6 +646,18 @@ static void fail_queued(mu__eng_t *e)
 	uv_cond_broadcast(&e->cond);
 }
 
+/* Nothing ran for a while: ping every stage, so no device ends an idle
+ * session under us; one that does not answer is lost, as in a batch. */
+static void keepalive(mu__eng_t *e)
+{
+	char why[512];
+	int k, rc;
+
+	for (k = 0; k < e->n && !e->stopping; k++)
+		if (e->s[k].l.ping != NULL && (rc = e->s[k].l.ping(e->s[k].l.ud, why, sizeof(why))) != 0)
+			stage_failed(e, k, rc, why);
+}
+
 static void engine_thread(void *arg)
 {
 	mu__eng_t *e = arg;
@@ -665,8 +677,17 @@ static void engine_thread(void *arg)
 		if (all == NULL)
 			e->stopping = 1;
 		uv_mutex_lock(&e->lock);
-		if (!moved && !e->stopping && mu__list_empty(&e->queue))
+		if (moved || e->stopping || !mu__list_empty(&e->queue))
+			continue;
+		if (e->o.keepalive_ms <= 0) {
 			uv_cond_wait(&e->cond, &e->lock);
+		} else if (uv_cond_timedwait(&e->cond, &e->lock,
+		                             (uint64_t)e->o.keepalive_ms * 1000000) == UV_ETIMEDOUT &&
+		           mu__list_empty(&e->active) && mu__list_empty(&e->queue)) {
+			uv_mutex_unlock(&e->lock);
+			keepalive(e);
+			uv_mutex_lock(&e->lock);
+		}
 	}
 	uv_mutex_unlock(&e->lock);
 	mu__free(all);

@@ -38,6 +38,10 @@ typedef struct {
 	/* Read the reply: *out is rows of activations or logits (owned by the
 	 * link until the next submit), *compute_ms the stage's own time. */
 	int (*finish)(void *ud, const float **out, double *compute_ms, char *why, size_t wl);
+	/* Optional: show the stage the connection is alive (a device ends a
+	 * session idle past its --session-timeout); the engine calls it when
+	 * it has had no sequence for keepalive_ms. */
+	int (*ping)(void *ud, char *why, size_t wl);
 	void *ud;
 	int32_t max_chunk;   /* rows per batch */
 	int max_seqs;        /* sequences it keeps open */
@@ -51,6 +55,7 @@ typedef struct {
 	int max_active;      /* sequences in flight; others queue */
 	int batch;           /* 0: one sequence per batch (to measure) */
 	int io_timeout_ms;   /* a stage silent this long mid-batch has failed */
+	int keepalive_ms;    /* idle this long: ping the stages (0: never) */
 	/*
 	 * A stage whose device was lost (its connection broke, or it was
 	 * silent past io_timeout_ms): put the same layers on another device

@@ -82,8 +82,8 @@ int mu__link_local(mu__dec_t *d, int32_t max_chunk, int max_seqs, mu__eng_link_t
 		return MU_ENOMEM;
 	}
 	l->d = d;
-	*link = (mu__eng_link_t){local_open, local_close, local_submit, local_fd, local_finish, l,
-	                         max_chunk, max_seqs, ""};
+	*link = (mu__eng_link_t){local_open, local_close, local_submit, local_fd, local_finish, NULL,
+	                         l, max_chunk, max_seqs, ""};
 	snprintf(link->name, sizeof(link->name), "layers %d..%d in this process", first, last - 1);
 	return 0;
 }
