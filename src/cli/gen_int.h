@@ -20,7 +20,7 @@ typedef struct {
 	const char *prog;     /* "muster generate", for messages */
 	const char *model, *tokenizer, *stages, *tracker, *key, *weights, *replay_mem;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
-	int parallel, no_batch, devices, max_seqs, quiet;
+	int parallel, no_batch, devices, max_seqs, quiet, keepalive;
 	double temperature, top_p, seed;
 } gen_args_t;
 

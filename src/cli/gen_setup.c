@@ -34,6 +34,7 @@ void gen_args_default(gen_args_t *a)
 	a->seed = -1;
 	a->io_timeout = 60;
 	a->devices = 1;
+	a->keepalive = 60;
 }
 
 int gen_args_opts(gen_args_t *a, cli_opt_t *o)
@@ -57,6 +58,8 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		{"replay-mem", OPT_STR, &a->replay_mem, "SIZE", "with --tracker: activations kept to "
 		 "rebuild a lost device's KV cache (default 256M)"},
 		{"quiet", OPT_FLAG, &a->quiet, NULL, "with --tracker: no narration of the placement"},
+		{"keepalive", OPT_INT, &a->keepalive, "SECONDS", "with --stages or --tracker: ping idle "
+		 "stages this often, so devices keep the session (default 60; 0: never)"},
 		{"threads", OPT_INT, &a->threads, "N", "compute threads in this process (default: the "
 		 "machine's cores)"},
 		{"ctx", OPT_INT, &a->ctx, "N", "positions (prompt + new tokens) to reserve (default: "
@@ -122,6 +125,8 @@ static int check_args(const gen_args_t *a)
 		bad = "--weights must be auto, local or stream";
 	else if (a->parallel < 0 || a->parallel > 4096)
 		bad = "--parallel must be 1 to 4096";
+	else if (a->keepalive < 0 || a->keepalive > 86400)
+		bad = "--keepalive must be 0 to 86400 seconds";
 	else if (a->io_timeout < 1 || a->io_timeout > 86400)
 		bad = "--io-timeout must be 1 to 86400 seconds";
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
@@ -316,7 +321,7 @@ int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
 	/* devices end sessions idle past their --session-timeout (300 s by
 	 * default): a long-lived coordinator (muster serve) shows it is there */
 	if (r->cluster != NULL || r->remote != NULL)
-		o.keepalive_ms = 60000;
+		o.keepalive_ms = r->a.keepalive * 1000;
 	if (r->cluster != NULL) {
 		o.recover = mu__llm_cluster_recover;
 		o.recover_ud = r->cluster;

@@ -254,26 +254,45 @@ static void sampled(eseq_t *q, const float *logits, int32_t vocab)
 
 /* Sequences to open here before they run, or to close once they ended
  * and nothing of theirs is in flight anywhere. */
-static void control(mu__eng_t *e, int k)
+static int lost(int rc);
+static void stage_failed(mu__eng_t *e, int k, int rc, const char *why);
+
+/* A lost device found by an open or close is handled like one found by a
+ * batch (replaced, when the engine can); the open is tried again after.
+ * 1 when something changed (the round made progress). */
+static int control(mu__eng_t *e, int k)
 {
 	stage_t *s = &e->s[k];
 	char why[512];
 	mu__list_t *it;
+	int rc, moved = 0;
 
 	mu__list_foreach(it, &e->active) {
 		eseq_t *q = mu__container_of(it, eseq_t, node);
 
 		if (!q->ending && !q->opened[k] && (k == 0 || q->opened[k - 1])) {
-			if (s->l.open(s->l.ud, q->sid, q->r.ctx, why, sizeof(why)) == 0)
+			rc = s->l.open(s->l.ud, q->sid, q->r.ctx, why, sizeof(why));
+			moved = 1;
+			if (rc == 0) {
 				q->opened[k] = 1;
-			else
-				seq_end(q, MU_EFAIL, MU__STOP_LENGTH, why);
+			} else if (lost(rc)) {
+				stage_failed(e, k, rc, why);
+				return 1; /* the list may have changed: the next round goes on */
+			} else {
+				seq_end(q, rc, MU__STOP_LENGTH, why);
+			}
 		}
 		if (q->ending && q->opened[k] && !in_flight(e, q)) {
-			s->l.close(s->l.ud, q->sid, why, sizeof(why));
+			rc = s->l.close(s->l.ud, q->sid, why, sizeof(why));
 			q->opened[k] = 0;
+			moved = 1;
+			if (lost(rc)) {
+				stage_failed(e, k, rc, why);
+				return 1;
+			}
 		}
 	}
+	return moved;
 }
 
 /* Take rows of q for stage k (at most budget); 0 when it has none. */
@@ -609,7 +628,7 @@ static int round_once(mu__eng_t *e, eseq_t **all)
 	for (k = 0; k < e->n; k++) {
 		if (e->s[k].busy)
 			continue;
-		control(e, k);
+		moved |= control(e, k);
 		if (e->stopping)
 			continue;
 		if (start_batch(e, k, all, nall, why, sizeof(why), &err)) {

@@ -622,3 +622,22 @@ def test_over_devices_from_a_tracker(muster_bin, serve, tracker, muster_server, 
         "prompt": "Once upon", "max_tokens": 30, "temperature": 0, "stream": True}}]})
     assert got["text"] == want
     assert get(s, "/health")[1]["where"] == "2 devices from the tracker"
+
+
+def test_idle_sessions_kept_alive(muster_bin, serve, tracker, muster_server):
+    """Devices end a session idle past --session-timeout; serve pings its
+    stages (--keepalive) so a request after a long idle time runs on the
+    devices it has, with nothing recovered."""
+    devs = [muster_server("--mem", "1G", "--session-timeout", 2, tracker=tracker, key="cpu")
+            for _ in range(2)]
+    s = serve(STORIES, "--tracker", tracker.address, "--key", "cpu", "--devices", 2,
+              "--keepalive", 1)
+    body = {"prompt": "Once upon", "max_tokens": 10, "temperature": 0}
+    assert post(s, "/v1/completions", body)[0] == 200
+    time.sleep(5)
+    status, r = post(s, "/v1/completions", body)
+    assert status == 200 and r["choices"][0]["text"] == generate(muster_bin, STORIES,
+                                                                  "Once upon", 10)
+    assert "is lost" not in s.log(), s.log()
+    for d in devs:
+        assert "session-timeout" not in d.log_text() and "no data from" not in d.log_text()
