@@ -17,6 +17,7 @@ split and a 1-position chunking dump the same bytes as one process.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,17 @@ def test_split_and_chunks_are_bit_identical(muster_bin, models, tmp_path):
     finally:
         start.teardown()
     assert one == split == chunked
+
+
+def test_shapes_that_disagree_with_the_config(muster_bin, models, tmp_path):
+    """A config.json that says one thing and tensors that hold another: the
+    error names the tensor, its shape and what the configuration implies."""
+    bad = tmp_path / "bad"
+    shutil.copytree(models["llama-mha-tied"], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["intermediate_size"] = 100
+    (bad / "config.json").write_text(json.dumps(cfg))
+    proc = generate(muster_bin, "--model", bad, "--max-tokens", 1, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode != 0
+    assert "tensor blk.0.ffn_gate.weight is [96, 64]; the configuration implies [100, 64]" in err
