@@ -79,6 +79,8 @@ def one_run(a, model, stages, s, addrs, stage_pids):
     if addrs:
         cmd += ["--stages", ",".join(addrs)]
     cpu0 = cpu_of(stage_pids)
+    ru = os.times()
+    a.child_cpu = ru.children_user + ru.children_system  # stages reaped earlier count not
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     wall = time.monotonic() - t0
