@@ -178,6 +178,21 @@ static char *summary(int port)
 }
 
 /* Wait until the tracker's summary contains needle. */
+int demo_start_tracker(demo_t *d, char *targ, size_t n)
+{
+	char tport[16], tend[16];
+	char *args[] = {d->exe, "tracker", "--host", "127.0.0.1", "--port", tport, "--port-end",
+	                tend, NULL};
+
+	d->tport = demo_free_port();
+	snprintf(tport, sizeof(tport), "%d", d->tport);
+	snprintf(tend, sizeof(tend), "%d", d->tport + 1); /* exactly that port */
+	snprintf(targ, n, "127.0.0.1:%d", d->tport);
+	printf("\n2. A tracker keeps the pool of devices. It speaks Apache TVM's RPC tracker\n"
+	       "   protocol, so TVM's own servers and clients can use it too:\n");
+	return demo_spawn(d, args);
+}
+
 int demo_wait_summary(int port, const char *needle)
 {
 	double deadline = mu__clock_ms() + T;
@@ -320,7 +335,7 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 
 static int demo(demo_t *d, char *err, size_t el)
 {
-	char model[128], tport[16], tend[16], targ[32], b[32];
+	char model[128], targ[32], b[32];
 	uint64_t widths[LAYERS + 1];
 	int rc;
 
@@ -335,18 +350,7 @@ static int demo(demo_t *d, char *err, size_t el)
 	       "   weights (made by `muster model gen`), in %s.\n"
 	       "   None of the devices below can hold it alone.\n", LAYERS, WIDTH, WIDTH, b, model);
 
-	d->tport = demo_free_port();
-	snprintf(tport, sizeof(tport), "%d", d->tport);
-	snprintf(tend, sizeof(tend), "%d", d->tport + 1); /* exactly that port */
-	snprintf(targ, sizeof(targ), "127.0.0.1:%d", d->tport);
-	printf("\n2. A tracker keeps the pool of devices. It speaks Apache TVM's RPC tracker\n"
-	       "   protocol, so TVM's own servers and clients can use it too:\n");
-	{
-		char *args[] = {d->exe, "tracker", "--host", "127.0.0.1", "--port", tport,
-		                "--port-end", tend, NULL};
-
-		rc = demo_spawn(d, args);
-	}
+	rc = demo_start_tracker(d, targ, sizeof(targ));
 	printf("\n3. Three devices register with it under the key \"demo\", each with a memory\n"
 	       "   budget for weights; the third holds its own copy of the model. Each also\n"
 	       "   publishes its capabilities as metadata (md, over P2P here):\n");

@@ -180,21 +180,10 @@ static int generate(show_t *s, const mu__llm_src_t *src, const mu__tok_t *tok, c
 static int start_processes(show_t *s, const char *model)
 {
 	demo_t *d = s->d;
-	char tport[16], tend[16], targ[32], port[NDEV][16], pend[NDEV][16], cache[NDEV][96];
+	char targ[32], port[NDEV][16], pend[NDEV][16], cache[NDEV][96];
 	int rc;
 
-	d->tport = demo_free_port();
-	snprintf(tport, sizeof(tport), "%d", d->tport);
-	snprintf(tend, sizeof(tend), "%d", d->tport + 1); /* exactly that port */
-	snprintf(targ, sizeof(targ), "127.0.0.1:%d", d->tport);
-	printf("\n2. A tracker keeps the pool of devices. It speaks Apache TVM's RPC tracker\n"
-	       "   protocol, so TVM's own servers and clients can use it too:\n");
-	{
-		char *args[] = {d->exe, "tracker", "--host", "127.0.0.1", "--port", tport,
-		                "--port-end", tend, NULL};
-
-		rc = demo_spawn(d, args);
-	}
+	rc = demo_start_tracker(d, targ, sizeof(targ));
 	printf("\n3. Four devices register with it under the key \"demo\", each with %s of\n"
 	       "   memory: the model and its KV cache need three of them; the fourth is a\n"
 	       "   spare. The first holds its own copy of the model; the others get their\n"

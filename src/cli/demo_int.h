@@ -29,6 +29,9 @@ int demo_spawn(demo_t *d, char *const *args);
 /* SIGTERM, up to 5 s to exit, then SIGKILL; every one reaped. */
 void demo_stop_all(demo_t *d);
 void demo_remove_dir(const demo_t *d);
+/* Step 2 of both shows: the tracker on a free port (d->tport), its
+ * address into targ. */
+int demo_start_tracker(demo_t *d, char *targ, size_t n);
 /* Wait until the tracker's summary contains needle. */
 int demo_wait_summary(int port, const char *needle);
 void demo_show_queue(int port);

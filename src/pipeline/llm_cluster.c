@@ -17,6 +17,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
+#include "core/proc_int.h"
 #include "core/time_int.h"
 #include "pipeline/llm_cluster_int.h"
 
@@ -258,16 +259,6 @@ static char *assign_body(mu__llm_cluster_t *c, int i, int n, int a, int b, int s
 	return s;
 }
 
-/* The pages of [p, p + n) leave our resident set (the file stays cached). */
-static void release(const void *p, uint64_t n)
-{
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t b = ((uintptr_t)p + page - 1) & ~(page - 1);
-	uintptr_t e = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
-
-	if (e > b)
-		madvise((void *)b, e - b, MADV_DONTNEED);
-}
 
 /* Send tensor k in TENSOR messages of at most CHUNK bytes. */
 static int send_tensor(mu__llm_cluster_t *c, mu__chan_t *ch, size_t k, uint64_t *sent)
@@ -293,7 +284,7 @@ static int send_tensor(mu__llm_cluster_t *c, mu__chan_t *ch, size_t k, uint64_t 
 		*sent += n;
 	}
 	mu__free(buf);
-	release(x->m.data, x->bytes);
+	mu__pages_release(x->m.data, x->bytes);
 	return rc;
 }
 
