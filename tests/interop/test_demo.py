@@ -201,8 +201,11 @@ def test_demo_mlp_runs_and_cleans_up(demo):
     assert not os.path.exists(d.directory()), f"{d.directory()} was left behind"
 
 
+# The signal tests run the forward-pass show: the generation one is over in
+# well under a second, too soon to be sure a signal lands mid-run; both
+# share the process handling under test.
 def test_demo_sigterm_mid_run_stops_everything(demo):
-    d = demo()
+    d = demo("--mlp")
     d.wait_for_children(1)
     # freeze it mid-run (its servers keep running) so the signal surely
     # comes before the end, then let it handle SIGTERM
@@ -225,7 +228,7 @@ def test_demo_sigterm_mid_run_stops_everything(demo):
 def test_demo_sigkill_leaves_no_servers(demo):
     """Killed outright, the demo cannot clean up: the kernel's SIGTERM
     (PR_SET_PDEATHSIG) must stop its processes all the same."""
-    d = demo()
+    d = demo("--mlp")
     d.wait_for_children(1)
     directory = d.directory()
     os.kill(d.pid, signal.SIGSTOP)
