@@ -447,7 +447,9 @@ def test_stage_holds_only_its_layers(muster_bin, llm_stages, tmp_path):
         assert own - 64 * 1024 <= mapped <= own + 4 * 1024 * 1024, \
             f"stage {s.index}: {mapped} bytes of the file resident, its weights are {own}"
         rss = s.status("VmRSS")
-        assert rss < own + 32 * 1024 * 1024, f"stage {s.index}: RSS {rss} for {own} of weights"
+        # the process itself is ~12 MiB; a sanitizer build adds its runtime and shadow
+        slack = (96 if "ASAN_OPTIONS" in os.environ else 32) * 1024 * 1024
+        assert rss < own + slack, f"stage {s.index}: RSS {rss} for {own} of weights"
     proc = generate(muster_bin, "--model", model, "--stages", addrs(group), "--temperature", 0,
                     "--max-tokens", 40, "--json", "--ignore-eos")
     r = json.loads(proc.stdout)
