@@ -42,6 +42,7 @@ typedef struct {
 	unsigned max_keys;  /* device-key queues kept; default 10000 */
 	unsigned max_per_conn; /* free resources, and queued requests, one
 	                        * connection may hold; default 4096 */
+	mu_budget_t budget;    /* what each peer may make the tracker hold */
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */

@@ -57,7 +57,7 @@ class TrackerOpts(ctypes.Structure):
     _fields_ = [("host", c_char_p), ("port", c_int), ("port_end", c_int),
                 ("silent", c_int), ("reuse_addr", c_int), ("timeout", c_double),
                 ("max_frame", c_uint), ("max_keys", c_uint),
-                ("max_per_conn", c_uint)]
+                ("max_per_conn", c_uint), ("budget", Budget)]
 
 
 class StoreServerOpts(ctypes.Structure):

@@ -19,6 +19,7 @@ int cmd_tracker(int argc, char **argv)
 	mu_tracker_opts_t o;
 	mu_tracker_t *t;
 	int no_reuse = 0, npos, rc, max_frame;
+	cli_budget_t cb;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default 0.0.0.0; :: for IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9190; 0 = any free port)"},
@@ -27,6 +28,7 @@ int cmd_tracker(int argc, char **argv)
 		{"no-reuse-addr", OPT_FLAG, &no_reuse, NULL, "do not set SO_REUSEADDR before binding"},
 		{"timeout", OPT_DOUBLE, &o.timeout, "SECONDS", "disconnect a peer that takes longer to finish its handshake, or a frame it started (default 60; 0 = never)"},
 		{"max-frame", OPT_INT, &max_frame, "BYTES", "largest message accepted (default 1048576, as TVM)"},
+		CLI_BUDGET_OPTS(cb),
 	};
 	cli_cmd_t cmd = {
 		"muster tracker [--host H] [--port P] [--port-end E] [--silent] [--no-reuse-addr] [--timeout S]",
@@ -40,6 +42,7 @@ int cmd_tracker(int argc, char **argv)
 
 	mu_tracker_opts_init(&o);
 	max_frame = (int)o.max_frame;
+	cli_budget_init(&cb);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -47,6 +50,9 @@ int cmd_tracker(int argc, char **argv)
 		fprintf(stderr, "muster tracker: --max-frame must be > 0 and --timeout >= 0\n");
 		return 2;
 	}
+	rc = cli_budget_apply("muster tracker", &cb, &o.budget);
+	if (rc != 0)
+		return rc;
 	o.max_frame = (unsigned)max_frame;
 	o.reuse_addr = !no_reuse;
 	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
