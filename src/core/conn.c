@@ -27,6 +27,8 @@
  */
 #define GATHER_MAX 65536
 #define GATHER_ONE 1024 /* the largest reply gathered */
+/* One connection's share of a loop turn (mu__conn_yield), in ns. */
+#define TURN_NS 10000000
 
 typedef struct {
 	uv_write_t req;
@@ -161,6 +163,7 @@ static void call_on_data(mu__conn_t *c)
 	int was = c->serving;
 
 	c->serving = 1;
+	c->turn_start = uv_hrtime();
 	c->ops->on_data(c);
 	flush(c);
 	c->serving = was;
@@ -380,6 +383,15 @@ static void update_reading(mu__conn_t *c)
 	} else if (want && !c->reading) {
 		c->reading = uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb) == 0;
 	}
+}
+
+int mu__conn_yield(mu__conn_t *c)
+{
+	if (uv_hrtime() - c->turn_start < TURN_NS)
+		return 0;
+	if (!c->paused && !c->cut && !c->closing)
+		uv_timer_start(&c->grace, grace_cb, 0, 0); /* on_data again, next turn */
+	return 1;
 }
 
 void mu__conn_hold(mu__conn_t *c, int hold)

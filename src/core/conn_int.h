@@ -112,6 +112,7 @@ struct mu__conn_s {
 	int eof;
 	int cut;
 	int serving;        /* inside on_data: sends answer this peer */
+	uint64_t turn_start; /* when on_data was called (uv_hrtime) */
 	int direct;         /* the read in progress goes to on_alloc's buffer */
 	uv_shutdown_t shut;
 	char peer[MU_ADDRSTRLEN]; /* "ip:port" */
@@ -184,6 +185,14 @@ void mu__conn_finish(mu__conn_t *c, int err, uint64_t linger_ms);
 
 /* Close (idempotent); err goes to on_close. */
 void mu__conn_close(mu__conn_t *c, int err);
+
+/*
+ * In on_data, between two messages: 1 when this call has had its share of
+ * the loop (10 ms): return then, and on_data is called again on the next
+ * loop turn, so one peer's batch of costly requests does not hold up
+ * everyone else (their handshakes and timers). 0: go on.
+ */
+int mu__conn_yield(mu__conn_t *c);
 
 /* Stop or resume reading at the owner's wish (independent of the budget). */
 void mu__conn_hold(mu__conn_t *c, int hold);

@@ -127,6 +127,8 @@ static void on_data(mu__conn_t *c)
 		if (!c->closing)
 			mu__buf_consume(&c->in, 8 + plen);
 		progressed = 1;
+		if (mu__conn_yield(c))
+			break;
 	}
 	if (c->closing)
 		return;

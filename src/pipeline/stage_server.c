@@ -54,6 +54,7 @@ typedef struct sconn_s {
 	unsigned long nmsgs;      /* whole messages received */
 	double since;             /* when it connected (mu__clock_ms) */
 	int uncounted;            /* closing after an ERROR: not in nconns */
+	int in_data;              /* inside sc_data: it goes on with the next message */
 } sconn_t;
 
 /* A RESULT being written: what its buffers point into. */
@@ -253,7 +254,8 @@ static void replied(sconn_t *sc)
 		return;
 	sc_reset(sc);
 	mu__conn_hold(&sc->conn, 0);
-	sc_data(&sc->conn); /* a request that came in behind this one */
+	if (!sc->in_data)
+		sc_data(&sc->conn); /* a request that came in behind this one */
 }
 
 static void work_cb(uv_work_t *w)
@@ -379,21 +381,26 @@ static void sc_data(mu__conn_t *c)
 {
 	sconn_t *sc = (sconn_t *)c;
 	mu__buf_t *in = &c->in;
+	int was = sc->in_data;
 
+	/* a reply sent at once (INFO, an ERROR) comes back to this loop, not
+	 * into a new call: a thousand pipelined messages are a loop here, not
+	 * a thousand nested calls */
+	sc->in_data = 1;
 	while (!c->closing && !c->draining && !c->paused && sc->state != SC_BUSY && in->len > 0) {
 		size_t k;
 		int rc;
 
 		switch (sc->state) {
 		case SC_HEADER:
-			if (in->len < MU_MSG_HEADER)
+			if (in->len < MU_MSG_HEADER || mu__conn_yield(c))
 				goto out;
 			rc = mu__msg_decode((const unsigned char *)in->data, sc->srv->o.max_frame_bytes, &sc->m);
 			mu__buf_consume(in, MU_MSG_HEADER);
 			if (rc != 0) {
 				sc->m.id = 0;
 				fail_conn(sc, rc, "bad message header: %s", mu_strerror(rc));
-				return;
+				goto out;
 			}
 			start_body(sc);
 			break;
@@ -401,7 +408,7 @@ static void sc_data(mu__conn_t *c)
 			k = in->len < sc->left ? in->len : (size_t)sc->left;
 			if (mu__buf_append(&sc->text, in->data, k) != 0) {
 				fail_conn(sc, MU_ENOMEM, "out of memory for a message body");
-				return;
+				goto out;
 			}
 			mu__buf_consume(in, k);
 			sc->left -= k;
@@ -426,6 +433,7 @@ static void sc_data(mu__conn_t *c)
 		}
 	}
 out:
+	sc->in_data = was;
 	count_input(sc);
 	/* while paused for its budget, what waits is ours to answer, not the
 	 * peer's stall: the budget's grace governs it, conn.c calls us back */

@@ -183,8 +183,11 @@ static void on_data(mu__conn_t *c)
 	if (sc->state == SC_DETECT && !detect(sc))
 		return;
 	/* stop at backpressure; core/conn.c calls back when it is lifted */
-	while (!c->closing && !c->paused && c->in.len > 0 && serve_one(sc))
+	while (!c->closing && !c->paused && c->in.len > 0 && serve_one(sc)) {
 		progressed = 1;
+		if (mu__conn_yield(c))
+			break;
+	}
 	close_doomed(sc->s);
 	if (c->closing)
 		return;

@@ -447,6 +447,8 @@ static void on_data(mu__conn_t *cc)
 			return;
 		mu__buf_consume(in, 4 + blen);
 		progressed = 1;
+		if (mu__conn_yield(cc))
+			break;
 	}
 	if (c->state != CONN_FRAMES || cc->closing)
 		return;
