@@ -57,7 +57,8 @@ class TrackerOpts(ctypes.Structure):
     _fields_ = [("host", c_char_p), ("port", c_int), ("port_end", c_int),
                 ("silent", c_int), ("reuse_addr", c_int), ("timeout", c_double),
                 ("max_frame", c_uint), ("max_keys", c_uint),
-                ("max_per_conn", c_uint), ("budget", Budget)]
+                ("max_per_conn", c_uint), ("max_keys_per_conn", c_uint),
+                ("budget", Budget)]
 
 
 class StoreServerOpts(ctypes.Structure):
@@ -89,7 +90,8 @@ class MdOpts(ctypes.Structure):
                 ("lease_ttl", c_double), ("store_timeout", c_double),
                 ("op_timeout", c_double), ("listen_budget", Budget),
                 ("on_event", c_void_p), ("ud", c_void_p),
-                ("errbuf", c_void_p), ("errbuf_len", c_size_t)]
+                ("errbuf", c_void_p), ("errbuf_len", c_size_t),
+                ("remote_cache_max", c_size_t)]
 
 
 class MdPeer(ctypes.Structure):
@@ -181,6 +183,7 @@ md_check_remote = _fn("mu_md_check_remote", c_int, c_void_p, c_char_p)
 md_get_remote = _fn("mu_md_get_remote", c_int, c_void_p, c_char_p, c_char_p, P(c_void_p),
                     P(c_size_t))
 md_invalidate_remote = _fn("mu_md_invalidate_remote", c_int, c_void_p, c_char_p)
+md_remote_bytes = _fn("mu_md_remote_bytes", c_size_t, c_void_p)
 md_list_remote = _fn("mu_md_list_remote", c_int, c_void_p, P(P(c_char_p)), P(c_size_t))
 md_strv_free = _fn("mu_md_strv_free", None, P(c_char_p))
 md_blob_make = _fn("mu_md_blob_make", c_int, c_char_p, c_char_p, c_size_t, P(c_void_p),

@@ -5,6 +5,7 @@
  * whole in this process, the reference a split run matches bit for bit).
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "core/json_int.h"
 #include "core/net_int.h"
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
@@ -224,12 +226,9 @@ static int plan_range(const char *path, int i, int *n, int *first, int *last)
 	if (cJSON_IsArray(st) && i < cJSON_GetArraySize(st)) {
 		*n = cJSON_GetArraySize(st);
 		x = cJSON_GetArrayItem(st, i);
-		if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x, "first")) &&
-		    cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(x, "last"))) {
-			*first = cJSON_GetObjectItemCaseSensitive(x, "first")->valueint;
-			*last = cJSON_GetObjectItemCaseSensitive(x, "last")->valueint;
+		if (mu__json_int(cJSON_GetObjectItemCaseSensitive(x, "first"), 0, INT_MAX, first) == 0 &&
+		    mu__json_int(cJSON_GetObjectItemCaseSensitive(x, "last"), 0, INT_MAX, last) == 0)
 			rc = 0;
-		}
 	}
 	cJSON_Delete(o);
 	return rc;
@@ -320,13 +319,17 @@ int cmd_stage(int argc, char **argv)
 	}
 	{
 		cJSON *d = cJSON_Parse(mu_stage_describe(s));
+		int nfirst = 0, nlast = 0;
+		double res = 0, load_ms = 0;
 
-		cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes")), rb,
-		          sizeof(rb));
-		fprintf(stderr, "muster stage %d/%d: nodes %d..%d, %s of weights resident, loaded in %.0f ms\n",
-		        index, of, (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "first")),
-		        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "last")) - 1, rb,
-		        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "load_ms")));
+		/* our own description: each number is there, in range */
+		mu__json_int(cJSON_GetObjectItemCaseSensitive(d, "first"), 0, INT_MAX, &nfirst);
+		mu__json_int(cJSON_GetObjectItemCaseSensitive(d, "last"), 0, INT_MAX, &nlast);
+		mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes"), 0, 1e300, &res);
+		mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "load_ms"), 0, 1e300, &load_ms);
+		cli_bytes(res, rb, sizeof(rb));
+		fprintf(stderr, "muster stage %d/%d: nodes %d..%lld, %s of weights resident, loaded in %.0f ms\n",
+		        index, of, nfirst, (long long)nlast - 1, rb, load_ms);
 		cJSON_Delete(d);
 	}
 	printf("muster stage %d/%d: serving on %s:%d\n", index, of, o.host, mu_stage_server_port(srv));

@@ -42,6 +42,7 @@ int cmd_server(int argc, char **argv)
 		{"custom-addr", OPT_STR, &o.custom_addr, "ADDR", "address the tracker gives clients instead of the one it sees"},
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 		{"handshake-timeout", OPT_DOUBLE, &o.handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
+		{"session-timeout", OPT_DOUBLE, &o.session_timeout, "SECONDS", "end a session whose client sends nothing, or reads nothing, for this long (default 300; 0: never)"},
 		{"mem", OPT_STR, &mem, "SIZE", "memory for a stage's weights, e.g. 2G (default: what the machine has available now)"},
 		{"model", OPT_STR, &models, "DIR[,DIR...]", "models this device holds a copy of (stages load from them instead of being streamed)"},
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
@@ -87,6 +88,12 @@ int cmd_server(int argc, char **argv)
 	dopt.md_host = o.host;
 	if (mem != NULL && (cli_parse_size(mem, &dopt.mem_budget) != 0 || dopt.mem_budget == 0)) {
 		fprintf(stderr, "muster server: --mem %s is not a size (try 512M or 2G)\n", mem);
+		return 2;
+	}
+	if (!(o.session_timeout >= 0 && o.session_timeout <= 2000000) ||
+	    !(o.handshake_timeout >= 0)) {
+		fprintf(stderr, "muster server: --session-timeout must be 0 to 2000000 seconds "
+		        "and --handshake-timeout >= 0\n");
 		return 2;
 	}
 	if (threads < 1 || md_port < 0 || md_port > 65535) {

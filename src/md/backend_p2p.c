@@ -77,7 +77,7 @@ static void handle(pconn_t *pc, mu__p2p_cmd_t cmd, const char *arg, size_t n)
 	case MU_P2P_LOAD:
 		if (mu__md_blob_label(arg, n, label, sizeof(label)) != 0)
 			label[0] = '\0'; /* a full blob, or NIXL's */
-		rc = mu__md_load(a, label, arg, n, name, sizeof(name));
+		rc = mu__md_load_pushed(a, label, arg, n, name, sizeof(name));
 		snprintf(why, sizeof(why), "pushed by %.100s", pc->conn.peer);
 		mu__md_event(a, MU_MD_REMOTE_LOADED, rc, name, rc ? mu_strerror(rc) : why);
 		break;

@@ -10,8 +10,10 @@
  * stage loaded there, and the forwards that were in flight run again.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -134,7 +136,8 @@ static int fetch_caps(mu_cluster_t *c, device_t *d, const char *info, char *err,
 	agent = cJSON_GetObjectItemCaseSensitive(o, "md_agent");
 	backend = cJSON_GetObjectItemCaseSensitive(o, "md_backend");
 	port = cJSON_GetObjectItemCaseSensitive(o, "md_port");
-	if (rc != 0 || !cJSON_IsString(agent) || !cJSON_IsString(backend) || !cJSON_IsNumber(port) ||
+	if (rc != 0 || !cJSON_IsString(agent) || !cJSON_IsString(backend) ||
+	    mu__json_int(port, 0, 65535, &peer.port) != 0 ||
 	    mu__split_hostport(d->addr, host, sizeof(host), &p) != 0) {
 		snprintf(err, el, "device %s does not describe its metadata agent (is it a muster server "
 		         "of this version?)", d->addr);
@@ -142,7 +145,6 @@ static int fetch_caps(mu_cluster_t *c, device_t *d, const char *info, char *err,
 		return MU_EPROTO;
 	}
 	peer.ip = host;
-	peer.port = port->valueint;
 	if (strcmp(backend->valuestring, "P2P") != 0 &&
 	    strcmp(backend->valuestring, mu_md_backend_name(c->md)) == 0)
 		rc = mu_md_fetch_remote(c->md, agent->valuestring, NULL, NULL, &op);
@@ -158,12 +160,16 @@ static int fetch_caps(mu_cluster_t *c, device_t *d, const char *info, char *err,
 		rc = mu_md_blob_payload(blob, n, &payload, &pn);
 	if (rc == 0)
 		rc = mu__json_parse(payload, pn, &caps);
+	if (rc == 0 &&
+	    (mu__json_u64(cJSON_GetObjectItemCaseSensitive(caps, "mem_budget"), UINT64_MAX,
+	                  &d->budget) != 0 ||
+	     mu__json_int(cJSON_GetObjectItemCaseSensitive(caps, "threads"), 1, INT_MAX,
+	                  &d->threads) != 0))
+		rc = MU_EPROTO; /* numbers missing or out of range */
 	if (rc != 0) {
 		snprintf(err, el, "device %s: cannot fetch its metadata (agent %s, %s): %s", d->addr,
 		         agent->valuestring, backend->valuestring, mu_strerror(rc));
 	} else {
-		d->budget = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(caps, "mem_budget"));
-		d->threads = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(caps, "threads"));
 		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(caps, "models")) {
 			const cJSON *dg = cJSON_GetObjectItemCaseSensitive(it, "digest");
 			unsigned long long v;

@@ -12,6 +12,7 @@
  * that `muster request` and the tests use to see a session arrive.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -278,19 +279,21 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		return;
 	}
 	ss->t0 = mu__clock_ms();
-	idx = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "stage"));
-	of = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "of"));
-	first = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "first"));
-	last = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "last"));
-	need = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "param_bytes"));
 	w = cJSON_GetObjectItemCaseSensitive(o, "weights");
 	g = cJSON_GetObjectItemCaseSensitive(o, "graph");
 	dg = cJSON_GetObjectItemCaseSensitive(o, "digest");
-	if (!cJSON_IsString(w) || !cJSON_IsString(dg) || sscanf(dg->valuestring, "%llx", &digest) != 1 ||
-	    !(need >= 0) || of < 1 || idx < 0 || idx >= of) {
+	/* every number range-checked before it becomes an int: node indices
+	 * are non-negative ints, and cut() computes last - 1 */
+	if (mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "of"), 1, INT_MAX, &of) != 0 ||
+	    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "stage"), 0, of - 1, &idx) != 0 ||
+	    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "first"), 0, INT_MAX, &first) != 0 ||
+	    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "last"), 0, INT_MAX, &last) != 0 ||
+	    mu__json_double(cJSON_GetObjectItemCaseSensitive(o, "param_bytes"), 0,
+	                    (double)MU_JSON_INT_MAX, &need) != 0 ||
+	    !cJSON_IsString(w) || !cJSON_IsString(dg) || sscanf(dg->valuestring, "%llx", &digest) != 1) {
 		cJSON_Delete(o);
 		mu__reply_error(r, m->id, MU_EPROTO, 1, "ASSIGN lacks stage, of, first, last, "
-		                "param_bytes, digest or weights");
+		                "param_bytes, digest or weights, or one is out of range");
 		return;
 	}
 	if (need > (double)d->mem) {

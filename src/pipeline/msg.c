@@ -24,6 +24,11 @@ void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
 
 	c->fd = fd;
 	c->sess = sess;
+	/* a device's session: no wait on the client outlasts the server's
+	 * session timeout, sends included (reads go through the session) */
+	if (sess != NULL && mu_session_wait_limit_ms(sess) >= 0 &&
+	    (io_ms < 0 || io_ms > mu_session_wait_limit_ms(sess)))
+		io_ms = mu_session_wait_limit_ms(sess);
 	c->io_ms = io_ms;
 	c->max_frame = max_frame;
 	c->got = 0;
@@ -84,7 +89,7 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 /* Up to len bytes; *n > 0 on success. wait_ms bounds the wait. */
 static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_ms)
 {
-	struct pollfd pfd;
+	int64_t deadline = mu__deadline(wait_ms);
 	ssize_t r;
 	int rc;
 
@@ -105,14 +110,10 @@ static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_m
 				rc = errno == ECONNRESET ? MU_EEOF : -errno;
 				break;
 			}
-			pfd.fd = c->fd;
-			pfd.events = POLLIN;
-			pfd.revents = 0;
-			rc = poll(&pfd, 1, wait_ms);
-			if (rc == 0)
-				return -ETIMEDOUT;
-			if (rc < 0 && errno != EINTR)
-				return -errno;
+			/* the time left, not a fresh wait_ms after each wake-up */
+			rc = mu__sock_wait_readable(c->fd, deadline);
+			if (rc != 0)
+				return rc;
 		}
 	}
 	if (rc == 0 && *n == 0)

@@ -52,6 +52,7 @@ typedef struct {
 	mu_tracker_t *t;
 	conn_state_t state;
 	int logged;       /* why it closes is logged already */
+	unsigned refused; /* PUTs and REQUESTs refused for a limit */
 	cJSON *info; /* merged UPDATE_INFO dict; NULL before the first */
 	mu__sched_owner_t owner;
 } conn_t;
@@ -198,11 +199,40 @@ out:
 
 static void tracker_stop_by_peer(conn_t *c);
 
+/*
+ * The scheduler refused a PUT or REQUEST for one of its limits; nothing
+ * changed. Answer with TVM's FAIL code and keep the peer: PUT gets -1 (as
+ * STOP with a wrong key does), REQUEST [-1, "why"], which TVM's
+ * TrackerSession.request reports ("Invalid return value [-1, ...]") and a
+ * muster client returns as MU_EFAIL. Logged on a peer's 1st, 2nd, 4th,
+ * 8th... refusal, so a flood of refused messages does not flood the log.
+ */
+static int refuse(conn_t *c, const mu__tracker_msg_t *m)
+{
+	cJSON *reply;
+	char why[200];
+	int rc = MU_ENOMEM;
+
+	mu__sched_refusal(&c->t->sched, why, sizeof(why));
+	c->refused++;
+	if ((c->refused & (c->refused - 1)) == 0)
+		TLOG(c->t, MU_LOG_WARN, "%s: %s of key %s refused: %s (%u refused so far)",
+		     c->conn.peer, m->code == MU_TC_PUT ? "PUT" : "REQUEST", m->key, why, c->refused);
+	if (m->code == MU_TC_PUT)
+		return reply_int(c, MU_TC_FAIL);
+	reply = cJSON_CreateArray();
+	if (reply != NULL && cJSON_AddItemToArray(reply, cJSON_CreateNumber(MU_TC_FAIL)) &&
+	    cJSON_AddItemToArray(reply, cJSON_CreateString(why)))
+		rc = reply_json(c, reply);
+	cJSON_Delete(reply);
+	return rc;
+}
+
 static int on_put(conn_t *c, const mu__tracker_msg_t *m)
 {
 	const char *addr = m->custom_addr != NULL ? m->custom_addr : c->conn.ip;
 	mu__buf_t port;
-	int rc;
+	int rc, refused = 0;
 
 	mu__buf_init(&port, MU_TRACKER_MAX_STR + 2);
 	rc = mu__json_dump(&port, m->port);
@@ -211,8 +241,11 @@ static int on_put(conn_t *c, const mu__tracker_msg_t *m)
 		     m->key, c->conn.peer, m->matchkey, addr, port.data);
 		rc = mu__sched_put(&c->t->sched, &c->owner, m->key, addr,
 		                   port.data, m->matchkey);
+		refused = rc == MU_ETOOBIG;
 	}
 	mu__buf_free(&port);
+	if (refused)
+		return refuse(c, m);
 	return rc != 0 ? rc : reply_int(c, MU_TC_SUCCESS);
 }
 
@@ -350,6 +383,8 @@ static int handle_frame(conn_t *c, const char *body, size_t len)
 		TLOG(c->t, MU_LOG_INFO, "Request using key %s from %s, priority %g",
 		     m.key, c->conn.peer, m.priority);
 		rc = mu__sched_request(&c->t->sched, &c->owner, m.key, m.priority);
+		if (rc == MU_ETOOBIG)
+			rc = refuse(c, &m);
 		break;
 	case MU_TC_UPDATE_INFO:
 		rc = on_update_info(c, &m);
@@ -530,8 +565,9 @@ void mu_tracker_opts_init(mu_tracker_opts_t *o)
 	o->reuse_addr = 1;
 	o->timeout = 60;
 	o->max_frame = MU_TRACKER_MAX_FRAME;
-	o->max_keys = 10000;
-	o->max_per_conn = 4096;
+	o->max_keys = MU_SCHED_MAX_QUEUES;
+	o->max_per_conn = MU_SCHED_MAX_PER_OWNER;
+	o->max_keys_per_conn = MU_SCHED_MAX_KEYS_PER_OWNER;
 	mu_budget_init(&o->budget);
 }
 
@@ -574,8 +610,10 @@ int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
 	mu__list_init(&t->conns);
 	mu__sched_init(&t->sched, deliver, t);
 	mu__budget_init(&t->budget, &t->opts.budget, "tracker");
-	t->sched.max_queues = o->max_keys ? o->max_keys : 10000;
-	t->sched.max_per_owner = o->max_per_conn ? o->max_per_conn : 4096;
+	t->sched.max_queues = o->max_keys ? o->max_keys : MU_SCHED_MAX_QUEUES;
+	t->sched.max_per_owner = o->max_per_conn ? o->max_per_conn : MU_SCHED_MAX_PER_OWNER;
+	t->sched.max_keys_per_owner =
+		o->max_keys_per_conn ? o->max_keys_per_conn : MU_SCHED_MAX_KEYS_PER_OWNER;
 	rc = mu__service_init(&t->svc, service_stop_cb);
 	if (rc != 0) {
 		mu__free(t);
