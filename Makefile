@@ -76,6 +76,7 @@ bench: build
 	bench/md.sh
 	bench/pipeline.sh
 	bench/cluster.sh
+	bench/hostile.sh
 
 install: build
 	cmake --install $(BUILD)
