@@ -78,6 +78,7 @@ bench: build
 	bench/kern.sh
 	bench/cluster.sh
 	bench/llm.sh
+	bench/hostile.sh
 
 install: build
 	cmake --install $(BUILD)

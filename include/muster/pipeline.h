@@ -175,6 +175,9 @@ typedef struct {
 	                          * -ETIMEDOUT); default 30000; <= 0 never */
 	uint64_t max_frame_bytes;/* tensor data per message; default 1 GiB */
 	const char *name;        /* for logs and errors: "stage 2/3" */
+	mu_budget_t budget;      /* what each client may make the server hold
+	                          * (replies it has not read, the message it is
+	                          * sending) */
 } mu_stage_server_opts_t;
 
 MU_EXTERN void mu_stage_server_opts_init(mu_stage_server_opts_t *o);

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "muster/common.h"
+
 typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE } cli_opt_kind_t;
 
 typedef struct {
@@ -54,6 +56,23 @@ void cli_signal_disarm(void);
 void cli_bytes(double b, char *buf, size_t len);
 /* "512M", "2G", "1.5GiB", "4096" -> bytes; -1 when not a size. */
 int cli_parse_size(const char *s, uint64_t *out);
+
+/*
+ * A server's budget options (docs/internals/budgets.md). Put
+ * CLI_BUDGET_OPTS(cb) in the option table, then cli_budget_apply. The
+ * defaults in the help text are MU_BUDGET_*_DEFAULT's (muster/common.h).
+ */
+typedef struct {
+	const char *conn;  /* --conn-budget SIZE, or NULL */
+	const char *total; /* --total-budget SIZE, or NULL */
+	double grace;      /* --budget-grace SECONDS */
+} cli_budget_t;
+
+#define CLI_BUDGET_OPTS(cb)                                                                    	{"conn-budget", OPT_STR, &(cb).conn, "SIZE",                                           	 "what one peer may make this server hold (its queued replies at their real cost, its " 	 "partial request, its watches); past it the peer is not read (default 16M)"},         	{"total-budget", OPT_STR, &(cb).total, "SIZE",                                         	 "what all peers together may make it hold (default 512M)"},                           	{"budget-grace", OPT_DOUBLE, &(cb).grace, "SECONDS",                                   	 "close a peer that stays over its budget this long reading nothing (default 30)"}
+
+void cli_budget_init(cli_budget_t *cb);
+/* b from cb, defaults where unset: 0, or 2 after saying why on stderr. */
+int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b);
 
 /* `muster run`'s table of a cluster run (also the demo's). */
 struct mu_cluster_s;

@@ -253,6 +253,7 @@ int cmd_stage(int argc, char **argv)
 	const char *dir = NULL, *plan = NULL, *max_frame = "1G";
 	int index = -1, of = 0, npos, rc, requests = 0, io_timeout = 30, first = -1, last = -1;
 	int silent_timeout = 30, max_conns = 64;
+	cli_budget_t cb;
 	mu_stage_server_opts_t o;
 	mu_stage_server_t *srv;
 	mu_stage_t *s;
@@ -269,6 +270,7 @@ int cmd_stage(int argc, char **argv)
 		{"silent-timeout", OPT_INT, &silent_timeout, "SECONDS", "close a connection that sends nothing this long after connecting (default 30; 0: never)"},
 		{"max-conns", OPT_INT, &max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
 		{"max-frame-bytes", OPT_STR, &max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
+		CLI_BUDGET_OPTS(cb),
 	};
 	cli_cmd_t cmd = {
 		"muster stage --model DIR --stage I (--of N | --plan FILE) [--host H] [--port P] [--requests N]",
@@ -294,9 +296,13 @@ int cmd_stage(int argc, char **argv)
 		if (strncmp(argv[i], "--model=", 8) == 0 && cli_is_llm(argv[i] + 8))
 			return cmd_stage_llm(argc, argv);
 	mu_stage_server_opts_init(&o);
+	cli_budget_init(&cb);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	rc = cli_budget_apply("muster stage", &cb, &o.budget);
+	if (rc != 0)
+		return rc;
 	if (dir == NULL || index < 0 || (of < 1 && plan == NULL) || requests < 0 || io_timeout < 1 ||
 	    silent_timeout < 0 || max_conns < 1 || cli_parse_size(max_frame, &mf) != 0) {
 		fprintf(stderr, "muster stage: needs --model DIR, --stage I >= 0 and --of N or --plan "

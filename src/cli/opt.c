@@ -272,3 +272,38 @@ int cli_parse_size(const char *s, uint64_t *out)
 	*out = (uint64_t)(v * mult);
 	return 0;
 }
+
+void cli_budget_init(cli_budget_t *cb)
+{
+	cb->conn = NULL;
+	cb->total = NULL;
+	cb->grace = MU_BUDGET_GRACE_DEFAULT;
+}
+
+int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b)
+{
+	uint64_t v;
+
+	mu_budget_init(b);
+	if (cb->conn != NULL) {
+		if (cli_parse_size(cb->conn, &v) != 0 || v == 0 || v > SIZE_MAX / 4) {
+			fprintf(stderr, "%s: --conn-budget %s is not a size (e.g. 16M)\n", cmd, cb->conn);
+			return 2;
+		}
+		b->conn_bytes = (size_t)v;
+	}
+	if (cb->total != NULL) {
+		if (cli_parse_size(cb->total, &v) != 0 || v == 0 || v > SIZE_MAX / 4) {
+			fprintf(stderr, "%s: --total-budget %s is not a size (e.g. 512M)\n", cmd, cb->total);
+			return 2;
+		}
+		b->total_bytes = (size_t)v;
+	}
+	b->grace = cb->grace;
+	if (mu_budget_check(b) != 0) {
+		fprintf(stderr, "%s: the budgets must be > 0 with --total-budget at least "
+		        "--conn-budget, and --budget-grace > 0\n", cmd);
+		return 2;
+	}
+	return 0;
+}

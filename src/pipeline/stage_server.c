@@ -55,6 +55,7 @@ typedef struct sconn_s {
 	uint64_t serial;          /* names the connection as an owner of sequences */
 	double since;             /* when it connected (mu__clock_ms) */
 	int uncounted;            /* closing after an ERROR: not in nconns */
+	int in_data;              /* inside sc_data: it goes on with the next message */
 } sconn_t;
 
 /* A RESULT being written: what its buffers point into. */
@@ -75,6 +76,7 @@ struct mu_stage_server_s {
 	int port;
 	mu__list_t conns;         /* oldest first */
 	int nconns;               /* conns not refused or evicted */
+	mu__budget_t budget;
 	char scratch[65536];
 	mu__serve_ctx_t ctx;
 	uv_mutex_t lock;          /* forwards */
@@ -201,22 +203,37 @@ static int send_result(sconn_t *sc)
 		if (l->t[i]->numel > 0)
 			w->bufs[n++] = uv_buf_init((char *)l->t[i]->data, (unsigned)(l->t[i]->numel * 4));
 	}
-	rc = mu__conn_sendv(&sc->conn, w->bufs, n, result_sent, w);
+	/* charged with what this write keeps besides the tensors' bytes */
+	rc = mu__conn_sendv(&sc->conn, w->bufs, n,
+	                    sizeof(*w) + MU_MSG_HEADER + 4 + hsz + (2 * l->n + 2) * sizeof(uv_buf_t),
+	                    result_sent, w);
 	if (rc != 0)
 		wres_free(w);
 	return rc;
 }
 
+static void free_cb(void *p)
+{
+	mu__free(p);
+}
+
+/* Header and text as one write: the text is the stage's description (it
+ * outlives the server), or an owned one that moves to the write. */
 static int send_text(sconn_t *sc)
 {
 	mu__reply_t *r = &sc->reply;
 	unsigned char h[MU_MSG_HEADER];
+	char *own = r->text_owned ? r->text : NULL;
+	int rc;
 
 	r->m.len = r->text != NULL ? strlen(r->text) : 0;
 	mu__msg_encode(&r->m, h);
-	return mu__conn_send(&sc->conn, h, sizeof(h), NULL, 0, NULL, NULL) == 0 && r->m.len > 0
-	               ? mu__conn_send(&sc->conn, r->text, r->m.len, NULL, 0, NULL, NULL)
-	               : 0;
+	rc = mu__conn_send(&sc->conn, h, sizeof(h), r->text, r->m.len, own ? free_cb : NULL, own);
+	if (rc == 0 && own != NULL) {
+		r->text = NULL;
+		r->text_owned = 0;
+	}
+	return rc;
 }
 
 /* The reply is ready (loop thread): send it, then read the next message. */
@@ -239,7 +256,8 @@ static void replied(sconn_t *sc)
 		return;
 	sc_reset(sc);
 	mu__conn_hold(&sc->conn, 0);
-	sc_data(&sc->conn); /* a request that came in behind this one */
+	if (!sc->in_data)
+		sc_data(&sc->conn); /* a request that came in behind this one */
 }
 
 static void work_cb(uv_work_t *w)
@@ -357,25 +375,41 @@ static void start_body(sconn_t *sc)
 	}
 }
 
+/* The message being received, held outside conn.in: the frame's declared
+ * tensors, or the text body. */
+static void count_input(sconn_t *sc)
+{
+	size_t n = mu__buf_footprint(&sc->text);
+
+	if (sc->fr_live)
+		n += (size_t)sc->fr.bytes;
+	mu__conn_input(&sc->conn, n);
+}
+
 static void sc_data(mu__conn_t *c)
 {
 	sconn_t *sc = (sconn_t *)c;
 	mu__buf_t *in = &c->in;
+	int was = sc->in_data;
 
-	while (!c->closing && !c->draining && sc->state != SC_BUSY && in->len > 0) {
+	/* a reply sent at once (INFO, an ERROR) comes back to this loop, not
+	 * into a new call: a thousand pipelined messages are a loop here, not
+	 * a thousand nested calls */
+	sc->in_data = 1;
+	while (!c->closing && !c->draining && !c->paused && sc->state != SC_BUSY && in->len > 0) {
 		size_t k;
 		int rc;
 
 		switch (sc->state) {
 		case SC_HEADER:
-			if (in->len < MU_MSG_HEADER)
+			if (in->len < MU_MSG_HEADER || mu__conn_yield(c))
 				goto out;
 			rc = mu__msg_decode((const unsigned char *)in->data, sc->srv->o.max_frame_bytes, &sc->m);
 			mu__buf_consume(in, MU_MSG_HEADER);
 			if (rc != 0) {
 				sc->m.id = 0;
 				fail_conn(sc, rc, "bad message header: %s", mu_strerror(rc));
-				return;
+				goto out;
 			}
 			start_body(sc);
 			break;
@@ -383,7 +417,7 @@ static void sc_data(mu__conn_t *c)
 			k = in->len < sc->left ? in->len : (size_t)sc->left;
 			if (mu__buf_append(&sc->text, in->data, k) != 0) {
 				fail_conn(sc, MU_ENOMEM, "out of memory for a message body");
-				return;
+				goto out;
 			}
 			mu__buf_consume(in, k);
 			sc->left -= k;
@@ -408,7 +442,13 @@ static void sc_data(mu__conn_t *c)
 		}
 	}
 out:
-	if (!c->closing && !c->draining && sc->state != SC_BUSY)
+	sc->in_data = was;
+	count_input(sc);
+	/* while paused for its budget, what waits is ours to answer, not the
+	 * peer's stall: the budget's grace governs it, conn.c calls us back */
+	if (!c->closing && !c->draining && c->paused)
+		mu__conn_timer(c, 0);
+	else if (!c->closing && !c->draining && sc->state != SC_BUSY)
 		arm_timer(sc);
 }
 
@@ -434,6 +474,7 @@ static void sc_direct(mu__conn_t *c, size_t n)
 	sc->left -= n;
 	if (rc != 0 || sc->left == 0)
 		frame_progress(sc, rc);
+	count_input(sc);
 	if (!c->closing && !c->draining && sc->state == SC_FRAME)
 		arm_timer(sc);
 }
@@ -612,11 +653,8 @@ static void on_connection(uv_stream_t *listener, int status)
 	mu__reply_init(&sc->reply);
 	mu__list_insert_tail(&srv->conns, &sc->node);
 	srv->nconns++;
-	/* replies are written from the tensors, never queued twice */
-	sc->conn.wq_high = (size_t)1 << 40;
-	sc->conn.wq_low = (size_t)1 << 39;
 	if (mu__conn_accept(&sc->conn, listener, &sc_ops, 2 * sizeof(srv->scratch), srv->scratch,
-	                    sizeof(srv->scratch)) != 0)
+	                    sizeof(srv->scratch), &srv->budget) != 0)
 		return;
 	mu__log(MU_LOG_INFO, LOG, "%s: connection from %s", srv->name, sc->conn.peer);
 	if (srv->nconns > srv->o.max_conns)
@@ -646,6 +684,7 @@ void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
 	o->silent_timeout_ms = 30000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->name = "stage";
+	mu_budget_init(&o->budget);
 }
 
 static int stage_listen(mu_stage_server_t *srv)
@@ -670,7 +709,8 @@ int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
 	int rc;
 
 	*out = NULL;
-	if (s == NULL || o == NULL || o->max_conns < 1 || o->io_timeout_ms < 1)
+	if (s == NULL || o == NULL || o->max_conns < 1 || o->io_timeout_ms < 1 ||
+	    mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	srv = mu__calloc(1, sizeof(*srv));
 	if (srv == NULL)
@@ -684,6 +724,7 @@ int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
 	srv->ctx.stage = s;
 	srv->ctx.name = srv->name;
 	mu__list_init(&srv->conns);
+	mu__budget_init(&srv->budget, &o->budget, "stage");
 	uv_mutex_init(&srv->lock);
 	uv_mutex_init(&srv->join_lock);
 	rc = mu__service_init(&srv->svc, service_stop_cb);

@@ -124,3 +124,19 @@ def test_bench_kern(muster_bin):
                 # ms, GFLOP/s, GB/s, ratio to OpenBLAS (+ cpu ms and its ratio on one
                 # thread); at this toy size the rates may round to 0.0
                 assert len(figs) == (6 if th == 1 else 4) and figs[0] > 0, m.group(0)
+
+
+def test_bench_hostile_script(muster_bin):
+    """bench/hostile.sh end to end at 1 s per flood: a row per server and
+    flood with its idle and peak RSS, and whether another client was
+    served meanwhile."""
+    env = dict(os.environ, MUSTER_BIN=str(muster_bin))
+    out = run([ROOT / "bench" / "hostile.sh", 1], timeout=300, env=env)
+    rows = re.findall(r"^\s+(\S+(?: \S+)?)\s+([a-z-]+)\s+([0-9.]+) MiB\s+([0-9.]+) MiB\s+"
+                      r"(-?[0-9.]+) MiB\s+(served \d+/\d+)", out, re.M)
+    assert sorted((s, f) for s, f, *_ in rows) == sorted([
+        ("tracker", "tracker-ping"), ("store", "store-ping"),
+        ("store", "store-watch-fanout"), ("store", "store-watch-keys"),
+        ("stage", "stage-info"), ("stage", "stage-forward"), ("md P2P", "md-send"),
+        ("device", "device-info"), ("device md", "md-send")]), out
+    assert all(float(idle) > 0 and float(peak) > 0 for _, _, idle, peak, *_ in rows), out
