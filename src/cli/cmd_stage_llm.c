@@ -14,6 +14,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "cli/stage_serve_int.h"
 #include "pipeline/llm_cluster_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -31,11 +32,6 @@ int cli_is_llm(const char *path)
 		return 0;
 	snprintf(p, sizeof(p), "%s/config.json", path);
 	return access(p, F_OK) == 0;
-}
-
-static void stop_stage(void *srv)
-{
-	mu_stage_server_stop(srv);
 }
 
 static int parse_layers(const char *s, int *first, int *last)
@@ -67,20 +63,14 @@ static void announce(mu_stage_t *s, int index, int of)
 
 int cmd_stage_llm(int argc, char **argv)
 {
-	const char *path = NULL, *layers = NULL, *kv = "1G", *tok = NULL, *max_frame = "1G";
-	int index = -1, of = 0, first = -1, last = -1, npos, rc, io_timeout = 60;
-	int silent_timeout = 30, max_conns = 64;
+	const char *path = NULL, *layers = NULL, *kv = "1G", *tok = NULL;
+	int index = -1, of = 0, first = -1, last = -1, npos, rc;
 	mu__llm_stage_opts_t lo;
-	mu_stage_server_opts_t o;
-	mu_stage_server_t *srv;
+	cli_stage_args_t sa;
 	mu_stage_t *s;
-	char err[1024], name[64];
-	uint64_t mf;
-
-	mu__llm_stage_opts_init(&lo);
-	lo.threads = (int)sysconf(_SC_NPROCESSORS_ONLN) > 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : 1;
-	mu_stage_server_opts_init(&o);
-	cli_opt_t opts[] = {
+	char err[1024];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	cli_opt_t opts[9 + CLI_STAGE_NOPTS] = {
 		{"model", OPT_STR, &path, "PATH", "the checkpoint: a GGUF file, an HF directory or a llama2.c .bin"},
 		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
 		{"of", OPT_INT, &of, "N", "the layers are split into N stages balanced by weight bytes"},
@@ -90,12 +80,6 @@ int cmd_stage_llm(int argc, char **argv)
 		{"kv-mem", OPT_STR, &kv, "SIZE", "KV cache all sequences may reserve (default 1G); past it SEQ_OPEN gets an ERROR"},
 		{"chunk", OPT_INT, &lo.max_chunk, "N", "positions per forward at most (default 256)"},
 		{"tokenizer", OPT_STR, &tok, "FILE", "ignored by a stage (the coordinator tokenizes); accepted for symmetry"},
-		{"host", OPT_STR, &o.host, "HOST", "address to listen on (default 127.0.0.1; 0.0.0.0 for all)"},
-		{"port", OPT_INT, &o.port, "PORT", "port (default 0: any free port, printed when ready)"},
-		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "close a peer that stalls mid-message this long (default 60)"},
-		{"silent-timeout", OPT_INT, &silent_timeout, "SECONDS", "close a connection that sends nothing this long after connecting (default 30; 0: never)"},
-		{"max-conns", OPT_INT, &max_conns, "N", "serve at most N connections (default 64)"},
-		{"max-frame-bytes", OPT_STR, &max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 	};
 	cli_cmd_t cmd = {
 		"muster stage --model CHECKPOINT --stage I (--of N | --layers A:B) [options]",
@@ -105,19 +89,24 @@ int cmd_stage_llm(int argc, char **argv)
 		"coordinator goes away. Prints one line when ready:\n"
 		"\n"
 		"    muster stage I/N: serving on HOST:PORT",
-		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
+		opts, 9, 0, 0};
 
+	mu__llm_stage_opts_init(&lo);
+	lo.threads = cpus > 0 ? (int)cpus : 1;
+	cli_stage_args_init(&sa, 60);
+	cmd.nopts += cli_stage_args_opts(&sa, opts + 9);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if ((rc = cli_stage_args_apply(&sa, "muster stage")) != 0)
+		return rc;
 	if (layers != NULL && parse_layers(layers, &first, &last) != 0) {
 		fprintf(stderr, "muster stage: --layers takes A:B with 0 <= A < B\n");
 		return 2;
 	}
 	if (path == NULL || (index < 0 && layers == NULL) || (of < 1 && layers == NULL) ||
-	    lo.threads < 1 || lo.max_seqs < 1 || lo.max_chunk < 1 || io_timeout < 1 ||
-	    silent_timeout < 0 || max_conns < 1 || cli_parse_size(kv, &lo.kv_bytes) != 0 ||
-	    cli_parse_size(max_frame, &mf) != 0) {
+	    lo.threads < 1 || lo.max_seqs < 1 || lo.max_chunk < 1 ||
+	    cli_parse_size(kv, &lo.kv_bytes) != 0) {
 		fprintf(stderr, "muster stage: needs --model PATH and --stage I with --of N, or "
 		                "--layers A:B; sizes like 512M (see --help)\n");
 		return 2;
@@ -133,28 +122,7 @@ int cmd_stage_llm(int argc, char **argv)
 		fprintf(stderr, "muster stage: cannot load stage %d/%d of %s: %s\n", index, of, path, err);
 		return 1;
 	}
-	snprintf(name, sizeof(name), "stage %d/%d", index, of);
-	o.name = name;
-	o.io_timeout_ms = io_timeout * 1000;
-	o.silent_timeout_ms = silent_timeout * 1000;
-	o.max_conns = max_conns;
-	o.max_frame_bytes = mf;
-	rc = mu_stage_server_start(s, &o, &srv);
-	if (rc != 0) {
-		fprintf(stderr, "muster stage: cannot listen on %s port %d: %s\n", o.host, o.port,
-		        rc == MU_EBIND ? "address in use" : mu_strerror(rc));
-		mu_stage_free(s);
-		return 1;
-	}
-	announce(s, index, of);
-	printf("muster stage %d/%d: serving on %s:%d\n", index, of, o.host, mu_stage_server_port(srv));
-	fflush(stdout);
-	cli_on_signal(stop_stage, srv);
-	mu_stage_server_wait(srv);
-	cli_signal_disarm();
-	mu_stage_server_free(srv);
-	mu_stage_free(s);
-	return 0;
+	return cli_stage_serve(s, &sa, index, of, announce);
 }
 
 /* ---- muster plan for an LLM ---- */
