@@ -75,7 +75,9 @@ bench: build
 	bench/store.sh
 	bench/md.sh
 	bench/pipeline.sh
+	bench/kern.sh
 	bench/cluster.sh
+	bench/llm.sh
 	bench/hostile.sh
 
 install: build

@@ -214,10 +214,15 @@ typedef struct {
 	const char *key;            /* the tracker key it registers under */
 	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
 	int threads;                /* OpenBLAS threads per forward; default 1 */
-	const char *const *models;  /* model directories held here */
+	const char *const *models;  /* models held here: graph model
+	                               directories, or decoder LLM checkpoints
+	                               (GGUF, HF directory, llama2.c) */
 	int nmodels;
 	const char *md_host;        /* metadata agent's P2P listener; 0.0.0.0 */
 	int md_port;                /* default 0: any */
+	const char *cache_dir;      /* where streamed LLM tensors are kept under
+	                               their SHA-256 for later runs; NULL: a
+	                               private directory per session, removed */
 } mu_device_opts_t;
 
 MU_EXTERN void mu_device_opts_init(mu_device_opts_t *o);

@@ -92,9 +92,20 @@ int cmd_stage(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_stage_llm(int argc, char **argv);
+/* Is path a decoder LLM checkpoint (GGUF, llama2.c, HF directory) rather
+ * than a graph model directory? */
+int cli_is_llm(const char *path);
+/* `muster plan` for such a checkpoint. The exit status. */
+int cli_plan_llm(const char *path, int stages, const char *budgets, int ctx, int seqs,
+                 int json);
+int cmd_tokenize(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
+int bench_kern(int argc, char **argv);
 
 #endif

@@ -2,12 +2,14 @@
 /*
  * Bounded growable buffer; see buf_int.h for the contract.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/error_int.h"
 
 void mu__buf_init(mu__buf_t *b, size_t max)
 {
@@ -164,4 +166,28 @@ char *mu__buf_take(mu__buf_t *b, size_t *plen)
 	b->len = 0;
 	b->cap = 0;
 	return p;
+}
+
+int mu__buf_read_file(mu__buf_t *b, const char *path, size_t max, char *why,
+                      size_t wl)
+{
+	char tmp[65536];
+	size_t n;
+	FILE *f;
+	int rc = 0;
+
+	mu__buf_init(b, max);
+	f = fopen(path, "rb");
+	if (f == NULL)
+		return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
+		rc = mu__buf_append(b, tmp, n);
+	if (rc == 0 && ferror(f))
+		rc = mu__why(why, wl, -EIO, "cannot read %.300s", path);
+	fclose(f);
+	if (rc == MU_ETOOBIG)
+		mu__why(why, wl, rc, "%.300s is larger than %zu bytes, the limit for it", path, max);
+	if (rc != 0)
+		mu__buf_free(b);
+	return rc;
 }

@@ -54,4 +54,12 @@ size_t mu__buf_footprint(const mu__buf_t *b);
  */
 char *mu__buf_take(mu__buf_t *b, size_t *plen);
 
+/*
+ * Read the whole file at path into b (initialised here with max bytes).
+ * 0; -errno with why naming the file; MU_ETOOBIG with why naming the file
+ * and the limit; MU_ENOMEM. b holds nothing on failure.
+ */
+int mu__buf_read_file(mu__buf_t *b, const char *path, size_t max, char *why,
+                      size_t wl);
+
 #endif

@@ -52,6 +52,7 @@ typedef struct sconn_s {
 	int computing;            /* a forward is on the thread pool */
 	int freed;                /* ... and the handles closed meanwhile */
 	unsigned long nmsgs;      /* whole messages received */
+	uint64_t serial;          /* names the connection as an owner of sequences */
 	double since;             /* when it connected (mu__clock_ms) */
 	int uncounted;            /* closing after an ERROR: not in nconns */
 	int in_data;              /* inside sc_data: it goes on with the next message */
@@ -80,6 +81,7 @@ struct mu_stage_server_s {
 	mu__serve_ctx_t ctx;
 	uv_mutex_t lock;          /* forwards */
 	unsigned long forwards;
+	uint64_t serials;         /* connections accepted so far */
 	uv_mutex_t join_lock;
 	int joined;
 };
@@ -105,7 +107,7 @@ static void fail_conn(sconn_t *sc, int code, const char *fmt, ...)
 {
 	char text[512];
 	unsigned char h[MU_MSG_HEADER];
-	mu__msg_t m = {MU_MSG_ERROR, code, sc->m.id, 0, 0};
+	mu__msg_t m = {MU_MSG_ERROR, code, sc->m.id, 0, 0, 0};
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -262,7 +264,8 @@ static void work_cb(uv_work_t *w)
 {
 	sconn_t *sc = w->data;
 
-	mu__pipe_handle(&sc->srv->ctx, &sc->m, NULL, &sc->in, &sc->reply);
+	mu__pipe_handle(&sc->srv->ctx, sc->serial, &sc->m, sc->text.data != NULL ? sc->text.data : "",
+	                &sc->in, &sc->reply);
 }
 
 static void after_work_cb(uv_work_t *w, int status)
@@ -290,7 +293,13 @@ static void dispatch(sconn_t *sc)
 	sc->nmsgs++;
 	mu__conn_hold(&sc->conn, 1);
 	mu__conn_timer(&sc->conn, 0);
-	if (sc->m.type == MU_MSG_FORWARD && sc->srv->stage != NULL) {
+	/* Compute, and anything that waits for the compute's lock, runs off
+	 * the loop. A SEQ_OPEN's JSON body is made a string first. */
+	if ((sc->m.type == MU_MSG_FORWARD || sc->m.type == MU_MSG_SEQ_FORWARD ||
+	     sc->m.type == MU_MSG_SEQ_BATCH ||
+	     sc->m.type == MU_MSG_SEQ_OPEN || sc->m.type == MU_MSG_SEQ_CLOSE ||
+	     (sc->m.type == MU_MSG_INFO && sc->srv->stage != NULL && sc->srv->stage->llm != NULL)) &&
+	    sc->srv->stage != NULL && mu__buf_appendc(&sc->text, '\0') == 0) {
 		sc->work.data = sc;
 		if (uv_queue_work(sc->conn.tcp.loop, &sc->work, work_cb, after_work_cb) == 0) {
 			sc->computing = 1;
@@ -299,7 +308,7 @@ static void dispatch(sconn_t *sc)
 	}
 	if (mu__buf_appendc(&sc->text, '\0') != 0)
 		body = "";
-	mu__pipe_handle(&sc->srv->ctx, &sc->m, body, &sc->in, &sc->reply);
+	mu__pipe_handle(&sc->srv->ctx, sc->serial, &sc->m, body, &sc->in, &sc->reply);
 	mu_tensor_list_free(&sc->in);
 	mu_tensor_list_init(&sc->in);
 	replied(sc);
@@ -528,6 +537,44 @@ static int sc_eof(mu__conn_t *c)
 	return 1;
 }
 
+typedef struct {
+	uv_work_t work;
+	mu_stage_server_t *srv;
+	uint64_t owner;
+} release_t;
+
+static void release_work(uv_work_t *w)
+{
+	release_t *r = w->data;
+
+	mu__llm_stage_release(r->srv->stage->llm, r->owner);
+}
+
+static void release_done(uv_work_t *w, int status)
+{
+	(void)status;
+	mu__free(w->data);
+}
+
+/* A closed connection's sequences are freed off the loop: a forward of
+ * another connection may hold the stage's lock for a while. */
+static void release_seqs(mu_stage_server_t *srv, uint64_t owner)
+{
+	release_t *r = mu__calloc(1, sizeof(*r));
+
+	if (r == NULL) { /* rare: free them here, waiting for the lock */
+		mu__llm_stage_release(srv->stage->llm, owner);
+		return;
+	}
+	r->srv = srv;
+	r->owner = owner;
+	r->work.data = r;
+	if (uv_queue_work(&srv->svc.loop, &r->work, release_work, release_done) != 0) {
+		mu__llm_stage_release(srv->stage->llm, owner);
+		mu__free(r);
+	}
+}
+
 static void sc_close(mu__conn_t *c, int err)
 {
 	sconn_t *sc = (sconn_t *)c;
@@ -539,6 +586,8 @@ static void sc_close(mu__conn_t *c, int err)
 	mu__list_remove(&sc->node);
 	if (!sc->uncounted)
 		sc->srv->nconns--;
+	if (sc->srv->stage != NULL && sc->srv->stage->llm != NULL)
+		release_seqs(sc->srv, sc->serial);
 }
 
 static void sc_free(mu__conn_t *c)
@@ -597,6 +646,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	if (sc == NULL)
 		return;
 	sc->srv = srv;
+	sc->serial = ++srv->serials;
 	sc->since = mu__clock_ms();
 	mu__buf_init(&sc->text, MU_MSG_MAX_TEXT + 1);
 	mu_tensor_list_init(&sc->in);
