@@ -167,6 +167,8 @@ static void expect(const w_t *w, int rc, const char *word)
 	char why[512] = "";
 
 	assert_int_equal(mu__gguf_parse(w->b, w->n, &g, why, sizeof(why)), rc);
+	if (rc == 0)
+		mu__gguf_free(&g);
 	if (word != NULL && strstr(why, word) == NULL)
 		fail_msg("\"%s\" not in \"%s\"", word, why);
 }
