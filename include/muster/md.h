@@ -88,6 +88,9 @@ typedef struct {
 	 * else 5 s; for the others, 5 s. Negative values are refused.
 	 */
 	double op_timeout;
+	/* What each peer of the P2P listener may make it hold (SEND replies
+	 * queued for a peer that does not read them, its partial frame). */
+	mu_budget_t listen_budget;
 	mu_md_event_cb on_event;
 	void *ud;
 	/*
@@ -99,6 +102,16 @@ typedef struct {
 	 */
 	char *errbuf;
 	size_t errbuf_len;
+	/*
+	 * Bytes the remote cache (other agents' metadata) may hold, counting
+	 * each blob with its bookkeeping; 0: 128 MiB. Past it, whole agents
+	 * are evicted, each reported as a REMOTE_DROPPED event: first those
+	 * whose metadata only ever came from peers' unsolicited P2P pushes,
+	 * oldest first; then those this agent fetched, loaded or read (a
+	 * check or get counts), least recently used first. A blob that alone
+	 * would pass the limit is refused with MU_ETOOBIG.
+	 */
+	size_t remote_cache_max;
 } mu_md_opts_t;
 
 MU_EXTERN void mu_md_opts_init(mu_md_opts_t *o);
@@ -195,7 +208,8 @@ MU_EXTERN int mu_md_next_event(mu_md_agent_t *a, mu_md_event_t *ev);
  * Loading the same bytes again is a no-op; different bytes under a label
  * already loaded are refused with -EEXIST until the agent is invalidated
  * (NIXL's rule for changed connection info). MU_EPROTO: not a blob;
- * MU_EARG: our own.
+ * MU_EARG: our own; MU_ETOOBIG: larger than remote_cache_max on its own.
+ * Other agents may be evicted to make room (see remote_cache_max).
  */
 MU_EXTERN int mu_md_load_remote(mu_md_agent_t *a, const char *label,
                                 const void *blob, size_t n, char *name,
@@ -207,6 +221,8 @@ MU_EXTERN int mu_md_get_remote(mu_md_agent_t *a, const char *name,
                                const char *label, void **blob, size_t *n);
 /* Forget name's metadata. -ENOENT when none was loaded. */
 MU_EXTERN int mu_md_invalidate_remote(mu_md_agent_t *a, const char *name);
+/* What the remote cache holds now, in the bytes remote_cache_max counts. */
+MU_EXTERN size_t mu_md_remote_bytes(mu_md_agent_t *a);
 /*
  * Names of the agents loaded, as a NULL-terminated array (free with
  * mu_md_strv_free).

@@ -34,7 +34,10 @@ typedef struct mu_session_s mu_session_t;
  * blocking mode. Return when the session is over; the server then closes
  * the socket and offers itself again. When the server stops, or the
  * client's -timeout passes, the socket is shut down under the handler, so
- * its reads and writes fail and it should return.
+ * its reads and writes fail and it should return. So it is too when a
+ * wait in mu_session_recv or mu_session_send on the client outlasts the
+ * server's session_timeout; a handler doing its own I/O on the fd should
+ * wait no longer than mu_session_wait_limit_ms.
  */
 typedef void (*mu_session_cb)(mu_session_t *s, void *ud);
 
@@ -48,6 +51,16 @@ typedef struct {
 	const char *custom_addr;  /* address the tracker hands to clients */
 	int silent;               /* log only warnings and errors */
 	double handshake_timeout; /* seconds to complete a handshake; default 10 */
+	/*
+	 * Seconds a session may keep the server waiting on its client: sending
+	 * nothing while the server waits for its next bytes, or taking nothing
+	 * while the server sends. Past it the session ends, so a silent or
+	 * non-reading client cannot hold the device (sessions run one at a
+	 * time). Time the handler spends computing does not count, and the
+	 * client's own -timeout still bounds the whole session, as in TVM.
+	 * Default 300; 0: no limit.
+	 */
+	double session_timeout;
 	double poll_period;       /* seconds between GET_PENDING_MATCHKEYS; 2 */
 	double retry_max;         /* backoff cap when the tracker is gone; 8 s */
 	int defer_register;       /* bind and serve, but register only once
@@ -113,12 +126,20 @@ MU_EXTERN const char *mu_session_peer(const mu_session_t *s);
 MU_EXTERN double mu_session_timeout(const mu_session_t *s);
 /* Client side: the key string the server answered with ("server:KEY"). */
 MU_EXTERN const char *mu_session_server_key(const mu_session_t *s);
+/*
+ * Server side: the longest, in ms, that any wait on the client may last
+ * (the server's session_timeout); -1 for none, and on the client side.
+ */
+MU_EXTERN int mu_session_wait_limit_ms(const mu_session_t *s);
 
 /*
  * Read up to len bytes (*n gets the count; 0 means the peer closed) or
  * write all len bytes, with a timeout in ms (< 0: none). Bytes the peer
  * sent right behind its handshake are delivered first. 0 or a negative
- * error; -ETIMEDOUT leaves the session usable.
+ * error; -ETIMEDOUT leaves the session usable, unless the wait outlasted
+ * the server's session_timeout (a read with no byte, or a write with no
+ * progress, for that long): then the session is over, its socket shut
+ * down, and the server logs why.
  */
 MU_EXTERN int mu_session_recv(mu_session_t *s, void *buf, size_t len,
                               size_t *n, int timeout_ms);
@@ -146,6 +167,8 @@ MU_EXTERN int mu_session_connect(const char *host, int port,
  * on a mismatch or an unreachable device, request again, up to max_retry
  * tries in all. timeout_ms bounds the whole call (< 0: wait for a device
  * forever, as TVM does). The last cause is returned when every try failed.
+ * MU_EFAIL at once when the tracker refuses the request (past one of its
+ * limits).
  */
 MU_EXTERN int mu_session_request(const char *tracker_host, int tracker_port,
                                  const char *key, double priority,

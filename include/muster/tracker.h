@@ -39,9 +39,18 @@ typedef struct {
 	 */
 	double timeout;
 	unsigned max_frame; /* largest frame accepted; default 1 MiB (TVM's) */
-	unsigned max_keys;  /* device-key queues kept; default 10000 */
+	/*
+	 * What peers can fill in the tracker's tables. A PUT or REQUEST past
+	 * one of these is refused with TVM's FAIL code (PUT: -1; REQUEST:
+	 * [-1, "why"]), changes nothing, and is logged; the connection stays.
+	 */
+	unsigned max_keys;  /* device-key queues in all; default 10000 (empty
+	                     * ones are dropped to make room) */
 	unsigned max_per_conn; /* free resources, and queued requests, one
-	                        * connection may hold; default 4096 */
+	                        * connection may hold; default 1024 */
+	unsigned max_keys_per_conn; /* distinct device keys one connection
+	                             * holds resources or requests on; 64 */
+	mu_budget_t budget;    /* what each peer may make the tracker hold */
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */
@@ -113,7 +122,9 @@ MU_EXTERN int mu_tracker_client_summary(mu_tracker_client_t *c,
 /*
  * REQUEST a device of `key` and wait for the grant. The tracker answers only
  * when a device is free, so this can wait long: on -ETIMEDOUT the connection
- * is closed, which makes a muster tracker drop the queued request.
+ * is closed, which makes a muster tracker drop the queued request. MU_EFAIL:
+ * the tracker refused the request (a muster tracker does past one of its
+ * limits, answering [-1, why]); the connection stays usable.
  */
 MU_EXTERN int mu_tracker_client_request(mu_tracker_client_t *c,
                                         const char *key, double priority,
@@ -129,7 +140,11 @@ MU_EXTERN int mu_tracker_client_update_info(mu_tracker_client_t *c,
                                             const char *custom_addr, int port,
                                             int timeout_ms);
 
-/* PUT [3, key, [port, matchkey], custom_addr or null]. */
+/*
+ * PUT [3, key, [port, matchkey], custom_addr or null]. MU_EFAIL: the tracker
+ * answered -1, refusing the offer (a muster tracker does past one of its
+ * limits); nothing was registered and the connection stays usable.
+ */
 MU_EXTERN int mu_tracker_client_put(mu_tracker_client_t *c, const char *key,
                                     int port, const char *matchkey,
                                     const char *custom_addr, int timeout_ms);

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,14 @@
 #endif
 
 typedef struct {
-	const char *name, *label, *value, *file, *peer, *etcd, *ns, *tcpstore;
+	const char *name, *label, *value, *file, *peer, *etcd, *ns, *tcpstore, *cache_limit;
 	double timeout, lease_ttl;
+	uint64_t cache_bytes;
 	int listen_port, raw, keep;
 	char peer_ip[256];
 	mu_md_peer_t p;
+	cli_budget_t cb;     /* publish --listen-port: the listener's budget */
+	mu_budget_t budget;
 } md_args_t;
 
 #define COMMON_OPTS(a)                                                         \
@@ -49,11 +53,13 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 	o.etcd_namespace = a->ns;
 	o.tcpstore_endpoint = a->tcpstore;
 	o.lease_ttl = a->lease_ttl;
+	o.remote_cache_max = (size_t)a->cache_bytes;
 	o.etcd_watch_timeout = a->timeout;
 	o.store_timeout = a->timeout;
 	if (a->listen_port > 0) {
 		o.listen = 1;
 		o.listen_port = a->listen_port;
+		o.listen_budget = a->budget;
 	}
 	rc = mu_md_agent_new(&o, &ag);
 	if (rc != 0) {
@@ -439,7 +445,9 @@ int cmd_md(int argc, char **argv)
 		{"listen-port", OPT_INT, &a.listen_port, "PORT", "publish: also answer P2P fetches on this port"},
 		{"lease-ttl", OPT_DOUBLE, &a.lease_ttl, "SECONDS", "etcd lease of the keys (default 10; 0: keep them forever)"},
 		{"hold", OPT_FLAG, &a.keep, NULL, "publish: keep running (lease, listener) until Ctrl-C"},
+		{"cache-limit", OPT_STR, &a.cache_limit, "SIZE", "bytes of other agents' metadata the agent keeps, e.g. 64M (default 128M; past it, pushed-only agents go first, then the least recently used)"},
 		{"raw", OPT_FLAG, &a.raw, NULL, "fetch: print the whole blob, not its payload"},
+		CLI_BUDGET_OPTS(a.cb),
 	};
 	cli_cmd_t cmd = {
 		"muster md publish|fetch NAME|invalidate|list [options]",
@@ -458,11 +466,20 @@ int cmd_md(int argc, char **argv)
 	memset(&a, 0, sizeof(a));
 	a.timeout = 30;
 	a.lease_ttl = 10;
+	cli_budget_init(&a.cb);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if ((rc = cli_budget_apply("muster md", &a.cb, &a.budget)) != 0)
+		return rc;
 	if ((rc = parse_peer(&a)) != 0)
 		return rc;
+	if (a.cache_limit != NULL &&
+	    (cli_parse_size(a.cache_limit, &a.cache_bytes) != 0 || a.cache_bytes == 0 ||
+	     a.cache_bytes > SIZE_MAX)) {
+		fprintf(stderr, "muster md: --cache-limit %s is not a size (try 64M)\n", a.cache_limit);
+		return 2;
+	}
 	/* failures reach the user through make_agent() (the agent's errbuf)
 	 * and finish() (the event's detail): the log would repeat them */
 	if (a.label != NULL && strlen(a.label) > 255) {

@@ -26,7 +26,7 @@ int cmd_server(int argc, char **argv)
 {
 	mu_server_opts_t o;
 	mu_server_t *s;
-	const char *tracker = NULL, *mem = NULL, *models = NULL;
+	const char *tracker = NULL, *mem = NULL, *models = NULL, *cache_dir = NULL;
 	char thost[256], err[1024] = "", addr[300];
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
@@ -42,8 +42,10 @@ int cmd_server(int argc, char **argv)
 		{"custom-addr", OPT_STR, &o.custom_addr, "ADDR", "address the tracker gives clients instead of the one it sees"},
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 		{"handshake-timeout", OPT_DOUBLE, &o.handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
+		{"session-timeout", OPT_DOUBLE, &o.session_timeout, "SECONDS", "end a session whose client sends nothing, or reads nothing, for this long (default 300; 0: never)"},
 		{"mem", OPT_STR, &mem, "SIZE", "memory for a stage's weights, e.g. 2G (default: what the machine has available now)"},
-		{"model", OPT_STR, &models, "DIR[,DIR...]", "models this device holds a copy of (stages load from them instead of being streamed)"},
+		{"model", OPT_STR, &models, "PATH[,PATH...]", "models this device holds a copy of (stages load from them instead of being streamed): graph model directories, or LLM checkpoints (GGUF, HF directory, llama2.c)"},
+		{"cache-dir", OPT_STR, &cache_dir, "DIR", "keep streamed LLM weights here under their SHA-256, so a later run sends only what is missing (default: none, streamed each time)"},
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
 	};
@@ -81,12 +83,19 @@ int cmd_server(int argc, char **argv)
 	if (o.key == NULL)
 		o.key = ""; /* standalone, as TVM: clients send "client:" */
 	mu_device_opts_init(&dopt);
+	dopt.cache_dir = cache_dir;
 	dopt.key = o.key[0] != '\0' ? o.key : "muster";
 	dopt.threads = threads;
 	dopt.md_port = md_port;
 	dopt.md_host = o.host;
 	if (mem != NULL && (cli_parse_size(mem, &dopt.mem_budget) != 0 || dopt.mem_budget == 0)) {
 		fprintf(stderr, "muster server: --mem %s is not a size (try 512M or 2G)\n", mem);
+		return 2;
+	}
+	if (!(o.session_timeout >= 0 && o.session_timeout <= 2000000) ||
+	    !(o.handshake_timeout >= 0)) {
+		fprintf(stderr, "muster server: --session-timeout must be 0 to 2000000 seconds "
+		        "and --handshake-timeout >= 0\n");
 		return 2;
 	}
 	if (threads < 1 || md_port < 0 || md_port > 65535) {

@@ -18,7 +18,8 @@ int cmd_tracker(int argc, char **argv)
 {
 	mu_tracker_opts_t o;
 	mu_tracker_t *t;
-	int no_reuse = 0, npos, rc, max_frame;
+	int no_reuse = 0, npos, rc, max_frame, max_keys, max_per_conn, max_keys_per_conn;
+	cli_budget_t cb;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default 0.0.0.0; :: for IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9190; 0 = any free port)"},
@@ -27,6 +28,10 @@ int cmd_tracker(int argc, char **argv)
 		{"no-reuse-addr", OPT_FLAG, &no_reuse, NULL, "do not set SO_REUSEADDR before binding"},
 		{"timeout", OPT_DOUBLE, &o.timeout, "SECONDS", "disconnect a peer that takes longer to finish its handshake, or a frame it started (default 60; 0 = never)"},
 		{"max-frame", OPT_INT, &max_frame, "BYTES", "largest message accepted (default 1048576, as TVM)"},
+		{"max-keys", OPT_INT, &max_keys, "N", "device keys (queues) in all; empty ones make room for new ones (default 10000)"},
+		{"max-per-conn", OPT_INT, &max_per_conn, "N", "free devices one connection may offer, and requests it may have waiting (default 1024 each)"},
+		{"max-keys-per-conn", OPT_INT, &max_keys_per_conn, "N", "device keys one connection may offer or request at once (default 64)"},
+		CLI_BUDGET_OPTS(cb),
 	};
 	cli_cmd_t cmd = {
 		"muster tracker [--host H] [--port P] [--port-end E] [--silent] [--no-reuse-addr] [--timeout S]",
@@ -35,19 +40,33 @@ int cmd_tracker(int argc, char **argv)
 		"clients (AutoTVM, MetaSchedule, TrackerSession.request) request devices from it,\n"
 		"and `muster query` or `python -m tvm.exec.query_rpc_tracker` show its state.\n"
 		"It binds the first free port in [port, port-end) and logs to stderr.\n"
+		"A PUT or REQUEST past a --max-* limit is answered with TVM's FAIL code (-1),\n"
+		"changes nothing, and is logged; the connection stays open.\n"
 		"Stop it with Ctrl-C or SIGTERM.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	mu_tracker_opts_init(&o);
 	max_frame = (int)o.max_frame;
+	cli_budget_init(&cb);
+	max_keys = (int)o.max_keys;
+	max_per_conn = (int)o.max_per_conn;
+	max_keys_per_conn = (int)o.max_keys_per_conn;
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	if (max_frame <= 0 || o.timeout < 0) {
-		fprintf(stderr, "muster tracker: --max-frame must be > 0 and --timeout >= 0\n");
+	if (max_frame <= 0 || o.timeout < 0 || max_keys <= 0 || max_per_conn <= 0 ||
+	    max_keys_per_conn <= 0) {
+		fprintf(stderr, "muster tracker: --max-frame, --max-keys, --max-per-conn and "
+		        "--max-keys-per-conn must be > 0 and --timeout >= 0\n");
 		return 2;
 	}
+	rc = cli_budget_apply("muster tracker", &cb, &o.budget);
+	if (rc != 0)
+		return rc;
 	o.max_frame = (unsigned)max_frame;
+	o.max_keys = (unsigned)max_keys;
+	o.max_per_conn = (unsigned)max_per_conn;
+	o.max_keys_per_conn = (unsigned)max_keys_per_conn;
 	o.reuse_addr = !no_reuse;
 	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
 	mu__raise_nofile_limit();

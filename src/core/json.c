@@ -114,6 +114,66 @@ int mu__json_is_int(const cJSON *v, double lo, double hi)
 	return isfinite(d) && d == floor(d) && d >= lo && d <= hi;
 }
 
+int mu__utf8_repair(const char *s, size_t len, mu__buf_t *out)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, n;
+	int rc = 0;
+
+	while (rc == 0 && i < len) {
+		n = p[i] < 0x80 ? 1 : (p[i] & 0xE0) == 0xC0 ? 2 : (p[i] & 0xF0) == 0xE0 ? 3
+		  : (p[i] & 0xF8) == 0xF0 ? 4 : 0;
+		if (n > 0 && n <= len - i && mu__utf8_valid(s + i, n)) {
+			rc = mu__buf_append(out, s + i, n);
+			i += n;
+		} else {
+			rc = mu__buf_append(out, "\xEF\xBF\xBD", 3);
+			i++;
+		}
+	}
+	return rc;
+}
+
+int mu__json_int64(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
+{
+	/* lo and hi are exact as doubles (|x| <= 2^53), so the comparison is
+	 * exact, and a value that passes converts without overflow */
+	if (lo < -MU_JSON_INT_MAX || hi > MU_JSON_INT_MAX || lo > hi ||
+	    !mu__json_is_int(v, (double)lo, (double)hi))
+		return MU_EPROTO;
+	*out = (int64_t)v->valuedouble;
+	return 0;
+}
+
+int mu__json_int(const cJSON *v, int lo, int hi, int *out)
+{
+	int64_t x;
+	int rc = mu__json_int64(v, lo, hi, &x);
+
+	if (rc == 0)
+		*out = (int)x;
+	return rc;
+}
+
+int mu__json_u64(const cJSON *v, uint64_t hi, uint64_t *out)
+{
+	int64_t x;
+	int rc = mu__json_int64(v, 0, hi > (uint64_t)MU_JSON_INT_MAX ? MU_JSON_INT_MAX : (int64_t)hi, &x);
+
+	if (rc == 0)
+		*out = (uint64_t)x;
+	return rc;
+}
+
+int mu__json_double(const cJSON *v, double lo, double hi, double *out)
+{
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble >= lo) ||
+	    !(v->valuedouble <= hi))
+		return MU_EPROTO;
+	*out = v->valuedouble;
+	return 0;
+}
+
 /* Decode one UTF-8 sequence; returns its length, or 1 with *cp = U+FFFD. */
 static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
 {

@@ -9,6 +9,7 @@
 #define MU_CORE_JSON_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -28,6 +29,11 @@ int mu__json_parse(const char *text, size_t len, cJSON **out);
 /* True when the len bytes are well-formed UTF-8 (no overlongs, no surrogates). */
 int mu__utf8_valid(const char *p, size_t len);
 
+/* Append len bytes to out with every byte that does not start a valid
+ * UTF-8 sequence replaced by U+FFFD (as Python's errors="replace" does
+ * per byte). 0, MU_ETOOBIG or MU_ENOMEM. */
+int mu__utf8_repair(const char *s, size_t len, mu__buf_t *out);
+
 /* Append the Python-style text of v. 0, MU_ETOOBIG or MU_ENOMEM. */
 int mu__json_dump(mu__buf_t *out, const cJSON *v);
 
@@ -36,5 +42,26 @@ int mu__json_dump_string(mu__buf_t *out, const char *s);
 
 /* True when v is a number with an integral value in [lo, hi]. */
 int mu__json_is_int(const cJSON *v, double lo, double hi);
+
+/*
+ * Every JSON number a peer sends becomes a C number through these, once and
+ * with its range checked: casting a double that does not fit the target
+ * type is undefined behaviour, and so is the arithmetic that follows on a
+ * wrapped value (an ASSIGN's "last" of 2^40 became INT_MIN, then last - 1).
+ *
+ * The integer forms take v when it is a number, finite, whole and within
+ * [lo, hi]. Bounds lie within +-MU_JSON_INT_MAX (2^53 - 1), the integers
+ * a double holds exactly: mu__json_int64 refuses wider ones (a caller's
+ * error, MU_EPROTO), mu__json_u64 reads a larger hi as 2^53 - 1. 0 with
+ * *out set, or MU_EPROTO (v NULL, not a number, fractional, not finite, or
+ * out of range) with *out untouched. A missing member (v NULL) is an
+ * error: callers with a default test for it first.
+ */
+#define MU_JSON_INT_MAX 9007199254740991LL
+int mu__json_int64(const cJSON *v, int64_t lo, int64_t hi, int64_t *out);
+int mu__json_int(const cJSON *v, int lo, int hi, int *out);
+int mu__json_u64(const cJSON *v, uint64_t hi, uint64_t *out);
+/* A finite number in [lo, hi], fractions allowed. 0 or MU_EPROTO. */
+int mu__json_double(const cJSON *v, double lo, double hi, double *out);
 
 #endif

@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Deadline-bounded blocking socket helpers over poll().
+ *
+ * Every send and recv here is MSG_DONTWAIT, whatever mode the descriptor
+ * is in, and every wait is a poll() for the time left before the deadline:
+ * a blocking fd (a session's, which the handler owns) must not turn a
+ * send to a peer that stopped reading into a wait without end.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -81,6 +86,8 @@ int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	snprintf(service, sizeof(service), "%d", port);
+	/* resolving a name waits on the system resolver's own timeouts,
+	 * which no deadline of ours can shorten (see sock_int.h) */
 	if (getaddrinfo(host, service, &hints, &res) != 0 || res == NULL)
 		return MU_ERESOLVE;
 	rc = -ECONNREFUSED;
@@ -100,7 +107,7 @@ int mu__sock_send_all(int fd, const void *buf, size_t n, int64_t deadline)
 	int rc;
 
 	while (n > 0) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (w > 0) {
 			p += w;
@@ -128,7 +135,7 @@ int mu__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline)
 	int rc;
 
 	while (n > 0) {
-		ssize_t r = recv(fd, p, n, 0);
+		ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
 
 		if (r > 0) {
 			p += r;

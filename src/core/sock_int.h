@@ -2,8 +2,10 @@
 /*
  * Blocking client sockets with deadlines, for the client APIs (tracker,
  * store, session handshakes). Every call takes an absolute deadline from
- * time_int.h; nothing here waits past it. The fd is non-blocking underneath
- * and waits happen in poll(), so a deadline is exact even mid-transfer.
+ * time_int.h; nothing here waits past it. Sends and receives never block
+ * in the kernel (MSG_DONTWAIT, so a blocking fd is fine too) and waits
+ * happen in poll() for the time left, so a deadline is exact even
+ * mid-transfer and against a peer that stopped reading.
  */
 #ifndef MU_CORE_SOCK_INT_H
 #define MU_CORE_SOCK_INT_H
@@ -15,6 +17,10 @@
  * Connect to host:port (name or literal; every resolved address is tried
  * in turn). *fd gets a connected, non-blocking, close-on-exec socket with
  * TCP_NODELAY. 0, MU_ERESOLVE, -ETIMEDOUT, or the last address's -errno.
+ * Resolving a name is the one wait bounded by the system resolver's own
+ * timeouts (resolv.conf) rather than the deadline; an IP literal never
+ * waits there. A deadline already past still makes one attempt, so a
+ * caller retrying refused connects learns the last real cause.
  */
 int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd);
 

@@ -5,6 +5,7 @@
  * cJSON treating every field as optional, as the gateway omits defaults.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,10 +153,8 @@ int mu__etcd_int64(const cJSON *obj, const char *name, int64_t *out)
 	*out = 0;
 	if (v == NULL)
 		return 0;
-	if (cJSON_IsNumber(v)) {
-		*out = (int64_t)v->valuedouble;
-		return 0;
-	}
+	if (cJSON_IsNumber(v)) /* exact only up to 2^53: etcd sends strings */
+		return mu__json_int64(v, -MU_JSON_INT_MAX, MU_JSON_INT_MAX, out);
 	if (!cJSON_IsString(v))
 		return MU_EPROTO;
 	errno = 0;
@@ -195,7 +194,7 @@ int mu__etcd_response(int http_status, const char *body, size_t len,
 {
 	const cJSON *err, *code;
 	cJSON *v = NULL;
-	int rc;
+	int rc, ecode;
 
 	*root = NULL;
 	if (msglen > 0)
@@ -216,7 +215,9 @@ int mu__etcd_response(int http_status, const char *body, size_t len,
 	code = cJSON_GetObjectItemCaseSensitive(v, "code");
 	if (cJSON_IsString(err)) {
 		snprintf(msg, msglen, "%s", err->valuestring);
-		rc = map_error(cJSON_IsNumber(code) ? code->valueint : -1, msg);
+		if (mu__json_int(code, INT_MIN, INT_MAX, &ecode) != 0)
+			ecode = -1; /* no code, or not an int: no gRPC status to map */
+		rc = map_error(ecode, msg);
 	} else {
 		snprintf(msg, msglen, "HTTP %d: %.*s", http_status,
 		         (int)(len > 100 ? 100 : len), body);
@@ -357,6 +358,7 @@ int mu__etcd_parse_watch(const char *line, size_t len, mu__etcd_watch_msg_t *m)
 			rc = MU_ENOMEM;
 		cJSON_ArrayForEach(it, events) {
 			const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
+			int tnum = 0;
 
 			if (rc != 0)
 				break;
@@ -367,7 +369,7 @@ int mu__etcd_parse_watch(const char *line, size_t len, mu__etcd_watch_msg_t *m)
 			/* PUT is enum 0, so the gateway leaves "type" out */
 			m->types[m->nevents++] =
 				(cJSON_IsString(type) && strcmp(type->valuestring, "DELETE") == 0) ||
-						(cJSON_IsNumber(type) && type->valueint == 1)
+						(mu__json_int(type, 0, 1, &tnum) == 0 && tnum == 1)
 					? MU_ETCD_EVENT_DELETE : MU_ETCD_EVENT_PUT;
 		}
 	} else if (rc == 0 && events != NULL && !cJSON_IsArray(events)) {

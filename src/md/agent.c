@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The md agent: creation, routing of each exchange to P2P or the one
- * store, the local and remote metadata caches with NIXL's load rules, and
- * the completion events. Configuration is settled in config.c, the queue
- * and its thread are in worker.c, the transports in backend_*.c.
+ * store, the local metadata, and the completion events. Configuration is
+ * settled in config.c, the remote cache (NIXL's load rules, its byte
+ * limit) is in cache.c, the queue and its thread are in worker.c, the
+ * transports in backend_*.c.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -59,16 +60,10 @@ static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
 	return rc;
 }
 
-static void free_blob_map(void *m)
-{
-	mu__strmap_free(m, mu__free);
-	mu__free(m);
-}
-
 static void agent_destroy(mu_md_agent_t *a)
 {
 	mu__strmap_free(&a->local, mu__free);
-	mu__strmap_free(&a->remote, free_blob_map);
+	mu__md_cache_free(a);
 	mu__strmap_free(&a->done, mu__free); /* the done_t records */
 	mu__free(a->events);
 	if (a->efd >= 0)
@@ -103,7 +98,7 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 	uv_cond_init(&a->work_cond);
 	uv_cond_init(&a->done_cond);
 	mu__strmap_init(&a->local);
-	mu__strmap_init(&a->remote);
+	mu__md_cache_init(a);
 	mu__strmap_init(&a->done);
 	mu__list_init(&a->queue);
 	mu__list_init(&a->done_order);
@@ -170,7 +165,7 @@ const char *mu_md_etcd_namespace(const mu_md_agent_t *a)
 
 /* ---- caches ---- */
 
-static mu__md_blob_t *blob_new(const void *p, size_t n)
+mu__md_blob_t *mu__md_blob_new(const void *p, size_t n)
 {
 	mu__md_blob_t *b = mu__malloc(sizeof(*b) + n);
 
@@ -182,7 +177,7 @@ static mu__md_blob_t *blob_new(const void *p, size_t n)
 	return b;
 }
 
-static const char *label_or_default(const char *label)
+const char *mu__md_label_or_default(const char *label)
 {
 	return label != NULL && label[0] != '\0' ? label : MU_MD_DEFAULT_LABEL;
 }
@@ -195,12 +190,12 @@ int mu_md_set_local_blob(mu_md_agent_t *a, const char *label, const void *blob,
 	void *old = NULL;
 	int rc;
 
-	label = label_or_default(label);
+	label = mu__md_label_or_default(label);
 	if (strlen(label) > MU_MD_LABEL_MAX || n > MU_MD_MAX_BLOB)
 		return MU_ETOOBIG;
 	if (mu_md_blob_name(blob, n, who, sizeof(who)) != 0 || strcmp(who, a->name) != 0)
 		return MU_EARG; /* not a blob, or someone else's */
-	b = blob_new(blob, n);
+	b = mu__md_blob_new(blob, n);
 	if (b == NULL)
 		return MU_ENOMEM;
 	uv_mutex_lock(&a->lock);
@@ -213,7 +208,7 @@ int mu_md_set_local_blob(mu_md_agent_t *a, const char *label, const void *blob,
 int mu_md_set_local(mu_md_agent_t *a, const char *label, const void *payload,
                     size_t n)
 {
-	const char *l = label_or_default(label);
+	const char *l = mu__md_label_or_default(label);
 	void *blob;
 	size_t len;
 	int rc = mu__md_blob_make(a->name, strcmp(l, MU_MD_DEFAULT_LABEL) ? l : NULL,
@@ -229,11 +224,11 @@ mu__md_blob_t *mu__md_local_copy(mu_md_agent_t *a, const char *label)
 {
 	mu__md_blob_t *b, *c = NULL;
 
-	label = label_or_default(label);
+	label = mu__md_label_or_default(label);
 	uv_mutex_lock(&a->lock);
 	b = mu__strmap_get(&a->local, label, strlen(label));
 	if (b != NULL)
-		c = blob_new(b->data, b->len);
+		c = mu__md_blob_new(b->data, b->len);
 	uv_mutex_unlock(&a->lock);
 	return c;
 }
@@ -260,120 +255,6 @@ int mu_md_get_local(mu_md_agent_t *a, const char *label, void **blob, size_t *n)
 	memmove(b, b->data, b->len); /* hand out the bytes, not the header */
 	*blob = b;
 	return 0;
-}
-
-int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob, size_t n,
-                char *name, size_t name_len)
-{
-	char who[MU_MD_NAME_MAX + 1];
-	mu__strmap_t *labels;
-	mu__md_blob_t *old, *b;
-	int rc = mu_md_blob_name(blob, n, who, sizeof(who));
-
-	label = label_or_default(label);
-	if (rc != 0)
-		return MU_EPROTO; /* NIXL: MISMATCH */
-	if (name != NULL && name_len > 0)
-		snprintf(name, name_len, "%s", who);
-	if (strcmp(who, a->name) == 0)
-		return MU_EARG; /* our own metadata */
-	uv_mutex_lock(&a->lock);
-	labels = mu__strmap_get(&a->remote, who, strlen(who));
-	if (labels == NULL) {
-		labels = mu__calloc(1, sizeof(*labels));
-		if (labels == NULL ||
-		    mu__strmap_put(&a->remote, who, strlen(who), labels, NULL) != 0) {
-			mu__free(labels);
-			uv_mutex_unlock(&a->lock);
-			return MU_ENOMEM;
-		}
-		mu__strmap_init(labels);
-	}
-	old = mu__strmap_get(labels, label, strlen(label));
-	if (old != NULL) {
-		/* the same bytes again: nothing to do; other bytes: refused
-		 * until someone invalidates this agent (NIXL's rule) */
-		rc = old->len == n && memcmp(old->data, blob, n) == 0 ? 0 : -EEXIST;
-	} else if ((b = blob_new(blob, n)) == NULL ||
-	           mu__strmap_put(labels, label, strlen(label), b, NULL) != 0) {
-		mu__free(b);
-		rc = MU_ENOMEM;
-	}
-	uv_mutex_unlock(&a->lock);
-	return rc;
-}
-
-int mu_md_load_remote(mu_md_agent_t *a, const char *label, const void *blob,
-                      size_t n, char *name, size_t name_len)
-{
-	return mu__md_load(a, label, blob, n, name, name_len);
-}
-
-int mu_md_check_remote(mu_md_agent_t *a, const char *name)
-{
-	int found;
-
-	uv_mutex_lock(&a->lock);
-	found = mu__strmap_get(&a->remote, name, strlen(name)) != NULL;
-	uv_mutex_unlock(&a->lock);
-	return found ? 0 : -ENOENT;
-}
-
-int mu_md_get_remote(mu_md_agent_t *a, const char *name, const char *label,
-                     void **blob, size_t *n)
-{
-	mu__strmap_t *labels;
-	mu__md_blob_t *b = NULL;
-
-	*blob = NULL;
-	*n = 0;
-	label = label_or_default(label);
-	uv_mutex_lock(&a->lock);
-	labels = mu__strmap_get(&a->remote, name, strlen(name));
-	if (labels != NULL)
-		b = mu__strmap_get(labels, label, strlen(label));
-	if (b != NULL && (*blob = mu__malloc(b->len + 1)) != NULL) {
-		memcpy(*blob, b->data, b->len);
-		*n = b->len;
-	}
-	uv_mutex_unlock(&a->lock);
-	return b == NULL ? -ENOENT : *blob == NULL ? MU_ENOMEM : 0;
-}
-
-int mu_md_invalidate_remote(mu_md_agent_t *a, const char *name)
-{
-	mu__strmap_t *labels;
-
-	if (strcmp(name, a->name) == 0)
-		return MU_EARG;
-	uv_mutex_lock(&a->lock);
-	labels = mu__strmap_remove(&a->remote, name, strlen(name));
-	uv_mutex_unlock(&a->lock);
-	if (labels == NULL)
-		return -ENOENT;
-	free_blob_map(labels);
-	return 0;
-}
-
-void mu__md_drop(mu_md_agent_t *a, const char *name, const char *why)
-{
-	if (mu_md_invalidate_remote(a, name) == 0)
-		mu__md_event(a, MU_MD_REMOTE_DROPPED, 0, name, why);
-}
-
-int mu_md_list_remote(mu_md_agent_t *a, char ***names, size_t *n)
-{
-	int rc;
-
-	uv_mutex_lock(&a->lock);
-	rc = mu__strmap_keys(&a->remote, names, n);
-	uv_mutex_unlock(&a->lock);
-	return rc;
-}
-
-void mu_md_strv_free(char **v)
-{
-	mu__strv_free(v);
 }
 
 /* ---- events ---- */
@@ -575,7 +456,7 @@ static mu__md_op_t *op_new(mu_md_agent_t *a, mu_md_event_kind_t kind,
 		memcpy(op->ip, peer->ip, strlen(peer->ip) + 1);
 		op->port = peer->port;
 	}
-	snprintf(op->label, sizeof(op->label), "%s", label_or_default(label));
+	snprintf(op->label, sizeof(op->label), "%s", mu__md_label_or_default(label));
 	return op;
 }
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The md agent's internals, shared by agent.c (API, caches, events),
- * worker.c (the queue and its thread) and the backends.
+ * The md agent's internals, shared by agent.c (API, local blobs, events),
+ * cache.c (the remote cache), worker.c (the queue and its thread) and the
+ * backends.
  *
  * Locking: a->lock guards the caches, the queue, completions and events.
  * Backends run their send/fetch/invalidate/poll on the worker thread only
@@ -75,6 +76,23 @@ typedef struct {
 	char data[];
 } mu__md_blob_t;
 
+/* Default byte limit of the remote cache (mu_md_opts_t.remote_cache_max):
+ * two of the largest blobs. */
+#define MU_MD_REMOTE_CACHE_DEFAULT ((size_t)128 << 20)
+
+/*
+ * One remote agent's metadata in the cache (cache.c). It is on exactly one
+ * of the agent's eviction lists: `pushed` while it came only from peers'
+ * unsolicited LOADs, `used` once this agent fetched, loaded or read it
+ * (moved to the tail at each such use).
+ */
+typedef struct {
+	mu__list_t node;
+	mu__strmap_t labels;            /* label -> mu__md_blob_t */
+	size_t bytes;                   /* its cost, counted in remote_bytes */
+	char name[MU_MD_NAME_MAX + 1];
+} mu__md_remote_t;
+
 struct mu_md_agent_s {
 	char name[MU_MD_NAME_MAX + 1];
 	mu_md_opts_t o;                 /* strings point at the copies below;
@@ -87,7 +105,10 @@ struct mu_md_agent_s {
 
 	uv_mutex_t lock;
 	mu__strmap_t local;             /* label -> mu__md_blob_t */
-	mu__strmap_t remote;            /* name -> mu__strmap_t (label -> blob) */
+	mu__strmap_t remote;            /* name -> mu__md_remote_t */
+	mu__list_t pushed, used;        /* eviction order of remote (cache.c) */
+	size_t remote_bytes;            /* what remote costs: <= remote_max */
+	size_t remote_max;
 
 	mu__list_t queue;               /* mu__md_op_t, FIFO */
 	uv_cond_t work_cond;
@@ -125,9 +146,25 @@ int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o);
  * lacks a required method. */
 int mu__md_backend_check(mu_md_agent_t *a, const mu__md_backend_t *b);
 
-/* Load blob as name's metadata under label (the agent's rules). */
+/* cache.c: set up and free the remote cache (a->o settled first). */
+void mu__md_cache_init(mu_md_agent_t *a);
+void mu__md_cache_free(mu_md_agent_t *a);
+/*
+ * Load blob as name's metadata under label (the agent's rules): a blob
+ * this agent asked for (a fetch's answer) or loads itself. Past the cache's
+ * byte limit, other agents' metadata is evicted first (each reported as
+ * REMOTE_DROPPED); MU_ETOOBIG when this agent's own would not fit alone.
+ */
 int mu__md_load(mu_md_agent_t *a, const char *label, const void *blob,
                 size_t n, char *name, size_t name_len);
+/* The same for a blob a peer pushed unasked (P2P LOAD): it is evicted
+ * before anything this agent has used. */
+int mu__md_load_pushed(mu_md_agent_t *a, const char *label, const void *blob,
+                       size_t n, char *name, size_t name_len);
+/* agent.c: a blob holding a copy of n bytes (NULL: out of memory), and the
+ * label NULL or "" stands for. */
+mu__md_blob_t *mu__md_blob_new(const void *p, size_t n);
+const char *mu__md_label_or_default(const char *label);
 /* Drop name's metadata and report REMOTE_DROPPED (why: who said so). */
 void mu__md_drop(mu_md_agent_t *a, const char *name, const char *why);
 /* A copy of a local blob (mu__free), or NULL. */

@@ -13,6 +13,8 @@
  * last stage, so one input is in flight per stage.
  */
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -99,18 +101,21 @@ static int parse_info(mu_coord_t *c, int i, const char *json, char *err, size_t 
 
 	rc = mu__json_parse(json, strlen(json), &o);
 	if (rc == 0) {
-		idx = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "stage"));
-		of = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "of"));
-		s->first = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "first"));
-		s->last = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "last"));
-		s->nodes = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "nodes"));
-		s->t.load_ms = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "load_ms"));
-		s->t.resident_bytes = (uint64_t)cJSON_GetNumberValue(
-			cJSON_GetObjectItemCaseSensitive(o, "resident_bytes"));
-		s->t.rss_bytes = (uint64_t)cJSON_GetNumberValue(
-			cJSON_GetObjectItemCaseSensitive(o, "rss_bytes"));
+		/* a stage's numbers, range-checked before they become ints */
+		if (mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "stage"), 0, INT_MAX, &idx) != 0 ||
+		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "of"), 1, INT_MAX, &of) != 0 ||
+		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "first"), 0, INT_MAX, &s->first) != 0 ||
+		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "last"), 0, INT_MAX, &s->last) != 0 ||
+		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "nodes"), 0, INT_MAX, &s->nodes) != 0 ||
+		    mu__json_double(cJSON_GetObjectItemCaseSensitive(o, "load_ms"), 0, 1e300,
+		                    &s->t.load_ms) != 0 ||
+		    mu__json_u64(cJSON_GetObjectItemCaseSensitive(o, "resident_bytes"), UINT64_MAX,
+		                 &s->t.resident_bytes) != 0 ||
+		    mu__json_u64(cJSON_GetObjectItemCaseSensitive(o, "rss_bytes"), UINT64_MAX,
+		                 &s->t.rss_bytes) != 0)
+			rc = MU_EPROTO;
 		d = cJSON_GetObjectItemCaseSensitive(o, "digest");
-		if (!cJSON_IsString(d) || sscanf(d->valuestring, "%llx", &dg) != 1)
+		if (rc == 0 && (!cJSON_IsString(d) || sscanf(d->valuestring, "%llx", &dg) != 1))
 			rc = MU_EPROTO;
 		if (rc == 0)
 			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "inputs"), "name", &s->in, &s->nin);
@@ -203,7 +208,7 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 	cstage_t *s = &c->s[i];
 	int64_t deadline = mu__deadline(c->o.connect_timeout_ms);
 	char host[256], *body = NULL;
-	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0};
+	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0, 0};
 	int port, rc;
 
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
@@ -297,7 +302,7 @@ void mu_coord_close(mu_coord_t *c)
 		cstage_t *s = &c->s[i];
 
 		if (s->fd >= 0) {
-			mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0};
+			mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
 
 			s->c.io_ms = 1000; /* a goodbye is worth a second at most */
 			mu__msg_send(&s->c, &m, NULL, 0);
@@ -356,7 +361,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 {
 	cstage_t *s = &c->s[k];
 	mu_tensor_list_t send, got;
-	mu__msg_t m = {MU_MSG_FORWARD, 0, 0, 0, 0};
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 0, 0, 0, 0};
 	double t0;
 	int rc = 0;
 

@@ -24,6 +24,11 @@ void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
 
 	c->fd = fd;
 	c->sess = sess;
+	/* a device's session: no wait on the client outlasts the server's
+	 * session timeout, sends included (reads go through the session) */
+	if (sess != NULL && mu_session_wait_limit_ms(sess) >= 0 &&
+	    (io_ms < 0 || io_ms > mu_session_wait_limit_ms(sess)))
+		io_ms = mu_session_wait_limit_ms(sess);
 	c->io_ms = io_ms;
 	c->max_frame = max_frame;
 	c->got = 0;
@@ -36,7 +41,8 @@ const char *mu__msg_type_name(int type)
 {
 	static const char *const names[] = {
 		"?", "INFO", "FORWARD", "RESULT", "ERROR", "CLOSE",
-		"ASSIGN", "WEIGHTS", "LOAD", "READY",
+		"ASSIGN", "WEIGHTS", "LOAD", "READY", "SEQ_OPEN", "SEQ_FORWARD", "SEQ_CLOSE",
+		"SEQ_BATCH", "TENSOR",
 	};
 
 	return type > 0 && type <= MU_MSG_TYPE_MAX ? names[type] : "?";
@@ -48,7 +54,7 @@ void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
 	mu_le16_put(h + 4, MU_MSG_VERSION);
 	mu_le16_put(h + 6, m->type);
 	mu_le32_put(h + 8, (uint32_t)m->status);
-	mu_le32_put(h + 12, 0);
+	mu_le32_put(h + 12, m->arg);
 	mu_le64_put(h + 16, m->id);
 	mu_le64_put(h + 24, m->aux);
 	mu_le64_put(h + 32, m->len);
@@ -56,7 +62,8 @@ void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
 
 int mu__msg_is_frame(int type)
 {
-	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS;
+	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS ||
+	       type == MU_MSG_SEQ_FORWARD || type == MU_MSG_SEQ_BATCH;
 }
 
 int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
@@ -69,6 +76,7 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 		return MU_EPROTO;
 	m->type = mu_le16_get(h + 6);
 	m->status = (int32_t)mu_le32_get(h + 8);
+	m->arg = mu_le32_get(h + 12);
 	m->id = mu_le64_get(h + 16);
 	m->aux = mu_le64_get(h + 24);
 	m->len = mu_le64_get(h + 32);
@@ -84,7 +92,7 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 /* Up to len bytes; *n > 0 on success. wait_ms bounds the wait. */
 static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_ms)
 {
-	struct pollfd pfd;
+	int64_t deadline = mu__deadline(wait_ms);
 	ssize_t r;
 	int rc;
 
@@ -105,14 +113,10 @@ static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_m
 				rc = errno == ECONNRESET ? MU_EEOF : -errno;
 				break;
 			}
-			pfd.fd = c->fd;
-			pfd.events = POLLIN;
-			pfd.revents = 0;
-			rc = poll(&pfd, 1, wait_ms);
-			if (rc == 0)
-				return -ETIMEDOUT;
-			if (rc < 0 && errno != EINTR)
-				return -errno;
+			/* the time left, not a fresh wait_ms after each wake-up */
+			rc = mu__sock_wait_readable(c->fd, deadline);
+			if (rc != 0)
+				return rc;
 		}
 	}
 	if (rc == 0 && *n == 0)
@@ -270,7 +274,7 @@ int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l)
 
 int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text)
 {
-	mu__msg_t m = {MU_MSG_ERROR, code, id, 0, 0};
+	mu__msg_t m = {MU_MSG_ERROR, code, id, 0, 0, 0};
 
 	return mu__msg_send(c, &m, text, strlen(text));
 }

@@ -45,6 +45,7 @@ void mu_stage_free(mu_stage_t *s)
 		mu__graph_free(&s->own);
 	mu_model_close(s->model);
 	mu__free(s->desc);
+	mu__llm_stage_free(s->llm);
 	pthread_mutex_destroy(&s->lock);
 	mu__free(s);
 }
@@ -68,8 +69,9 @@ static int cut(mu_stage_t *s, int first, int last, const mu__strmap_t *bytes,
 	int cuts[2] = {first, last};
 
 	if (first < 0 || last > s->g->nnodes || first >= last) {
-		snprintf(err, el, "nodes %d..%d are not a range of this %d-node graph", first, last - 1,
-		         s->g->nnodes);
+		/* last - 1 in a wider type: last may be INT_MIN from a C caller */
+		snprintf(err, el, "nodes %d..%lld are not a range of this %d-node graph", first,
+		         (long long)last - 1, s->g->nnodes);
 		return MU_EARG;
 	}
 	return mu__plan_from_cuts(s->g, cuts, 1, bytes, flops, &s->plan);
@@ -111,12 +113,12 @@ int mu__stage_new(const char *graph_json, size_t len, int first, int last, int i
 			break;
 		}
 		cJSON_ArrayForEach(d, it) {
-			if (!mu__json_is_int(d, 0, 9007199254740991.0)) {
+			if (mu__json_u64(d, MU_JSON_INT_MAX, &sh.dims[sh.rank]) != 0) {
 				snprintf(err, el, "the shape of %.200s has a dim that is not a size", it->string);
 				rc = MU_EPROTO;
 				break;
 			}
-			sh.dims[sh.rank++] = (uint64_t)d->valuedouble;
+			sh.rank++;
 		}
 		if (rc == 0)
 			rc = put_shape(s, it->string, &sh);

@@ -14,6 +14,12 @@
  * without a tracker, this thread retries with capped exponential backoff
  * until the server stops, and registers again the moment a tracker (the
  * same one restarted, or another on that address) answers.
+ *
+ * A tracker may refuse a PUT (TVM's FAIL code, -1: a muster tracker does
+ * when one of its limits is met, its key table full, say). TVM's servers
+ * assert on it; this one says so in a warning and offers again on the same
+ * connection with the same capped backoff, so it is never silently absent
+ * from the tracker while it believes itself registered.
  */
 #include <string.h>
 
@@ -61,6 +67,35 @@ static int put_current(mu_server_t *s, mu_tracker_client_t *c)
 	return rc;
 }
 
+/*
+ * put_current until the tracker takes it: a refusal (MU_EFAIL) is logged
+ * and the offer made again after a capped backoff, waking early for a stop
+ * or the end of a session. 0, MU_ESTOPPED, or the failure.
+ */
+static int offer(mu_server_t *s, mu_tracker_client_t *c)
+{
+	double backoff = 0.25;
+	unsigned refused = 0;
+	int rc, stop;
+
+	while ((rc = put_current(s, c)) == MU_EFAIL) {
+		refused++;
+		SLOG(s, MU_LOG_WARN, "Tracker %s:%d refused to register key %s (refusal %u: one "
+		     "of its limits, its log says which); offering again in %.2g s",
+		     s->tracker_host, s->opts.tracker_port, s->key, refused, backoff);
+		wait_locked(s, backoff);
+		stop = s->stopping;
+		uv_mutex_unlock(&s->lock);
+		if (stop)
+			return MU_ESTOPPED;
+		backoff = backoff * 2 > s->opts.retry_max ? s->opts.retry_max : backoff * 2;
+	}
+	if (rc == 0 && refused > 0)
+		SLOG(s, MU_LOG_WARN, "Tracker %s:%d took key %s after %u refusals",
+		     s->tracker_host, s->opts.tracker_port, s->key, refused);
+	return rc;
+}
+
 static int still_pending(mu_server_t *s, mu_tracker_client_t *c, int *found)
 {
 	char mk[MU_MATCHKEY_MAX], **keys;
@@ -91,8 +126,6 @@ static int serve_tracker(mu_server_t *s, mu_tracker_client_t *c)
 	                                   s->port, CALL_MS);
 	if (rc != 0)
 		return rc;
-	SLOG(s, MU_LOG_INFO, "Registered with tracker %s:%d as %s",
-	     s->tracker_host, s->opts.tracker_port, info_key);
 	uv_mutex_lock(&s->lock);
 	if (!s->busy) {
 		renew_matchkey(s); /* a new registration never reuses a key */
@@ -101,8 +134,11 @@ static int serve_tracker(mu_server_t *s, mu_tracker_client_t *c)
 		s->session_ended = 0;
 	}
 	uv_mutex_unlock(&s->lock);
-	if ((rc = put_current(s, c)) != 0)
-		return rc;
+	if ((rc = offer(s, c)) != 0)
+		return rc == MU_ESTOPPED ? 0 : rc;
+	/* only now: a tracker that refused the PUT has not registered us */
+	SLOG(s, MU_LOG_INFO, "Registered with tracker %s:%d as %s",
+	     s->tracker_host, s->opts.tracker_port, info_key);
 	for (;;) {
 		wait_locked(s, s->opts.poll_period);
 		if (s->stopping) {
@@ -117,8 +153,8 @@ static int serve_tracker(mu_server_t *s, mu_tracker_client_t *c)
 		uv_mutex_unlock(&s->lock);
 		if (renew && !busy) {
 			missed = 0;
-			if ((rc = put_current(s, c)) != 0)
-				return rc;
+			if ((rc = offer(s, c)) != 0)
+				return rc == MU_ESTOPPED ? 0 : rc;
 			continue;
 		}
 		/* Poll while a session runs too (TVM's servers fall silent):
@@ -141,8 +177,8 @@ static int serve_tracker(mu_server_t *s, mu_tracker_client_t *c)
 			renew_matchkey(s);
 		uv_mutex_unlock(&s->lock);
 		missed = 0;
-		if ((rc = put_current(s, c)) != 0)
-			return rc;
+		if ((rc = offer(s, c)) != 0)
+			return rc == MU_ESTOPPED ? 0 : rc;
 	}
 }
 

@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -157,6 +158,8 @@ static void hand_off(hs_conn_t *c)
 	if (nfd >= 0)
 		s->active = mu__session_new(nfd, c->peer, c->timeout,
 		                            c->in.data + c->used, c->in.len - c->used);
+	if (s->active != NULL && s->opts.session_timeout > 0)
+		s->active->wait_limit_ms = (int)(s->opts.session_timeout * 1000.0);
 	if (s->active == NULL ||
 	    uv_thread_create(&s->active_thread, session_main, s) != 0) {
 		SLOG(s, MU_LOG_ERROR, "cannot start a session for %s", c->peer);
@@ -374,6 +377,7 @@ void mu_server_opts_init(mu_server_opts_t *o)
 	o->port = 9090;
 	o->port_end = 9199;
 	o->handshake_timeout = 10;
+	o->session_timeout = 300;
 	o->poll_period = 2;
 	o->retry_max = 8;
 }
@@ -383,6 +387,7 @@ static int server_init(mu_server_t *s, const mu_server_opts_t *o)
 	if (o->key == NULL || (o->key[0] == '\0' && o->tracker_host != NULL) ||
 	    o->on_session == NULL ||
 	    o->handshake_timeout < 0 || o->poll_period <= 0 || o->retry_max <= 0 ||
+	    !(o->session_timeout >= 0 && o->session_timeout <= INT_MAX / 1000) ||
 	    mu__copy_str(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||
 	    mu__copy_str(s->key, sizeof(s->key), o->key) ||
 	    mu__copy_str(s->tracker_host, sizeof(s->tracker_host), o->tracker_host) ||

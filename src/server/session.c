@@ -6,9 +6,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "muster/server.h"
@@ -33,6 +33,7 @@ mu_session_t *mu__session_new(int fd, const char *peer, double timeout,
 	s->fd = fd;
 	snprintf(s->peer, sizeof(s->peer), "%s", peer);
 	s->timeout = timeout;
+	s->wait_limit_ms = -1;
 	mu__buf_init(&s->early, MU_RPC_MAX_KEY + 65536);
 	if (nearly > 0 && mu__buf_append(&s->early, early, nearly) != 0) {
 		mu__buf_free(&s->early);
@@ -95,10 +96,42 @@ int mu_session_unread(mu_session_t *s, const void *buf, size_t n)
 	return 0;
 }
 
+int mu_session_wait_limit_ms(const mu_session_t *s)
+{
+	return s->wait_limit_ms;
+}
+
+/* The wait a call may make: the caller's, cut to the session's limit. */
+static int clamp_wait(const mu_session_t *s, int timeout_ms)
+{
+	if (s->wait_limit_ms >= 0 && (timeout_ms < 0 || timeout_ms > s->wait_limit_ms))
+		return s->wait_limit_ms;
+	return timeout_ms;
+}
+
+/*
+ * A wait ended at the session's limit, not the caller's timeout: the
+ * client is silent, or does not read. End the session whatever the
+ * handler does with -ETIMEDOUT: the socket is shut down, so its next
+ * read or write fails, and the server's slot is free once it returns.
+ */
+static int limit_passed(mu_session_t *s, const char *what)
+{
+	if (!s->limit_passed) {
+		s->limit_passed = 1;
+		mu__log(MU_LOG_WARN, "server", "Session with %s: the client %s for %.1f s "
+		        "(session timeout); ending the session", s->peer, what,
+		        s->wait_limit_ms / 1000.0);
+		shutdown(s->fd, SHUT_RDWR);
+	}
+	return -ETIMEDOUT;
+}
+
 int mu_session_recv(mu_session_t *s, void *buf, size_t len, size_t *n,
                     int timeout_ms)
 {
-	struct pollfd pfd = {s->fd, POLLIN, 0};
+	int wait = clamp_wait(s, timeout_ms);
+	int64_t deadline = mu__deadline(wait);
 	ssize_t r;
 	int rc;
 
@@ -110,27 +143,40 @@ int mu_session_recv(mu_session_t *s, void *buf, size_t len, size_t *n,
 		return 0;
 	}
 	for (;;) {
-		rc = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
-		if (rc == 0)
-			return -ETIMEDOUT;
-		if (rc < 0 && errno == EINTR)
-			continue;
-		if (rc < 0)
-			return -errno;
 		r = recv(s->fd, buf, len, MSG_DONTWAIT);
 		if (r >= 0) {
 			*n = (size_t)r;
 			return 0;
 		}
-		if (errno != EAGAIN && errno != EINTR)
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno == ECONNRESET ? MU_EEOF : -errno;
+		/* poll for the time left, never a fresh full timeout */
+		rc = mu__sock_wait_readable(s->fd, deadline);
+		if (rc == -ETIMEDOUT && wait != timeout_ms)
+			return limit_passed(s, "sent nothing");
+		if (rc != 0)
+			return rc;
 	}
 }
 
 int mu_session_send(mu_session_t *s, const void *buf, size_t len,
                     int timeout_ms)
 {
-	return mu__sock_send_all(s->fd, buf, len, mu__deadline(timeout_ms));
+	int64_t deadline = mu__deadline(timeout_ms);
+	struct iovec iov = {(void *)buf, len};
+	int rc;
+
+	if (s->limit_passed)
+		return -ETIMEDOUT;
+	/* the session's limit bounds each stall (the client taking nothing),
+	 * not the whole transfer: a big send to a slow reader may go on */
+	rc = mu__sock_sendv(s->fd, &iov, 1, deadline, s->wait_limit_ms);
+	if (rc == -ETIMEDOUT && s->wait_limit_ms >= 0 &&
+	    (timeout_ms < 0 || mu__now_ms() < deadline))
+		return limit_passed(s, "took nothing");
+	return rc;
 }
 
 static int set_blocking(int fd)
@@ -242,6 +288,14 @@ int mu_session_request(const char *tracker_host, int tracker_port,
 			}
 		}
 		rc = mu_tracker_client_request(tc, key, priority, remaining(deadline), &g);
+		if (rc == MU_EFAIL) {
+			/* refused for one of the tracker's limits: asking again at
+			 * once would be refused again */
+			mu__log(MU_LOG_WARN, "session", "tracker %s:%d refused the request for %s "
+			        "(one of its limits; its log says which)", tracker_host,
+			        tracker_port, key);
+			break;
+		}
 		if (rc != 0) {
 			mu_tracker_client_close(tc);
 			tc = NULL;

@@ -13,6 +13,11 @@ struct mu_session_s {
 	int fd;                       /* blocking; the session owns it */
 	char peer[MU_ADDRSTRLEN];     /* "ip:port" of the other side */
 	double timeout;               /* server side: client's -timeout */
+	int wait_limit_ms;            /* server side: the server's
+	                               * session_timeout, the longest any
+	                               * wait on the client lasts; -1: none */
+	int limit_passed;             /* the client kept us waiting past it:
+	                               * the socket is shut down */
 	char *server_key;             /* client side: "server:KEY" */
 	mu__buf_t early;              /* bytes that came with the handshake */
 };

@@ -138,15 +138,15 @@ static int call_status(mu_tracker_client_t *c, cJSON *msg, int timeout_ms)
 {
 	mu__buf_t body;
 	cJSON *v = NULL;
-	int rc;
+	int rc, code = 0;
 
 	mu__buf_init(&body, MAX_REPLY_BYTES);
 	rc = call(c, msg, timeout_ms, &body);
 	if (rc == 0)
 		rc = mu__json_parse(body.data, body.len, &v);
-	if (rc == 0 && !mu__json_is_int(v, MU_TC_FAIL, MU_TC_SUCCESS))
+	if (rc == 0 && mu__json_int(v, MU_TC_FAIL, MU_TC_SUCCESS, &code) != 0)
 		rc = MU_EPROTO;
-	if (rc == 0 && v->valuedouble == MU_TC_FAIL)
+	if (rc == 0 && code == MU_TC_FAIL)
 		rc = MU_EFAIL;
 	cJSON_Delete(v);
 	mu__buf_free(&body);
@@ -234,7 +234,9 @@ int mu_tracker_client_request(mu_tracker_client_t *c, const char *key,
 		                             sizeof(g->addr), &g->port,
 		                             g->matchkey, sizeof(g->matchkey));
 	mu__buf_free(&body);
-	return broken(c, rc);
+	/* MU_EFAIL is an answer (the request was refused), not a broken
+	 * connection */
+	return rc == MU_EFAIL ? rc : broken(c, rc);
 }
 
 int mu_tracker_client_update_info(mu_tracker_client_t *c, const char *info_key,

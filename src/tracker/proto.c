@@ -3,6 +3,8 @@
  * TVM tracker codec: frame boundaries, request validation, reply encoding.
  * Pure functions over bytes; the server and the client do the I/O.
  */
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,9 +133,9 @@ static int parse_request(const cJSON *root, mu__tracker_msg_t *m, char *why,
 	m->key = short_string(cJSON_GetArrayItem(root, 1));
 	if (m->key == NULL)
 		return fail(why, wl, "REQUEST: element 1 (key) must be a string");
-	if (!cJSON_IsNumber(prio))
+	/* any JSON number, as TVM compares Python numbers */
+	if (mu__json_double(prio, -HUGE_VAL, HUGE_VAL, &m->priority) != 0)
 		return fail(why, wl, "REQUEST: element 3 (priority) must be a number");
-	m->priority = prio->valuedouble;
 	return 0;
 }
 
@@ -167,9 +169,8 @@ static int parse_body(cJSON *root, mu__tracker_msg_t *m, char *why, size_t wl)
 
 	if (!cJSON_IsArray(root) || n < 1)
 		return fail(why, wl, "message must be a non-empty JSON array");
-	if (!mu__json_is_int(code, -2147483648.0, 2147483647.0))
+	if (mu__json_int(code, INT_MIN, INT_MAX, &m->code) != 0)
 		return fail(why, wl, "element 0 (code) must be an integer");
-	m->code = (int)code->valuedouble;
 	switch (m->code) {
 	case MU_TC_PING:
 	case MU_TC_SUMMARY:
@@ -248,13 +249,18 @@ int mu__tracker_grant_parse(const char *body, size_t len, char *addr,
 		return rc;
 	rc = MU_EPROTO;
 	res = cJSON_GetArrayItem(root, 1);
+	/* [-1, why]: a muster tracker refusing the request for a limit */
+	if (cJSON_IsArray(root) && mu__json_is_int(cJSON_GetArrayItem(root, 0), -1, -1)) {
+		rc = MU_EFAIL;
+		goto out;
+	}
 	if (!cJSON_IsArray(root) || cJSON_GetArraySize(root) != 2 ||
 	    !mu__json_is_int(cJSON_GetArrayItem(root, 0), 0, 0) ||
 	    !cJSON_IsArray(res) || cJSON_GetArraySize(res) != 3)
 		goto out;
 	p = cJSON_GetArrayItem(res, 1);
-	if (mu__json_is_int(p, 0, 65535)) {
-		v = (long)p->valuedouble;
+	if (mu__json_int(p, 0, 65535, port) == 0) {
+		v = *port;
 	} else if (cJSON_IsString(p)) {
 		v = strtol(p->valuestring, &end, 10);
 		if (end == p->valuestring || *end != '\0' || v < 0 || v > 65535)

@@ -83,7 +83,8 @@ void mu__tracker_msg_free(mu__tracker_msg_t *m);
 
 /*
  * Client side: parse a REQUEST grant `[0, [ADDR, PORT, MATCHKEY]]`. addr and
- * matchkey are copied into the caller's buffers. 0, MU_EJSON, MU_EPROTO.
+ * matchkey are copied into the caller's buffers. 0, MU_EJSON, MU_EPROTO, or
+ * MU_EFAIL for a refusal `[-1, ...]`.
  */
 int mu__tracker_grant_parse(const char *body, size_t len, char *addr,
                             size_t addrlen, int *port, char *matchkey,

@@ -7,15 +7,18 @@
  * resources the oldest PUT wins. A failed delivery drops the request and puts
  * the resource at the tail, and matching goes on, so one dead requester never
  * blocks a key.
+ *
+ * Limits (sched_int.h): each owner's resources, requests and distinct keys,
+ * checked before anything changes; and the key table, where the queue
+ * that has been empty longest is dropped to make room for a new key.
  */
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "tracker/sched_int.h"
-
-#define DEFAULT_MAX_QUEUES 10000
-#define DEFAULT_MAX_PER_OWNER 4096
 
 typedef struct {
 	mu__list_t owner_node;
@@ -28,6 +31,8 @@ typedef struct {
 
 struct mu__sched_queue_s {
 	mu__list_t order_node;
+	mu__list_t empty_node; /* in sched->empty while nothing is in it */
+	mu__sched_t *sched;
 	char *key;
 	size_t keylen;
 	mu__list_t free; /* mu__sched_res_t.queue_node */
@@ -41,8 +46,11 @@ void mu__sched_init(mu__sched_t *s, mu__sched_deliver_cb deliver, void *ud)
 {
 	mu__strmap_init(&s->queues);
 	mu__list_init(&s->order);
-	s->max_queues = DEFAULT_MAX_QUEUES;
-	s->max_per_owner = DEFAULT_MAX_PER_OWNER;
+	mu__list_init(&s->empty);
+	s->max_queues = MU_SCHED_MAX_QUEUES;
+	s->max_per_owner = MU_SCHED_MAX_PER_OWNER;
+	s->max_keys_per_owner = MU_SCHED_MAX_KEYS_PER_OWNER;
+	s->refused = MU_SCHED_REFUSED_NONE;
 	s->deliver = deliver;
 	s->ud = ud;
 }
@@ -51,6 +59,8 @@ static void queue_destroy(mu__sched_t *s, mu__sched_queue_t *q)
 {
 	mu__strmap_remove(&s->queues, q->key, q->keylen);
 	mu__list_remove(&q->order_node);
+	if (q->nfree == 0 && q->nheap == 0)
+		mu__list_remove(&q->empty_node);
 	mu__free(q->heap);
 	mu__free(q->key);
 	mu__free(q);
@@ -71,6 +81,53 @@ void mu__sched_owner_init(mu__sched_owner_t *o)
 	mu__list_init(&o->requests);
 	o->nresources = 0;
 	o->nrequests = 0;
+	mu__strmap_init(&o->keys);
+}
+
+/* ---- what each owner holds where, and empty queues ---- */
+
+/* How many of o's resources and requests are in q. */
+static uintptr_t owner_count(const mu__sched_owner_t *o, const mu__sched_queue_t *q)
+{
+	return (uintptr_t)mu__strmap_get(&o->keys, &q, sizeof(q));
+}
+
+/* One more of o's in q. 0 or MU_ENOMEM (nothing changed). */
+static int owner_ref(mu__sched_owner_t *o, mu__sched_queue_t *q)
+{
+	mu__strmap_entry_t *e = mu__strmap_find(&o->keys, &q, sizeof(q));
+
+	if (e != NULL) {
+		e->value = (void *)((uintptr_t)e->value + 1);
+		return 0;
+	}
+	return mu__strmap_put(&o->keys, &q, sizeof(q), (void *)(uintptr_t)1, NULL);
+}
+
+static void owner_unref(mu__sched_owner_t *o, mu__sched_queue_t *q)
+{
+	mu__strmap_entry_t *e = mu__strmap_find(&o->keys, &q, sizeof(q));
+
+	if (e == NULL)
+		return;
+	if ((uintptr_t)e->value > 1)
+		e->value = (void *)((uintptr_t)e->value - 1);
+	else
+		mu__strmap_remove(&o->keys, &q, sizeof(q));
+}
+
+/* q lost an item: once empty it joins the prune list, newest last. */
+static void queue_lost(mu__sched_queue_t *q)
+{
+	if (q->nfree == 0 && q->nheap == 0)
+		mu__list_insert_tail(&q->sched->empty, &q->empty_node);
+}
+
+/* q is about to gain an item: off the prune list if it was empty. */
+static void queue_gains(mu__sched_queue_t *q)
+{
+	if (q->nfree == 0 && q->nheap == 0)
+		mu__list_remove(&q->empty_node);
 }
 
 /* ---- the request heap ---- */
@@ -135,6 +192,8 @@ static void req_unlink(mu__sched_req_t *r)
 	}
 	mu__list_remove(&r->owner_node);
 	r->owner->nrequests--;
+	owner_unref(r->owner, q);
+	queue_lost(q);
 }
 
 /* ---- resources ---- */
@@ -145,6 +204,8 @@ static void res_destroy(mu__sched_res_t *r)
 	mu__list_remove(&r->owner_node);
 	r->queue->nfree--;
 	r->owner->nresources--;
+	owner_unref(r->owner, r->queue);
+	queue_lost(r->queue);
 	mu__free(r->addr);
 	mu__free(r->port);
 	mu__free(r->matchkey);
@@ -170,27 +231,22 @@ static void match(mu__sched_t *s, mu__sched_queue_t *q)
 	}
 }
 
-/* An empty queue (nothing free, nobody waiting) that can be dropped. */
+/* Drop the queue that has been empty (nothing free, nobody waiting)
+ * longest. 0 when every queue holds something. */
 static int prune_one(mu__sched_t *s)
 {
-	mu__list_t *it;
+	mu__list_t *it = mu__list_head(&s->empty);
 
-	mu__list_foreach(it, &s->order) {
-		mu__sched_queue_t *q =
-			mu__container_of(it, mu__sched_queue_t, order_node);
-
-		if (q->nfree == 0 && q->nheap == 0) {
-			queue_destroy(s, q);
-			return 1;
-		}
-	}
-	return 0;
+	if (it == NULL)
+		return 0;
+	queue_destroy(s, mu__container_of(it, mu__sched_queue_t, empty_node));
+	return 1;
 }
 
 /*
  * Find or create KEY's queue. Queues live forever, as in TVM (they show in
  * SUMMARY with zero counts), until the queue limit is reached; then empty
- * ones are dropped to make room.
+ * ones are dropped to make room. A new queue starts on the empty list.
  */
 static int get_queue(mu__sched_t *s, const char *key, mu__sched_queue_t **out)
 {
@@ -201,13 +257,16 @@ static int get_queue(mu__sched_t *s, const char *key, mu__sched_queue_t **out)
 		*out = q;
 		return 0;
 	}
-	if (s->queues.count >= s->max_queues && !prune_one(s))
+	if (s->queues.count >= s->max_queues && !prune_one(s)) {
+		s->refused = MU_SCHED_REFUSED_QUEUES;
 		return MU_ETOOBIG;
+	}
 	q = mu__calloc(1, sizeof(*q));
 	if (q == NULL)
 		return MU_ENOMEM;
 	q->key = mu__strndup(key, klen);
 	q->keylen = klen;
+	q->sched = s;
 	mu__list_init(&q->free);
 	if (q->key == NULL || mu__strmap_put(&s->queues, key, klen, q, NULL)) {
 		mu__free(q->key);
@@ -215,8 +274,36 @@ static int get_queue(mu__sched_t *s, const char *key, mu__sched_queue_t **out)
 		return MU_ENOMEM;
 	}
 	mu__list_insert_tail(&s->order, &q->order_node);
+	mu__list_insert_tail(&s->empty, &q->empty_node);
 	*out = q;
 	return 0;
+}
+
+/*
+ * May o add one more item (held: how many of that kind it has) under
+ * key? Every limit is checked before anything changes; on success *out is
+ * the queue, and o is counted in it.
+ */
+static int admit(mu__sched_t *s, mu__sched_owner_t *o, const char *key, size_t held,
+                 mu__sched_refused_t kind, mu__sched_queue_t **out)
+{
+	mu__sched_queue_t *q = mu__strmap_get(&s->queues, key, strlen(key));
+	int rc;
+
+	if (held >= s->max_per_owner) {
+		s->refused = kind;
+		return MU_ETOOBIG;
+	}
+	if ((q == NULL || owner_count(o, q) == 0) && o->keys.count >= s->max_keys_per_owner) {
+		s->refused = MU_SCHED_REFUSED_OWNER_KEYS;
+		return MU_ETOOBIG;
+	}
+	rc = q != NULL ? 0 : get_queue(s, key, &q);
+	if (rc == 0)
+		rc = owner_ref(o, q); /* a queue just made stays, empty: prunable */
+	if (rc == 0)
+		*out = q;
+	return rc;
 }
 
 int mu__sched_put(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
@@ -224,29 +311,30 @@ int mu__sched_put(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
                   const char *matchkey)
 {
 	mu__sched_queue_t *q;
-	mu__sched_res_t *r;
-	int rc;
+	mu__sched_res_t *r = mu__calloc(1, sizeof(*r));
+	int rc = r != NULL ? 0 : MU_ENOMEM;
 
-	if (o->nresources >= s->max_per_owner)
-		return MU_ETOOBIG;
-	rc = get_queue(s, key, &q);
-	if (rc != 0)
+	if (rc == 0) {
+		r->addr = mu__strdup(addr);
+		r->port = mu__strdup(port_json);
+		r->matchkey = mu__strdup(matchkey);
+		if (r->addr == NULL || r->port == NULL || r->matchkey == NULL)
+			rc = MU_ENOMEM;
+	}
+	if (rc == 0)
+		rc = admit(s, o, key, o->nresources, MU_SCHED_REFUSED_RESOURCES, &q);
+	if (rc != 0) {
+		if (r != NULL) {
+			mu__free(r->addr);
+			mu__free(r->port);
+			mu__free(r->matchkey);
+			mu__free(r);
+		}
 		return rc;
-	r = mu__calloc(1, sizeof(*r));
-	if (r == NULL)
-		return MU_ENOMEM;
-	r->addr = mu__strdup(addr);
-	r->port = mu__strdup(port_json);
-	r->matchkey = mu__strdup(matchkey);
-	if (r->addr == NULL || r->port == NULL || r->matchkey == NULL) {
-		mu__free(r->addr);
-		mu__free(r->port);
-		mu__free(r->matchkey);
-		mu__free(r);
-		return MU_ENOMEM;
 	}
 	r->owner = o;
 	r->queue = q;
+	queue_gains(q);
 	mu__list_insert_tail(&q->free, &r->queue_node);
 	mu__list_insert_tail(&o->resources, &r->owner_node);
 	q->nfree++;
@@ -260,35 +348,63 @@ int mu__sched_request(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
 {
 	mu__sched_queue_t *q;
 	mu__sched_req_t *r;
-	int rc;
+	int rc = admit(s, o, key, o->nrequests, MU_SCHED_REFUSED_REQUESTS, &q);
 
-	if (o->nrequests >= s->max_per_owner)
-		return MU_ETOOBIG;
-	rc = get_queue(s, key, &q);
 	if (rc != 0)
 		return rc;
-	if (q->nheap == q->capheap) {
+	r = mu__calloc(1, sizeof(*r));
+	if (r != NULL && q->nheap == q->capheap) {
 		size_t ncap = q->capheap ? q->capheap * 2 : 8;
 		mu__sched_req_t **h = mu__realloc(q->heap, ncap * sizeof(*h));
 
-		if (h == NULL)
-			return MU_ENOMEM;
-		q->heap = h;
-		q->capheap = ncap;
+		if (h == NULL) {
+			mu__free(r);
+			r = NULL;
+		} else {
+			q->heap = h;
+			q->capheap = ncap;
+		}
 	}
-	r = mu__calloc(1, sizeof(*r));
-	if (r == NULL)
+	if (r == NULL) {
+		owner_unref(o, q);
 		return MU_ENOMEM;
+	}
 	r->owner = o;
 	r->queue = q;
 	r->priority = priority;
 	r->seq = q->next_seq++;
+	queue_gains(q);
 	mu__list_insert_tail(&o->requests, &r->owner_node);
 	o->nrequests++;
 	heap_set(q, q->nheap++, r);
 	sift_up(q, r->heap_idx);
 	match(s, q);
 	return 0;
+}
+
+void mu__sched_refusal(const mu__sched_t *s, char *buf, size_t len)
+{
+	switch (s->refused) {
+	case MU_SCHED_REFUSED_RESOURCES:
+		snprintf(buf, len, "this connection already offers %zu free devices "
+		         "(--max-per-conn)", s->max_per_owner);
+		break;
+	case MU_SCHED_REFUSED_REQUESTS:
+		snprintf(buf, len, "this connection already has %zu requests waiting "
+		         "(--max-per-conn)", s->max_per_owner);
+		break;
+	case MU_SCHED_REFUSED_OWNER_KEYS:
+		snprintf(buf, len, "this connection already holds on %zu device keys "
+		         "(--max-keys-per-conn)", s->max_keys_per_owner);
+		break;
+	case MU_SCHED_REFUSED_QUEUES:
+		snprintf(buf, len, "the tracker already has %zu device keys in use "
+		         "(--max-keys)", s->max_queues);
+		break;
+	default:
+		snprintf(buf, len, "no limit was met");
+		break;
+	}
 }
 
 void mu__sched_owner_release(mu__sched_t *s, mu__sched_owner_t *o)
@@ -305,26 +421,35 @@ void mu__sched_owner_release(mu__sched_t *s, mu__sched_owner_t *o)
 		req_unlink(r);
 		mu__free(r);
 	}
+	/* every count went to zero with its item; the map is empty now */
+	mu__strmap_free(&o->keys, NULL);
+	mu__strmap_init(&o->keys);
 }
 
 int mu__sched_pending(const mu__sched_owner_t *o, cJSON *arr)
 {
-	const mu__list_t *it, *jt;
+	const mu__list_t *it;
+	mu__strmap_t seen;
+	int rc = 0;
 
+	/* A matchkey PUT twice is listed once (TVM keeps a set). A map, not a
+	 * pairwise comparison: that was quadratic in what a peer may hold. */
+	mu__strmap_init(&seen);
 	mu__list_foreach(it, &o->resources) {
 		const mu__sched_res_t *r =
 			mu__container_of(it, mu__sched_res_t, owner_node);
-		int dup = 0;
+		size_t n = strlen(r->matchkey);
 
-		/* A matchkey PUT twice is listed once (TVM keeps a set). */
-		for (jt = o->resources.next; jt != it && !dup; jt = jt->next)
-			dup = strcmp(mu__container_of(jt, mu__sched_res_t,
-			                              owner_node)->matchkey,
-			             r->matchkey) == 0;
-		if (!dup && !cJSON_AddItemToArray(arr, cJSON_CreateString(r->matchkey)))
-			return MU_ENOMEM;
+		if (mu__strmap_get(&seen, r->matchkey, n) != NULL)
+			continue;
+		if (mu__strmap_put(&seen, r->matchkey, n, (void *)r, NULL) != 0 ||
+		    !cJSON_AddItemToArray(arr, cJSON_CreateString(r->matchkey))) {
+			rc = MU_ENOMEM;
+			break;
+		}
 	}
-	return 0;
+	mu__strmap_free(&seen, NULL);
+	return rc;
 }
 
 int mu__sched_queue_info(const mu__sched_t *s, cJSON *obj)

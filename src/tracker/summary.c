@@ -162,22 +162,22 @@ static int queue_status(mu__buf_t *b, const cJSON *qi, row_t *rows, int nrows)
 		const cJSON *e = cJSON_GetObjectItemCaseSensitive(qi, keys[i]);
 		const cJSON *fr = cJSON_GetObjectItemCaseSensitive(e, "free");
 		const cJSON *pe = cJSON_GetObjectItemCaseSensitive(e, "pending");
-		long total = 0, nfree, npend;
+		int64_t nfree, npend;
+		long total = 0;
 
-		if (!cJSON_IsNumber(fr) || !cJSON_IsNumber(pe)) {
+		if (mu__json_int64(fr, -MU_JSON_INT_MAX, MU_JSON_INT_MAX, &nfree) != 0 ||
+		    mu__json_int64(pe, -MU_JSON_INT_MAX, MU_JSON_INT_MAX, &npend) != 0) {
 			rc = MU_EPROTO;
 			break;
 		}
-		nfree = (long)fr->valuedouble;
-		npend = (long)pe->valuedouble;
 		for (j = 0; j < nrows; j++)
 			total += counts_for(rows[j].key, keys[i]);
 		if (total == 0 && npend == 0)
 			continue;
 		rc = pad_right(b, keys[i], maxlen);
 		if (rc == 0)
-			rc = mu__buf_printf(b, "   %-5ld  %-4ld  %-7ld\n", total,
-			                    nfree, npend);
+			rc = mu__buf_printf(b, "   %-5ld  %-4lld  %-7lld\n", total,
+			                    (long long)nfree, (long long)npend);
 	}
 	if (rc == 0)
 		rc = dash_line(b, dashes);

@@ -20,6 +20,7 @@ Two parts:
      get       name [label] [digest]                 -> blob_b64 | code
      check     name                                  -> loaded
      list                                            -> names
+     remote_bytes                                    -> bytes (the cache's count)
      load      blob_b64 [label]                      -> name | code
      drop      name                                  (invalidate_remote)
      events                                          every event seen, cleared
@@ -183,6 +184,8 @@ def _agent_main(config):
             return {"ok": True, "loaded": agent.check_remote(cmd["name"])}
         if c == "list":
             return {"ok": True, "names": agent.list_remote()}
+        if c == "remote_bytes":
+            return {"ok": True, "bytes": agent.remote_bytes}
         if c == "load":
             return {"ok": True, "name": agent.load_remote(
                 base64.b64decode(cmd["blob_b64"]), cmd.get("label"))}

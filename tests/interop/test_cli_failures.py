@@ -272,7 +272,7 @@ CASES = [
                            "--host", H, "--port", "{busy}"],
      r"cannot listen on 127\.0\.0\.1 port {busy}", 1),
     ("stage-bad-frame-size", ["stage", "--model", "{model}", "--stage", "0", "--of", "1",
-                              "--max-frame-bytes", "lots"], r"--max-frame-bytes lots is not a size", 2),
+                              "--max-frame-bytes", "lots"], r"--max-frame-bytes a size", 2),
     # run
     ("run-no-args", ["run"], r"needs --input FILE", 2),
     ("run-missing-input", ["run", "--input", "{missing}", "--model", "{model}"],

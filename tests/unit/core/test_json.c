@@ -2,6 +2,9 @@
 /* Unit tests for src/core/json.c: strict parsing, Python-identical output. */
 #include "mu_test.h"
 
+#include <limits.h>
+#include <math.h>
+
 #include "core/json_int.h"
 
 static char *dump(const char *json)
@@ -114,6 +117,118 @@ static void test_is_int(void **state)
 	cJSON_Delete(v);
 }
 
+static void repaired(const char *in, size_t n, const char *want)
+{
+	mu__buf_t b;
+
+	mu__buf_init(&b, 1024);
+	assert_int_equal(mu__utf8_repair(in, n, &b), 0);
+	assert_int_equal(b.len, strlen(want));
+	assert_memory_equal(b.data, want, b.len);
+	mu__buf_free(&b);
+}
+
+static void test_utf8_repair(void **state)
+{
+	(void)state;
+	repaired("ab\xc3\xa9", 4, "ab\xc3\xa9");                 /* valid text is kept */
+	repaired("a\xffz", 3, "a\xef\xbf\xbdz");                  /* a stray byte */
+	repaired("\xe2\x96", 2, "\xef\xbf\xbd\xef\xbf\xbd");      /* cut short at the end */
+	repaired("\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd");      /* overlong */
+	repaired("\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); /* surrogate */
+	repaired("\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80");     /* 4 bytes */
+}
+
+/* Parse text as one JSON value (the test frees it). */
+static cJSON *num(const char *text)
+{
+	cJSON *v = NULL;
+
+	assert_int_equal(mu__json_parse(text, strlen(text), &v), 0);
+	return v;
+}
+
+static void test_int_range_checked(void **state)
+{
+	static const char *const refused[] = {
+		"1099511627776", "-2147483649", "2147483648", "2.5", "1e400", "-1e400",
+		"\"1\"", "null", "true", "[1]",
+	};
+	cJSON *v;
+	int x = 7;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		v = num(refused[i]);
+		assert_int_equal(mu__json_int(v, INT_MIN, INT_MAX, &x), MU_EPROTO);
+		assert_int_equal(x, 7); /* untouched on failure */
+		cJSON_Delete(v);
+	}
+	assert_int_equal(mu__json_int(NULL, 0, 1, &x), MU_EPROTO);
+	v = num("2147483647");
+	assert_int_equal(mu__json_int(v, INT_MIN, INT_MAX, &x), 0);
+	assert_int_equal(x, INT_MAX);
+	assert_int_equal(mu__json_int(v, 0, 10, &x), MU_EPROTO);
+	cJSON_Delete(v);
+	v = num("-2147483648");
+	assert_int_equal(mu__json_int(v, INT_MIN, INT_MAX, &x), 0);
+	assert_int_equal(x, INT_MIN);
+	cJSON_Delete(v);
+	v = num("3.0"); /* whole, though written with a fraction */
+	assert_int_equal(mu__json_int(v, 0, 3, &x), 0);
+	assert_int_equal(x, 3);
+	cJSON_Delete(v);
+}
+
+static void test_int64_and_u64_stop_at_2p53(void **state)
+{
+	int64_t i = 0;
+	uint64_t u = 0;
+	cJSON *v;
+
+	(void)state;
+	v = num("9007199254740991");
+	assert_int_equal(mu__json_int64(v, -MU_JSON_INT_MAX, MU_JSON_INT_MAX, &i), 0);
+	assert_true(i == MU_JSON_INT_MAX);
+	assert_int_equal(mu__json_u64(v, UINT64_MAX, &u), 0);
+	assert_true(u == (uint64_t)MU_JSON_INT_MAX);
+	cJSON_Delete(v);
+	/* 2^63 and 2^64 would overflow a cast to int64_t and uint64_t */
+	v = num("9223372036854775808");
+	assert_int_equal(mu__json_int64(v, -MU_JSON_INT_MAX, MU_JSON_INT_MAX, &i), MU_EPROTO);
+	assert_int_equal(mu__json_u64(v, UINT64_MAX, &u), MU_EPROTO);
+	cJSON_Delete(v);
+	v = num("18446744073709551616");
+	assert_int_equal(mu__json_u64(v, UINT64_MAX, &u), MU_EPROTO);
+	cJSON_Delete(v);
+	v = num("-1");
+	assert_int_equal(mu__json_u64(v, UINT64_MAX, &u), MU_EPROTO);
+	cJSON_Delete(v);
+	/* bounds past 2^53 are refused as a caller's error */
+	v = num("1");
+	assert_int_equal(mu__json_int64(v, INT64_MIN, INT64_MAX, &i), MU_EPROTO);
+	cJSON_Delete(v);
+}
+
+static void test_double_range_checked(void **state)
+{
+	double d = 0;
+	cJSON *v;
+
+	(void)state;
+	v = num("1.5");
+	assert_int_equal(mu__json_double(v, 0, 2, &d), 0);
+	assert_true(d == 1.5);
+	assert_int_equal(mu__json_double(v, 2, 3, &d), MU_EPROTO);
+	cJSON_Delete(v);
+	v = num("1e400"); /* cJSON reads it as infinity */
+	assert_int_equal(mu__json_double(v, -HUGE_VAL, HUGE_VAL, &d), MU_EPROTO);
+	cJSON_Delete(v);
+	v = num("\"1\"");
+	assert_int_equal(mu__json_double(v, 0, 2, &d), MU_EPROTO);
+	cJSON_Delete(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -123,6 +238,10 @@ int main(void)
 		cmocka_unit_test(test_parse_refuses_deep_nesting),
 		cmocka_unit_test(test_utf8_validation),
 		cmocka_unit_test(test_is_int),
+		cmocka_unit_test(test_utf8_repair),
+		cmocka_unit_test(test_int_range_checked),
+		cmocka_unit_test(test_int64_and_u64_stop_at_2p53),
+		cmocka_unit_test(test_double_range_checked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

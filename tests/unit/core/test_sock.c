@@ -2,6 +2,7 @@
 /* Unit tests for src/core/sock.c: deadlines are kept, EOF is reported. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -66,6 +67,73 @@ static void test_recv_deadline(void **state)
 	close(lfd);
 }
 
+static void set_blocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	assert_int_equal(fcntl(fd, F_SETFL, fl & ~O_NONBLOCK), 0);
+}
+
+/*
+ * A peer that stops reading: sending more than the socket buffers hold
+ * ends at the deadline, even on a blocking descriptor (a session's: the
+ * device server hands its handler one). Before, send() blocked in the
+ * kernel and the deadline was never looked at; the alarm turns that hang
+ * into a failure.
+ */
+static void test_send_deadline(void **state)
+{
+	size_t big = 32u << 20;
+	char *buf = calloc(1, big);
+	int lfd, port, cfd, sfd;
+	int64_t t0, took;
+
+	(void)state;
+	assert_non_null(buf);
+	lfd = listener(&port);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &cfd), 0);
+	sfd = accept(lfd, NULL, NULL);
+	set_blocking(cfd);
+	alarm(20);
+	t0 = mu__now_ms();
+	assert_int_equal(mu__sock_send_all(cfd, buf, big, mu__deadline(300)), -ETIMEDOUT);
+	took = mu__now_ms() - t0;
+	assert_true(took >= 290);
+	assert_true(took < 10000); /* loose: the machine is shared */
+	/* a deadline already past still fails at once, not after a block */
+	t0 = mu__now_ms();
+	assert_int_equal(mu__sock_send_all(cfd, buf, big, mu__deadline(0)), -ETIMEDOUT);
+	assert_true(mu__now_ms() - t0 < 5000);
+	alarm(0);
+	free(buf);
+	close(sfd);
+	mu__sock_close(cfd);
+	close(lfd);
+}
+
+/* The same for a receive on a blocking descriptor: the peer says nothing. */
+static void test_recv_deadline_blocking_fd(void **state)
+{
+	int lfd, port, cfd, sfd;
+	int64_t t0;
+	char b[4];
+
+	(void)state;
+	lfd = listener(&port);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &cfd), 0);
+	sfd = accept(lfd, NULL, NULL);
+	set_blocking(cfd);
+	assert_int_equal(write(sfd, "ab", 2), 2); /* part of what is asked for */
+	alarm(20);
+	t0 = mu__now_ms();
+	assert_int_equal(mu__sock_recv_all(cfd, b, 4, mu__deadline(200)), -ETIMEDOUT);
+	assert_true(mu__now_ms() - t0 >= 190);
+	alarm(0);
+	close(sfd);
+	mu__sock_close(cfd);
+	close(lfd);
+}
+
 static void test_connect_errors(void **state)
 {
 	int lfd, port, fd;
@@ -84,6 +152,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip_and_eof),
 		cmocka_unit_test(test_recv_deadline),
+		cmocka_unit_test(test_send_deadline),
+		cmocka_unit_test(test_recv_deadline_blocking_fd),
 		cmocka_unit_test(test_connect_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

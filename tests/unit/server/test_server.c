@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -67,12 +68,16 @@ static mu_tracker_t *tracker_at(int port)
 	return t;
 }
 
+/* session_timeout for the servers started next (0: none) */
+static double session_timeout;
+
 static mu_server_t *server(mu_tracker_t *t, const char *key)
 {
 	mu_server_opts_t o;
 	mu_server_t *s;
 
 	mu_server_opts_init(&o);
+	o.session_timeout = session_timeout;
 	o.host = "127.0.0.1";
 	o.port = 0;
 	o.key = key;
@@ -292,6 +297,75 @@ static void test_session_timeout_and_stop(void **state)
 	hold = 0;
 }
 
+/* A raw client past the standalone hello for "dev" (fd stays open). */
+static int raw_session(int port)
+{
+	static const char ok[] = "\x71\xf2\x0f\x00\x0a\x00\x00\x00server:dev";
+	int fd = raw_connect(port);
+	char buf[sizeof(ok) - 1];
+	size_t got = 0;
+	ssize_t n;
+
+	assert_int_equal(write(fd, "\x71\xf2\x0f\x00\x0a\x00\x00\x00" "client:dev", 18), 18);
+	while (got < sizeof(buf) && (n = read(fd, buf + got, sizeof(buf) - got)) > 0)
+		got += (size_t)n;
+	assert_int_equal(got, sizeof(buf));
+	assert_memory_equal(buf, ok, sizeof(buf));
+	return fd;
+}
+
+/* How long until a second client of "dev" gets its session (ms). */
+static int64_t next_client_waits(mu_server_t *s)
+{
+	int64_t t0 = mu__now_ms();
+	mu_session_t *ss;
+
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, 2 * T, &ss), 0);
+	echo_once(ss, "my turn");
+	mu_session_close(ss);
+	return mu__now_ms() - t0;
+}
+
+/*
+ * A client that stops reading what the session echoes, and one that says
+ * nothing after its hello, each hold the (single) session slot only until
+ * the session timeout, 0.5 s here; the handler's own send timeout is T.
+ * Before, the echo's send blocked in the kernel for good and the next
+ * client never got in.
+ */
+static void test_session_timeout_ends_stuck_sessions(void **state)
+{
+	static char junk[1 << 16];
+	mu_server_t *s;
+	int64_t waited;
+	int fd, fl;
+
+	(void)state;
+	session_timeout = 0.5;
+	s = server(NULL, "dev");
+	session_timeout = 0;
+	/* a non-reader: send until both directions' buffers are full */
+	fd = raw_session(mu_server_port(s));
+	wait_in_session(1);
+	fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	for (int64_t until = mu__deadline(300); mu__now_ms() < until;)
+		if (write(fd, junk, sizeof(junk)) < 0)
+			usleep(1000);
+	waited = next_client_waits(s);
+	assert_true(waited < T - 1000); /* the limit, not the handler's T */
+	close(fd);
+	wait_in_session(0);
+	/* a silent one */
+	fd = raw_session(mu_server_port(s));
+	wait_in_session(1);
+	waited = next_client_waits(s);
+	assert_true(waited >= 300 && waited < T - 1000);
+	close(fd);
+	wait_in_session(0);
+	mu_server_free(s);
+}
+
 static void test_tracker_restart(void **state)
 {
 	mu_tracker_t *t = tracker_at(0);
@@ -446,6 +520,7 @@ int main(void)
 		cmocka_unit_test(test_silent_client_blocks_nobody),
 		cmocka_unit_test(test_bytes_behind_the_hello),
 		cmocka_unit_test(test_session_timeout_and_stop),
+		cmocka_unit_test(test_session_timeout_ends_stuck_sessions),
 		cmocka_unit_test(test_tracker_restart),
 		cmocka_unit_test(test_deferred_registration),
 		cmocka_unit_test(test_reachable_host),

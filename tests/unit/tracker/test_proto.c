@@ -206,6 +206,16 @@ static void test_grant_parse(void **state)
 	assert_int_equal(mu__tracker_grant_parse("-1", 2, addr, sizeof(addr), &port, mk, sizeof(mk)), MU_EPROTO);
 	assert_int_equal(mu__tracker_grant_parse("[0, [\"a\", 1]]", 13, addr, sizeof(addr), &port, mk, sizeof(mk)), MU_EPROTO);
 	assert_int_equal(mu__tracker_grant_parse(ok, strlen(ok), addr, 4, &port, mk, sizeof(mk)), MU_ETOOBIG);
+	/* a refusal (a muster tracker past a limit) is an answer, not garbage */
+	assert_int_equal(mu__tracker_grant_parse("[-1, \"why\"]", 11, addr, sizeof(addr), &port, mk,
+	                                         sizeof(mk)), MU_EFAIL);
+	assert_int_equal(mu__tracker_grant_parse("[-1]", 4, addr, sizeof(addr), &port, mk, sizeof(mk)),
+	                 MU_EFAIL);
+	/* a port past 65535 or fractional is refused before any conversion */
+	assert_int_equal(mu__tracker_grant_parse("[0, [\"a\", 1e300, \"k\"]]", 22, addr, sizeof(addr),
+	                                         &port, mk, sizeof(mk)), MU_EPROTO);
+	assert_int_equal(mu__tracker_grant_parse("[0, [\"a\", 90.5, \"k\"]]", 21, addr, sizeof(addr),
+	                                         &port, mk, sizeof(mk)), MU_EPROTO);
 }
 
 int main(void)

@@ -188,6 +188,7 @@ static void test_release_withdraws_and_drops(void **state)
 	assert_int_equal(l.n, 1);
 	assert_ptr_equal(l.who[0], &other);
 	mu__sched_owner_release(&s, &other);
+	mu__sched_owner_release(&s, &srv); /* empty, but it holds its key map */
 	mu__sched_free(&s);
 }
 
@@ -267,17 +268,139 @@ static void test_limits(void **state)
 	for (i = 0; i < 3; i++)
 		assert_int_equal(mu__sched_put(&s, &o, "k", "h", "1", "k:1"), 0);
 	assert_int_equal(mu__sched_put(&s, &o, "k", "h", "1", "k:1"), MU_ETOOBIG);
+	assert_int_equal(s.refused, MU_SCHED_REFUSED_RESOURCES);
 	for (i = 0; i < 3; i++) {
 		snprintf(key, sizeof(key), "q%d", i);
 		assert_int_equal(mu__sched_request(&s, &o, key, 1), 0);
 	}
 	assert_int_equal(mu__sched_request(&s, &o, "q9", 1), MU_ETOOBIG);
+	assert_int_equal(s.refused, MU_SCHED_REFUSED_REQUESTS);
 	mu__sched_owner_release(&s, &o);
 	/* at the queue limit, empty queues are pruned to make room */
 	assert_int_equal(s.queues.count, 4);
 	assert_int_equal(mu__sched_request(&s, &o, "fresh", 1), 0);
 	assert_int_equal(s.queues.count, 4);
 	mu__sched_owner_release(&s, &o);
+	mu__sched_free(&s);
+}
+
+/* PUT n distinct keys "<prefix><i>"; returns how many were taken. */
+static int put_keys(mu__sched_t *s, mu__sched_owner_t *o, const char *prefix, int n)
+{
+	char key[32];
+	int i, ok = 0, rc;
+
+	for (i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "%s%d", prefix, i);
+		rc = mu__sched_put(s, o, key, "h", "1", key);
+		assert_true(rc == 0 || rc == MU_ETOOBIG);
+		ok += rc == 0;
+	}
+	return ok;
+}
+
+static void test_keys_per_owner(void **state)
+{
+	mu__sched_t s;
+	mu__sched_owner_t o, other;
+	log_t l = {0};
+	char why[200];
+
+	(void)state;
+	mu__sched_init(&s, deliver, &l);
+	s.max_keys_per_owner = 3;
+	mu__sched_owner_init(&o);
+	mu__sched_owner_init(&other);
+	assert_int_equal(put_keys(&s, &o, "k", 3), 3);
+	/* a fourth key, by PUT or by REQUEST, is one too many; more of the
+	 * same keys are not */
+	assert_int_equal(mu__sched_put(&s, &o, "new", "h", "1", "new:1"), MU_ETOOBIG);
+	assert_int_equal(s.refused, MU_SCHED_REFUSED_OWNER_KEYS);
+	mu__sched_refusal(&s, why, sizeof(why));
+	assert_non_null(strstr(why, "3 device keys"));
+	assert_int_equal(mu__sched_request(&s, &o, "new", 1), MU_ETOOBIG);
+	assert_int_equal(mu__sched_put(&s, &o, "k1", "h", "1", "k1:2"), 0);
+	assert_int_equal(mu__sched_request(&s, &o, "k2", 1), 0); /* granted at once */
+	assert_int_equal(l.n, 1);
+	/* nothing of a refused key was kept: no queue */
+	assert_null(mu__strmap_get(&s.queues, "new", 3));
+	/* k2's only resource was granted: o holds on two keys, room for one */
+	assert_int_equal(o.keys.count, 2);
+	assert_int_equal(mu__sched_put(&s, &o, "new", "h", "1", "new:1"), 0);
+	/* the limit is per owner */
+	assert_int_equal(put_keys(&s, &other, "x", 3), 3);
+	mu__sched_owner_release(&s, &o);
+	assert_int_equal(o.keys.count, 0);
+	assert_int_equal(put_keys(&s, &o, "again", 3), 3); /* usable again */
+	mu__sched_owner_release(&s, &o);
+	mu__sched_owner_release(&s, &other);
+	mu__sched_free(&s);
+}
+
+/*
+ * Issue 12, finding 6: three connections PUT 10,000 distinct keys each.
+ * With the defaults each holds at most 64 keys, so a fourth can still PUT
+ * and REQUEST a new key. (Before, the three filled the 10,000-key table
+ * and every new key was refused.)
+ */
+static void test_three_owners_cannot_take_the_key_table(void **state)
+{
+	mu__sched_t s;
+	mu__sched_owner_t o[3], fresh;
+	log_t l = {0};
+	char prefix[8];
+	int i;
+
+	(void)state;
+	mu__sched_init(&s, deliver, &l);
+	for (i = 0; i < 3; i++) {
+		mu__sched_owner_init(&o[i]);
+		snprintf(prefix, sizeof(prefix), "o%d-", i);
+		assert_int_equal(put_keys(&s, &o[i], prefix, 10000), MU_SCHED_MAX_KEYS_PER_OWNER);
+	}
+	assert_int_equal(s.queues.count, 3 * MU_SCHED_MAX_KEYS_PER_OWNER);
+	mu__sched_owner_init(&fresh);
+	assert_int_equal(mu__sched_put(&s, &fresh, "newdev", "h", "9090", "newdev:1"), 0);
+	assert_int_equal(mu__sched_request(&s, &fresh, "newdev", 1), 0);
+	assert_int_equal(l.n, 1);
+	assert_string_equal(l.matchkey[0], "newdev:1");
+	for (i = 0; i < 3; i++)
+		mu__sched_owner_release(&s, &o[i]);
+	mu__sched_owner_release(&s, &fresh);
+	mu__sched_free(&s);
+}
+
+/* At the key limit the queue empty longest goes first, found at once. */
+static void test_prunes_oldest_empty_queue(void **state)
+{
+	mu__sched_t s;
+	mu__sched_owner_t a, b;
+	log_t l = {0};
+	cJSON *qi;
+
+	(void)state;
+	mu__sched_init(&s, deliver, &l);
+	s.max_queues = 3;
+	mu__sched_owner_init(&a);
+	mu__sched_owner_init(&b);
+	assert_int_equal(mu__sched_put(&s, &a, "held", "h", "1", "held:1"), 0);
+	assert_int_equal(mu__sched_put(&s, &b, "first", "h", "1", "first:1"), 0);
+	assert_int_equal(mu__sched_request(&s, &b, "second", 1), 0);
+	/* full, nothing empty: a new key is refused */
+	assert_int_equal(mu__sched_put(&s, &b, "fourth", "h", "1", "fourth:1"), MU_ETOOBIG);
+	assert_int_equal(s.refused, MU_SCHED_REFUSED_QUEUES);
+	/* a release withdraws resources, then requests: "first" is emptied
+	 * before "second", so "first" goes */
+	mu__sched_owner_release(&s, &b);
+	assert_int_equal(mu__sched_put(&s, &a, "fourth", "h", "1", "fourth:1"), 0);
+	qi = cJSON_CreateObject();
+	assert_int_equal(mu__sched_queue_info(&s, qi), 0);
+	assert_non_null(cJSON_GetObjectItem(qi, "held"));
+	assert_null(cJSON_GetObjectItem(qi, "first"));
+	assert_non_null(cJSON_GetObjectItem(qi, "second"));
+	assert_non_null(cJSON_GetObjectItem(qi, "fourth"));
+	cJSON_Delete(qi);
+	mu__sched_owner_release(&s, &a);
 	mu__sched_free(&s);
 }
 
@@ -318,6 +441,9 @@ int main(void)
 		cmocka_unit_test(test_heap_removal_keeps_order),
 		cmocka_unit_test(test_pending_lists_distinct_ungranted),
 		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_keys_per_owner),
+		cmocka_unit_test(test_three_owners_cannot_take_the_key_table),
+		cmocka_unit_test(test_prunes_oldest_empty_queue),
 		cmocka_unit_test(test_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
