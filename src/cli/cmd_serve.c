@@ -13,11 +13,12 @@
 #include "muster/common.h"
 #include "cli/cli_int.h"
 #include "cli/gen_int.h"
+#include "cli/svc_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
 #include "serve/api_int.h"
 
-#define SERVE_OPTS 5
+#define SERVE_OPTS (5 + CLI_SVC_NOPTS)
 
 typedef struct {
 	const char *listen, *name, *max_body, *chat_template;
@@ -132,6 +133,7 @@ int cmd_serve(int argc, char **argv)
 	gen_args_t a;
 	gen_run_t r;
 	int npos, rc;
+	cli_svc_t sv;
 	cli_opt_t opts[SERVE_OPTS + GEN_MAX_OPTS] = {
 		{"listen", OPT_STR, &sa.listen, "HOST:PORT", "where to take HTTP requests (default "
 		 "127.0.0.1:8080; port 0 picks a free one, printed)"},
@@ -143,6 +145,7 @@ int cmd_serve(int argc, char **argv)
 		 "gets 413)"},
 		{"chat-template", OPT_STR, &sa.chat_template, "NAME", "render chats as chatml, qwen3, "
 		 "llama3, llama3.1, llama2 or mistral, whatever the model's template is"},
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster serve --model DIR|FILE.gguf|FILE.bin [--stages H:P,...] [--listen HOST:PORT] "
@@ -155,13 +158,14 @@ int cmd_serve(int argc, char **argv)
 		"the model's chat template (ChatML/Qwen, Llama 3 and 3.1+, Llama 2, Mistral [INST]).\n"
 		"Sampling options are the defaults of requests that do not set them. One line per\n"
 		"request goes to stderr; SIGINT or SIGTERM stops it after cancelling what runs.",
-		opts, 5, 0, 0};
+		opts, SERVE_OPTS, 0, 0};
 
 	gen_args_default(&a);
 	a.prog = "muster serve";
 	a.max_tokens = 0;
 	a.parallel = 4;
-	cmd.nopts += gen_opts(&a, opts + 5);
+	cli_svc_init(&sv);
+	cmd.nopts += gen_opts(&a, opts + SERVE_OPTS);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -169,12 +173,14 @@ int cmd_serve(int argc, char **argv)
 		fprintf(stderr, "muster serve: --parallel must be 1 or more\n");
 		return 2;
 	}
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster serve", MU_LOG_INFO)) != 0)
+		return rc;
 	/* Before any thread starts, so only cli_on_signal's thread sees them. */
 	cli_block_signals();
 	if ((rc = gen_run_open(&a, &r)) != 0)
 		return rc;
 	rc = serve(&r, &a, &sa);
 	gen_run_close(&r);
+	cli_svc_stop(&sv);
 	return rc;
 }

@@ -11,6 +11,7 @@
 
 #include "muster/store.h"
 #include "cli/cli_int.h"
+#include "cli/svc_int.h"
 #include "core/net_int.h"
 
 static void stop_store(void *ud)
@@ -24,6 +25,7 @@ int cmd_store(int argc, char **argv)
 	mu_store_server_t *s;
 	int npos, rc, max_key, max_value, max_keys, max_watches, max_watches_total;
 	cli_budget_t cb;
+	cli_svc_t sv;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default ::, which takes IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "port (default 29500, torch's; 0 = any)"},
@@ -35,6 +37,7 @@ int cmd_store(int argc, char **argv)
 		{"max-watches-total", OPT_INT, &max_watches_total, "N", "... all connections together (default 65536)"},
 		CLI_BUDGET_OPTS(cb),
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster store [--host H] [--port P] [--max-value-bytes N] [--max-key-bytes N]",
@@ -57,6 +60,7 @@ int cmd_store(int argc, char **argv)
 	max_watches = (int)o.max_watches;
 	max_watches_total = (int)o.max_watches_total;
 	cli_budget_init(&cb);
+	cli_svc_init(&sv);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -74,7 +78,8 @@ int cmd_store(int argc, char **argv)
 	o.max_key_bytes = (size_t)max_key;
 	o.max_value_bytes = (size_t)max_value;
 	o.max_keys = (size_t)max_keys;
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster store", MU_LOG_INFO)) != 0)
+		return rc;
 	mu__raise_nofile_limit();
 	cli_block_signals();
 	rc = mu_store_server_start(&o, &s);
@@ -87,6 +92,7 @@ int cmd_store(int argc, char **argv)
 	mu_store_server_wait(s);
 	cli_signal_disarm();
 	mu_store_server_free(s);
+	cli_svc_stop(&sv);
 	return 0;
 }
 
