@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 #include "muster/server.h"
 #include "muster/tensor.h"
 
@@ -178,6 +179,9 @@ typedef struct {
 	mu_budget_t budget;      /* what each client may make the server hold
 	                          * (replies it has not read, the message it is
 	                          * sending) */
+	mu_metrics_t *metrics;   /* count into this registry (muster_stage_*,
+	                          * docs/metrics.md); NULL (default): nothing.
+	                          * It must outlive the server */
 } mu_stage_server_opts_t;
 
 MU_EXTERN void mu_stage_server_opts_init(mu_stage_server_opts_t *o);

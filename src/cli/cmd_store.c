@@ -82,7 +82,14 @@ int cmd_store(int argc, char **argv)
 		return rc;
 	mu__raise_nofile_limit();
 	cli_block_signals();
+	o.metrics = sv.reg;
+	if ((rc = cli_svc_listen(&sv, "muster store")) != 0) {
+		cli_svc_stop(&sv);
+		return rc;
+	}
 	rc = mu_store_server_start(&o, &s);
+	if (rc != 0)
+		cli_svc_stop(&sv);
 	if (rc != 0) {
 		fprintf(stderr, "muster store: cannot listen on %s port %d: %s\n", o.host,
 		        o.port, rc == MU_EBIND ? "address in use" : mu_strerror(rc));

@@ -78,7 +78,14 @@ int cmd_tracker(int argc, char **argv)
 	/* Signals are blocked from here on, so the tracker thread inherits
 	 * that and only the signal thread sees SIGINT/SIGTERM. */
 	cli_block_signals();
+	o.metrics = sv.reg;
+	if ((rc = cli_svc_listen(&sv, "muster tracker")) != 0) {
+		cli_svc_stop(&sv);
+		return rc;
+	}
 	rc = mu_tracker_start(&o, &t);
+	if (rc != 0)
+		cli_svc_stop(&sv);
 	if (rc == MU_EBIND) {
 		fprintf(stderr, "muster tracker: cannot bind to any port in [%d, %d): all in use\n",
 		        o.port, o.port_end);

@@ -80,8 +80,16 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 
 	snprintf(a->name, sizeof(a->name), "stage %d/%d", index, of);
 	a->o.name = a->name;
+	a->o.metrics = a->sv.reg;
+	rc = cli_svc_listen(&a->sv, "muster stage");
+	if (rc != 0) {
+		cli_svc_stop(&a->sv);
+		mu_stage_free(s);
+		return rc;
+	}
 	rc = mu_stage_server_start(s, &a->o, &srv);
 	if (rc != 0) {
+		cli_svc_stop(&a->sv);
 		fprintf(stderr, "muster stage: cannot listen on %s port %d: %s\n", a->o.host, a->o.port,
 		        rc == MU_EBIND ? "address in use" : mu_strerror(rc));
 		mu_stage_free(s);

@@ -19,6 +19,7 @@
 
 #include "cli/svc_int.h"
 #include "core/log_int.h"
+#include "core/net_int.h"
 
 /* Set by cli_svc_start before any thread starts, read-only afterwards. */
 static int log_json;
@@ -106,10 +107,42 @@ int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level)
 	}
 	mu_log_set_sink(svc_sink, NULL, level);
 	cli_on_hup(reopen_log, NULL);
+	if (sv->metrics == NULL)
+		return 0;
+	if (mu__split_hostport(sv->metrics, sv->mhost, sizeof(sv->mhost), &sv->mport) != 0) {
+		fprintf(stderr, "%s: --metrics %s is not HOST:PORT\n", cmd, sv->metrics);
+		return 2;
+	}
+	if (mu_metrics_new(&sv->reg) != 0) {
+		fprintf(stderr, "%s: out of memory\n", cmd);
+		return 1;
+	}
+	return 0;
+}
+
+int cli_svc_listen(cli_svc_t *sv, const char *cmd)
+{
+	char why[256] = "", addr[300];
+	int rc, port = 0;
+
+	if (sv->reg == NULL || sv->http != NULL)
+		return 0;
+	cli_block_signals();
+	rc = cli_metrics_start(sv->reg, sv->mhost, sv->mport, &sv->http, &port, why, sizeof(why));
+	if (rc != 0) {
+		mu__log(MU_LOG_ERROR, "metrics", "%s: cannot serve metrics on %s: %s", cmd,
+		        sv->metrics, why[0] != '\0' ? why : mu_strerror(rc));
+		return 1;
+	}
+	mu__hostport_text(sv->mhost, port, addr, sizeof(addr));
+	mu__log(MU_LOG_INFO, "metrics", "serving metrics on http://%s/metrics", addr);
 	return 0;
 }
 
 void cli_svc_stop(cli_svc_t *sv)
 {
-	(void)sv;
+	cli_metrics_stop(sv->http);
+	sv->http = NULL;
+	mu_metrics_free(sv->reg);
+	sv->reg = NULL;
 }

@@ -11,30 +11,56 @@
 #define MU_CLI_SVC_INT_H
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 #include "cli/cli_int.h"
+
+typedef struct cli_metrics_srv_s cli_metrics_srv_t;
 
 typedef struct {
 	const char *log_format; /* --log-format: "text" (default) or "json" */
 	const char *log_file;   /* --log-file PATH, or NULL for stderr */
+	const char *metrics;    /* --metrics HOST:PORT, or NULL */
+	/* With --metrics, from cli_svc_start: the registry to hand the
+	 * server (opts.metrics); NULL without. */
+	mu_metrics_t *reg;
+	cli_metrics_srv_t *http;
+	char mhost[256];
+	int mport;
 } cli_svc_t;
 
-#define CLI_SVC_NOPTS 2
+#define CLI_SVC_NOPTS 3
 #define CLI_SVC_OPTS(sv)                                                                      \
 	{"log-format", OPT_STR, &(sv).log_format, "text|json",                                 \
 	 "log lines as text (\"TIME LEVEL component: message\") or one JSON object per line "  \
 	 "(time, level, component, msg) for log shippers (default text)"},                     \
 	{"log-file", OPT_STR, &(sv).log_file, "PATH",                                          \
 	 "append log lines (and everything else this process writes to stderr) to PATH; "      \
-	 "SIGHUP reopens it, for logrotate (default: stderr)"}
+	 "SIGHUP reopens it, for logrotate (default: stderr)"},                               \
+	{"metrics", OPT_STR, &(sv).metrics, "HOST:PORT",                                       \
+	 "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port, "       \
+	 "logged; default: none)"}
 
 void cli_svc_init(cli_svc_t *sv);
 /*
  * Install the log sink at level (MU_LOG_WARN for --silent), open the log
- * file and make SIGHUP reopen it. cmd names the command in messages
- * ("muster tracker"). 0, or the exit status after saying why on stderr.
+ * file and make SIGHUP reopen it; with --metrics, make sv->reg. Starts no
+ * thread. cmd names the command in messages ("muster tracker"). 0, or the
+ * exit status after saying why on stderr.
  */
 int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level);
-/* Release what cli_svc_start holds (the process is about to exit). */
+/*
+ * With --metrics: serve sv->reg (blocks SIGINT/SIGTERM first, so its
+ * thread never takes them), logging "serving metrics on
+ * http://HOST:PORT/metrics". 0, or the exit status after saying why.
+ */
+int cli_svc_listen(cli_svc_t *sv, const char *cmd);
+/* Stop serving metrics and free the registry: after the server that
+ * counts into it has stopped. Safe after a failed or no listen. */
 void cli_svc_stop(cli_svc_t *sv);
+
+/* svc_metrics.c: the /metrics endpoint on a thread of its own. */
+int cli_metrics_start(mu_metrics_t *m, const char *host, int port, cli_metrics_srv_t **out,
+                      int *bound, char *why, size_t wl);
+void cli_metrics_stop(cli_metrics_srv_t *ms);
 
 #endif

@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: MIT
+"""`--metrics HOST:PORT`: what an operator's Prometheus reads.
+
+A real Prometheus (Debian's 2.42) scrapes a running tracker, store and
+stage every second; after a known workload its HTTP API must return the
+series and the values that workload makes:
+
+* tracker: 5 grants of key demo (muster_tracker_grants_total 5, 5 waits
+  in muster_tracker_wait_seconds), 2 devices left free, 1 request
+  waiting on another key, connections open;
+* store: 3 SETs and 2 GETs (muster_store_op_seconds_count by op), 3 keys;
+* stage: 4 forwards of a generated model, and the bytes they moved;
+* every process: its RSS and open descriptors, and `up` for each target.
+
+Each endpoint's text also passes `promtool check metrics` (the format's
+own linter), is served as text/plain; version=0.0.4, and other paths get
+404.
+"""
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import HOST, MusterProcess, wait_for
+from promfix import PROMTOOL, Prometheus, http_get
+import tvmpeer
+
+METRICS_RE = re.compile(r"serving metrics on http://(\S+)/metrics")
+
+
+def start(muster_bin, tmp_path, name, *args):
+    log = tmp_path / f"{name}.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(muster_bin), *args, "--metrics", f"{HOST}:0"],
+                                stdin=subprocess.DEVNULL, stdout=f, stderr=f)
+    p = MusterProcess(proc, log)
+    p.name = f"muster {name}"
+    p.metrics = p.wait_log(METRICS_RE, 1, timeout=60)[0]
+    return p
+
+
+@pytest.fixture
+def procs(muster_bin, tmp_path):
+    started = []
+    yield started
+    problems = [f"{p.name}: {why}" for p in started if (why := p.stop())]
+    assert not problems, "\n".join(problems)
+
+
+def tracker_workload(tracker_port):
+    """5 grants of demo, then 2 devices left free there and one request
+    left waiting on busy. Returns the sessions to keep open."""
+    server = tvmpeer.TrackerSession(HOST, tracker_port)
+    for i in range(7):
+        assert server.put("demo", 9000 + i, f"demo:{i}") == tvmpeer.SUCCESS
+    client = tvmpeer.TrackerSession(HOST, tracker_port)
+    for _ in range(5):
+        client.request("demo", timeout=10)
+    waiter = tvmpeer.TrackerSession(HOST, tracker_port)
+    waiter.send_request("busy")
+    return [server, client, waiter]
+
+
+def store_workload(muster_bin, addr):
+    for k in ("a", "b", "c"):
+        subprocess.run([str(muster_bin), "store-cli", addr, "set", k, "v" + k], check=True,
+                       capture_output=True, timeout=30)
+    for k in ("a", "b"):
+        out = subprocess.run([str(muster_bin), "store-cli", addr, "get", k], check=True,
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout == f"v{k}\n"
+
+
+def test_prometheus_scrapes_tracker_store_and_stage(muster_bin, tmp_path, procs):
+    model, inp = tmp_path / "m", tmp_path / "in.safetensors"
+    subprocess.run([str(muster_bin), "model", "gen", "--out", str(model), "--widths",
+                    "64,64,64,8"], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(muster_bin), "model", "input", "--model", str(model), "--out",
+                    str(inp)], check=True, capture_output=True, timeout=60)
+    tracker = start(muster_bin, tmp_path, "tracker", "tracker", "--host", HOST, "--port", "0")
+    procs.append(tracker)
+    tracker.wait_bound()
+    store = start(muster_bin, tmp_path, "store", "store", "--host", HOST, "--port", "0")
+    procs.append(store)
+    store.wait_bound()
+    stage = start(muster_bin, tmp_path, "stage", "stage", "--model", str(model), "--stage",
+                  "0", "--of", "1", "--host", HOST, "--port", "0")
+    procs.append(stage)
+    stage_addr = stage.wait_log(r"serving on (\S+:\d+)")[0]
+
+    prom = Prometheus(tmp_path, [tracker.metrics, store.metrics, stage.metrics])
+    try:
+        sessions = tracker_workload(tracker.port)
+        store_workload(muster_bin, f"{HOST}:{store.port}")
+        subprocess.run([str(muster_bin), "run", "--stages", stage_addr, "--input", str(inp),
+                        "--repeat", "4"], check=True, capture_output=True, timeout=120)
+
+        wait_for(lambda: len(prom.query("up == 1")) == 3, timeout=30,
+                 what="all three targets up in Prometheus")
+        prom.wait_value('muster_tracker_grants_total{key="demo"}', 5)
+        prom.wait_value('muster_tracker_wait_seconds_count{key="demo"}', 5)
+        prom.wait_value('muster_tracker_free_devices{key="demo"}', 2)
+        prom.wait_value('muster_tracker_queue_depth{key="busy"}', 1)
+        prom.wait_value('muster_tracker_queue_depth{key="demo"}', 0)
+        prom.wait_value("muster_tracker_connections_open", 3)
+        prom.wait_value('muster_store_op_seconds_count{op="SET"}', 3)
+        prom.wait_value('muster_store_op_seconds_count{op="GET"}', 2)
+        prom.wait_value("muster_store_keys", 3)
+        prom.wait_value("muster_stage_forwards_total", 4)
+        prom.wait_value("muster_stage_compute_seconds_count", 4)
+        sent = prom.query("muster_stage_sent_bytes_total")
+        got = prom.query("muster_stage_received_bytes_total")
+        assert list(sent.values())[0] > 4 * 8 * 4, sent  # 4 results of 8 floats at least
+        assert list(got.values())[0] > 4 * 64 * 4, got
+        rss = prom.query("process_resident_memory_bytes")
+        fds = prom.query("process_open_fds")
+        assert len(rss) == 3 and all(v > 1 << 20 for v in rss.values()), rss
+        assert len(fds) == 3 and all(v >= 3 for v in fds.values()), fds
+        for s in sessions:
+            s.close()
+        prom.wait_value("muster_tracker_connections_open", 0)
+        prom.wait_value('muster_tracker_queue_depth{key="busy"}', 0)
+    finally:
+        prom.stop()
+
+
+def test_endpoint_text_passes_promtool(muster_bin, tmp_path, procs):
+    tracker = start(muster_bin, tmp_path, "tracker", "tracker", "--host", HOST, "--port", "0")
+    procs.append(tracker)
+    tracker.wait_bound()
+    s = tvmpeer.TrackerSession(HOST, tracker.port)
+    s.put('odd "key"\\with\nnewline', 9000, "m:1")
+    status, ctype, text = http_get(f"http://{tracker.metrics}/metrics")
+    s.close()
+    assert status == 200
+    assert ctype == "text/plain; version=0.0.4; charset=utf-8"
+    assert 'muster_tracker_free_devices{key="odd \\"key\\"\\\\with\\nnewline"} 1' in text
+    out = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+    with pytest.raises(Exception) as e:
+        http_get(f"http://{tracker.metrics}/other")
+    assert "404" in str(e.value)
+
+
+@pytest.mark.parametrize("cmd", ["tracker", "store", "server", "stage", "serve"])
+def test_servers_take_metrics(muster_bin, cmd):
+    out = subprocess.run([str(muster_bin), cmd, "--help"], capture_output=True, text=True,
+                         timeout=30)
+    assert "--metrics HOST:PORT" in out.stdout, f"muster {cmd} --help lacks --metrics"
