@@ -227,6 +227,8 @@ typedef struct {
 	const char *cache_dir;      /* where streamed LLM tensors are kept under
 	                               their SHA-256 for later runs; NULL: a
 	                               private directory per session, removed */
+	mu_metrics_t *metrics;      /* its metadata agent counts here
+	                               (muster_md_*); NULL: nothing */
 } mu_device_opts_t;
 
 MU_EXTERN void mu_device_opts_init(mu_device_opts_t *o);

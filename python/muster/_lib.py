@@ -92,7 +92,7 @@ class MdOpts(ctypes.Structure):
                 ("op_timeout", c_double), ("listen_budget", Budget),
                 ("on_event", c_void_p), ("ud", c_void_p),
                 ("errbuf", c_void_p), ("errbuf_len", c_size_t),
-                ("remote_cache_max", c_size_t)]
+                ("remote_cache_max", c_size_t), ("metrics", c_void_p)]
 
 
 class MdPeer(ctypes.Structure):

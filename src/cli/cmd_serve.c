@@ -70,7 +70,7 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 	return k;
 }
 
-static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
+static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_svc_t *sv)
 {
 	mu__srv_opts_t o = {0};
 	mu__chat_tmpl_t probe;
@@ -100,6 +100,7 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
 	o.ignore_eos = a->ignore_eos;
 	o.chat_template = sa->chat_template;
 	o.where = r->where;
+	o.metrics = sv->reg;
 	if (sa->chat_template != NULL && mu__chat_by_name(sa->chat_template, "", "", &probe) != 0) {
 		fprintf(stderr, "muster serve: --chat-template is one of chatml, qwen3, llama3, "
 		        "llama3.1, llama2, mistral\n");
@@ -116,12 +117,18 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
 		mu__eng_free(e);
 		return 1;
 	}
+	if ((rc = cli_svc_listen(sv, "muster serve", mu__srv_loop(srv))) != 0) {
+		mu__srv_free(srv);
+		mu__eng_free(e);
+		return rc;
+	}
 	printf("muster serve: listening on http://%s:%d (model %s, %d in flight, context %d, %s)\n",
 	       host, mu__srv_port(srv), o.model_name, a->parallel, o.ctx, r->where);
 	fflush(stdout);
 	cli_on_signal(stop_server, srv);
 	mu__srv_run(srv);
 	cli_signal_disarm();
+	cli_svc_stop(sv); /* its endpoint is on srv's loop */
 	mu__srv_free(srv);
 	mu__eng_free(e);
 	return 0;
@@ -177,9 +184,11 @@ int cmd_serve(int argc, char **argv)
 		return rc;
 	/* Before any thread starts, so only cli_on_signal's thread sees them. */
 	cli_block_signals();
-	if ((rc = gen_run_open(&a, &r)) != 0)
+	if ((rc = gen_run_open(&a, &r)) != 0) {
+		cli_svc_stop(&sv);
 		return rc;
-	rc = serve(&r, &a, &sa);
+	}
+	rc = serve(&r, &a, &sa, &sv);
 	gen_run_close(&r);
 	cli_svc_stop(&sv);
 	return rc;

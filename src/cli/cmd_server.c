@@ -18,6 +18,11 @@
 #include "core/log_int.h"
 #include "core/net_int.h"
 
+static void wait_server(void *ud)
+{
+	mu_server_wait(ud);
+}
+
 static void stop_server(void *ud)
 {
 	mu_server_stop(ud);
@@ -119,10 +124,13 @@ int cmd_server(int argc, char **argv)
 		free(list);
 		return rc;
 	}
+	dopt.metrics = sv.reg;
+	o.metrics = sv.reg;
 	rc = mu_device_new(&dopt, &dev, err, sizeof(err));
 	free(list);
 	if (rc != 0) {
 		fprintf(stderr, "muster server: %s\n", err);
+		cli_svc_stop(&sv);
 		return 1;
 	}
 	o.on_session = mu_device_session;
@@ -131,6 +139,11 @@ int cmd_server(int argc, char **argv)
 	 * device to finds its metadata already there */
 	o.defer_register = 1;
 	cli_block_signals();
+	if ((rc = cli_svc_listen(&sv, "muster server", NULL)) != 0) {
+		mu_device_free(dev);
+		cli_svc_stop(&sv);
+		return rc;
+	}
 	rc = mu_server_start(&o, &s);
 	if (rc != 0) {
 		if (rc == MU_EBIND)
@@ -139,6 +152,7 @@ int cmd_server(int argc, char **argv)
 		else
 			fprintf(stderr, "muster server: cannot start: %s\n", mu_strerror(rc));
 		mu_device_free(dev);
+		cli_svc_stop(&sv);
 		return 1;
 	}
 	/* an address others can dial, never the wildcard bound to */
@@ -150,10 +164,11 @@ int cmd_server(int argc, char **argv)
 		fprintf(stderr, "muster server: %s\n", err);
 		mu_server_free(s);
 		mu_device_free(dev);
+		cli_svc_stop(&sv);
 		return 1;
 	}
 	cli_on_signal(stop_server, s);
-	mu_server_wait(s); /* returns once a signal has stopped it */
+	cli_svc_wait(&sv, wait_server, s); /* returns once a signal has stopped it */
 	cli_signal_disarm();
 	mu_server_free(s);
 	mu_device_free(dev);

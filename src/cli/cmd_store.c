@@ -19,6 +19,11 @@ static void stop_store(void *ud)
 	mu_store_server_stop(ud);
 }
 
+static void wait_store(void *ud)
+{
+	mu_store_server_wait(ud);
+}
+
 int cmd_store(int argc, char **argv)
 {
 	mu_store_server_opts_t o;
@@ -83,7 +88,7 @@ int cmd_store(int argc, char **argv)
 	mu__raise_nofile_limit();
 	cli_block_signals();
 	o.metrics = sv.reg;
-	if ((rc = cli_svc_listen(&sv, "muster store")) != 0) {
+	if ((rc = cli_svc_listen(&sv, "muster store", NULL)) != 0) {
 		cli_svc_stop(&sv);
 		return rc;
 	}
@@ -96,7 +101,7 @@ int cmd_store(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_store, s);
-	mu_store_server_wait(s);
+	cli_svc_wait(&sv, wait_store, s);
 	cli_signal_disarm();
 	mu_store_server_free(s);
 	cli_svc_stop(&sv);

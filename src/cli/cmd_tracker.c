@@ -10,6 +10,11 @@
 #include "cli/svc_int.h"
 #include "core/net_int.h"
 
+static void wait_tracker(void *ud)
+{
+	mu_tracker_wait(ud);
+}
+
 static void stop_tracker(void *ud)
 {
 	mu_tracker_stop(ud);
@@ -79,7 +84,7 @@ int cmd_tracker(int argc, char **argv)
 	 * that and only the signal thread sees SIGINT/SIGTERM. */
 	cli_block_signals();
 	o.metrics = sv.reg;
-	if ((rc = cli_svc_listen(&sv, "muster tracker")) != 0) {
+	if ((rc = cli_svc_listen(&sv, "muster tracker", NULL)) != 0) {
 		cli_svc_stop(&sv);
 		return rc;
 	}
@@ -97,7 +102,8 @@ int cmd_tracker(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_tracker, t);
-	mu_tracker_wait(t); /* until a signal, or a STOP with the key */
+	/* until a signal, or a STOP with the key */
+	cli_svc_wait(&sv, wait_tracker, t);
 	cli_signal_disarm();
 	mu_tracker_free(t);
 	cli_svc_stop(&sv);

@@ -67,6 +67,11 @@ int cli_stage_args_apply(cli_stage_args_t *a, const char *cmd)
 	return cli_svc_start(&a->sv, cmd, MU_LOG_INFO);
 }
 
+static void wait_stage(void *srv)
+{
+	mu_stage_server_wait(srv);
+}
+
 static void stop_stage(void *srv)
 {
 	mu_stage_server_stop(srv);
@@ -81,7 +86,7 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 	snprintf(a->name, sizeof(a->name), "stage %d/%d", index, of);
 	a->o.name = a->name;
 	a->o.metrics = a->sv.reg;
-	rc = cli_svc_listen(&a->sv, "muster stage");
+	rc = cli_svc_listen(&a->sv, "muster stage", NULL);
 	if (rc != 0) {
 		cli_svc_stop(&a->sv);
 		mu_stage_free(s);
@@ -100,7 +105,7 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 	       mu_stage_server_port(srv));
 	fflush(stdout);
 	cli_on_signal(stop_stage, srv);
-	mu_stage_server_wait(srv);
+	cli_svc_wait(&a->sv, wait_stage, srv);
 	cli_signal_disarm();
 	mu__log(MU_LOG_INFO, "stage", "muster stage %d/%d: served %lu forwards", index, of,
 	        mu_stage_server_forwards(srv));

@@ -120,7 +120,7 @@ int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level)
 	return 0;
 }
 
-int cli_svc_listen(cli_svc_t *sv, const char *cmd)
+int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop)
 {
 	char why[256] = "", addr[300];
 	int rc, port = 0;
@@ -128,15 +128,25 @@ int cli_svc_listen(cli_svc_t *sv, const char *cmd)
 	if (sv->reg == NULL || sv->http != NULL)
 		return 0;
 	cli_block_signals();
-	rc = cli_metrics_start(sv->reg, sv->mhost, sv->mport, &sv->http, &port, why, sizeof(why));
+	rc = cli_metrics_start(sv->reg, loop, sv->mhost, sv->mport, &sv->http, &port, why,
+	                       sizeof(why));
 	if (rc != 0) {
 		mu__log(MU_LOG_ERROR, "metrics", "%s: cannot serve metrics on %s: %s", cmd,
 		        sv->metrics, why[0] != '\0' ? why : mu_strerror(rc));
 		return 1;
 	}
+	sv->lent = loop != NULL;
 	mu__hostport_text(sv->mhost, port, addr, sizeof(addr));
 	mu__log(MU_LOG_INFO, "metrics", "serving metrics on http://%s/metrics", addr);
 	return 0;
+}
+
+void cli_svc_wait(cli_svc_t *sv, void (*wait_fn)(void *), void *ud)
+{
+	if (sv->http == NULL || sv->lent)
+		wait_fn(ud);
+	else
+		cli_metrics_run(sv->http, wait_fn, ud);
 }
 
 void cli_svc_stop(cli_svc_t *sv)

@@ -10,6 +10,8 @@
 #ifndef MU_CLI_SVC_INT_H
 #define MU_CLI_SVC_INT_H
 
+#include <uv.h>
+
 #include "muster/common.h"
 #include "muster/metrics.h"
 #include "cli/cli_int.h"
@@ -26,6 +28,7 @@ typedef struct {
 	cli_metrics_srv_t *http;
 	char mhost[256];
 	int mport;
+	int lent;               /* the endpoint is on the caller's loop */
 } cli_svc_t;
 
 #define CLI_SVC_NOPTS 3
@@ -49,18 +52,25 @@ void cli_svc_init(cli_svc_t *sv);
  */
 int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level);
 /*
- * With --metrics: serve sv->reg (blocks SIGINT/SIGTERM first, so its
- * thread never takes them), logging "serving metrics on
- * http://HOST:PORT/metrics". 0, or the exit status after saying why.
+ * With --metrics: bind the endpoint (on loop, run by the caller, or NULL:
+ * cli_svc_wait runs it) and log "serving metrics on
+ * http://HOST:PORT/metrics". Blocks SIGINT/SIGTERM first. 0, or the exit
+ * status after saying why.
  */
-int cli_svc_listen(cli_svc_t *sv, const char *cmd);
+int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop);
+/*
+ * Call wait_fn(ud) (it returns when the server has stopped), serving the
+ * metrics meanwhile when cli_svc_listen bound them without a loop.
+ */
+void cli_svc_wait(cli_svc_t *sv, void (*wait_fn)(void *), void *ud);
 /* Stop serving metrics and free the registry: after the server that
  * counts into it has stopped. Safe after a failed or no listen. */
 void cli_svc_stop(cli_svc_t *sv);
 
-/* svc_metrics.c: the /metrics endpoint on a thread of its own. */
-int cli_metrics_start(mu_metrics_t *m, const char *host, int port, cli_metrics_srv_t **out,
-                      int *bound, char *why, size_t wl);
+/* svc_metrics.c: the /metrics endpoint (see there). */
+int cli_metrics_start(mu_metrics_t *m, struct uv_loop_s *loop, const char *host, int port,
+                      cli_metrics_srv_t **out, int *bound, char *why, size_t wl);
+void cli_metrics_run(cli_metrics_srv_t *ms, void (*wait_fn)(void *), void *ud);
 void cli_metrics_stop(cli_metrics_srv_t *ms);
 
 #endif

@@ -1,29 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `--metrics HOST:PORT`: the registry's Prometheus text at /metrics, over
- * the same HTTP layer as `muster serve` (serve/http.c, h2o on libuv), on
- * a loop thread of its own, so a scrape never waits for a server's loop
- * and a busy server never delays a scrape. GET (and HEAD) /metrics gets
- * the text; / a line pointing there; anything else 404.
+ * the same HTTP layer as `muster serve` (serve/http.c, h2o on libuv). GET
+ * (and HEAD) /metrics gets the text; / a line pointing there; anything
+ * else 404. At most 16 scrapers at once, 64 KiB of request body (none is
+ * needed), 10 s to send a request: a scraper is no peer to budget further.
  *
- * At most 16 scrapers at once, 64 KiB of request body (none is needed),
- * 10 s to send a request: a scraper is no peer to budget further.
+ * h2o runs on the main thread, never on one that ends: h2o 2.2 keeps freed
+ * memory-pool chunks in a thread-local free list it has no call to empty,
+ * so a thread that ran h2o and exits leaks them. The servers themselves
+ * run on threads of their own, so while the main thread would only wait
+ * for one, it runs the metrics loop instead (cli_metrics_run) and a small
+ * waiter thread does the waiting. `muster serve`, whose main thread
+ * already runs an h2o loop, puts the endpoint on that loop.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/svc_int.h"
 #include "core/alloc_int.h"
-#include "core/list_int.h"
 #include "core/log_int.h"
 #include "serve/http_int.h"
 
 struct cli_metrics_srv_s {
-	uv_loop_t loop;
-	uv_async_t wake;    /* cli_metrics_stop's call to stop */
-	uv_thread_t thread;
+	uv_loop_t own;      /* the loop, unless the caller lent one */
+	uv_loop_t *loop;
+	uv_async_t wake;    /* the waiter thread: the server has stopped */
+	int wake_init;
 	mu__http_t *http;
 	mu_metrics_t *m;
+	void (*wait_fn)(void *);
+	void *wait_ud;
 };
 
 static int is(h2o_iovec_t v, const char *s)
@@ -59,11 +66,6 @@ static void on_req(void *ud, h2o_req_t *req)
 	mu_free(text);
 }
 
-static void on_wake(uv_async_t *a)
-{
-	uv_stop(a->loop);
-}
-
 static void http_done(void *ud)
 {
 	(void)ud;
@@ -74,25 +76,8 @@ static void closed_nothing(uv_handle_t *h)
 	(void)h;
 }
 
-/* Serve until woken, then end every scraper's connection, release h2o and
- * close the loop: all on this thread, which owns the loop. */
-static void thread_main(void *arg)
-{
-	cli_metrics_srv_t *ms = arg;
-
-	uv_run(&ms->loop, UV_RUN_DEFAULT);
-	mu__http_stop(ms->http, 1, http_done, ms);
-	while (mu__http_conns(ms->http) > 0)
-		uv_run(&ms->loop, UV_RUN_ONCE);
-	mu__http_free(ms->http);
-	uv_close((uv_handle_t *)&ms->wake, closed_nothing);
-	uv_run(&ms->loop, UV_RUN_DEFAULT);
-	if (uv_loop_close(&ms->loop) != 0)
-		mu__log(MU_LOG_WARN, "metrics", "the loop still had handles open at exit");
-}
-
-int cli_metrics_start(mu_metrics_t *m, const char *host, int port, cli_metrics_srv_t **out,
-                      int *bound, char *why, size_t wl)
+int cli_metrics_start(mu_metrics_t *m, uv_loop_t *loop, const char *host, int port,
+                      cli_metrics_srv_t **out, int *bound, char *why, size_t wl)
 {
 	cli_metrics_srv_t *ms = mu__calloc(1, sizeof(*ms));
 	mu__http_opts_t ho = {host, port, 16, 64 << 10, 10000, on_req, NULL};
@@ -103,36 +88,74 @@ int cli_metrics_start(mu_metrics_t *m, const char *host, int port, cli_metrics_s
 		return MU_ENOMEM;
 	ms->m = m;
 	ho.ud = ms;
-	if ((rc = uv_loop_init(&ms->loop)) != 0) {
-		mu__free(ms);
-		return rc;
-	}
-	uv_async_init(&ms->loop, &ms->wake, on_wake);
-	rc = mu__http_start(&ms->loop, &ho, &ms->http, bound, why, wl);
-	if (rc == 0 && (rc = uv_thread_create(&ms->thread, thread_main, ms)) != 0)
-		snprintf(why, wl, "cannot start its thread: %s", mu_strerror(rc));
-	if (rc != 0) {
-		if (ms->http != NULL) {
-			/* what thread_main would have done, here */
-			uv_stop(&ms->loop);
-			thread_main(ms);
-		} else {
-			uv_close((uv_handle_t *)&ms->wake, closed_nothing);
-			uv_run(&ms->loop, UV_RUN_DEFAULT);
-			uv_loop_close(&ms->loop);
+	ms->loop = loop;
+	if (loop == NULL) {
+		ms->loop = &ms->own;
+		if ((rc = uv_loop_init(&ms->own)) != 0) {
+			mu__free(ms);
+			return rc;
 		}
-		mu__free(ms);
+	}
+	if ((rc = mu__http_start(ms->loop, &ho, &ms->http, bound, why, wl)) != 0) {
+		ms->http = NULL;
+		cli_metrics_stop(ms);
 		return rc;
 	}
 	*out = ms;
 	return 0;
 }
 
+static void on_wake(uv_async_t *a)
+{
+	uv_stop(a->loop);
+}
+
+static void waiter_main(void *arg)
+{
+	cli_metrics_srv_t *ms = arg;
+
+	ms->wait_fn(ms->wait_ud);
+	uv_async_send(&ms->wake);
+}
+
+void cli_metrics_run(cli_metrics_srv_t *ms, void (*wait_fn)(void *), void *ud)
+{
+	uv_thread_t th;
+
+	ms->wait_fn = wait_fn;
+	ms->wait_ud = ud;
+	if (uv_async_init(ms->loop, &ms->wake, on_wake) != 0) {
+		wait_fn(ud); /* no way to be woken: just wait, unscraped */
+		return;
+	}
+	ms->wake_init = 1;
+	if (uv_thread_create(&th, waiter_main, ms) != 0) {
+		mu__log(MU_LOG_WARN, "metrics", "cannot start a thread: metrics are not served");
+		wait_fn(ud);
+		return;
+	}
+	uv_run(ms->loop, UV_RUN_DEFAULT);
+	uv_thread_join(&th);
+}
+
 void cli_metrics_stop(cli_metrics_srv_t *ms)
 {
 	if (ms == NULL)
 		return;
-	uv_async_send(&ms->wake);
-	uv_thread_join(&ms->thread);
+	if (ms->http != NULL) {
+		mu__http_stop(ms->http, 1, http_done, ms);
+		while (mu__http_conns(ms->http) > 0)
+			uv_run(ms->loop, UV_RUN_ONCE);
+		mu__http_free(ms->http);
+	}
+	if (ms->wake_init)
+		uv_close((uv_handle_t *)&ms->wake, closed_nothing);
+	if (ms->loop == &ms->own) {
+		uv_run(&ms->own, UV_RUN_DEFAULT);
+		if (uv_loop_close(&ms->own) != 0)
+			mu__log(MU_LOG_WARN, "metrics", "the loop still had handles open at exit");
+	} else {
+		uv_run(ms->loop, UV_RUN_NOWAIT); /* the lender's loop closes the rest */
+	}
 	mu__free(ms);
 }

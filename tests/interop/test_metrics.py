@@ -17,9 +17,11 @@ own linter), is served as text/plain; version=0.0.4, and other paths get
 404.
 """
 
+import json
 import re
 import subprocess
-import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,7 @@ from conftest import HOST, MusterProcess, wait_for
 from promfix import PROMTOOL, Prometheus, http_get
 import tvmpeer
 
+GGUF = str(Path(__file__).resolve().parents[2] / "models" / "stories260K" / "stories260K.gguf")
 METRICS_RE = re.compile(r"serving metrics on http://(\S+)/metrics")
 
 
@@ -150,3 +153,82 @@ def test_servers_take_metrics(muster_bin, cmd):
     out = subprocess.run([str(muster_bin), cmd, "--help"], capture_output=True, text=True,
                          timeout=30)
     assert "--metrics HOST:PORT" in out.stdout, f"muster {cmd} --help lacks --metrics"
+
+
+def scrape(addr):
+    """{(name, frozenset(labels)): value} of one /metrics text."""
+    status, _, text = http_get(f"http://{addr}/metrics")
+    assert status == 200
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
+        assert m, line
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def value(addr, name, **labels):
+    return scrape(addr).get((name, frozenset(labels.items())))
+
+
+def test_server_counts_sessions_and_md_publishes(muster_bin, tmp_path, tracker, procs):
+    server = start(muster_bin, tmp_path, "server", "server", "--host", HOST, "--port", "0",
+                   "--tracker", f"{HOST}:{tracker.port}", "--key", "mdev")
+    procs.append(server)
+    server.wait_log(r"Offering matchkey|Bind to")
+    wait_for(lambda: value(server.metrics, "muster_md_publishes_total", backend="P2P") == 1,
+             timeout=20, what="the device's capabilities published once (md, P2P)")
+    assert value(server.metrics, "muster_server_sessions_total") == 0
+    out = subprocess.run([str(muster_bin), "request", "mdev", "--tracker",
+                          f"{HOST}:{tracker.port}", "--timeout", "10"], input=b"hello",
+                         capture_output=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == b"hello", out.stderr
+    wait_for(lambda: value(server.metrics, "muster_server_session_seconds_count") == 1,
+             timeout=20, what="one session counted")
+    assert value(server.metrics, "muster_server_sessions_total") == 1
+    assert value(server.metrics, "muster_server_session_active") == 0
+
+
+def test_serve_counts_requests_and_tokens(muster_bin, tmp_path, procs):
+    gguf = GGUF
+    serve = start(muster_bin, tmp_path, "serve", "serve", "--model", gguf, "--listen",
+                  f"{HOST}:0")
+    procs.append(serve)
+    listen = serve.wait_log(r"listening on http://(\S+) ", timeout=60)[0]
+    assert value(serve.metrics, "muster_serve_completion_tokens_total") == 0
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://{listen}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        usage = json.loads(r.read())["usage"]
+    assert usage["completion_tokens"] == 5
+    wait_for(lambda: value(serve.metrics, "muster_serve_requests_total", status="200") == 1,
+             timeout=10, what="the request counted")
+    assert value(serve.metrics, "muster_serve_completion_tokens_total") == 5
+    assert value(serve.metrics, "muster_serve_prompt_tokens_total") == usage["prompt_tokens"]
+    assert value(serve.metrics, "muster_serve_request_seconds_count") == 1
+    assert value(serve.metrics, "muster_serve_requests_running") == 0
+
+
+def test_llm_stage_counts_tokens_and_kv(muster_bin, tmp_path, procs):
+    gguf = GGUF
+    stage = start(muster_bin, tmp_path, "stage", "stage", "--model", gguf, "--stage", "0",
+                  "--of", "1", "--host", HOST, "--port", "0", "--kv-mem", "64M")
+    procs.append(stage)
+    addr = stage.wait_log(r"serving on (\S+:\d+)", timeout=60)[0]
+    out = subprocess.run([str(muster_bin), "generate", "--model", gguf, "--stages", addr,
+                          "--prompt", "Once upon a time", "--max-tokens", "6",
+                          "--temperature", "0", "--json"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    tokens = value(stage.metrics, "muster_stage_tokens_total")
+    # the prompt's positions, then one per generated token but the last
+    assert tokens is not None and tokens >= 6, tokens
+    assert value(stage.metrics, "muster_stage_forwards_total") >= 5
+    wait_for(lambda: value(stage.metrics, "muster_stage_sequences_open") == 0, timeout=10,
+             what="the sequence closed")
+    assert value(stage.metrics, "muster_stage_kv_bytes") == 0
+    assert value(stage.metrics, "muster_stage_messages_total", type="SEQ_OPEN") == 1
