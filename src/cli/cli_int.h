@@ -87,6 +87,7 @@ void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int for
 
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_request(int argc, char **argv);

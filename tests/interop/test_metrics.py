@@ -232,3 +232,59 @@ def test_llm_stage_counts_tokens_and_kv(muster_bin, tmp_path, procs):
              what="the sequence closed")
     assert value(stage.metrics, "muster_stage_kv_bytes") == 0
     assert value(stage.metrics, "muster_stage_messages_total", type="SEQ_OPEN") == 1
+
+
+def test_top_once_shows_devices_queues_and_stage_load(muster_bin, tmp_path, procs):
+    """`muster top --once`: one frame of the tracker's keys (devices,
+    free, waiting) and each endpoint's role and load."""
+    model, inp = tmp_path / "m", tmp_path / "in.safetensors"
+    subprocess.run([str(muster_bin), "model", "gen", "--out", str(model), "--widths",
+                    "32,32,8"], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(muster_bin), "model", "input", "--model", str(model), "--out",
+                    str(inp)], check=True, capture_output=True, timeout=60)
+    tracker = start(muster_bin, tmp_path, "tracker", "tracker", "--host", HOST, "--port", "0")
+    procs.append(tracker)
+    tracker.wait_bound()
+    server = start(muster_bin, tmp_path, "server", "server", "--host", HOST, "--port", "0",
+                   "--tracker", f"{HOST}:{tracker.port}", "--key", "tdev")
+    procs.append(server)
+    server.wait_log(r"Offering matchkey")
+    stage = start(muster_bin, tmp_path, "stage", "stage", "--model", str(model), "--stage",
+                  "0", "--of", "1", "--host", HOST, "--port", "0")
+    procs.append(stage)
+    stage_addr = stage.wait_log(r"serving on (\S+:\d+)")[0]
+    subprocess.run([str(muster_bin), "run", "--stages", stage_addr, "--input", str(inp),
+                    "--repeat", "3"], check=True, capture_output=True, timeout=120)
+    waiter = tvmpeer.TrackerSession(HOST, tracker.port)
+    waiter.send_request("busy")
+    try:
+        wait_for(lambda: value(tracker.metrics, "muster_tracker_queue_depth", key="busy") == 1,
+                 timeout=10, what="the request queued")
+        out = subprocess.run([str(muster_bin), "top", "--tracker", f"{HOST}:{tracker.port}",
+                              "--metrics", f"{tracker.metrics},http://{stage.metrics}/metrics,"
+                              f"{server.metrics}", "--once"], capture_output=True, text=True,
+                             timeout=30)
+    finally:
+        waiter.close()
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "\033" not in text, "--once must not move the cursor"
+    assert re.search(r"^\s+tdev\s+1\s+1\s+0$", text, re.M), text
+    assert re.search(r"^\s+busy\s+0\s+0\s+1$", text, re.M), text
+    assert "1 server registered" in text
+    assert re.search(rf"^{re.escape(tracker.metrics)}\s+tracker\s+\d+\s+.*"
+                     r"0 grants, 1 waiting$", text, re.M), text
+    assert re.search(r"\sstage\s+\d+\s+\S+ \S+\s+\d+\s+3 fwd 0 tok", text), text
+    assert re.search(r"\sserver\s+.*0 sessions$", text, re.M), text
+
+
+def test_top_once_fails_on_a_dead_endpoint(muster_bin):
+    import socket
+    s = socket.socket()
+    s.bind((HOST, 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    out = subprocess.run([str(muster_bin), "top", "--metrics", f"{HOST}:{port}", "--once"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "down" in out.stdout
