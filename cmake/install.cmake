@@ -52,6 +52,22 @@ install(FILES ${PROJECT_BINARY_DIR}/muster-config.cmake
               ${PROJECT_BINARY_DIR}/muster-config-version.cmake
         DESTINATION ${MU_CMAKE_DIR})
 
+# systemd units, with this install's path to the command; Type=notify
+# when the command was built with sd_notify.
+if(SYSTEMD_FOUND)
+  set(MU_SD_TYPE notify)
+else()
+  set(MU_SD_TYPE simple)
+endif()
+set(MU_BINDIR ${CMAKE_INSTALL_FULL_BINDIR})
+set(MU_UNITDIR lib/systemd/system CACHE STRING "Where the systemd units go, under the prefix")
+foreach(_u muster-tracker.service muster-store.service muster-server@.service
+           muster-stage@.service)
+  configure_file(systemd/${_u}.in ${PROJECT_BINARY_DIR}/systemd/${_u} @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/systemd/${_u} DESTINATION ${MU_UNITDIR})
+endforeach()
+install(FILES systemd/muster.sysusers.conf DESTINATION lib/sysusers.d RENAME muster.conf)
+
 # The ctypes binding, where this machine's python3 looks for packages under
 # the prefix (PREFIX/lib/python3.X/dist-packages on Debian); it finds the
 # library at PREFIX/lib or through the loader.

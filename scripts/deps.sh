@@ -13,7 +13,7 @@
 # Runs apt-get as root, or through sudo when we are not root.
 set -eu
 
-build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev libssl-dev libh2o-dev"
+build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev libssl-dev libh2o-dev libsystemd-dev"
 test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus"
 
 case "${1:-test}" in

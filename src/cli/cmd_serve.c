@@ -126,6 +126,7 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 	       host, mu__srv_port(srv), o.model_name, a->parallel, o.ctx, r->where);
 	fflush(stdout);
 	cli_on_signal(stop_server, srv);
+	cli_svc_ready(sv, "serving HTTP");
 	mu__srv_run(srv);
 	cli_signal_disarm();
 	cli_svc_stop(sv); /* its endpoint is on srv's loop */

@@ -168,6 +168,7 @@ int cmd_server(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_server, s);
+	cli_svc_ready(&sv, "registered, serving sessions");
 	cli_svc_wait(&sv, wait_server, s); /* returns once a signal has stopped it */
 	cli_signal_disarm();
 	mu_server_free(s);

@@ -16,6 +16,7 @@
 
 static void stop_store(void *ud)
 {
+	cli_svc_stopping();
 	mu_store_server_stop(ud);
 }
 
@@ -101,6 +102,7 @@ int cmd_store(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_store, s);
+	cli_svc_ready(&sv, "serving keys");
 	cli_svc_wait(&sv, wait_store, s);
 	cli_signal_disarm();
 	mu_store_server_free(s);

@@ -17,6 +17,7 @@ static void wait_tracker(void *ud)
 
 static void stop_tracker(void *ud)
 {
+	cli_svc_stopping();
 	mu_tracker_stop(ud);
 }
 
@@ -102,6 +103,7 @@ int cmd_tracker(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_tracker, t);
+	cli_svc_ready(&sv, "tracking devices");
 	/* until a signal, or a STOP with the key */
 	cli_svc_wait(&sv, wait_tracker, t);
 	cli_signal_disarm();

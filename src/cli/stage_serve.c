@@ -74,6 +74,7 @@ static void wait_stage(void *srv)
 
 static void stop_stage(void *srv)
 {
+	cli_svc_stopping();
 	mu_stage_server_stop(srv);
 }
 
@@ -105,6 +106,7 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 	       mu_stage_server_port(srv));
 	fflush(stdout);
 	cli_on_signal(stop_stage, srv);
+	cli_svc_ready(&a->sv, "serving the stage");
 	cli_svc_wait(&a->sv, wait_stage, srv);
 	cli_signal_disarm();
 	mu__log(MU_LOG_INFO, "stage", "muster stage %d/%d: served %lu forwards", index, of,

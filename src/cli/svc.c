@@ -17,6 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef MU_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
 #include "cli/svc_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
@@ -139,6 +143,24 @@ int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop)
 	mu__hostport_text(sv->mhost, port, addr, sizeof(addr));
 	mu__log(MU_LOG_INFO, "metrics", "serving metrics on http://%s/metrics", addr);
 	return 0;
+}
+
+void cli_svc_ready(cli_svc_t *sv, const char *status)
+{
+	(void)sv;
+#ifdef MU_HAVE_SYSTEMD
+	/* sd_notify does nothing unless $NOTIFY_SOCKET is set (by systemd) */
+	sd_notifyf(0, "READY=1\nSTATUS=%s", status);
+#else
+	(void)status;
+#endif
+}
+
+void cli_svc_stopping(void)
+{
+#ifdef MU_HAVE_SYSTEMD
+	sd_notify(0, "STOPPING=1");
+#endif
 }
 
 void cli_svc_wait(cli_svc_t *sv, void (*wait_fn)(void *), void *ud)

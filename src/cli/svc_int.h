@@ -63,6 +63,11 @@ int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop);
  * metrics meanwhile when cli_svc_listen bound them without a loop.
  */
 void cli_svc_wait(cli_svc_t *sv, void (*wait_fn)(void *), void *ud);
+/* The server is up: tell systemd (READY=1, with a status line) when the
+ * command runs under a Type=notify unit; a no-op otherwise. */
+void cli_svc_ready(cli_svc_t *sv, const char *status);
+/* The server is stopping (STOPPING=1): systemd waits for the drain. */
+void cli_svc_stopping(void);
 /* Stop serving metrics and free the registry: after the server that
  * counts into it has stopped. Safe after a failed or no listen. */
 void cli_svc_stop(cli_svc_t *sv);
