@@ -104,8 +104,8 @@ MU_EXTERN int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs,
 
 /*
  * Tensors to and from a safetensors file (inputs and outputs of runs):
- * read converts F32/F16/BF16 to f32 copies appended to out; write stores
- * F32.
+ * read appends copies to out, each in the dtype it is stored in (F8
+ * refused); write stores each tensor in its dtype.
  */
 MU_EXTERN int mu_safetensors_read(const char *path, mu_tensor_list_t *out,
                                   char *err, size_t errlen);

@@ -117,12 +117,13 @@ static inline int ref_run(const char *op, const char *attrs, mu_tensor_t *const 
 		rc = n.op->check(&n, why, wl);
 	for (int i = 0; rc == 0 && i < nin; i++) {
 		si[i].rank = in[i]->rank;
+		si[i].dtype = in[i]->dtype;
 		memcpy(si[i].dims, in[i]->dims, sizeof(si[i].dims));
 	}
 	if (rc == 0)
-		rc = n.op->shape(&n, si, so, why, wl);
+		rc = mu__op_shape(&n, si, so, why, wl);
 	if (rc == 0)
-		rc = mu_tensor_new("y", so[0].rank, so[0].dims, out);
+		rc = mu_tensor_new_typed("y", so[0].dtype, so[0].rank, so[0].dims, out);
 	if (rc == 0 && (rc = n.op->run(&n, in, out)) != 0) {
 		mu_tensor_free(*out);
 		*out = NULL;
