@@ -121,12 +121,23 @@ def _header_bytes(entries, metadata):
     return text + b" " * (-len(text) % 8)
 
 
+def dtype_of(array):
+    """The safetensors dtype that holds a numpy array as it is."""
+    kind = np.asarray(array).dtype
+    for name, (code, _) in DTYPES.items():
+        if name != "BF16" and np.dtype(code) == kind.newbyteorder("<"):
+            return name
+    raise ValueError(f"no safetensors dtype holds {kind}")
+
+
 def write_safetensors(path, tensors, metadata=None, dtype="F32"):
     """Write `tensors` (a mapping or a list of (name, array)) to `path`,
-    every tensor as `dtype` (F32 by default), in the given order."""
+    every tensor as `dtype` (F32 by default; "auto": each in the dtype
+    that holds it as it is, int64 as I64 ...), in the given order."""
     items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
-    encoded = [(name, _encode(np.asarray(arr), dtype)) for name, arr in items]
-    header = _header_bytes([(n, dtype, np.shape(a), a.nbytes) for n, a in encoded],
+    dts = [dtype_of(arr) if dtype == "auto" else dtype for _, arr in items]
+    encoded = [(name, _encode(np.asarray(arr), dt)) for (name, arr), dt in zip(items, dts)]
+    header = _header_bytes([(n, dt, np.shape(a), a.nbytes) for (n, a), dt in zip(encoded, dts)],
                            metadata)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header)))
