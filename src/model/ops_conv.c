@@ -25,7 +25,7 @@ typedef struct {
 	int k;                        /* spatial dims in the graph: 1..3 */
 	uint64_t n, c, m, group;
 	uint64_t in[3], ker[3], out[3];
-	int64_t str[3], pad[3], dil[3];
+	int64_t str[3], pad[3], pend[3], dil[3];   /* pad: begin, pend: end */
 } geom_t;
 
 static uint64_t prod3(const uint64_t *d)
@@ -105,10 +105,11 @@ static int geometry(const mu__node_t *n, const mu__shape_t *x, const uint64_t *k
 		g->str[i] = j < 0 ? 1 : st[j];
 		g->dil[i] = j < 0 ? 1 : dl[j];
 		g->pad[i] = j < 0 ? 0 : pd[j];
+		g->pend[i] = j < 0 ? 0 : pd[k + j];
 		if (g->str[i] < 1 || g->dil[i] < 1 || g->ker[i] < 1 || g->in[i] > ((uint64_t)1 << 40))
 			return MU_EPROTO;
 		span = (int64_t)(g->ker[i] - 1) * g->dil[i] + 1;
-		room = (int64_t)g->in[i] + g->pad[i] + (j < 0 ? 0 : pd[k + j]) - span;
+		room = (int64_t)g->in[i] + g->pad[i] + g->pend[i] - span;
 		if (room < 0)
 			return MU_EPROTO;
 		g->out[i] = (uint64_t)((room + (ceil_ ? g->str[i] - 1 : 0)) / g->str[i] + 1);
@@ -166,35 +167,67 @@ static int conv_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *o
 	return 0;
 }
 
-/* The [cg * kernel, positions] patch matrix of channels c0.. of image x. */
+/* The kernel offsets k in [*k0, *k1) of a window starting at base (with
+ * dilation dil, ker taps) whose positions base + k * dil lie in [lo, hi). */
+static void krange(int64_t base, int64_t dil, uint64_t ker, int64_t lo, int64_t hi, int64_t *k0,
+                   int64_t *k1)
+{
+	int64_t a = base >= lo ? 0 : (lo - base + dil - 1) / dil;
+	int64_t b = hi - 1 - base < 0 ? 0 : (hi - 1 - base) / dil + 1;
+
+	*k0 = a;
+	*k1 = b < (int64_t)ker ? b : (int64_t)ker;
+	if (*k1 < *k0)
+		*k1 = *k0;
+}
+
+/* The output positions o in [*o0, *o1) of one kernel tap (offset
+ * k * dil - pad) that read inside [0, in): o * str + off in range. */
+static void orange(int64_t off, int64_t str, uint64_t in, uint64_t out, uint64_t *o0, uint64_t *o1)
+{
+	int64_t a = off >= 0 ? 0 : (-off + str - 1) / str;
+	int64_t b = (int64_t)in - 1 - off < 0 ? 0 : ((int64_t)in - 1 - off) / str + 1;
+
+	*o0 = (uint64_t)(a < (int64_t)out ? a : (int64_t)out);
+	*o1 = (uint64_t)(b < (int64_t)out ? b : (int64_t)out);
+	if (*o1 < *o0)
+		*o1 = *o0;
+}
+
+/* The [cg * kernel, positions] patch matrix of channels c0.. of image x:
+ * for each tap, the rows of positions it reads inside the input are
+ * copied (contiguously when the stride is 1), the rest are zeros. */
 static void im2col(const geom_t *g, const float *x, uint64_t cg, float *cols)
 {
 	uint64_t pos = prod3(g->out), kk = prod3(g->ker), inpl = prod3(g->in);
 
 	for (uint64_t c = 0; c < cg; c++)
 		for (uint64_t ki = 0; ki < kk; ki++) {
-			int64_t k0 = (int64_t)(ki / (g->ker[1] * g->ker[2]));
-			int64_t k1 = (int64_t)(ki / g->ker[2] % g->ker[1]), k2 = (int64_t)(ki % g->ker[2]);
+			int64_t off[3] = {(int64_t)(ki / (g->ker[1] * g->ker[2])) * g->dil[0] - g->pad[0],
+			                  (int64_t)(ki / g->ker[2] % g->ker[1]) * g->dil[1] - g->pad[1],
+			                  (int64_t)(ki % g->ker[2]) * g->dil[2] - g->pad[2]};
+			uint64_t lo[3], hi[3];
 			float *row = cols + (c * kk + ki) * pos;
 			const float *src = x + c * inpl;
 
-			for (uint64_t o0 = 0; o0 < g->out[0]; o0++) {
-				int64_t i0 = (int64_t)o0 * g->str[0] - g->pad[0] + k0 * g->dil[0];
-
-				for (uint64_t o1 = 0; o1 < g->out[1]; o1++) {
-					int64_t i1 = (int64_t)o1 * g->str[1] - g->pad[1] + k1 * g->dil[1];
+			for (int d = 0; d < 3; d++)
+				orange(off[d], g->str[d], g->in[d], g->out[d], &lo[d], &hi[d]);
+			memset(row, 0, (size_t)pos * 4);
+			for (uint64_t o0 = lo[0]; o0 < hi[0]; o0++)
+				for (uint64_t o1 = lo[1]; o1 < hi[1]; o1++) {
 					float *r = row + (o0 * g->out[1] + o1) * g->out[2];
-					int in01 = i0 >= 0 && i0 < (int64_t)g->in[0] && i1 >= 0 && i1 < (int64_t)g->in[1];
-					const float *line = src + ((uint64_t)(in01 ? i0 : 0) * g->in[1] +
-					                           (uint64_t)(in01 ? i1 : 0)) * g->in[2];
+					const float *line = src + ((uint64_t)((int64_t)o0 * g->str[0] + off[0]) * g->in[1] +
+					                           (uint64_t)((int64_t)o1 * g->str[1] + off[1])) * g->in[2];
 
-					for (uint64_t o2 = 0; o2 < g->out[2]; o2++) {
-						int64_t i2 = (int64_t)o2 * g->str[2] - g->pad[2] + k2 * g->dil[2];
-
-						r[o2] = in01 && i2 >= 0 && i2 < (int64_t)g->in[2] ? line[i2] : 0.0f;
+					if (g->str[2] == 1) {
+						if (hi[2] > lo[2])
+							memcpy(r + lo[2], line + (int64_t)lo[2] + off[2],
+							       (size_t)(hi[2] - lo[2]) * 4);
+					} else {
+						for (uint64_t o2 = lo[2]; o2 < hi[2]; o2++)
+							r[o2] = line[(int64_t)o2 * g->str[2] + off[2]];
 					}
 				}
-			}
 		}
 }
 
@@ -304,42 +337,77 @@ static int pool_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *o
 	return 0;
 }
 
-/* One window of plane src: max (with its flat position), or the average. */
-static float window(const geom_t *g, const float *src, const uint64_t *o, int maxp,
-                    int include_pad, uint64_t *at)
+/*
+ * Per spatial dim and output index: the window's first and last kernel tap
+ * inside the input, its first tap (for the position), and how many taps
+ * the average divides by (inside the input, or, with include_pad, inside
+ * the padded extent). Computed once per run, not per window.
+ */
+typedef struct {
+	int64_t k0, k1, base, count;
+} span_t;
+
+static span_t *spans(const geom_t *g, int include_pad)
 {
-	float acc = maxp ? -INFINITY : 0.0f;
-	uint64_t count = 0;
+	span_t *t = mu__calloc((size_t)(g->out[0] + g->out[1] + g->out[2]) + 1, sizeof(*t)), *p = t;
 
-	*at = 0;
-	for (uint64_t a = 0; a < g->ker[0]; a++)
-		for (uint64_t b = 0; b < g->ker[1]; b++)
-			for (uint64_t c = 0; c < g->ker[2]; c++) {
-				int64_t i[3] = {(int64_t)(o[0] * (uint64_t)g->str[0] + a * (uint64_t)g->dil[0]) - g->pad[0],
-				                (int64_t)(o[1] * (uint64_t)g->str[1] + b * (uint64_t)g->dil[1]) - g->pad[1],
-				                (int64_t)(o[2] * (uint64_t)g->str[2] + c * (uint64_t)g->dil[2]) - g->pad[2]};
-				int inside = 1, padded = 1;
-				uint64_t f;
+	for (int d = 0; t != NULL && d < 3; d++)
+		for (uint64_t o = 0; o < g->out[d]; o++, p++) {
+			int64_t p0, p1;
 
-				for (int d = 0; d < 3; d++) {
-					inside &= i[d] >= 0 && i[d] < (int64_t)g->in[d];
-					/* inside the padded extent: counts when pads do */
-					padded &= i[d] >= -g->pad[d] && i[d] < (int64_t)g->in[d] + g->pad[d];
-				}
-				if (!inside) {
-					count += include_pad && padded;
-					continue;
-				}
-				f = ((uint64_t)i[0] * g->in[1] + (uint64_t)i[1]) * g->in[2] + (uint64_t)i[2];
-				if (maxp && (src[f] > acc || (count == 0 && isnan(src[f])))) {
-					acc = src[f];
-					*at = f;
-				} else if (!maxp) {
-					acc += src[f];
-				}
-				count++;
+			p->base = (int64_t)o * g->str[d] - g->pad[d];
+			krange(p->base, g->dil[d], g->ker[d], 0, (int64_t)g->in[d], &p->k0, &p->k1);
+			krange(p->base, g->dil[d], g->ker[d], -g->pad[d], (int64_t)g->in[d] + g->pend[d], &p0, &p1);
+			p->count = include_pad ? p1 - p0 : p->k1 - p->k0;
+		}
+	return t;
+}
+
+/* The row of window taps (a, b) of plane src reads. */
+static const float *tap_row(const geom_t *g, const float *src, const span_t *const *sp, int64_t a,
+                            int64_t b)
+{
+	return src + ((uint64_t)(sp[0]->base + a * g->dil[0]) * g->in[1] +
+	              (uint64_t)(sp[1]->base + b * g->dil[1])) * g->in[2];
+}
+
+/* One window's max: a branch-free maximum, NaN carried on the side (a
+ * NaN anywhere makes the max NaN, as numpy's). at: where the max is (only
+ * when the caller wants indices; NULL otherwise, the fast path). */
+static float window_max(const geom_t *g, const float *src, const span_t *const *sp, uint64_t *at)
+{
+	float acc = -INFINITY;
+	int nan = 0;
+
+	for (int64_t a = sp[0]->k0; a < sp[0]->k1; a++)
+		for (int64_t b = sp[1]->k0; b < sp[1]->k1; b++) {
+			const float *line = tap_row(g, src, sp, a, b);
+
+			for (int64_t c = sp[2]->k0; c < sp[2]->k1; c++) {
+				uint64_t i2 = (uint64_t)(sp[2]->base + c * g->dil[2]);
+				float v = line[i2];
+
+				if (at != NULL && (v > acc || (v != v && !nan)))
+					*at = (uint64_t)(line - src) + i2;
+				nan |= v != v;
+				acc = v > acc ? v : acc;
 			}
-	return maxp ? acc : acc / (float)count;
+		}
+	return nan ? NAN : acc;
+}
+
+static float window_avg(const geom_t *g, const float *src, const span_t *const *sp)
+{
+	float acc = 0.0f;
+
+	for (int64_t a = sp[0]->k0; a < sp[0]->k1; a++)
+		for (int64_t b = sp[1]->k0; b < sp[1]->k1; b++) {
+			const float *line = tap_row(g, src, sp, a, b);
+
+			for (int64_t c = sp[2]->k0; c < sp[2]->k1; c++)
+				acc += line[sp[2]->base + c * g->dil[2]];
+		}
+	return acc / (float)(sp[0]->count * sp[1]->count * sp[2]->count);
 }
 
 static int pool_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
@@ -347,30 +415,41 @@ static int pool_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	int maxp = strcmp(n->op->name, "maxpool") == 0;
 	int incl = mu__attr_int(n, "count_include_pad", 0) != 0, colmajor = mu__attr_int(n, "storage_order", 0) != 0;
 	uint64_t pos, inpl;
+	span_t *table;
 	mu__shape_t s;
 	geom_t g;
 
 	mu__shape_of(in[0], &s);
 	if (pool_geom(n, &s, &g) != 0)
 		return MU_EPROTO;
+	if ((table = spans(&g, incl)) == NULL)
+		return MU_ENOMEM;
 	pos = prod3(g.out);
 	inpl = prod3(g.in);
 	for (uint64_t p = 0; p < g.n * g.c; p++) {
 		const float *src = in[0]->data + p * inpl;
+		uint64_t q = 0;
 
-		for (uint64_t q = 0; q < pos; q++) {
-			uint64_t o[3] = {q / (g.out[1] * g.out[2]), q / g.out[2] % g.out[1], q % g.out[2]}, at;
+		for (uint64_t o0 = 0; o0 < g.out[0]; o0++)
+			for (uint64_t o1 = 0; o1 < g.out[1]; o1++)
+				for (uint64_t o2 = 0; o2 < g.out[2]; o2++, q++) {
+					const span_t *sp[3] = {table + o0, table + g.out[0] + o1,
+					                       table + g.out[0] + g.out[1] + o2};
+					uint64_t at = 0;
 
-			out[0]->data[p * pos + q] = window(&g, src, o, maxp, incl, &at);
-			if (n->nout == 2) { /* index in the whole input, row or column major */
-				uint64_t h = at / (g.in[1] * g.in[2]), r = at / g.in[2] % g.in[1], c = at % g.in[2];
+					out[0]->data[p * pos + q] = !maxp ? window_avg(&g, src, sp)
+					                            : window_max(&g, src, sp, n->nout == 2 ? &at : NULL);
+					if (n->nout == 2) { /* index in the whole input, row or column major */
+						uint64_t h = at / (g.in[1] * g.in[2]), r = at / g.in[2] % g.in[1];
+						uint64_t c = at % g.in[2];
 
-				if (colmajor) /* spatial dims reversed: the last varies slowest */
-					at = (c * g.in[1] + r) * g.in[0] + h;
-				((int64_t *)out[1]->raw)[p * pos + q] = (int64_t)(p * inpl + at);
-			}
-		}
+						if (colmajor) /* spatial dims reversed: the last varies slowest */
+							at = (c * g.in[1] + r) * g.in[0] + h;
+						((int64_t *)out[1]->raw)[p * pos + q] = (int64_t)(p * inpl + at);
+					}
+				}
 	}
+	mu__free(table);
 	return 0;
 }
 

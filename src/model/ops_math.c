@@ -149,6 +149,11 @@ static void bin_f32(bop_t op, int fmod_, const mu_tensor_t *a, const mu_tensor_t
 	uint64_t i;
 
 	if (a->numel == o->numel && b->numel == o->numel) { /* same shape */
+		if (op == B_ADD) { /* residual adds: a loop of their own */
+			for (i = 0; i < o->numel; i++)
+				o->data[i] = a->data[i] + b->data[i];
+			return;
+		}
 		for (i = 0; i < o->numel; i++)
 			o->data[i] = apply_f32(op, a->data[i], b->data[i], fmod_);
 		return;
