@@ -387,7 +387,7 @@ static float window_max(const geom_t *g, const float *src, const span_t *const *
 				uint64_t i2 = (uint64_t)(sp[2]->base + c * g->dil[2]);
 				float v = line[i2];
 
-				if (at != NULL && (v > acc || (v != v && !nan)))
+				if (at != NULL && !nan && (v > acc || v != v)) /* the first NaN stays */
 					*at = (uint64_t)(line - src) + i2;
 				nan |= v != v;
 				acc = v > acc ? v : acc;
