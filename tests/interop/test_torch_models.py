@@ -17,6 +17,7 @@ MUSTER_CHECK_FULL=1 (`make check-full`) runs batches of 4 images and
 sequences of 32 tokens instead.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mumodel  # noqa: E402
 import torchmodels as tm  # noqa: E402
 from modelfix import PYTHON, CONVERTER, CONVERT_TIMEOUT  # noqa: E402
+from test_cluster import Cluster  # noqa: E402
 from test_pipeline import Runner, assert_bit_identical, stages, stop_all  # noqa: E402,F401
 
 TORCH_TOL = 1e-4
@@ -88,6 +90,55 @@ def test_transformers(muster_bin, tmp_path, stages, name):
     assert ("where" in ops) if name.startswith("gpt2") else ("cast" in ops)
     assert all(i["dtype"] == "I64" for i in graph["inputs"])
     run_everywhere(muster_bin, tmp_path, stages, spec, model_dir, feeds, want)
+
+
+def test_typed_tensors_cross_stages(muster_bin, tmp_path, stages):
+    """A model whose BOOL padding mask and I64 ids are read again after a
+    stack of layers: split, those cross stage boundaries (typed frames,
+    version-2 messages, both ways through the coordinator), and the
+    outputs stay bit-identical."""
+    spec = tm.MODELS["padded"]
+    model_dir, feeds, want = converted(spec, tmp_path)
+    graph = mumodel.load_graph(model_dir)
+    dtypes = {i["name"]: i.get("dtype", "F32") for i in graph["inputs"]}
+    for n in graph["nodes"]:
+        dtypes[n["outputs"][0]] = {"equal": "BOOL", "cast": n.get("attrs", {}).get("to")}.get(
+            n["op"], dtypes.get(n["outputs"][0], "F32"))
+    for n in (2, 3):
+        plan = json.loads(subprocess.run([str(muster_bin), "plan", "--model", str(model_dir),
+                                          "--stages", str(n), "--json"], capture_output=True,
+                                         text=True, check=True).stdout)
+        later = {x for s in plan["stages"][1:] for x in s["inputs"]}
+        assert {dtypes.get(x, "F32") for x in later} >= {"BOOL", "I64"}, (n, later)
+    run_everywhere(muster_bin, tmp_path, stages, spec, model_dir, feeds, want)
+
+
+def test_typed_weights_streamed(muster_bin, tmp_path, tracker, muster_server):
+    """The main job on a converted model: the GPT-2-style decoder (its mask
+    a BOOL weight, its ids I64) over two devices found through the
+    tracker, each too small for the whole model, the weights streamed to
+    them in WEIGHTS frames: bit-identical to the in-process run."""
+    spec = tm.MODELS["gpt2"]
+    model_dir, feeds, want = converted(spec, tmp_path)
+    weights = mumodel.SafetensorsFile(model_dir / "model.safetensors")
+    assert "BOOL" in {weights.dtype(n) for n in weights}
+    total = sum(weights.nbytes(n) for n in weights)
+    model = type("M", (), {})()
+    model.path, model.input = model_dir, tmp_path / "in.safetensors"
+    mumodel.write_safetensors(model.input, feeds, dtype="auto")
+    whole = tmp_path / "whole.safetensors"
+    proc = subprocess.run([str(muster_bin), "run", "--model", str(model_dir), "--input",
+                           str(model.input), "--output", str(whole)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cluster = Cluster(muster_bin, tmp_path, tracker, muster_server, "typed")
+    for _ in range(2):
+        cluster.server(str(int(total * 0.7)))
+    rep = cluster.ok(model, 2, "--weights", "stream")
+    assert len(rep["stages"]) == 2 and all(s["weights"] == "streamed" for s in rep["stages"])
+    got, ref = mumodel.read_safetensors(cluster.out), mumodel.read_safetensors(whole)
+    assert got[spec.output].tobytes() == ref[spec.output].tobytes()
+    assert tm.rel_err(got[spec.output], want) <= TORCH_TOL
 
 
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "squeezenet1_1"])

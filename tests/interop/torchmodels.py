@@ -136,6 +136,33 @@ class Bert(torch.nn.Module):
         return self.cls(torch.tanh(self.pool(x[:, 0])))
 
 
+class Padded(torch.nn.Module):
+    """Token ids whose 0s are padding: the padding mask (BOOL) is computed
+    at the start and applied at the end, and the ids themselves (I64) are
+    read again at the end, with a stack of layers in between, so a split
+    carries integer and boolean tensors between stages."""
+
+    def __init__(self, vocab=32, d=48, layers=4):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(layers))
+
+    def forward(self, input_ids):
+        pad = input_ids == 0
+        x = self.emb(input_ids)
+        for layer in self.layers:
+            x = F.gelu(layer(x))
+        x = x.masked_fill(pad[..., None], 0.0)
+        return x.sum(-1) + input_ids.to(torch.float32)
+
+
+def build_padded(seed, batch=2, seq=12):
+    torch.manual_seed(seed)
+    ids = _ids(np.random.default_rng(seed), (batch, seq), 32)
+    ids[:, -3:] = 0
+    return Padded().eval(), {"input_ids": ids}
+
+
 def _ids(rng, shape, vocab):
     return rng.integers(0, vocab, shape).astype(np.int64)
 
@@ -180,6 +207,7 @@ MODELS = {
     "gpt2": Spec("gpt2", build_gpt, ("input_ids",)),
     "gpt2_tril": Spec("gpt2_tril", lambda s, **kw: build_gpt(s, mask="tril", **kw), ("input_ids",)),
     "bert": Spec("bert", build_bert, ("input_ids", "token_type_ids", "attention_mask")),
+    "padded": Spec("padded", build_padded, ("input_ids",)),
     "resnet18": Spec("resnet18", lambda s, **kw: build_vision("resnet18", s, **kw), ("image",)),
     "mobilenet_v2": Spec("mobilenet_v2", lambda s, **kw: build_vision("mobilenet_v2", s, **kw),
                          ("image",)),
