@@ -65,6 +65,17 @@ def h_pow(where, ins, attrs):
                              out=where.out(), logical=a.dt)]
 
 
+def h_bitshift(where, ins, attrs):
+    a, b = ins[:2]
+    d = attrs["direction"]
+    d = d.decode() if isinstance(d, bytes) else d
+    if d not in ("LEFT", "RIGHT"):
+        raise ConvertError(f"{where}: direction {d!r}")
+    op = "shift_left" if d == "LEFT" else "shift_right"
+    return [where.c.typed_op(where, op, [a, b], broadcast(a.shape, b.shape), out=where.out(),
+                             logical=a.dt)]
+
+
 def h_compare(op):
     def handler(where, ins, attrs):
         a, b = ins[:2]
@@ -676,6 +687,50 @@ def h_conv(where, ins, attrs):
                              extra, out=where.out(), logical=x.dt)]
 
 
+def h_conv_transpose(where, ins, attrs):
+    x, w = ins[:2]
+    b = _input(ins, 2)
+    k = x.rank - 2
+    kernel = list(w.shape[2:])
+    strides = [int(v) for v in attrs.get("strides", [1] * k)]
+    dil = [int(v) for v in attrs.get("dilations", [1] * k)]
+    opad = [int(v) for v in attrs.get("output_padding", [0] * k)]
+    group = int(attrs.get("group", 1))
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if not 1 <= k <= 3 or len(kernel) != k:
+        raise ConvertError(f"{where}: {k} spatial dims (muster: 1 to 3)")
+    shape = attrs.get("output_shape")
+    if shape is None and auto in ("SAME_UPPER", "SAME_LOWER"):
+        shape = [d * s for d, s in zip(x.shape[2:], strides)]
+    if shape is not None:
+        shape = [int(v) for v in shape][-k:]
+        pads = [0] * 2 * k
+        for i in range(k):
+            total = (strides[i] * (x.shape[2 + i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1
+                     - shape[i])
+            if total < 0:                 # a larger output: zeros (and bias) at the end
+                opad[i] -= total
+                continue
+            small = total // 2
+            pads[i], pads[k + i] = (small, total - small) if auto == "SAME_UPPER" \
+                else (total - small, small)
+    elif auto == "VALID" or auto in ("NOTSET", ""):
+        pads = [int(v) for v in attrs.get("pads", [0] * 2 * k)]
+    else:
+        raise ConvertError(f"{where}: unknown auto_pad {auto!r}")
+    out = [strides[i] * (x.shape[2 + i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1
+           - pads[i] - pads[k + i] for i in range(k)]
+    extra = {"strides": strides, "pads": pads, "dilations": dil}
+    if any(opad):
+        extra["output_padding"] = opad
+    if group != 1:
+        extra["group"] = group
+    shape = (x.shape[0], w.shape[1] * group) + tuple(out)
+    return [where.c.float_op(where, "conv_transpose", [x, w] + ([b] if b is not None else []),
+                             shape, extra, out=where.out(), logical=x.dt)]
+
+
 def h_pool(op):
     def handler(where, ins, attrs):
         x = ins[0]
@@ -726,6 +781,7 @@ def h_resize(where, ins, attrs):
     mode = text("mode", "nearest")
     if where.op == "Upsample":
         ct, nm = "asymmetric", "floor"
+        mode = "linear" if mode == "bilinear" else mode
         scales = attrs.get("scales") if c.opset < 9 else _const(where, ins[1], "scales")
         sizes = None
     else:
@@ -738,23 +794,114 @@ def h_resize(where, ins, attrs):
         else:
             scales = _const(where, _input(ins, 2), "scales")
             sizes = _const(where, _input(ins, 3), "sizes")
-    if mode != "nearest":
-        raise Unsupported(f"{where}: {where.op} mode {mode!r} (muster resizes nearest only)")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ConvertError(f"{where}: unknown mode {mode!r}")
+    roi = None
     if ct == "tf_crop_and_resize":
-        raise Unsupported(f"{where}: coordinate_transformation_mode tf_crop_and_resize")
+        roi = [float(v) for v in _const(where, ins[1], "roi").reshape(-1)]
+        if len(roi) != 2 * x.rank:
+            raise ConvertError(f"{where}: {len(roi)} roi values for rank {x.rank}")
     if sizes is not None and sizes.size:
         out = [int(s) for s in sizes]
         scales = None
     else:
         scales = [float(s) for s in np.asarray(scales).reshape(-1)]
-        out = [int(np.floor(d * s)) for d, s in zip(x.shape, scales)]
+        span = [roi[k + x.rank] - roi[k] if roi else 1.0 for k in range(x.rank)]
+        out = [int(np.floor(d * s * f)) for d, s, f in zip(x.shape, scales, span)]
     if len(out) != x.rank:
         raise ConvertError(f"{where}: {len(out)} sizes or scales for rank {x.rank}")
-    extra = {"sizes": out, "coordinate_transformation_mode": ct, "nearest_mode": nm}
+    extra = {"sizes": out, "coordinate_transformation_mode": ct, "nearest_mode": nm, "mode": mode}
     if scales is not None:
         extra["scales"] = scales
+    if mode == "cubic":
+        extra["cubic_coeff_a"] = float(attrs.get("cubic_coeff_a", -0.75))
+    if attrs.get("exclude_outside", 0):
+        extra["exclude_outside"] = 1
+    if roi is not None:
+        extra["roi"] = roi
+        extra["extrapolation_value"] = float(attrs.get("extrapolation_value", 0.0))
     return [c.typed_op(where, "resize", [x], tuple(out), attrs=extra, out=where.out(),
                        logical=x.dt)]
+
+
+# ---- losses (as ONNX defines them, from the ops above) ----
+
+def _const_value(where, array, dt):
+    c = where.c
+    return c.constant(None, np.asarray(array), dt, name=c.fresh(f"{where.name}::const"))
+
+
+def _nll(where, logp, target, weight, attrs, out):
+    """NegativeLogLikelihoodLoss on logp (F32): -logp[n, t, d] weighted by
+    weight[t], 0 where t is ignore_index; reduced by sum, mean (over the
+    weights of the targets counted) or none."""
+    c = where.c
+    red = attrs.get("reduction", b"mean")
+    red = red.decode() if isinstance(red, bytes) else red
+    if red not in ("none", "sum", "mean"):
+        raise ConvertError(f"{where}: reduction {red!r}")
+    tshape = target.shape
+    t = target
+    valid = None
+    if "ignore_index" in attrs:
+        ig = _const_value(where, int(attrs["ignore_index"]), target.dt)
+        eq = c.typed_op(where, "equal", [target, ig], tshape, out_dt="BOOL", name=f"{where.name}/ignored")
+        valid = c.typed_op(where, "not", [eq], tshape, name=f"{where.name}/counted")
+        zero = _const_value(where, 0, target.actual)
+        t = c.emit(where, "where", [valid.name, c.arg(where, target, target.actual),
+                                    c.arg(where, zero, target.actual)], tshape, target.actual,
+                   name=f"{where.name}/safe_target", deps=target.deps)
+    idx_shape = (tshape[0], 1) + tshape[1:]
+    ti = _reshape_to(where, t, idx_shape, None, name=f"{where.name}/target_1")
+    picked = c.emit(where, "gather_elements", [c.arg(where, logp, "F32"), c.arg(where, ti, ti.actual)],
+                    idx_shape, "F32", {"axis": 1}, name=f"{where.name}/picked", deps=logp.deps)
+    loss = c.float_op(where, "neg", [_reshape_to(where, picked, tshape, None,
+                                                 name=f"{where.name}/picked_flat")], tshape,
+                      name=f"{where.name}/neg")
+    w = None
+    if weight is not None:
+        w = c.emit(where, "gather", [c.arg(where, weight, "F32"), c.arg(where, t, t.actual)], tshape,
+                   "F32", name=f"{where.name}/weight_of_target", deps=weight.deps | t.deps)
+    if valid is not None:
+        one = _const_value(where, 1.0, "F32")
+        zero = _const_value(where, 0.0, "F32")
+        w = c.emit(where, "where", [valid.name, c.arg(where, w if w is not None else one, "F32"),
+                                    c.arg(where, zero, "F32")], tshape, "F32",
+                   name=f"{where.name}/weight_counted", deps=target.deps)
+    if w is not None:
+        loss = c.float_op(where, "mul", [loss, w], tshape, name=f"{where.name}/weighted")
+    if red == "none":
+        return _reshape_to(where, loss, tshape, out, name=f"{where.name}/loss")
+    every = {"axes": list(range(len(tshape))), "keepdims": 0}
+    total = c.float_op(where, "reduce_sum", [loss], (), every, name=f"{where.name}/sum",
+                       out=out if red == "sum" else None)
+    if red == "sum":
+        return total
+    if w is None:
+        n = _const_value(where, float(numel(tshape)), "F32")
+        return c.float_op(where, "div", [total, n], (), out=out, name=f"{where.name}/mean")
+    wsum = c.float_op(where, "reduce_sum", [w], (), every, name=f"{where.name}/weight_sum")
+    return c.float_op(where, "div", [total, wsum], (), out=out, name=f"{where.name}/mean")
+
+
+def h_nll(where, ins, attrs):
+    x, target = ins[0], ins[1]
+    loss = _nll(where, x, target, _input(ins, 2), attrs, where.out())
+    return [Value(loss.name, loss.shape, x.dt, node=loss.node, actual=loss.actual,
+                  deps=loss.deps)]
+
+
+def h_sce(where, ins, attrs):
+    """SoftmaxCrossEntropyLoss: NLL of log_softmax over the classes (dim 1)."""
+    x, labels = ins[0], ins[1]
+    n = where.node
+    want_logp = len(n.output) > 1 and n.output[1] in where.c.needed
+    logp = where.c.float_op(where, "log_softmax", [x], x.shape, {"axis": 1},
+                            out=where.out(1) if want_logp else None, logical=x.dt,
+                            name=f"{where.name}/log_softmax")
+    loss = _nll(where, logp, labels, _input(ins, 2), attrs, where.out())
+    return [Value(loss.name, loss.shape, x.dt, node=loss.node, actual=loss.actual, deps=loss.deps),
+            logp if want_logp else None]
 
 
 HANDLERS = {
@@ -765,7 +912,7 @@ HANDLERS = {
     "Equal": h_compare("equal"), "Less": h_compare("less"), "Greater": h_compare("greater"),
     "LessOrEqual": h_compare("less_equal"), "GreaterOrEqual": h_compare("greater_equal"),
     "And": h_compare("and"), "Or": h_compare("or"), "Xor": h_compare("xor"),
-    "Where": h_where, "Not": h_typed_unary("not"),
+    "Where": h_where, "Not": h_typed_unary("not"), "BitShift": h_bitshift,
     "Relu": h_typed_unary("relu"), "Neg": h_typed_unary("neg"), "Abs": h_typed_unary("abs"),
     "Sign": h_typed_unary("sign"), "Clip": h_clip, "IsNaN": h_isx("isnan"),
     "IsInf": h_isx("isinf"), "Cast": h_cast, "CastLike": h_cast,
@@ -787,8 +934,9 @@ HANDLERS = {
     "GatherElements": h_gather_elements, "Trilu": h_trilu, "Pad": h_pad,
     "DepthToSpace": h_depth_space(True), "SpaceToDepth": h_depth_space(False),
     "EyeLike": h_eyelike,
-    "Conv": h_conv, "MaxPool": h_pool("maxpool"), "AveragePool": h_pool("avgpool"),
+    "Conv": h_conv, "ConvTranspose": h_conv_transpose, "MaxPool": h_pool("maxpool"), "AveragePool": h_pool("avgpool"),
     "GlobalAveragePool": h_global_pool("reduce_mean"),
     "GlobalMaxPool": h_global_pool("reduce_max"), "Resize": h_resize, "Upsample": h_resize,
+    "NegativeLogLikelihoodLoss": h_nll, "SoftmaxCrossEntropyLoss": h_sce,
 }
 HANDLERS.update({op: h_float_unary(op) for op in FLOAT_UNARY})

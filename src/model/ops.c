@@ -5,8 +5,9 @@
  * comparisons, where), ops_unary.c (activations, math functions, cast),
  * ops_nn.c (matmul, gemm, norms), ops_reduce.c (softmax, reductions,
  * arg max/min, cumsum), ops_shape.c (reshape, flatten, transpose, concat,
- * slice, expand, tile), ops_index.c (embedding, gather, trilu, pad) and
- * ops_conv.c (conv, pools, resize).
+ * slice, expand, tile), ops_index.c (embedding, gather, trilu, pad),
+ * ops_conv.c (conv, conv_transpose), ops_pool.c (the pools) and
+ * ops_resize.c (resize).
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@ static const mu__op_t *const table[] = {
 	&mu__op_add, &mu__op_sub, &mu__op_mul, &mu__op_div, &mu__op_pow, &mu__op_mod,
 	&mu__op_min, &mu__op_max, &mu__op_prelu, &mu__op_equal, &mu__op_less,
 	&mu__op_greater, &mu__op_less_equal, &mu__op_greater_equal, &mu__op_and,
-	&mu__op_or, &mu__op_xor, &mu__op_where,
+	&mu__op_or, &mu__op_xor, &mu__op_shift_left, &mu__op_shift_right, &mu__op_where,
 	/* ops_unary.c */
 	&mu__op_relu, &mu__op_sigmoid, &mu__op_tanh, &mu__op_sqrt, &mu__op_exp,
 	&mu__op_neg, &mu__op_erf, &mu__op_gelu, &mu__op_silu, &mu__op_log,
@@ -48,7 +49,7 @@ static const mu__op_t *const table[] = {
 	&mu__op_embedding, &mu__op_gather, &mu__op_gather_elements, &mu__op_trilu,
 	&mu__op_pad,
 	/* ops_conv.c */
-	&mu__op_conv, &mu__op_maxpool, &mu__op_avgpool, &mu__op_resize,
+	&mu__op_conv, &mu__op_conv_transpose, &mu__op_maxpool, &mu__op_avgpool, &mu__op_resize,
 };
 
 const mu__op_t *mu__op_find(const char *name)

@@ -58,7 +58,7 @@ double mu__flops_numel(const mu__node_t *n, const mu__shape_t *in, const mu__sha
 extern const mu__op_t mu__op_add, mu__op_sub, mu__op_mul, mu__op_div, mu__op_pow,
 	mu__op_mod, mu__op_min, mu__op_max, mu__op_prelu, mu__op_equal, mu__op_less,
 	mu__op_greater, mu__op_less_equal, mu__op_greater_equal, mu__op_and, mu__op_or,
-	mu__op_xor, mu__op_where;
+	mu__op_xor, mu__op_shift_left, mu__op_shift_right, mu__op_where;
 extern const mu__op_t mu__op_relu, mu__op_sigmoid, mu__op_tanh, mu__op_sqrt,
 	mu__op_exp, mu__op_neg, mu__op_erf, mu__op_gelu, mu__op_silu, mu__op_log,
 	mu__op_reciprocal, mu__op_floor, mu__op_ceil, mu__op_round, mu__op_sin,
@@ -79,6 +79,7 @@ extern const mu__op_t mu__op_reshape, mu__op_flatten, mu__op_transpose,
 	mu__op_concat, mu__op_slice, mu__op_expand, mu__op_tile;
 extern const mu__op_t mu__op_embedding, mu__op_gather, mu__op_gather_elements,
 	mu__op_trilu, mu__op_pad;
-extern const mu__op_t mu__op_conv, mu__op_maxpool, mu__op_avgpool, mu__op_resize;
+extern const mu__op_t mu__op_conv, mu__op_conv_transpose, mu__op_maxpool, mu__op_avgpool,
+	mu__op_resize;
 
 #endif

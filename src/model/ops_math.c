@@ -3,7 +3,8 @@
  * Elementwise ops with numpy broadcasting: arithmetic (add, sub, mul,
  * div, pow, mod, min, max, prelu) on any numeric dtype, comparisons
  * (equal, less, greater, less_equal, greater_equal) giving BOOL, logic
- * (and, or, xor) on BOOL, and where(cond, x, y). F32 arithmetic has its
+ * (and, or, xor) on BOOL, shifts (shift_left, shift_right) on integers,
+ * and where(cond, x, y). F32 arithmetic has its
  * own loops; every other dtype goes element by element through
  * dtype_int.h: floats computed in double and rounded into their dtype
  * (what numpy does for F16), integers in 64 bits, wrapping as the dtype
@@ -18,11 +19,12 @@
 
 typedef enum {
 	B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MOD, B_MIN, B_MAX, B_PRELU,
-	B_EQ, B_LT, B_GT, B_LE, B_GE, B_AND, B_OR, B_XOR
+	B_EQ, B_LT, B_GT, B_LE, B_GE, B_AND, B_OR, B_XOR, B_SHL, B_SHR
 } bop_t;
 
 #define IS_CMP(op) ((op) >= B_EQ && (op) <= B_GE)
-#define IS_LOGIC(op) ((op) >= B_AND)
+#define IS_LOGIC(op) ((op) >= B_AND && (op) <= B_XOR)
+#define IS_SHIFT(op) ((op) >= B_SHL)
 
 static inline float nanmin(float a, float b)
 {
@@ -117,7 +119,11 @@ static int64_t apply_int(bop_t op, int64_t a, int64_t b, int uns, int fmod_)
 	case B_GE: return uns ? ua >= ub : a >= b;
 	case B_AND: return a && b;
 	case B_OR: return a || b;
-	default: return (a != 0) != (b != 0);
+	case B_XOR: return (a != 0) != (b != 0);
+	/* a shift by 64 or more (or a negative one) leaves nothing; right
+	 * shifts are logical, on the value's unsigned bits */
+	case B_SHL: return ub >= 64 ? 0 : (int64_t)(ua << ub);
+	default: return ub >= 64 ? 0 : uns ? (int64_t)(ua >> ub) : a >> ub;
 	}
 }
 
@@ -134,7 +140,8 @@ static int bin_shape(bop_t op, const mu__node_t *n, const mu__shape_t *in, mu__s
 	if (a != b)
 		return mu__fail(why, wl, "node %.100s: %.100s is %s and the other operand %s", n->name,
 		                n->in[0], mu_dtype_name((int)a), mu_dtype_name((int)b));
-	if (IS_LOGIC(op) ? a != MU_DTYPE_BOOL : a == MU_DTYPE_BOOL && op != B_EQ)
+	if (IS_LOGIC(op) ? a != MU_DTYPE_BOOL : IS_SHIFT(op) ? !mu__dt_is_int(a)
+	                                       : a == MU_DTYPE_BOOL && op != B_EQ)
 		return mu__fail(why, wl, "node %.100s: %s does not take %s operands", n->name, n->op->name,
 		                mu_dtype_name((int)a));
 	out[0].dtype = IS_CMP(op) || IS_LOGIC(op) ? MU_DTYPE_BOOL : a;
@@ -246,6 +253,8 @@ BINARY(greater_equal, B_GE, NULL);
 BINARY(and, B_AND, NULL);
 BINARY(or, B_OR, NULL);
 BINARY(xor, B_XOR, NULL);
+BINARY(shift_left, B_SHL, NULL);
+BINARY(shift_right, B_SHR, NULL);
 
 /* ---- where(cond, x, y) ---- */
 

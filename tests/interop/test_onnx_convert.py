@@ -577,7 +577,7 @@ def test_runtime_shape_input_fails(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("case", ["string_input", "training_dropout", "resize_linear",
+@pytest.mark.parametrize("case", ["string_input", "training_dropout", "sequence_input",
                                   "foreign_domain"])
 def test_other_unsupported_forms_fail(tmp_path, case):
     b = OnnxBuilder()
@@ -588,14 +588,16 @@ def test_other_unsupported_forms_fail(tmp_path, case):
     elif case == "training_dropout":
         y = b.op("Dropout", ["x", b.init("r", np.float32(0.5)), b.init("t", np.array(True))],
                  name="bad")
-    elif case == "resize_linear":
-        y = b.op("Resize", ["x", "", b.init("sc", np.array([1, 1, 2, 2], np.float32))],
-                 name="bad", mode="linear")
+    elif case == "sequence_input":
+        y = b.op("SequenceLength", ["s"], name="bad")
     else:
         y = b.op("Relu", ["x"], name="bad")
         b.nodes[-1].domain = "com.example"
     src = tmp_path / "bad.onnx"
-    b.save(src, inputs, [y], 13)
+    model = b.model(inputs, [y], 13)
+    if case == "sequence_input":
+        model.graph.input.append(helper.make_tensor_sequence_value_info("s", FLT, [2]))
+    onnx.save(model, str(src))
     err = convert_fails(src, tmp_path / "out")
     assert "'bad'" in err or "'s'" in err
     assert not (tmp_path / "out").exists()

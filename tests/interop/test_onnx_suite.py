@@ -32,8 +32,6 @@ LIMITS = [
     (r"^test_training_dropout", r"Dropout in training mode", "Dropout in training mode"),
     (r"^test_batchnorm_.*training", r"BatchNormalization in training mode",
      "BatchNormalization in training mode"),
-    (r"^test_resize_", r"Resize mode '(linear|cubic)'|tf_crop_and_resize",
-     "Resize other than nearest"),
 ]
 CARRY = re.compile(r"is not a tensor|element type (STRING|COMPLEX)")
 

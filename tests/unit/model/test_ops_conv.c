@@ -3,9 +3,7 @@
  * Unit tests for src/model/ops_conv.c: conv (im2col + sgemm, and the
  * direct 1x1 path) against a direct convolution computed here in double,
  * over 1, 2 and 3 spatial dims with groups, dilations, asymmetric pads and
- * strides; maxpool (with its indices, ceil_mode, NaN) and avgpool (with
- * and without the padding counted) against windows walked here; resize's
- * nearest modes against ONNX's formulas; and the refusals.
+ * strides; conv_transpose against the scatter it is; and the refusals.
  */
 #include "ops_ref.h"
 #include "model/ops_int.h"
@@ -131,113 +129,52 @@ static void test_conv_errors(void **state)
 	mu_tensor_free(in[1]);
 }
 
-/* maxpool with its indices: a node with two outputs, run as the executor
- * would */
-static void maxpool2(const char *attrs, mu_tensor_t *x, mu_tensor_t **y, mu_tensor_t **idx)
+/* conv_transpose against the scatter it is: every input element times
+ * every tap lands at i * stride - pad + k * dilation */
+static void test_conv_transpose(void **state)
 {
-	static char nname[] = "mp", o0[] = "y", o1[] = "i", i0[] = "x";
-	char *ins[1] = {i0}, *outs[2] = {o0, o1};
-	mu__shape_t si, so[2];
-	mu_tensor_t *out[2];
-	mu__node_t n;
-
-	memset(&n, 0, sizeof(n));
-	n.name = nname;
-	n.op = mu__op_find("maxpool");
-	n.in = ins;
-	n.nin = 1;
-	n.out = outs;
-	n.nout = 2;
-	n.attrs = cJSON_Parse(attrs);
-	assert_int_equal(n.op->check(&n, why, sizeof(why)), 0);
-	mu__shape_of(x, &si);
-	assert_int_equal(mu__op_shape(&n, &si, so, why, sizeof(why)), 0);
-	assert_int_equal(so[1].dtype, MU_DTYPE_I64);
-	for (int j = 0; j < 2; j++)
-		assert_int_equal(mu_tensor_new_typed(outs[j], so[j].dtype, so[j].rank, so[j].dims, &out[j]), 0);
-	assert_int_equal(n.op->run(&n, &x, out), 0);
-	*y = out[0];
-	*idx = out[1];
-	cJSON_Delete(n.attrs);
-}
-
-static void test_pools(void **state)
-{
-	/* a 4x4 plane 0..15 with a NaN at (3, 0) */
-	double v[16];
-	mu_tensor_t *x, *y, *idx;
+	mu_tensor_t *in[3], *y;
+	double *ref;
+	uint64_t c[MU_TENSOR_MAX_RANK];
 
 	(void)state;
-	for (int i = 0; i < 16; i++)
-		v[i] = i;
-	v[12] = NAN;
-	x = ref_typed("x", MU_DTYPE_F32, "[1,1,4,4]", v);
-	/* k3 s2 ceil: windows at 0 and 2 each way, the last running off the edge */
-	maxpool2("{\"kernel_shape\":[3,3],\"strides\":[2,2],\"ceil_mode\":1}", x, &y, &idx);
-	ref_shape_is(y, "[1,1,2,2]");
-	ref_f_are(y, (const double[]){10, 11, NAN, 15}, 4);
-	ref_i_are(idx, (const int64_t[]){10, 11, 12, 15}, 4);
-	mu_tensor_free(y);
-	mu_tensor_free(idx);
-	/* column-major indices: (r, c) is c * 4 + r; the third window's max
-	 * is the NaN at (3, 0) */
-	maxpool2("{\"kernel_shape\":[2,2],\"strides\":[2,2],\"storage_order\":1}", x, &y, &idx);
-	ref_i_are(idx, (const int64_t[]){1 * 4 + 1, 3 * 4 + 1, 0 * 4 + 3, 3 * 4 + 3}, 4);
-	mu_tensor_free(y);
-	mu_tensor_free(idx);
-	mu_tensor_free(x);
-
-	for (int i = 0; i < 16; i++)
-		v[i] = i;
-	x = ref_typed("x", MU_DTYPE_F32, "[1,1,4,4]", v);
-	/* avgpool k2 pads 1 at the start: the corner window holds only (0,0) */
-	{
-		mu_tensor_t *in[1] = {x};
-
-		assert_int_equal(ref_run("avgpool", "{\"kernel_shape\":[2,2],\"strides\":[2,2],"
-		                         "\"pads\":[1,1,0,0]}", in, 1, &y, why, sizeof(why)), 0);
-		ref_shape_is(y, "[1,1,2,2]");
-		ref_f_are(y, (const double[]){0, 1.5, 6, (5 + 6 + 9 + 10) / 4.0}, 4);
-		mu_tensor_free(y);
-		assert_int_equal(ref_run("avgpool", "{\"kernel_shape\":[2,2],\"strides\":[2,2],"
-		                         "\"pads\":[1,1,0,0],\"count_include_pad\":1}", in, 1, &y, why,
-		                         sizeof(why)), 0);
-		ref_f_are(y, (const double[]){0 / 4.0, (1 + 2) / 4.0, (4 + 8) / 4.0, (5 + 6 + 9 + 10) / 4.0}, 4);
-		mu_tensor_free(y);
-		assert_int_equal(ref_run("avgpool", "{\"kernel_shape\":[5,5]}", in, 1, &y, why, sizeof(why)),
-		                 MU_EPROTO);
+	in[0] = ref_tensor("x", "[2,4,3,4]");
+	in[1] = ref_tensor("w", "[4,3,2,3]");      /* group 2: 6 output channels */
+	in[2] = ref_tensor("b", "[6]");
+	assert_int_equal(ref_run("conv_transpose", "{\"group\":2,\"strides\":[2,3],\"pads\":[1,0,0,2],"
+	                         "\"dilations\":[1,2],\"output_padding\":[1,0]}", in, 3, &y, why,
+	                         sizeof(why)), 0);
+	/* H: 2*2 + 1 + 2 - 1 - 0 = 6; W: 3*3 + 0 + 5 - 0 - 2 = 12 */
+	ref_shape_is(y, "[2,6,6,12]");
+	ref = calloc(y->numel, sizeof(double));
+	for (uint64_t e = 0; e < y->numel; e++) {
+		ref_coords(y->dims, y->rank, e, c);
+		ref[e] = in[2]->data[c[1]];
 	}
-	mu_tensor_free(x);
-}
+	for (uint64_t e = 0; e < in[0]->numel; e++) {
+		uint64_t xi[4];
 
-static void test_resize(void **state)
-{
-	mu_tensor_t *x, *y;
+		ref_coords(in[0]->dims, 4, e, xi);
+		for (uint64_t m = 0; m < 3; m++)
+			for (uint64_t a = 0; a < 2; a++)
+				for (uint64_t b = 0; b < 3; b++) {
+					int64_t oh = (int64_t)xi[2] * 2 - 1 + (int64_t)a, ow = (int64_t)xi[3] * 3 + 2 * (int64_t)b;
+					uint64_t mo = xi[1] / 2 * 3 + m;
 
-	(void)state;
-	x = ref_typed("x", MU_DTYPE_F32, "[1,1,1,4]", (const double[]){10, 20, 30, 40});
-	/* 4 -> 8, asymmetric + floor (torch's nearest): each repeated twice */
-	assert_int_equal(ref_run("resize", "{\"sizes\":[1,1,1,8],\"coordinate_transformation_mode\":"
-	                         "\"asymmetric\",\"nearest_mode\":\"floor\"}", &x, 1, &y, why, sizeof(why)), 0);
-	ref_f_are(y, (const double[]){10, 10, 20, 20, 30, 30, 40, 40}, 8);
+					if (oh < 0 || oh >= 6 || ow < 0 || ow >= 12)
+						continue;
+					ref[((xi[0] * 6 + mo) * 6 + (uint64_t)oh) * 12 + (uint64_t)ow] +=
+					    (double)in[0]->data[e] * in[1]->data[((xi[1] * 3 + m) * 2 + a) * 3 + b];
+				}
+	}
+	ref_close(y, ref, 1e-4, 1e-5);
+	free(ref);
 	mu_tensor_free(y);
-	/* 4 -> 3 half_pixel, round_prefer_floor: x = (o + 0.5) * 4/3 - 0.5 = 0.17, 1.5, 2.83 */
-	assert_int_equal(ref_run("resize", "{\"sizes\":[1,1,1,3]}", &x, 1, &y, why, sizeof(why)), 0);
-	ref_f_are(y, (const double[]){10, 20, 40}, 3);
-	mu_tensor_free(y);
-	assert_int_equal(ref_run("resize", "{\"sizes\":[1,1,1,3],\"nearest_mode\":\"round_prefer_ceil\"}",
-	                         &x, 1, &y, why, sizeof(why)), 0);
-	ref_f_are(y, (const double[]){10, 30, 40}, 3);
-	mu_tensor_free(y);
-	/* align_corners 4 -> 7: x = o * 3/6 */
-	assert_int_equal(ref_run("resize", "{\"sizes\":[1,1,1,7],\"coordinate_transformation_mode\":"
-	                         "\"align_corners\"}", &x, 1, &y, why, sizeof(why)), 0);
-	ref_f_are(y, (const double[]){10, 10, 20, 20, 30, 30, 40}, 7); /* 0.5 -> 0 (prefer floor) */
-	mu_tensor_free(y);
-	assert_int_equal(ref_run("resize", "{\"sizes\":[1,1,1,3],\"nearest_mode\":\"up\"}", &x, 1, &y,
-	                         why, sizeof(why)), MU_EPROTO);
-	assert_int_equal(ref_run("resize", "{\"sizes\":[1,8]}", &x, 1, &y, why, sizeof(why)), MU_EPROTO);
-	mu_tensor_free(x);
+	/* an output_padding as large as the stride is refused */
+	assert_int_equal(ref_run("conv_transpose", "{\"group\":2,\"strides\":[2,3],\"output_padding\":[2,0]}",
+	                         in, 3, &y, why, sizeof(why)), MU_EPROTO);
+	for (int i = 0; i < 3; i++)
+		mu_tensor_free(in[i]);
 }
 
 int main(void)
@@ -245,8 +182,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_conv),
 		cmocka_unit_test(test_conv_errors),
-		cmocka_unit_test(test_pools),
-		cmocka_unit_test(test_resize),
+		cmocka_unit_test(test_conv_transpose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
