@@ -210,6 +210,11 @@ void mu_model_input(const mu_model_t *m, int i, const char **name, uint32_t *ran
 	memcpy(dims, m->g.inputs[i].dims, sizeof(uint64_t) * m->g.inputs[i].rank);
 }
 
+mu_dtype_t mu_model_input_dtype(const mu_model_t *m, int i)
+{
+	return m->g.inputs[i].dtype;
+}
+
 uint64_t mu_model_param_bytes(const mu_model_t *m)
 {
 	return m->param_bytes;

@@ -90,6 +90,16 @@ def test_transformers(muster_bin, tmp_path, stages, name):
     assert ("where" in ops) if name.startswith("gpt2") else ("cast" in ops)
     assert all(i["dtype"] == "I64" for i in graph["inputs"])
     run_everywhere(muster_bin, tmp_path, stages, spec, model_dir, feeds, want)
+    # `muster model input` writes inputs of the declared dtypes (ids of 0)
+    made = tmp_path / "made.safetensors"
+    for args in (["model", "input", "--model", model_dir, "--out", made],
+                 ["run", "--model", model_dir, "--input", made]):
+        proc = subprocess.run([str(muster_bin)] + [str(a) for a in args], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    made_in = mumodel.SafetensorsFile(made)
+    assert {made_in.dtype(n) for n in made_in} == {"I64"}
+    assert all(not made_in.raw(n).any() for n in made_in)
 
 
 def test_typed_tensors_cross_stages(muster_bin, tmp_path, stages):
