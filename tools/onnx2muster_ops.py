@@ -904,6 +904,242 @@ def h_sce(where, ins, attrs):
             logp if want_logp else None]
 
 
+# ---- more ops made of the ones above ----
+
+def h_onehot(where, ins, attrs):
+    """equal(indices, a range along the new axis) chooses on or off."""
+    c = where.c
+    idx, values = ins[0], ins[2]
+    depth = int(np.asarray(_const(where, ins[1], "depth")).reshape(-1)[0])
+    rank = idx.rank + 1
+    axis = norm_axis(int(attrs.get("axis", -1)), rank, "onehot axis")
+    if idx.dt not in INTS:       # float indices are truncated to integers
+        idx = c.typed_op(where, "cast", [idx], idx.shape, attrs={"to": "I64"}, out_dt="I64",
+                         name=f"{where.name}/to_int")
+    it = idx.actual
+    neg = c.typed_op(where, "less", [idx, _const_value(where, 0, it)], idx.shape, out_dt="BOOL",
+                     name=f"{where.name}/negative")
+    wrapped = c.typed_op(where, "add", [idx, _const_value(where, depth, it)], idx.shape,
+                         name=f"{where.name}/wrapped")
+    idx = c.emit(where, "where", [neg.name, wrapped.name, c.arg(where, idx, it)], idx.shape, it,
+                 name=f"{where.name}/index", deps=idx.deps)
+    shape = idx.shape[:axis] + (1,) + idx.shape[axis:]
+    u = _reshape_to(where, idx, shape, None, name=f"{where.name}/unsqueeze")
+    rshape = tuple(depth if i == axis else 1 for i in range(rank))
+    r = _const_value(where, np.arange(depth).reshape(rshape), it)
+    out_shape = idx.shape[:axis] + (depth,) + idx.shape[axis:]
+    hot = c.typed_op(where, "equal", [u, r], out_shape, out_dt="BOOL", name=f"{where.name}/hot")
+    off = _reshape_to(where, _slice_node(where, values, [(0, 0, 1, 1)], name=f"{where.name}/off"),
+                      (), None, name=f"{where.name}/off0")
+    on = _reshape_to(where, _slice_node(where, values, [(0, 1, 2, 1)], name=f"{where.name}/on"),
+                     (), None, name=f"{where.name}/on0")
+    dt = c.common_dtype([on, off])
+    return [c.emit(where, "where", [hot.name, c.arg(where, on, dt), c.arg(where, off, dt)],
+                   out_shape, dt, out=where.out(), logical=values.dt,
+                   deps=hot.deps | values.deps)]
+
+
+def h_compress(where, ins, attrs):
+    """A constant condition picks indices: a gather."""
+    x = ins[0]
+    cond = np.asarray(_const(where, ins[1], "the condition")).reshape(-1).astype(bool)
+    if "axis" not in attrs:
+        x = _reshape_to(where, x, (numel(x.shape),), None, name=f"{where.name}/flat")
+        axis = 0
+    else:
+        axis = norm_axis(int(attrs["axis"]), x.rank, "compress axis")
+    picked = [i for i, keep in enumerate(cond[:x.shape[axis]]) if keep]
+    return [_gather_const(where, x, axis, picked, out=where.out())]
+
+
+def h_mvn(where, ins, attrs):
+    """MeanVarianceNormalization as ONNX's function defines it."""
+    x = ins[0]
+    c = where.c
+    axes = [norm_axis(int(a), x.rank) for a in attrs.get("axes", [0, 2, 3])]
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    red = {"axes": sorted(axes), "keepdims": 1}
+    mean = c.float_op(where, "reduce_mean", [x], kept, red, name=f"{where.name}/mean")
+    sq = c.float_op(where, "mul", [x, x], x.shape, name=f"{where.name}/sq")
+    msq = c.float_op(where, "reduce_mean", [sq], kept, red, name=f"{where.name}/mean_sq")
+    var = c.float_op(where, "sub", [msq, c.float_op(where, "mul", [mean, mean], kept,
+                                                    name=f"{where.name}/mean2")], kept,
+                     name=f"{where.name}/var")
+    sd = c.float_op(where, "add", [c.float_op(where, "sqrt", [var], kept, name=f"{where.name}/sd"),
+                                   _const_value(where, 1e-9, "F32")], kept,
+                    name=f"{where.name}/sd_eps")
+    d = c.float_op(where, "sub", [x, mean], x.shape, name=f"{where.name}/centre")
+    return [c.float_op(where, "div", [d, sd], x.shape, out=where.out(), logical=x.dt)]
+
+
+def h_window(kind):
+    """HannWindow, HammingWindow, BlackmanWindow: constants of the size."""
+    def handler(where, ins, attrs):
+        size = int(np.asarray(_const(where, ins[0], "size")).reshape(-1)[0])
+        n = np.arange(size, dtype=np.float64)
+        denom = size if attrs.get("periodic", 1) else size - 1
+        t = 2 * np.pi * n / denom
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(t)
+        elif kind == "hamming":
+            w = 25 / 46 - (1 - 25 / 46) * np.cos(t)
+        else:
+            w = 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t)
+        dt = mu_dtype(int(attrs.get("output_datatype", 1)), "the window's dtype")
+        return [where.c.constant(where.node.output[0], w.astype(np.float32), dt)]
+    return handler
+
+
+def _per_axis(where, v, x, axis, name):
+    """A scale or zero point: a scalar, or 1-D along axis (reshaped to
+    broadcast there)."""
+    if v is None or v.rank == 0 or numel(v.shape) == 1:
+        return v
+    axis = norm_axis(axis, x.rank, "quantization axis")
+    shape = tuple(v.shape[0] if i == axis else 1 for i in range(x.rank))
+    return _reshape_to(where, v, shape, None, name=f"{where.name}/{name}")
+
+
+def _quantize(where, x, scale, zp, zdt, out, axis):
+    c = where.c
+    lo, hi = {"U8": (0, 255), "I8": (-128, 127)}.get(zdt, (None, None))
+    if lo is None:
+        raise Unsupported(f"{where}: quantizing to {zdt} (muster quantizes to U8 and I8)")
+    q = c.float_op(where, "div", [x, _per_axis(where, scale, x, axis, "scale")], x.shape,
+                   name=f"{where.name}/scaled")
+    q = c.float_op(where, "round", [q], x.shape, name=f"{where.name}/round")
+    if zp is not None:
+        q = c.float_op(where, "add", [q, _per_axis(where, zp, x, axis, "zero_point")], x.shape,
+                       name=f"{where.name}/shifted")
+    q = c.float_op(where, "clip", [q], x.shape, {"min": float(lo), "max": float(hi)},
+                   name=f"{where.name}/saturate")
+    return c.typed_op(where, "cast", [q], x.shape, dt="F32", attrs={"to": zdt}, out_dt=zdt, out=out)
+
+
+def h_quantize(where, ins, attrs):
+    x, scale, zp = ins[0], ins[1], _input(ins, 2)
+    axis = int(attrs.get("axis", 1))
+    return [_quantize(where, x, scale, zp, zp.dt if zp is not None else "U8", where.out(), axis)]
+
+
+def h_dequantize(where, ins, attrs):
+    x, scale, zp = ins[0], ins[1], _input(ins, 2)
+    c = where.c
+    axis = int(attrs.get("axis", 1))
+    y = x
+    if zp is not None:
+        y = c.float_op(where, "sub", [x, _per_axis(where, zp, x, axis, "zero_point")], x.shape,
+                       name=f"{where.name}/centred")
+    return [c.float_op(where, "mul", [y, _per_axis(where, scale, x, axis, "scale")], x.shape,
+                       out=where.out(), logical=scale.dt)]
+
+
+def h_dynamic_quantize(where, ins, attrs):
+    """DynamicQuantizeLinear as ONNX's function defines it: a U8 scale and
+    zero point from the range of x (and 0)."""
+    x = ins[0]
+    c = where.c
+    every = {"axes": list(range(x.rank)), "keepdims": 0}
+    zero = _const_value(where, 0.0, "F32")
+    lo = c.float_op(where, "min", [c.float_op(where, "reduce_min", [x], (), every,
+                                              name=f"{where.name}/min"), zero], (),
+                    name=f"{where.name}/min0")
+    hi = c.float_op(where, "max", [c.float_op(where, "reduce_max", [x], (), every,
+                                              name=f"{where.name}/max"), zero], (),
+                    name=f"{where.name}/max0")
+    scale = c.float_op(where, "div", [c.float_op(where, "sub", [hi, lo], (), name=f"{where.name}/range"),
+                                      _const_value(where, 255.0, "F32")], (),
+                       out=where.out(1), name=f"{where.name}/scale")
+    zp = c.float_op(where, "sub", [zero, c.float_op(where, "div", [lo, scale], (),
+                                                    name=f"{where.name}/min_scaled")], (),
+                    name=f"{where.name}/zero_fp")
+    zp = c.float_op(where, "round", [c.float_op(where, "clip", [zp], (), {"min": 0.0, "max": 255.0},
+                                                name=f"{where.name}/zero_clip")], (),
+                    name=f"{where.name}/zero_round")
+    zpu = c.typed_op(where, "cast", [zp], (), dt="F32", attrs={"to": "U8"}, out_dt="U8",
+                     out=where.out(2), name=f"{where.name}/zero_point")
+    y = _quantize(where, x, scale, zp, "U8", where.out(0), 0)
+    return [y, scale, zpu]
+
+
+# ---- index ops, topk, lrn, det ----
+
+def _reduction(where, attrs):
+    r = attrs.get("reduction", b"none")
+    r = r.decode() if isinstance(r, bytes) else r
+    if r not in ("none", "add", "mul"):
+        raise Unsupported(f"{where}: reduction {r!r} (muster: none, add, mul)")
+    return r
+
+
+def h_scatter_elements(where, ins, attrs):
+    data, idx, upd = ins[:3]
+    c = where.c
+    dt = c.common_dtype([data, upd])
+    extra = {"axis": norm_axis(int(attrs.get("axis", 0)), data.rank)}
+    if _reduction(where, attrs) != "none":
+        extra["reduction"] = _reduction(where, attrs)
+    args = [c.arg(where, data, dt), c.arg(where, idx, idx.actual), c.arg(where, upd, dt)]
+    return [c.emit(where, "scatter_elements", args, data.shape, dt, extra, out=where.out(),
+                   logical=data.dt, deps=data.deps | idx.deps | upd.deps)]
+
+
+def h_scatter_nd(where, ins, attrs):
+    data, idx, upd = ins[:3]
+    c = where.c
+    dt = c.common_dtype([data, upd])
+    extra = {"reduction": _reduction(where, attrs)} if _reduction(where, attrs) != "none" else None
+    args = [c.arg(where, data, dt), c.arg(where, idx, idx.actual), c.arg(where, upd, dt)]
+    return [c.emit(where, "scatter_nd", args, data.shape, dt, extra, out=where.out(),
+                   logical=data.dt, deps=data.deps | idx.deps | upd.deps)]
+
+
+def h_gather_nd(where, ins, attrs):
+    data, idx = ins[:2]
+    c = where.c
+    b = int(attrs.get("batch_dims", 0))
+    k = idx.shape[-1]
+    shape = idx.shape[:-1] + data.shape[b + k:]
+    args = [c.arg(where, data, data.actual), c.arg(where, idx, idx.actual)]
+    return [c.emit(where, "gather_nd", args, shape, data.actual, {"batch_dims": b} if b else None,
+                   out=where.out(), logical=data.dt, deps=data.deps | idx.deps)]
+
+
+def h_reverse_sequence(where, ins, attrs):
+    x, lens = ins[:2]
+    c = where.c
+    extra = {"batch_axis": int(attrs.get("batch_axis", 1)), "time_axis": int(attrs.get("time_axis", 0))}
+    args = [c.arg(where, x, x.actual), c.arg(where, lens, lens.actual)]
+    return [c.emit(where, "reverse_sequence", args, x.shape, x.actual, extra, out=where.out(),
+                   logical=x.dt, deps=x.deps | lens.deps)]
+
+
+def h_topk(where, ins, attrs):
+    x = ins[0]
+    c = where.c
+    k = _const_ints(where, ins[1], "k")[0] if c.opset >= 10 else int(attrs["k"])
+    axis = norm_axis(int(attrs.get("axis", -1)), x.rank)
+    shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
+    extra = {"k": k, "axis": axis, "largest": int(attrs.get("largest", 1))}
+    vals = c.emit(where, "topk", [c.arg(where, x, x.actual)], shape, x.actual, extra,
+                  out=where.out(), logical=x.dt, deps=x.deps)
+    idx = where.out(1)
+    vals.node["outputs"].append(idx)
+    return [vals, Value(idx, shape, "I64", node=vals.node, deps=x.deps)]
+
+
+def h_lrn(where, ins, attrs):
+    x = ins[0]
+    extra = {"size": int(attrs["size"]), "alpha": float(attrs.get("alpha", 1e-4)),
+             "beta": float(attrs.get("beta", 0.75)), "bias": float(attrs.get("bias", 1.0))}
+    return [where.c.float_op(where, "lrn", [x], x.shape, extra, out=where.out(), logical=x.dt)]
+
+
+def h_det(where, ins, attrs):
+    x = ins[0]
+    return [where.c.float_op(where, "det", [x], x.shape[:-2], out=where.out(), logical=x.dt)]
+
+
 HANDLERS = {
     "Add": h_binary("add"), "Sub": h_binary("sub"), "Mul": h_binary("mul"),
     "Div": h_binary("div"), "Pow": h_pow, "Mod": h_binary("mod"), "PRelu": h_binary("prelu"),
@@ -938,5 +1174,12 @@ HANDLERS = {
     "GlobalAveragePool": h_global_pool("reduce_mean"),
     "GlobalMaxPool": h_global_pool("reduce_max"), "Resize": h_resize, "Upsample": h_resize,
     "NegativeLogLikelihoodLoss": h_nll, "SoftmaxCrossEntropyLoss": h_sce,
+    "OneHot": h_onehot, "Compress": h_compress, "MeanVarianceNormalization": h_mvn,
+    "HannWindow": h_window("hann"), "HammingWindow": h_window("hamming"),
+    "BlackmanWindow": h_window("blackman"), "QuantizeLinear": h_quantize,
+    "DequantizeLinear": h_dequantize, "DynamicQuantizeLinear": h_dynamic_quantize,
+    "ScatterElements": h_scatter_elements, "Scatter": h_scatter_elements,
+    "ScatterND": h_scatter_nd, "GatherND": h_gather_nd, "ReverseSequence": h_reverse_sequence,
+    "TopK": h_topk, "LRN": h_lrn, "Det": h_det,
 }
 HANDLERS.update({op: h_float_unary(op) for op in FLOAT_UNARY})

@@ -6,6 +6,7 @@
  * ops_nn.c (matmul, gemm, norms), ops_reduce.c (softmax, reductions,
  * arg max/min, cumsum), ops_shape.c (reshape, flatten, transpose, concat,
  * slice, expand, tile), ops_index.c (embedding, gather, trilu, pad),
+ * ops_scatter.c (scatters, gather_nd, reverse_sequence),
  * ops_conv.c (conv, conv_transpose), ops_pool.c (the pools) and
  * ops_resize.c (resize).
  */
@@ -35,19 +36,21 @@ static const mu__op_t *const table[] = {
 	&mu__op_clip, &mu__op_not, &mu__op_isnan, &mu__op_isinf, &mu__op_cast,
 	/* ops_nn.c */
 	&mu__op_matmul, &mu__op_gemm, &mu__op_layernorm, &mu__op_rmsnorm,
-	&mu__op_batchnorm, &mu__op_instance_norm,
+	&mu__op_batchnorm, &mu__op_instance_norm, &mu__op_lrn, &mu__op_det,
 	/* ops_reduce.c */
 	&mu__op_softmax, &mu__op_log_softmax, &mu__op_hardmax, &mu__op_reduce_mean,
 	&mu__op_reduce_sum, &mu__op_reduce_max, &mu__op_reduce_min, &mu__op_reduce_prod,
 	&mu__op_reduce_l1, &mu__op_reduce_l2, &mu__op_reduce_sum_square,
 	&mu__op_reduce_log_sum, &mu__op_reduce_log_sum_exp, &mu__op_argmax,
-	&mu__op_argmin, &mu__op_cumsum,
+	&mu__op_argmin, &mu__op_cumsum, &mu__op_topk,
 	/* ops_shape.c */
 	&mu__op_reshape, &mu__op_flatten, &mu__op_transpose, &mu__op_concat,
 	&mu__op_slice, &mu__op_expand, &mu__op_tile,
 	/* ops_index.c */
 	&mu__op_embedding, &mu__op_gather, &mu__op_gather_elements, &mu__op_trilu,
 	&mu__op_pad,
+	/* ops_scatter.c */
+	&mu__op_scatter_elements, &mu__op_gather_nd, &mu__op_scatter_nd, &mu__op_reverse_sequence,
 	/* ops_conv.c */
 	&mu__op_conv, &mu__op_conv_transpose, &mu__op_maxpool, &mu__op_avgpool, &mu__op_resize,
 };

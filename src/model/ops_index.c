@@ -12,22 +12,6 @@
 #include "model/dtype_int.h"
 #include "model/ops_int.h"
 
-static int is_index(mu_dtype_t dt)
-{
-	return dt == MU_DTYPE_I64 || dt == MU_DTYPE_I32;
-}
-
-/* Index i of t (I32 or I64), or -1 for an F32 that is not a whole
- * number in range (checked against dim by the caller). */
-static int64_t index_at(const mu_tensor_t *t, uint64_t i)
-{
-	if (t->dtype == MU_DTYPE_I64)
-		return ((const int64_t *)t->raw)[i];
-	if (t->dtype == MU_DTYPE_I32)
-		return ((const int32_t *)t->raw)[i];
-	return -1;
-}
-
 /* ---- embedding: table [V, D] gathered by ids ---- */
 
 static int embedding_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
@@ -35,7 +19,7 @@ static int embedding_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape
 {
 	if (in[0].rank != 2 || in[1].rank >= MU_TENSOR_MAX_RANK)
 		return mu__fail(why, wl, "node %.100s: embedding needs a 2-D table %.100s", n->name, n->in[0]);
-	if (in[1].dtype != MU_DTYPE_F32 && !is_index(in[1].dtype))
+	if (in[1].dtype != MU_DTYPE_F32 && !mu__is_index(in[1].dtype))
 		return mu__fail(why, wl, "node %.100s: ids %.100s must be I64, I32 or F32", n->name, n->in[1]);
 	out[0] = in[1];
 	out[0].dims[out[0].rank++] = in[0].dims[1];
@@ -59,7 +43,7 @@ static int embedding_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_
 				return MU_EPROTO; /* an id outside the table */
 			k = (uint64_t)id;
 		} else {
-			int64_t id = index_at(in[1], i);
+			int64_t id = mu__index_at(in[1], i);
 
 			if (id < 0 || (uint64_t)id >= vocab)
 				return MU_EPROTO;
@@ -89,7 +73,7 @@ static int gather_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t 
 
 	if (axis < 0)
 		return mu__fail(why, wl, "node %.100s: axis out of range for %.100s", n->name, n->in[0]);
-	if (!is_index(in[1].dtype))
+	if (!mu__is_index(in[1].dtype))
 		return mu__fail(why, wl, "node %.100s: indices %.100s must be I64 or I32", n->name, n->in[1]);
 	if (in[0].rank - 1 + in[1].rank > MU_TENSOR_MAX_RANK)
 		return mu__fail(why, wl, "node %.100s: the result would have over 8 dims%.0s", n->name, "");
@@ -117,7 +101,7 @@ static int gather_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 	for (uint32_t i = (uint32_t)axis + 1; i < x->rank; i++)
 		inner *= x->dims[i];
 	for (uint64_t k = 0; k < ix->numel; k++) {
-		int64_t v = index_at(ix, k);
+		int64_t v = mu__index_at(ix, k);
 
 		if (v < 0)
 			v += (int64_t)d;
@@ -126,7 +110,7 @@ static int gather_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 	}
 	for (uint64_t a = 0; a < outer; a++)
 		for (uint64_t k = 0; k < ix->numel; k++) {
-			int64_t v = index_at(ix, k);
+			int64_t v = mu__index_at(ix, k);
 			uint64_t src = (a * d + (uint64_t)(v < 0 ? v + (int64_t)d : v)) * inner;
 
 			memcpy(o, (const char *)x->raw + src * es, inner * es);
@@ -147,7 +131,7 @@ static int gel_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *ou
 	if (axis < 0 || in[1].rank != in[0].rank)
 		return mu__fail(why, wl, "node %.100s: indices %.100s need the data's rank, and axis in it",
 		                n->name, n->in[1]);
-	if (!is_index(in[1].dtype))
+	if (!mu__is_index(in[1].dtype))
 		return mu__fail(why, wl, "node %.100s: indices %.100s must be I64 or I32", n->name, n->in[1]);
 	for (uint32_t i = 0; i < in[0].rank; i++)
 		if ((int)i != axis && in[1].dims[i] > in[0].dims[i])
@@ -169,7 +153,7 @@ static int gel_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 		s *= x->dims[d];
 	}
 	for (uint64_t k = 0; k < ix->numel; k++) {
-		int64_t v = index_at(ix, k);
+		int64_t v = mu__index_at(ix, k);
 		uint64_t src = 0;
 
 		if (v < 0)

@@ -49,6 +49,22 @@ static inline void mu__ecopy(void *dst, uint64_t di, const void *src, uint64_t s
 	}
 }
 
+/* Index tensors: I64 or I32. */
+static inline int mu__is_index(mu_dtype_t dt)
+{
+	return dt == MU_DTYPE_I64 || dt == MU_DTYPE_I32;
+}
+
+/* Index i of t (I32 or I64; -1 for any other dtype). */
+static inline int64_t mu__index_at(const mu_tensor_t *t, uint64_t i)
+{
+	if (t->dtype == MU_DTYPE_I64)
+		return ((const int64_t *)t->raw)[i];
+	if (t->dtype == MU_DTYPE_I32)
+		return ((const int32_t *)t->raw)[i];
+	return -1;
+}
+
 double mu__no_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out);
 
 void mu__bwalk_init(mu__bwalk_t *w, const mu__shape_t *out, const mu__shape_t *in, int n);
@@ -69,16 +85,18 @@ extern const mu__op_t mu__op_relu, mu__op_sigmoid, mu__op_tanh, mu__op_sqrt,
 	mu__op_shrink, mu__op_abs, mu__op_sign, mu__op_clip, mu__op_not, mu__op_isnan,
 	mu__op_isinf, mu__op_cast;
 extern const mu__op_t mu__op_matmul, mu__op_gemm, mu__op_layernorm,
-	mu__op_rmsnorm, mu__op_batchnorm, mu__op_instance_norm;
+	mu__op_rmsnorm, mu__op_batchnorm, mu__op_instance_norm, mu__op_lrn, mu__op_det;
 extern const mu__op_t mu__op_softmax, mu__op_log_softmax, mu__op_hardmax,
 	mu__op_reduce_mean, mu__op_reduce_sum, mu__op_reduce_max, mu__op_reduce_min,
 	mu__op_reduce_prod, mu__op_reduce_l1, mu__op_reduce_l2,
 	mu__op_reduce_sum_square, mu__op_reduce_log_sum, mu__op_reduce_log_sum_exp,
-	mu__op_argmax, mu__op_argmin, mu__op_cumsum;
+	mu__op_argmax, mu__op_argmin, mu__op_cumsum, mu__op_topk;
 extern const mu__op_t mu__op_reshape, mu__op_flatten, mu__op_transpose,
 	mu__op_concat, mu__op_slice, mu__op_expand, mu__op_tile;
 extern const mu__op_t mu__op_embedding, mu__op_gather, mu__op_gather_elements,
 	mu__op_trilu, mu__op_pad;
+extern const mu__op_t mu__op_scatter_elements, mu__op_gather_nd, mu__op_scatter_nd,
+	mu__op_reverse_sequence;
 extern const mu__op_t mu__op_conv, mu__op_conv_transpose, mu__op_maxpool, mu__op_avgpool,
 	mu__op_resize;
 

@@ -2,14 +2,15 @@
 /*
  * Linear algebra and normalization: matmul (numpy semantics, batch dims
  * broadcast) and gemm (ONNX: alpha * A' * B' + beta * C) through OpenBLAS;
- * layernorm, rmsnorm, batchnorm and instance_norm, accumulated in index
- * order. All F32.
+ * layernorm, rmsnorm, batchnorm, instance_norm and lrn, accumulated in
+ * index order; det (LU in double). All F32.
  */
 #include <math.h>
 #include <string.h>
 
 #include <cblas.h>
 
+#include "core/alloc_int.h"
 #include "model/ops_int.h"
 
 /* ---- attribute checks (at load: a wrong type is an error, never a
@@ -379,3 +380,122 @@ const mu__op_t mu__op_instance_norm = {"instance_norm", 3, 3, 1, eps_check, bn_s
                                        norm_flops, 0, 0};
 
 
+
+/* ---- lrn: x / (bias + alpha / size * sum of squares over the channels
+ * around c)^beta (ONNX LRN) ---- */
+
+static int lrn_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int rc = mu__want_int(n, "size", 0, why, wl);
+
+	if (rc == 0 && mu__attr_int(n, "size", 0) < 1)
+		return mu__fail(why, wl, "node %.100s: lrn needs \"size\" >= 1%.0s", n->name, "");
+	if (rc == 0)
+		rc = want_num(n, "alpha", why, wl);
+	if (rc == 0)
+		rc = want_num(n, "beta", why, wl);
+	return rc == 0 ? want_num(n, "bias", why, wl) : rc;
+}
+
+static int lrn_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
+                     size_t wl)
+{
+	if (in[0].rank < 2)
+		return mu__fail(why, wl, "node %.100s: %.100s needs a channel dim", n->name, n->in[0]);
+	out[0] = in[0];
+	return 0;
+}
+
+static int lrn_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	const mu_tensor_t *x = in[0];
+	int64_t size = mu__attr_int(n, "size", 1), lo = (size - 1) / 2, hi = size - 1 - lo;
+	float alpha = (float)mu__attr_num(n, "alpha", 1e-4), beta = (float)mu__attr_num(n, "beta", 0.75);
+	float bias = (float)mu__attr_num(n, "bias", 1.0);
+	uint64_t c = x->dims[1], inner = c ? x->numel / x->dims[0] / c : 0;
+
+	for (uint64_t b = 0; b < x->dims[0]; b++)
+		for (int64_t k = 0; k < (int64_t)c; k++)
+			for (uint64_t j = 0; j < inner; j++) {
+				float ss = 0;
+
+				for (int64_t q = k - lo; q <= k + hi; q++)
+					if (q >= 0 && q < (int64_t)c) {
+						float v = x->data[(b * c + (uint64_t)q) * inner + j];
+
+						ss += v * v;
+					}
+				out[0]->data[(b * c + (uint64_t)k) * inner + j] =
+				    x->data[(b * c + (uint64_t)k) * inner + j] / powf(bias + alpha / (float)size * ss, beta);
+			}
+	return 0;
+}
+
+const mu__op_t mu__op_lrn = {"lrn", 1, 1, 1, lrn_check, lrn_shape, lrn_run, norm_flops, 0, 0};
+
+/* ---- det: the determinant of each [.., M, M] matrix, by LU with partial
+ * pivoting in double ---- */
+
+static int det_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
+                     size_t wl)
+{
+	if (in[0].rank < 2 || in[0].dims[in[0].rank - 1] != in[0].dims[in[0].rank - 2] ||
+	    in[0].dims[in[0].rank - 1] > 4096)
+		return mu__fail(why, wl, "node %.100s: %.100s is not a stack of square matrices (M <= 4096)",
+		                n->name, n->in[0]);
+	out[0] = in[0];
+	out[0].rank -= 2;
+	return 0;
+}
+
+static int det_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	uint64_t m = in[0]->dims[in[0]->rank - 1];
+	double *a = mu__malloc((size_t)(m * m + 1) * sizeof(double));
+
+	(void)n;
+	if (a == NULL)
+		return MU_ENOMEM;
+	for (uint64_t k = 0; k < out[0]->numel; k++) {
+		double det = 1;
+
+		for (uint64_t i = 0; i < m * m; i++)
+			a[i] = in[0]->data[k * m * m + i];
+		for (uint64_t c = 0; c < m && det != 0; c++) {
+			uint64_t p = c;
+
+			for (uint64_t r = c + 1; r < m; r++)
+				if (fabs(a[r * m + c]) > fabs(a[p * m + c]))
+					p = r;
+			if (p != c) {
+				for (uint64_t j = 0; j < m; j++) {
+					double t = a[c * m + j];
+
+					a[c * m + j] = a[p * m + j];
+					a[p * m + j] = t;
+				}
+				det = -det;
+			}
+			det *= a[c * m + c];
+			for (uint64_t r = c + 1; det != 0 && r < m; r++) {
+				double f = a[r * m + c] / a[c * m + c];
+
+				for (uint64_t j = c; j < m; j++)
+					a[r * m + j] -= f * a[c * m + j];
+			}
+		}
+		out[0]->data[k] = (float)det;
+	}
+	mu__free(a);
+	return 0;
+}
+
+static double det_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
+{
+	double m = (double)in[0].dims[in[0].rank - 1];
+
+	(void)n;
+	return (double)mu__shape_numel(&out[0]) * m * m * m * 2.0 / 3.0;
+}
+
+const mu__op_t mu__op_det = {"det", 1, 1, 1, NULL, det_shape, det_run, det_flops, 0, 0};

@@ -2,13 +2,14 @@
 /*
  * Ops along axes: softmax, log_softmax and hardmax over one axis; the
  * reductions (sum, mean, max, min, prod, l1, l2, sum_square, log_sum,
- * log_sum_exp) over a set of axes; argmax and argmin (I64 indices); and
- * cumsum. F32 (argmax and argmin read any number). Sums accumulate in
+ * log_sum_exp) over a set of axes; argmax and argmin (I64 indices);
+ * cumsum; and topk (values and I64 indices). F32 (argmax and argmin read any number). Sums accumulate in
  * f32 in input order, so a result does not depend on where a graph is cut.
  */
 #include <math.h>
 #include <string.h>
 
+#include "core/alloc_int.h"
 #include "model/dtype_int.h"
 #include "model/ops_int.h"
 
@@ -359,3 +360,92 @@ static int cumsum_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 
 const mu__op_t mu__op_cumsum = {"cumsum", 1, 1, 1, cumsum_check, cumsum_shape, cumsum_run,
                                 mu__flops_numel, 1, 0};
+
+/* ---- topk: the k largest (or smallest) along axis, values and I64
+ * indices, sorted (ties: the lower index first; NaN counts as the
+ * largest) ---- */
+
+static int topk_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int rc = mu__want_int(n, "k", 0, why, wl);
+
+	if (rc == 0)
+		rc = mu__want_int(n, "axis", 0, why, wl);
+	if (rc == 0)
+		rc = mu__want_int(n, "largest", 0, why, wl);
+	if (rc == 0 && mu__attr_int(n, "k", -1) < 0)
+		return mu__fail(why, wl, "node %.100s: topk needs \"k\" >= 0%.0s", n->name, "");
+	return rc;
+}
+
+static int topk_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
+                      size_t wl)
+{
+	int axis = mu__axis(mu__attr_int(n, "axis", -1), in[0].rank);
+	int64_t k = mu__attr_int(n, "k", 0);
+
+	if (axis < 0 || (uint64_t)k > in[0].dims[axis] || in[0].dtype == MU_DTYPE_BOOL)
+		return mu__fail(why, wl, "node %.100s: axis out of range, or k over its dim, for %.100s", n->name,
+		                n->in[0]);
+	out[0] = in[0];
+	out[0].dims[axis] = (uint64_t)k;
+	out[1] = out[0];
+	out[1].dtype = MU_DTYPE_I64;
+	return 0;
+}
+
+/* Does (va, ia) come before (vb, ib) in the result? */
+static int before(double va, uint64_t ia, double vb, uint64_t ib, int largest)
+{
+	if (va != vb && !(isnan(va) && isnan(vb))) {
+		if (isnan(va) || isnan(vb))
+			return isnan(va) == largest; /* NaN is the largest */
+		return largest ? va > vb : va < vb;
+	}
+	return ia < ib;
+}
+
+static int topk_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	const mu_tensor_t *x = in[0];
+	int largest = mu__attr_int(n, "largest", 1) != 0;
+	uint64_t outer, len, inner, k = out[0]->dims[mu__axis(mu__attr_int(n, "axis", -1), x->rank)];
+	uint64_t *order;
+	size_t es = mu_dtype_size((int)x->dtype);
+
+	around(n, x, -1, &outer, &len, &inner);
+	if ((order = mu__calloc((size_t)len + 1, sizeof(*order))) == NULL)
+		return MU_ENOMEM;
+	for (uint64_t o = 0; o < outer; o++)
+		for (uint64_t j = 0; j < inner; j++) {
+			uint64_t base = o * len * inner + j;
+
+			/* the first k of a selection by insertion: k is small where
+			 * graphs use it, and the order is exact and deterministic */
+			for (uint64_t i = 0, have = 0; i < len; i++) {
+				double v = mu__get_f(x->dtype, x->raw, base + i * inner);
+				uint64_t p = have < k ? have : k;
+
+				while (p > 0 && before(v, i, mu__get_f(x->dtype, x->raw, base + order[p - 1] * inner),
+				                       order[p - 1], largest)) {
+					if (p < k)
+						order[p] = order[p - 1];
+					p--;
+				}
+				if (p < k) {
+					order[p] = i;
+					have += have < k;
+				}
+			}
+			for (uint64_t r = 0; r < k; r++) {
+				uint64_t dst = o * k * inner + r * inner + j;
+
+				mu__ecopy(out[0]->raw, dst, x->raw, base + order[r] * inner, es);
+				((int64_t *)out[1]->raw)[dst] = (int64_t)order[r];
+			}
+		}
+	mu__free(order);
+	return 0;
+}
+
+const mu__op_t mu__op_topk = {"topk", 1, 1, 2, topk_check, topk_shape, topk_run, mu__flops_numel, 1, 0};

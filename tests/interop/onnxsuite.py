@@ -241,7 +241,7 @@ def run_case(case, muster, work):
         try:
             fixed = convert(model_path, out / "model", model, feeds)
         except Unsupported as exc:
-            return "unsupported", str(exc)
+            return "unsupported", str(exc).split(" (supported: ")[0]
         except ConvertError as exc:
             return "fail", f"converter: {exc}"
         write_st(out / "in.safetensors", {n: v for n, v in feeds.items() if n not in fixed})

@@ -7,6 +7,7 @@
  * reverse, integers wrapping).
  */
 #include "ops_ref.h"
+#include "model/ops_int.h"
 
 static char why[512];
 
@@ -132,6 +133,53 @@ static void test_cumsum(void **state)
 	mu_tensor_free(y);
 }
 
+/* topk: values and indices, sorted, ties to the lower index, NaN the largest */
+static void test_topk(void **state)
+{
+	static char nname[] = "tk", o0[] = "v", o1[] = "i", i0[] = "x";
+	char *ins[1] = {i0}, *outs[2] = {o0, o1};
+	mu_tensor_t *x, *out[2];
+	mu__shape_t si, so[2];
+	mu__node_t n;
+
+	(void)state;
+	x = ref_typed("x", MU_DTYPE_F32, "[2,4]", (const double[]){3, 1, 3, 2, NAN, 0, 5, 5});
+	memset(&n, 0, sizeof(n));
+	n.name = nname;
+	n.op = mu__op_find("topk");
+	n.in = ins;
+	n.nin = 1;
+	n.out = outs;
+	n.nout = 2;
+	for (int largest = 1; largest >= 0; largest--) {
+		n.attrs = cJSON_Parse(largest ? "{\"k\":3}" : "{\"k\":3,\"largest\":0}");
+		assert_int_equal(n.op->check(&n, why, sizeof(why)), 0);
+		si.rank = x->rank;
+		si.dtype = x->dtype;
+		memcpy(si.dims, x->dims, sizeof(si.dims));
+		assert_int_equal(mu__op_shape(&n, &si, so, why, sizeof(why)), 0);
+		for (int j = 0; j < 2; j++)
+			assert_int_equal(mu_tensor_new_typed(outs[j], so[j].dtype, so[j].rank, so[j].dims, &out[j]), 0);
+		assert_int_equal(n.op->run(&n, &x, out), 0);
+		if (largest) {
+			ref_f_are(out[0], (const double[]){3, 3, 2, NAN, 5, 5}, 6);
+			ref_i_are(out[1], (const int64_t[]){0, 2, 3, 0, 2, 3}, 6);
+		} else {
+			ref_f_are(out[0], (const double[]){1, 2, 3, 0, 5, 5}, 6);
+			ref_i_are(out[1], (const int64_t[]){1, 3, 0, 1, 2, 3}, 6);
+		}
+		mu_tensor_free(out[0]);
+		mu_tensor_free(out[1]);
+		cJSON_Delete(n.attrs);
+	}
+	n.attrs = cJSON_Parse("{\"k\":5}");
+	si.rank = x->rank;
+	memcpy(si.dims, x->dims, sizeof(si.dims));
+	assert_int_equal(mu__op_shape(&n, &si, so, why, sizeof(why)), MU_EPROTO);
+	cJSON_Delete(n.attrs);
+	mu_tensor_free(x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -139,6 +187,7 @@ int main(void)
 		cmocka_unit_test(test_reductions),
 		cmocka_unit_test(test_arg),
 		cmocka_unit_test(test_cumsum),
+		cmocka_unit_test(test_topk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
