@@ -1140,6 +1140,224 @@ def h_det(where, ins, attrs):
     return [where.c.float_op(where, "det", [x], x.shape[:-2], out=where.out(), logical=x.dt)]
 
 
+# ---- RNN, GRU, LSTM: unrolled over the (static) sequence ----
+
+RNN_DEFAULTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+
+
+def _act(where, name, x, alpha, beta, tag):
+    """One of ONNX's RNN activation functions on x."""
+    c = where.c
+    f = lambda op, v, a=None: c.float_op(where, op, [v], v.shape, a, name=f"{where.name}/{tag}")
+    k = lambda v: _const_value(where, float(v), "F32")
+    name = name.decode() if isinstance(name, bytes) else name
+    simple = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Relu": "relu", "Softsign": "softsign",
+              "Softplus": "softplus"}
+    if name in simple:
+        return f(simple[name], x)
+    if name == "LeakyRelu":
+        return f("leaky_relu", x, {"alpha": alpha if alpha is not None else 0.01})
+    if name == "ThresholdedRelu":
+        return f("thresholded_relu", x, {"alpha": alpha if alpha is not None else 1.0})
+    if name == "Elu":
+        return f("elu", x, {"alpha": alpha if alpha is not None else 1.0})
+    if name == "HardSigmoid":
+        return f("hard_sigmoid", x, {"alpha": alpha if alpha is not None else 0.2,
+                                     "beta": beta if beta is not None else 0.5})
+    if name == "Affine":
+        y = c.float_op(where, "mul", [x, k(alpha if alpha is not None else 1.0)], x.shape,
+                       name=f"{where.name}/{tag}")
+        return c.float_op(where, "add", [y, k(beta if beta is not None else 0.0)], x.shape,
+                          name=f"{where.name}/{tag}")
+    if name == "ScaledTanh":
+        y = c.float_op(where, "mul", [x, k(beta if beta is not None else 1.0)], x.shape,
+                       name=f"{where.name}/{tag}")
+        return c.float_op(where, "mul", [f("tanh", y), k(alpha if alpha is not None else 1.0)],
+                          x.shape, name=f"{where.name}/{tag}")
+    raise Unsupported(f"{where}: activation {name!r}")
+
+
+class _Rnn:
+    """The state of one unrolling: the node, the converter, the sizes."""
+
+    def __init__(self, where, kind, ins, attrs):
+        self.w, self.c, self.kind = where, where.c, kind
+        self.G = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
+        self.H = int(attrs["hidden_size"])
+        d = attrs.get("direction", b"forward")
+        self.direction = d.decode() if isinstance(d, bytes) else d
+        self.layout = int(attrs.get("layout", 0))
+        self.clip = attrs.get("clip")
+        self.lbr = int(attrs.get("linear_before_reset", 0))
+        self.input_forget = int(attrs.get("input_forget", 0))
+        nd = 2 if self.direction == "bidirectional" else 1
+        acts = [a.decode() if isinstance(a, bytes) else a for a in attrs.get("activations", [])]
+        self.acts = acts or RNN_DEFAULTS[kind] * nd
+        self.alpha = list(attrs.get("activation_alpha", []))
+        self.beta = list(attrs.get("activation_beta", []))
+        self.nd = nd
+
+    def name(self, tag):
+        return f"{self.w.name}/{tag}"
+
+    def op(self, op, ins, shape, attrs=None, tag="op", out=None):
+        return self.c.float_op(self.w, op, ins, shape, attrs, name=self.name(tag), out=out)
+
+    def cut(self, v, axis, b, e, tag, shape=None):
+        h = _slice_node(self.w, v, [(axis, b, e, 1)], name=self.name(tag))
+        return _reshape_to(self.w, h, shape, None, name=self.name(tag + "/r")) if shape else h
+
+    def activate(self, d, k, x, tag):
+        i = d * len(RNN_DEFAULTS[self.kind]) + k
+        if self.clip is not None:
+            x = self.op("clip", [x], x.shape, {"min": -float(self.clip), "max": float(self.clip)},
+                        tag=tag + "/clip")
+        alpha = self.alpha[i] if i < len(self.alpha) else None
+        beta = self.beta[i] if i < len(self.beta) else None
+        return _act(self.w, self.acts[i], x, alpha, beta, tag)
+
+
+def h_rnn(kind):
+    def handler(where, ins, attrs):
+        r = _Rnn(where, kind, ins, attrs)
+        c, G, H = r.c, r.G, r.H
+        X, W, R = ins[0], ins[1], ins[2]
+        B, lens = _input(ins, 3), _input(ins, 4)
+        h0, c0, P = _input(ins, 5), _input(ins, 6), _input(ins, 7)
+        if r.layout:
+            X = _transpose(where, X, (1, 0, 2), name=r.name("time_major"))
+        T, N, _ = X.shape
+        outs_y, outs_h, outs_c = [], [], []
+        for d in range(r.nd):
+            Wd = r.cut(W, 0, d, d + 1, f"W{d}", (G * H, X.shape[2]))
+            xw = r.op("matmul", [X, _transpose(where, Wd, (1, 0), name=r.name(f"Wt{d}"))],
+                      (T, N, G * H), tag=f"xw{d}")
+            Rd = r.cut(R, 0, d, d + 1, f"R{d}", (G * H, H))
+            bw = br = None
+            if B is not None:
+                bd = r.cut(B, 0, d, d + 1, f"B{d}", (2 * G * H,))
+                bw, br = r.cut(bd, 0, 0, G * H, f"Wb{d}"), r.cut(bd, 0, G * H, 2 * G * H, f"Rb{d}")
+                xw = r.op("add", [xw, bw], xw.shape, tag=f"xwb{d}")
+            h = r.cut(h0, 0, d, d + 1, f"h0_{d}", (N, H)) if h0 is not None else \
+                _const_value(where, np.zeros((N, H), np.float32), "F32")
+            cs = r.cut(c0, 0, d, d + 1, f"c0_{d}", (N, H)) if c0 is not None else \
+                _const_value(where, np.zeros((N, H), np.float32), "F32") if kind == "LSTM" else None
+            p = r.cut(P, 0, d, d + 1, f"P{d}", (3 * H,)) if P is not None else None
+            ys = [None] * T
+            for s in range(T):
+                t = s if (r.direction == "forward" or (r.direction == "bidirectional" and d == 0)) \
+                    else T - 1 - s
+                tag = f"d{d}t{t}"
+                xt = r.cut(xw, 0, t, t + 1, tag + "/x", (N, G * H))
+                hn, cn = _rnn_step(r, d, xt, h, cs, Rd, br, p, tag)
+                if lens is not None:    # past a sequence's end: no update, output 0
+                    valid = c.typed_op(where, "less", [_const_value(where, t, lens.dt), lens],
+                                       lens.shape, out_dt="BOOL", name=r.name(tag + "/valid"))
+                    v2 = _reshape_to(where, valid, (N, 1), None, name=r.name(tag + "/valid2"))
+                    zero = _const_value(where, 0.0, "F32")
+                    y = c.emit(where, "where", [v2.name, c.arg(where, hn, "F32"),
+                                                c.arg(where, zero, "F32")], (N, H), "F32",
+                               name=r.name(tag + "/y"))
+                    hn = c.emit(where, "where", [v2.name, c.arg(where, hn, "F32"),
+                                                 c.arg(where, h, "F32")], (N, H), "F32",
+                                name=r.name(tag + "/h"))
+                    if kind == "LSTM":
+                        cn = c.emit(where, "where", [v2.name, c.arg(where, cn, "F32"),
+                                                     c.arg(where, cs, "F32")], (N, H), "F32",
+                                    name=r.name(tag + "/c"))
+                else:
+                    y = hn
+                h, cs = hn, cn
+                ys[t] = _reshape_to(where, y, (1, 1, N, H), None, name=r.name(tag + "/y4"))
+            outs_y.append(_concat(where, ys, 0, None, name=r.name(f"Y{d}")))
+            outs_h.append(_reshape_to(where, h, (1, N, H), None, name=r.name(f"Yh{d}")))
+            if kind == "LSTM":
+                outs_c.append(_reshape_to(where, cs, (1, N, H), None, name=r.name(f"Yc{d}")))
+        n = where.node
+        want = [k < len(n.output) and n.output[k] and n.output[k] in c.needed for k in range(3)]
+        res = [None, None, None]
+        if want[0]:
+            y = _concat(where, outs_y, 1, None if r.layout else where.out(0), name=r.name("Y"))
+            res[0] = _transpose(where, y, (2, 0, 1, 3), out=where.out(0)) if r.layout else y
+        for k, parts in ((1, outs_h), (2, outs_c)):
+            if want[k] and parts:
+                v = _concat(where, parts, 0, None if r.layout else where.out(k), name=r.name(f"Y{k}"))
+                res[k] = _transpose(where, v, (1, 0, 2), out=where.out(k)) if r.layout else v
+        return res
+    return handler
+
+
+def _rnn_step(r, d, xt, h, cs, Rd, br, p, tag):
+    """One time step: the new hidden state (and cell state, LSTM)."""
+    c, G, H = r.c, r.G, r.H
+    N = h.shape[0]
+    gate = lambda v, k, name: r.cut(v, 1, k * H, (k + 1) * H, f"{tag}/{name}")
+    if r.kind == "GRU" and not r.lbr:
+        # z and r from h @ R^T; the h gate from (r * h) @ Rh^T
+        rzr = r.cut(Rd, 0, 0, 2 * H, f"{tag}/Rzr")
+        rec = r.op("matmul", [h, _transpose(r.w, rzr, (1, 0), name=r.name(f"{tag}/Rzr_t"))],
+                   (N, 2 * H), tag=f"{tag}/hr")
+    else:
+        rec = r.op("matmul", [h, _transpose(r.w, Rd, (1, 0), name=r.name(f"{tag}/Rt"))],
+                   (N, G * H), tag=f"{tag}/hr")
+    if br is not None:
+        rb = br if not (r.kind == "GRU" and not r.lbr) else r.cut(br, 0, 0, 2 * H, f"{tag}/Rb_zr")
+        rec = r.op("add", [rec, rb], rec.shape, tag=f"{tag}/hrb")
+    if r.kind == "RNN":
+        hn = r.activate(d, 0, r.op("add", [xt, rec], (N, H), tag=f"{tag}/pre"), f"{tag}/f")
+        return hn, None
+    if r.kind == "GRU":
+        z = r.activate(d, 0, r.op("add", [gate(xt, 0, "xz"), gate(rec, 0, "hz")], (N, H),
+                                  tag=f"{tag}/z_pre"), f"{tag}/z")
+        rr = r.activate(d, 0, r.op("add", [gate(xt, 1, "xr"), gate(rec, 1, "hr_")], (N, H),
+                                   tag=f"{tag}/r_pre"), f"{tag}/r")
+        rh = r.cut(Rd, 0, 2 * H, 3 * H, f"{tag}/Rh")
+        rht = _transpose(r.w, rh, (1, 0), name=r.name(f"{tag}/Rh_t"))
+        if r.lbr:
+            hh = gate(rec, 2, "hh")          # (h @ Rh^T + Rbh), then scaled by r
+            hh = r.op("mul", [rr, hh], (N, H), tag=f"{tag}/r_hh")
+        else:
+            hh = r.op("matmul", [r.op("mul", [rr, h], (N, H), tag=f"{tag}/rh"), rht], (N, H),
+                      tag=f"{tag}/rh_R")
+            if br is not None:
+                hh = r.op("add", [hh, r.cut(br, 0, 2 * H, 3 * H, f"{tag}/Rbh")], (N, H),
+                          tag=f"{tag}/rh_Rb")
+        hc = r.activate(d, 1, r.op("add", [gate(xt, 2, "xh"), hh], (N, H), tag=f"{tag}/h_pre"),
+                        f"{tag}/g")
+        one = _const_value(r.w, 1.0, "F32")
+        keep = r.op("mul", [z, h], (N, H), tag=f"{tag}/zh")
+        new = r.op("mul", [r.op("sub", [one, z], (N, H), tag=f"{tag}/1mz"), hc], (N, H),
+                   tag=f"{tag}/zc")
+        return r.op("add", [new, keep], (N, H), tag=f"{tag}/h"), None
+    # LSTM: gates i, o, f, c; peepholes p = [pi, po, pf]
+    pre = r.op("add", [xt, rec], (N, G * H), tag=f"{tag}/gates")
+    pi, po, pf = ((r.cut(p, 0, k * H, (k + 1) * H, f"{tag}/p{k}") for k in range(3))
+                  if p is not None else (None, None, None))
+    gi = gate(pre, 0, "i")
+    if pi is not None:
+        gi = r.op("add", [gi, r.op("mul", [pi, cs], (N, H), tag=f"{tag}/pic")], (N, H),
+                  tag=f"{tag}/ip")
+    i = r.activate(d, 0, gi, f"{tag}/ia")
+    if r.input_forget:
+        f = r.op("sub", [_const_value(r.w, 1.0, "F32"), i], (N, H), tag=f"{tag}/f_coupled")
+    else:
+        gf = gate(pre, 2, "f")
+        if pf is not None:
+            gf = r.op("add", [gf, r.op("mul", [pf, cs], (N, H), tag=f"{tag}/pfc")], (N, H),
+                      tag=f"{tag}/fp")
+        f = r.activate(d, 0, gf, f"{tag}/fa")
+    g = r.activate(d, 1, gate(pre, 3, "c"), f"{tag}/ca")
+    cn = r.op("add", [r.op("mul", [f, cs], (N, H), tag=f"{tag}/fc"),
+                      r.op("mul", [i, g], (N, H), tag=f"{tag}/ig")], (N, H), tag=f"{tag}/cell")
+    go = gate(pre, 1, "o")
+    if po is not None:
+        go = r.op("add", [go, r.op("mul", [po, cn], (N, H), tag=f"{tag}/poc")], (N, H),
+                  tag=f"{tag}/op")
+    o = r.activate(d, 0, go, f"{tag}/oa")
+    hn = r.op("mul", [o, r.activate(d, 2, cn, f"{tag}/ha")], (N, H), tag=f"{tag}/h")
+    return hn, cn
+
+
 HANDLERS = {
     "Add": h_binary("add"), "Sub": h_binary("sub"), "Mul": h_binary("mul"),
     "Div": h_binary("div"), "Pow": h_pow, "Mod": h_binary("mod"), "PRelu": h_binary("prelu"),
@@ -1181,5 +1399,6 @@ HANDLERS = {
     "ScatterElements": h_scatter_elements, "Scatter": h_scatter_elements,
     "ScatterND": h_scatter_nd, "GatherND": h_gather_nd, "ReverseSequence": h_reverse_sequence,
     "TopK": h_topk, "LRN": h_lrn, "Det": h_det,
+    "RNN": h_rnn("RNN"), "GRU": h_rnn("GRU"), "LSTM": h_rnn("LSTM"),
 }
 HANDLERS.update({op: h_float_unary(op) for op in FLOAT_UNARY})

@@ -102,6 +102,14 @@ def test_transformers(muster_bin, tmp_path, stages, name):
     assert all(not made_in.raw(n).any() for n in made_in)
 
 
+def test_recurrent(muster_bin, tmp_path, stages):
+    """torch's LSTM (two layers, bidirectional, batch first), GRU and RNN,
+    unrolled by the converter over the sequence."""
+    spec = tm.MODELS["recurrent"]
+    model_dir, feeds, want = converted(spec, tmp_path, **({"batch": 4, "seq": 16} if FULL else {}))
+    run_everywhere(muster_bin, tmp_path, stages, spec, model_dir, feeds, want)
+
+
 def test_typed_tensors_cross_stages(muster_bin, tmp_path, stages):
     """A model whose BOOL padding mask and I64 ids are read again after a
     stack of layers: split, those cross stage boundaries (typed frames,

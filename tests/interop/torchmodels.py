@@ -163,6 +163,31 @@ def build_padded(seed, batch=2, seq=12):
     return Padded().eval(), {"input_ids": ids}
 
 
+class Recurrent(torch.nn.Module):
+    """A two-layer bidirectional batch-first LSTM, then a GRU and an RNN
+    (tanh) over its output, then a linear head on the last step: torch
+    exports ONNX LSTM, GRU and RNN nodes, which the converter unrolls."""
+
+    def __init__(self, d=8, h=12):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(d, h, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(2 * h, h, batch_first=True)
+        self.rnn = torch.nn.RNN(h, h, batch_first=True)
+        self.head = torch.nn.Linear(h, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        y, _ = self.gru(y)
+        y, _ = self.rnn(y)
+        return self.head(y[:, -1])
+
+
+def build_recurrent(seed, batch=2, seq=6):
+    torch.manual_seed(seed)
+    x = np.random.default_rng(seed).standard_normal((batch, seq, 8)).astype(np.float32)
+    return Recurrent().eval(), {"x": x}
+
+
 def _ids(rng, shape, vocab):
     return rng.integers(0, vocab, shape).astype(np.int64)
 
@@ -208,6 +233,7 @@ MODELS = {
     "gpt2_tril": Spec("gpt2_tril", lambda s, **kw: build_gpt(s, mask="tril", **kw), ("input_ids",)),
     "bert": Spec("bert", build_bert, ("input_ids", "token_type_ids", "attention_mask")),
     "padded": Spec("padded", build_padded, ("input_ids",)),
+    "recurrent": Spec("recurrent", build_recurrent, ("x",)),
     "resnet18": Spec("resnet18", lambda s, **kw: build_vision("resnet18", s, **kw), ("image",)),
     "mobilenet_v2": Spec("mobilenet_v2", lambda s, **kw: build_vision("mobilenet_v2", s, **kw),
                          ("image",)),
