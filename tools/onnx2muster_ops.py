@@ -1358,6 +1358,115 @@ def _rnn_step(r, d, xt, h, cs, Rd, br, p, tag):
     return hn, cn
 
 
+# ---- Einsum: per operand diagonals and lone sums, then pairwise matmuls ----
+
+def _einsum_terms(where, eq, ins):
+    """The operands' label strings (ellipses spelled out with upper-case
+    letters, which ONNX equations do not use) and the output's."""
+    eq = eq.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ins):
+        raise ConvertError(f"{where}: {len(terms)} terms for {len(ins)} operands")
+    ell = max((v.rank - (len(t) - 3) for t, v in zip(terms, ins) if "..." in t), default=0)
+    fill = "ABCDEFGH"[:ell]
+    out = []
+    for t, v in zip(terms, ins):
+        if "..." in t:
+            n = v.rank - (len(t) - 3)
+            t = t.replace("...", fill[ell - n:])
+        if len(t) != v.rank:
+            raise ConvertError(f"{where}: term {t!r} for an operand of rank {v.rank}")
+        out.append(t)
+    if arrow:
+        res = rhs.replace("...", fill)
+    else:
+        counts = {}
+        for t in out:
+            for ch in t:
+                counts[ch] = counts.get(ch, 0) + 1
+        res = fill + "".join(sorted(ch for ch, k in counts.items() if k == 1 and ch not in fill))
+    return out, res
+
+
+def _einsum_prepare(where, v, t, keep):
+    """An operand's repeated labels reduced to their diagonal, and labels
+    no other term (nor the output) wants summed away: (Value, labels)."""
+    c = where.c
+    while len(set(t)) < len(t):
+        ch = next(ch for ch in t if t.count(ch) > 1)
+        i, j = t.index(ch), t.index(ch, t.index(ch) + 1)
+        n = v.shape[i]
+        shape = tuple(n if k in (i, j) else 1 for k in range(v.rank))
+        eye = _const_value(where, np.eye(n).reshape(shape), "F32")
+        v = c.float_op(where, "mul", [v, eye], v.shape, name=f"{where.name}/diag")
+        shp = tuple(d for k, d in enumerate(v.shape) if k != j)
+        v = c.float_op(where, "reduce_sum", [v], shp, {"axes": [j], "keepdims": 0},
+                       name=f"{where.name}/diag_sum")
+        t = t[:j] + t[j + 1:]
+    lone = [k for k, ch in enumerate(t) if ch not in keep]
+    if lone:
+        shp = tuple(d for k, d in enumerate(v.shape) if k not in lone)
+        v = c.float_op(where, "reduce_sum", [v], shp, {"axes": lone, "keepdims": 0},
+                       name=f"{where.name}/sum")
+        t = "".join(ch for k, ch in enumerate(t) if k not in lone)
+    return v, t
+
+
+def _einsum_pair(where, a, ta, b, tb, want):
+    """a and b contracted into the labels `want` keeps: batch labels (in
+    both, kept) broadcast, contracted ones (in both, not kept) multiplied
+    out by one matmul."""
+    c = where.c
+    size = {}
+    for v, t in ((a, ta), (b, tb)):
+        for ch, d in zip(t, v.shape):
+            size[ch] = max(size.get(ch, 1), d)
+    batch = [ch for ch in ta if ch in tb and ch in want]
+    con = [ch for ch in ta if ch in tb and ch not in want]
+    left = [ch for ch in ta if ch not in tb]
+    right = [ch for ch in tb if ch not in ta]
+    prod = lambda chs, v, t: int(np.prod([v.shape[t.index(ch)] for ch in chs])) if chs else 1
+    pa = [ta.index(ch) for ch in batch + left + con]
+    pb = [tb.index(ch) for ch in batch + con + right]
+    a2 = _transpose(where, a, pa, name=f"{where.name}/a_order")
+    b2 = _transpose(where, b, pb, name=f"{where.name}/b_order")
+    ab = tuple(a.shape[ta.index(ch)] for ch in batch)
+    bb = tuple(b.shape[tb.index(ch)] for ch in batch)
+    a3 = _reshape_to(where, a2, ab + (prod(left, a, ta), prod(con, a, ta)), None,
+                     name=f"{where.name}/a3")
+    b3 = _reshape_to(where, b2, bb + (prod(con, b, tb), prod(right, b, tb)), None,
+                     name=f"{where.name}/b3")
+    bo = tuple(size[ch] for ch in batch)
+    m = c.float_op(where, "matmul", [a3, b3], bo + (a3.shape[-2], b3.shape[-1]),
+                   name=f"{where.name}/matmul")
+    labels = batch + left + right
+    return _reshape_to(where, m, tuple(size[ch] for ch in labels), None,
+                       name=f"{where.name}/split"), "".join(labels)
+
+
+def h_einsum(where, ins, attrs):
+    eq = attrs["equation"]
+    eq = eq.decode() if isinstance(eq, bytes) else eq
+    terms, res = _einsum_terms(where, eq, ins)
+    vals = list(ins)
+    for k in range(len(vals)):
+        others = set(res).union(*(set(t) for j, t in enumerate(terms) if j != k))
+        vals[k], terms[k] = _einsum_prepare(where, vals[k], terms[k], others)
+    v, t = vals[0], terms[0]
+    for k in range(1, len(vals)):
+        later = set(res).union(*(set(x) for x in terms[k + 1:]))
+        v, t = _einsum_pair(where, v, t, vals[k], terms[k], later)
+    if sorted(t) != sorted(res):
+        raise ConvertError(f"{where}: cannot reach {res!r} from {t!r}")
+    perm = [t.index(ch) for ch in res]
+    if perm == list(range(len(perm))):
+        r = _reshape_to(where, v, v.shape, where.out(), name=f"{where.name}/out")
+    else:
+        r = _transpose(where, v, perm, out=where.out())
+    return [Value(r.name, r.shape, ins[0].dt, node=r.node, actual=r.actual, deps=r.deps)]
+
+
 HANDLERS = {
     "Add": h_binary("add"), "Sub": h_binary("sub"), "Mul": h_binary("mul"),
     "Div": h_binary("div"), "Pow": h_pow, "Mod": h_binary("mod"), "PRelu": h_binary("prelu"),
@@ -1399,6 +1508,6 @@ HANDLERS = {
     "ScatterElements": h_scatter_elements, "Scatter": h_scatter_elements,
     "ScatterND": h_scatter_nd, "GatherND": h_gather_nd, "ReverseSequence": h_reverse_sequence,
     "TopK": h_topk, "LRN": h_lrn, "Det": h_det,
-    "RNN": h_rnn("RNN"), "GRU": h_rnn("GRU"), "LSTM": h_rnn("LSTM"),
+    "RNN": h_rnn("RNN"), "GRU": h_rnn("GRU"), "LSTM": h_rnn("LSTM"), "Einsum": h_einsum,
 }
 HANDLERS.update({op: h_float_unary(op) for op in FLOAT_UNARY})

@@ -998,3 +998,38 @@ def test_safetensors_reader_rejects_bad_files(tmp_path, mutate):
     path.write_bytes(struct.pack("<Q", hlen) + text + data)
     with pytest.raises(mumodel.SafetensorsError):
         mumodel.read_safetensors(path)
+
+
+# --------------------------------------------------------------------------
+# Einsum: diagonals, lone sums and pairwise matmuls, against numpy.einsum
+# --------------------------------------------------------------------------
+
+EINSUMS = [("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+           ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)]),
+           ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]), ("ii->", [(4, 4)]),
+           ("bij,bjk->bi", [(2, 3, 4), (2, 4, 5)]), ("i,j->ij", [(3,), (4,)]),
+           ("abc->cba", [(2, 3, 4)]), ("iij->j", [(3, 3, 2)])]
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUMS)
+def test_einsum_forms(muster_bin, tmp_path, eq, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=eq)
+    graph = helper.make_graph([node], "e", [helper.make_tensor_value_info(n, FLT, s)
+                                            for n, s in zip(names, shapes)],
+                              [helper.make_tensor_value_info("y", FLT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    src = tmp_path / "e.onnx"
+    onnx.save(model, str(src))
+    convert_ok(src, tmp_path / "mu")
+    rng = np.random.default_rng(1)
+    xs = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+    mumodel.write_safetensors(tmp_path / "in.safetensors", xs)
+    proc = subprocess.run([str(muster_bin), "run", "--model", str(tmp_path / "mu"), "--input",
+                           str(tmp_path / "in.safetensors"), "--output",
+                           str(tmp_path / "out.safetensors")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = mumodel.read_safetensors(tmp_path / "out.safetensors")["y"]
+    mumodel.assert_close(got, np.einsum(eq, *[xs[n] for n in names]), TOL, what=eq)
