@@ -1358,6 +1358,48 @@ def _rnn_step(r, d, xt, h, cs, Rd, br, p, tag):
     return hn, cn
 
 
+def h_maxunpool(where, ins, attrs):
+    """MaxUnpool: X's values at the flat positions I names in a zero tensor
+    of the output's shape (a scatter into its flattened form)."""
+    x, idx = ins[0], ins[1]
+    c = where.c
+    k = x.rank - 2
+    kernel = [int(v) for v in attrs["kernel_shape"]]
+    strides = [int(v) for v in attrs.get("strides", [1] * k)]
+    pads = [int(v) for v in attrs.get("pads", [0] * 2 * k)]
+    out = list(x.shape[:2]) + [(x.shape[2 + i] - 1) * strides[i] + kernel[i] - pads[i]
+                               - pads[k + i] for i in range(k)]
+    if _input(ins, 2) is not None:
+        # the indices count in the default shape: the same coordinates,
+        # placed in the (larger) shape asked for
+        default, out = out, [int(v) for v in _const(where, ins[2], "output_shape").reshape(-1)]
+        if default != out:
+            it = idx.actual
+            acc = None
+            for d in range(len(out)):
+                sd = int(np.prod(default[d + 1:])) if d + 1 < len(out) else 1
+                so = int(np.prod(out[d + 1:])) if d + 1 < len(out) else 1
+                q = c.typed_op(where, "div", [idx, _const_value(where, sd, it)], idx.shape,
+                               name=f"{where.name}/coord{d}")
+                q = c.typed_op(where, "mod", [q, _const_value(where, default[d], it)], idx.shape,
+                               name=f"{where.name}/coord{d}m")
+                q = c.typed_op(where, "mul", [q, _const_value(where, so, it)], idx.shape,
+                               name=f"{where.name}/at{d}")
+                acc = q if acc is None else c.typed_op(where, "add", [acc, q], idx.shape,
+                                                       name=f"{where.name}/at")
+            idx = acc
+    flat = (numel(out),)
+    zeros = _const_value(where, np.zeros(flat, np.float32), "F32")
+    xi = _reshape_to(where, idx, (numel(idx.shape),), None, name=f"{where.name}/indices")
+    xv = _reshape_to(where, x, (numel(x.shape),), None, name=f"{where.name}/values")
+    dt = c.common_dtype([x])
+    y = c.emit(where, "scatter_elements", [c.arg(where, zeros, dt), c.arg(where, xi, xi.actual),
+                                           c.arg(where, xv, dt)], flat, dt, {"axis": 0},
+               name=f"{where.name}/scatter", deps=x.deps | idx.deps)
+    return [_reshape_to(where, Value(y.name, flat, x.dt, node=y.node, actual=dt), tuple(out),
+                        where.out())]
+
+
 # ---- Einsum: per operand diagonals and lone sums, then pairwise matmuls ----
 
 def _einsum_terms(where, eq, ins):
@@ -1509,5 +1551,6 @@ HANDLERS = {
     "ScatterND": h_scatter_nd, "GatherND": h_gather_nd, "ReverseSequence": h_reverse_sequence,
     "TopK": h_topk, "LRN": h_lrn, "Det": h_det,
     "RNN": h_rnn("RNN"), "GRU": h_rnn("GRU"), "LSTM": h_rnn("LSTM"), "Einsum": h_einsum,
+    "MaxUnpool": h_maxunpool,
 }
 HANDLERS.update({op: h_float_unary(op) for op in FLOAT_UNARY})
