@@ -7,8 +7,10 @@ usage: onnx2muster.py MODEL.onnx OUTDIR [--dim NAME=VALUE ...] [--const NAME=FIL
 Writes OUTDIR/model.json (a "muster-graph" version 1, see
 docs/model-format.md) and OUTDIR/model.safetensors (the weights). Needs
 python3-onnx and numpy, nothing else. The op handlers are in
-onnx2muster_ops.py, dtypes, shapes and constant folding in
-onnx2muster_lib.py.
+onnx2muster_ops.py (elementwise, linear algebra, normalization, data
+movement), onnx2muster_nn.py (convolution, pooling, resize, index ops) and
+onnx2muster_more.py (ops that become several muster nodes); dtypes, shapes
+and constant folding in onnx2muster_lib.py.
 
 What it does
   * Every value keeps its ONNX dtype: F32, F16, BF16, F64, (U)INT8..64 and
@@ -60,11 +62,15 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
     sys.exit(1)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from onnx2muster_lib import (FLOATS, FOLDABLE, CONST_ONLY, MAX_IO, MAX_NAME, MAX_RANK,  # noqa: E402
-                             MU_NP, ONNX_TO_MU, ConstRequired, ConvertError, Unsupported, Value,
-                             cast_array, dtype_of_array, fold_node, mu_dtype, numel,
-                             round_bf16, split_sizes)
-import onnx2muster_ops as ops  # noqa: E402
+from onnx2muster_lib import (FLOATS, FOLDABLE, CONST_ONLY, MAX_NAME, MAX_RANK,  # noqa: E402
+                             MU_NP, ConstRequired, ConvertError, Unsupported, Value, cast_array,
+                             dtype_of_array, fold_node, mu_dtype, numel, round_bf16, split_sizes)
+import onnx2muster_more  # noqa: E402
+import onnx2muster_nn  # noqa: E402
+import onnx2muster_ops  # noqa: E402
+
+# every handler, by ONNX op (see onnx2muster_ops.py for the contract)
+HANDLERS = {**onnx2muster_ops.HANDLERS, **onnx2muster_nn.HANDLERS, **onnx2muster_more.HANDLERS}
 
 
 class Converter:
@@ -368,7 +374,7 @@ class Converter:
             dts = [None if v is None else v.dt for v in ins]
             outs, odts = fold_node(self, op, vals, attrs, nout, dts)
             return [self.constant(o, a, d) if o else None for o, a, d in zip(n.output, outs, odts)]
-        handler = ops.HANDLERS.get(op)
+        handler = HANDLERS.get(op)
         if handler is None:
             if op in CONST_ONLY:
                 runtime = [x for x, v in zip(n.input, ins) if v is not None and v.const is None]
@@ -488,7 +494,7 @@ def constant_value(where, attrs, protos):
                       f"supported, not {', '.join(attrs) or 'none'}")
 
 
-SUPPORTED = set(ops.HANDLERS) | FOLDABLE | {"Constant", "Shape", "Size"}
+SUPPORTED = set(HANDLERS) | FOLDABLE | {"Constant", "Shape", "Size"}
 
 
 # ---------------------------------------------------------------------------
