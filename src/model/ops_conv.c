@@ -182,6 +182,14 @@ static int conv_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *o
 	return 0;
 }
 
+/* Does a [rows, cols] f32 matrix's byte count fit a size_t? (Both come
+ * from tensors already allocated, so they are far from overflowing alone;
+ * their product is checked before it is allocated.) */
+static int cols_fit(uint64_t rows, uint64_t cols)
+{
+	return rows == 0 || cols <= (SIZE_MAX - 8) / 4 / rows;
+}
+
 /* The [cg * kernel, positions] patch matrix of channels c0.. of image x:
  * for each tap, the rows of positions it reads inside the input are
  * copied (contiguously when the stride is 1), the rest are zeros. */
@@ -247,6 +255,8 @@ static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	dir = direct(&g);
 	if (out[0]->numel == 0)
 		return 0;
+	if (!dir && !cols_fit(cg * kk, pos))
+		return MU_ETOOBIG;
 	if (!dir && (cols = mu__malloc((size_t)(cg * kk * pos) * 4 + 4)) == NULL)
 		return MU_ENOMEM;
 	for (uint64_t b = 0; b < g.n; b++)
@@ -391,6 +401,8 @@ static int convt_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **
 	memset(out[0]->data, 0, mu_tensor_nbytes(out[0]));
 	if (out[0]->numel == 0 || cg == 0)
 		goto bias;
+	if (!cols_fit(mg * kk, pin))
+		return MU_ETOOBIG;
 	if ((cols = mu__malloc((size_t)(mg * kk * pin) * 4 + 4)) == NULL)
 		return MU_ENOMEM;
 	for (uint64_t b = 0; b < g.n; b++)
