@@ -235,6 +235,48 @@ static int direct(const mu__geom_t *g)
 	return 1;
 }
 
+/*
+ * One input channel per group (depthwise convolution, MobileNet's): each
+ * output plane is the sum over the taps of a weight times the input
+ * shifted by that tap, accumulated tap by tap over the positions that
+ * read inside the input. One sgemm per channel with a single row would
+ * cost more in calls and im2col than this costs in arithmetic.
+ */
+static void depthwise(const mu__geom_t *g, const float *restrict x, const float *w,
+                      float *restrict y)
+{
+	uint64_t kk = mu__prod3(g->ker);
+
+	memset(y, 0, (size_t)mu__prod3(g->out) * 4);
+	for (uint64_t ki = 0; ki < kk; ki++) {
+		int64_t off[3] = {(int64_t)(ki / (g->ker[1] * g->ker[2])) * g->dil[0] - g->pad[0],
+		                  (int64_t)(ki / g->ker[2] % g->ker[1]) * g->dil[1] - g->pad[1],
+		                  (int64_t)(ki % g->ker[2]) * g->dil[2] - g->pad[2]};
+		uint64_t lo[3], hi[3];
+		float wk = w[ki];
+
+		for (int d = 0; d < 3; d++)
+			mu__orange(off[d], g->str[d], g->in[d], g->out[d], &lo[d], &hi[d]);
+		for (uint64_t o0 = lo[0]; o0 < hi[0]; o0++)
+			for (uint64_t o1 = lo[1]; o1 < hi[1]; o1++) {
+				float *restrict r = y + (o0 * g->out[1] + o1) * g->out[2];
+				const float *restrict line = x + ((uint64_t)((int64_t)o0 * g->str[0] + off[0]) * g->in[1] +
+				                                  (uint64_t)((int64_t)o1 * g->str[1] + off[1])) * g->in[2];
+
+				if (g->str[2] == 1) {
+					const float *restrict src = line + (int64_t)lo[2] + off[2];
+					float *restrict dst = r + lo[2];
+
+					for (uint64_t o2 = 0; o2 < hi[2] - lo[2]; o2++)
+						dst[o2] += wk * src[o2];
+				} else {
+					for (uint64_t o2 = lo[2]; o2 < hi[2]; o2++)
+						r[o2] += wk * line[(int64_t)o2 * g->str[2] + off[2]];
+				}
+			}
+	}
+}
+
 static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
 {
 	mu__shape_t s[3];
@@ -255,6 +297,17 @@ static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	dir = direct(&g);
 	if (out[0]->numel == 0)
 		return 0;
+	if (cg == 1 && !dir) { /* depthwise: no im2col, no sgemm */
+		for (uint64_t b = 0; b < g.n; b++)
+			for (uint64_t m = 0; m < g.m; m++) {
+				float *y = out[0]->data + (b * g.m + m) * pos;
+
+				depthwise(&g, in[0]->data + (b * g.c + m / mg) * inpl, in[1]->data + m * kk, y);
+				for (uint64_t p = 0; n->nin == 3 && p < pos; p++)
+					y[p] += in[2]->data[m];
+			}
+		return 0;
+	}
 	if (!dir && !cols_fit(cg * kk, pos))
 		return MU_ETOOBIG;
 	if (!dir && (cols = mu__malloc((size_t)(cg * kk * pos) * 4 + 4)) == NULL)
