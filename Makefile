@@ -84,7 +84,10 @@ bench: build
 	bench/store.sh
 	bench/md.sh
 	bench/pipeline.sh
+	bench/kern.sh
 	bench/cluster.sh
+	bench/llm.sh
+	bench/hostile.sh
 
 install: build
 	cmake --install $(BUILD)

@@ -27,7 +27,7 @@ static int sink(void *ud, mu__store_peer_t *p, const void *b, size_t n,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	mu__store_limits_t lim = {256, 4096, 64, 4096 + 1024};
+	mu__store_limits_t lim = {256, 4096, 64, 4096 + 1024, 16, 64};
 	mu__store_peer_t peer, waiter;
 	mu__store_req_t req;
 	mu__store_t st;

@@ -95,6 +95,36 @@ MU_EXTERN void mu_set_allocator(void *(*malloc_fn)(size_t),
  */
 MU_EXTERN void mu_free(void *p);
 
+/*
+ * What a server may hold on its peers' behalf (docs/internals/budgets.md):
+ * each peer's queued replies at their real cost (the bytes and the
+ * bookkeeping of every write), its partial request, and state it asked the
+ * server to keep (store watches). A peer past conn_bytes is not read until
+ * it falls back to half of it; one that stays past it and reads nothing for
+ * `grace` seconds is closed, and so is one that others' notifications push
+ * past twice its budget. total_bytes caps all peers of one server
+ * together: while they hold more, a peer is read only once it holds
+ * nothing, and a peer not being read that others' notifications would
+ * push past the total by more than conn_bytes is closed. A single request
+ * or reply larger than the budget is still served (its size has limits of
+ * its own); the peer is then not read until it has taken the reply.
+ */
+typedef struct {
+	size_t conn_bytes;  /* per peer; default 16 MiB */
+	size_t total_bytes; /* all peers of a server; default 512 MiB */
+	double grace;       /* seconds; default 30 */
+} mu_budget_t;
+
+#define MU_BUDGET_CONN_DEFAULT ((size_t)16 << 20)
+#define MU_BUDGET_TOTAL_DEFAULT ((size_t)512 << 20)
+#define MU_BUDGET_GRACE_DEFAULT 30.0
+
+/* Fill b with the defaults above. */
+MU_EXTERN void mu_budget_init(mu_budget_t *b);
+
+/* 0 when b is usable (conn_bytes > 0, total_bytes >= conn_bytes, grace > 0), else MU_EARG. */
+MU_EXTERN int mu_budget_check(const mu_budget_t *b);
+
 /* The library's version, "MAJOR.MINOR.PATCH". */
 MU_EXTERN const char *mu_version(void);
 

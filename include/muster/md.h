@@ -88,6 +88,9 @@ typedef struct {
 	 * else 5 s; for the others, 5 s. Negative values are refused.
 	 */
 	double op_timeout;
+	/* What each peer of the P2P listener may make it hold (SEND replies
+	 * queued for a peer that does not read them, its partial frame). */
+	mu_budget_t listen_budget;
 	mu_md_event_cb on_event;
 	void *ud;
 	/*

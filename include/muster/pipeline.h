@@ -183,6 +183,9 @@ typedef struct {
 	                          * -ETIMEDOUT); default 30000; <= 0 never */
 	uint64_t max_frame_bytes;/* tensor data per message; default 1 GiB */
 	const char *name;        /* for logs and errors: "stage 2/3" */
+	mu_budget_t budget;      /* what each client may make the server hold
+	                          * (replies it has not read, the message it is
+	                          * sending) */
 } mu_stage_server_opts_t;
 
 MU_EXTERN void mu_stage_server_opts_init(mu_stage_server_opts_t *o);
@@ -219,10 +222,15 @@ typedef struct {
 	const char *key;            /* the tracker key it registers under */
 	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
 	int threads;                /* OpenBLAS threads per forward; default 1 */
-	const char *const *models;  /* model directories held here */
+	const char *const *models;  /* models held here: graph model
+	                               directories, or decoder LLM checkpoints
+	                               (GGUF, HF directory, llama2.c) */
 	int nmodels;
 	const char *md_host;        /* metadata agent's P2P listener; 0.0.0.0 */
 	int md_port;                /* default 0: any */
+	const char *cache_dir;      /* where streamed LLM tensors are kept under
+	                               their SHA-256 for later runs; NULL: a
+	                               private directory per session, removed */
 } mu_device_opts_t;
 
 MU_EXTERN void mu_device_opts_init(mu_device_opts_t *o);

@@ -41,6 +41,10 @@ typedef struct {
 	 */
 	double request_timeout;
 	int silent;             /* log only warnings and errors */
+	mu_budget_t budget;     /* what each client may make the server hold */
+	size_t max_watches;     /* v1 WATCH_KEY registrations per connection;
+	                         * default 1024 (more closes the connection) */
+	size_t max_watches_total; /* ... of all connections; default 65536 */
 } mu_store_server_opts_t;
 
 MU_EXTERN void mu_store_server_opts_init(mu_store_server_opts_t *o);

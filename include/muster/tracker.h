@@ -50,6 +50,7 @@ typedef struct {
 	                        * connection may hold; default 1024 */
 	unsigned max_keys_per_conn; /* distinct device keys one connection
 	                             * holds resources or requests on; 64 */
+	mu_budget_t budget;    /* what each peer may make the tracker hold */
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */

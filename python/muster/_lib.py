@@ -47,19 +47,26 @@ c_int, c_uint, c_double, c_char_p, c_void_p, c_size_t = (
     ctypes.c_void_p, ctypes.c_size_t)
 
 
+class Budget(ctypes.Structure):
+    """mu_budget_t (include/muster/common.h)."""
+    _fields_ = [("conn_bytes", c_size_t), ("total_bytes", c_size_t), ("grace", c_double)]
+
+
 class TrackerOpts(ctypes.Structure):
     """mu_tracker_opts_t (include/muster/tracker.h); field order matters."""
     _fields_ = [("host", c_char_p), ("port", c_int), ("port_end", c_int),
                 ("silent", c_int), ("reuse_addr", c_int), ("timeout", c_double),
                 ("max_frame", c_uint), ("max_keys", c_uint),
-                ("max_per_conn", c_uint), ("max_keys_per_conn", c_uint)]
+                ("max_per_conn", c_uint), ("max_keys_per_conn", c_uint),
+                ("budget", Budget)]
 
 
 class StoreServerOpts(ctypes.Structure):
     """mu_store_server_opts_t (include/muster/store.h)."""
     _fields_ = [("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
                 ("max_value_bytes", c_size_t), ("max_keys", c_size_t),
-                ("request_timeout", c_double), ("silent", c_int)]
+                ("request_timeout", c_double), ("silent", c_int), ("budget", Budget),
+                ("max_watches", c_size_t), ("max_watches_total", c_size_t)]
 
 
 class StoreClientOpts(ctypes.Structure):
@@ -81,7 +88,8 @@ class MdOpts(ctypes.Structure):
                 ("etcd_namespace", c_char_p), ("tcpstore_endpoint", c_char_p),
                 ("no_env", c_int), ("etcd_watch_timeout", c_double),
                 ("lease_ttl", c_double), ("store_timeout", c_double),
-                ("op_timeout", c_double), ("on_event", c_void_p), ("ud", c_void_p),
+                ("op_timeout", c_double), ("listen_budget", Budget),
+                ("on_event", c_void_p), ("ud", c_void_p),
                 ("errbuf", c_void_p), ("errbuf_len", c_size_t),
                 ("remote_cache_max", c_size_t)]
 

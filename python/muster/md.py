@@ -42,12 +42,14 @@ class Agent:
                  listen_port=8888, etcd_endpoints=None, etcd_namespace=None,
                  tcpstore_endpoint=None, use_env=True, etcd_watch_timeout=5.0,
                  lease_ttl=10.0, store_timeout=None, op_timeout=None,
-                 remote_cache_max=None):
+                 remote_cache_max=None, listen_budget=None):
         """store_timeout, op_timeout: seconds; None leaves them to the
         library (for a TCPStore, $MUSTER_/NIXL_TCPSTORE_TIMEOUT_MS and
         _OP_TIMEOUT_MS, else 30 s and 5 s). remote_cache_max: bytes the
         cache of other agents' metadata may hold (None: 128 MiB); past it
-        the least wanted agents are evicted (include/muster/md.h)."""
+        the least wanted agents are evicted (include/muster/md.h).
+        listen_budget: a dict with any of conn_bytes, total_bytes, grace
+        (mu_budget_t) for the listener; the rest keep their defaults."""
         o = _lib.MdOpts()
         _lib.md_opts_init(ctypes.byref(o))
         self._keep = [_enc(name), _enc(listen_host), _enc(etcd_endpoints),
@@ -62,6 +64,8 @@ class Agent:
         o.store_timeout = store_timeout or 0.0
         o.op_timeout = op_timeout or 0.0
         o.remote_cache_max = remote_cache_max or 0
+        for field, value in (listen_budget or {}).items():
+            setattr(o.listen_budget, field, value)
         err = ctypes.create_string_buffer(512)
         o.errbuf = ctypes.cast(err, ctypes.c_void_p)
         o.errbuf_len = len(err)

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "muster/common.h"
+
 typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE } cli_opt_kind_t;
 
 typedef struct {
@@ -55,6 +57,23 @@ void cli_bytes(double b, char *buf, size_t len);
 /* "512M", "2G", "1.5GiB", "4096" -> bytes; -1 when not a size. */
 int cli_parse_size(const char *s, uint64_t *out);
 
+/*
+ * A server's budget options (docs/internals/budgets.md). Put
+ * CLI_BUDGET_OPTS(cb) in the option table, then cli_budget_apply. The
+ * defaults in the help text are MU_BUDGET_*_DEFAULT's (muster/common.h).
+ */
+typedef struct {
+	const char *conn;  /* --conn-budget SIZE, or NULL */
+	const char *total; /* --total-budget SIZE, or NULL */
+	double grace;      /* --budget-grace SECONDS */
+} cli_budget_t;
+
+#define CLI_BUDGET_OPTS(cb)                                                                    	{"conn-budget", OPT_STR, &(cb).conn, "SIZE",                                           	 "what one peer may make this server hold (its queued replies at their real cost, its " 	 "partial request, its watches); past it the peer is not read (default 16M)"},         	{"total-budget", OPT_STR, &(cb).total, "SIZE",                                         	 "what all peers together may make it hold (default 512M)"},                           	{"budget-grace", OPT_DOUBLE, &(cb).grace, "SECONDS",                                   	 "close a peer that stays over its budget this long reading nothing (default 30)"}
+
+void cli_budget_init(cli_budget_t *cb);
+/* b from cb, defaults where unset: 0, or 2 after saying why on stderr. */
+int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b);
+
 /* `muster run`'s table of a cluster run (also the demo's). */
 struct mu_cluster_s;
 void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int forwards,
@@ -73,9 +92,20 @@ int cmd_stage(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_model(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_stage_llm(int argc, char **argv);
+/* Is path a decoder LLM checkpoint (GGUF, llama2.c, HF directory) rather
+ * than a graph model directory? */
+int cli_is_llm(const char *path);
+/* `muster plan` for such a checkpoint. The exit status. */
+int cli_plan_llm(const char *path, int stages, const char *budgets, int ctx, int seqs,
+                 int json);
+int cmd_tokenize(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);
 int bench_md(int argc, char **argv);
 int bench_pipeline(int argc, char **argv);
+int bench_kern(int argc, char **argv);
 
 #endif

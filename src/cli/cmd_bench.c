@@ -18,15 +18,18 @@ int cmd_bench(int argc, char **argv)
 		return bench_md(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "pipeline") == 0)
 		return bench_pipeline(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "kern") == 0)
+		return bench_kern(argc - 1, argv + 1);
 	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-		printf("usage: muster bench tracker|store|md|pipeline [options]\n\n"
+		printf("usage: muster bench tracker|store|md|pipeline|kern [options]\n\n"
 		       "Benchmarks:\n"
 		       "  tracker   any TVM-protocol tracker (muster bench tracker --help)\n"
 		       "  store     any TCPStore, either dialect (muster bench store --help)\n"
 		       "  md        metadata exchange through etcd, a TCPStore or P2P\n"
-		       "  pipeline  tensor frames, pipelined stages, the executor\n");
+		       "  pipeline  tensor frames, pipelined stages, the executor\n"
+		       "  kern      the decoder's matrix products per weight type, against OpenBLAS\n");
 		return 0;
 	}
-	fprintf(stderr, "usage: muster bench tracker|store|md|pipeline [options] (see muster bench --help)\n");
+	fprintf(stderr, "usage: muster bench tracker|store|md|pipeline|kern [options] (see muster bench --help)\n");
 	return 2;
 }

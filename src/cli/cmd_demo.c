@@ -32,6 +32,7 @@
 #include "muster/tracker.h"
 #include "cli/cli_int.h"
 #include "core/time_int.h"
+#include "cli/demo_int.h"
 
 #define T 15000 /* ms bound on every step */
 #define NDEV 3
@@ -43,18 +44,8 @@
 
 static const char *const budgets[NDEV] = {"12M", "16M", "20M"};
 
-typedef struct {
-	char dir[64];
-	char exe[4096];
-	pthread_mutex_t lock;     /* pids, npids, stopping: main and signal thread */
-	pid_t pids[NDEV + 1];
-	int npids;
-	int stopping;             /* a signal came: start nothing more */
-	int tport;
-} demo_t;
-
 /* A port nobody uses now (the tracker must have a known one). */
-static int free_port(void)
+int demo_free_port(void)
 {
 	struct sockaddr_in a;
 	socklen_t l = sizeof(a);
@@ -72,7 +63,7 @@ static int free_port(void)
 }
 
 /* Start `muster ARGS...` with its output in the demo's log. */
-static int spawn(demo_t *d, char *const *args)
+int demo_spawn(demo_t *d, char *const *args)
 {
 	char log[128];
 	pid_t pid, parent = getpid();
@@ -80,9 +71,9 @@ static int spawn(demo_t *d, char *const *args)
 
 	snprintf(log, sizeof(log), "%s/demo.log", d->dir);
 	pthread_mutex_lock(&d->lock);
-	if (d->stopping) {
+	if (d->stopping || d->npids == DEMO_MAX_PIDS) {
 		pthread_mutex_unlock(&d->lock);
-		return -EINTR;
+		return d->stopping ? -EINTR : -ENOSPC;
 	}
 	pid = fork();
 	if (pid < 0) {
@@ -121,7 +112,7 @@ static int spawn(demo_t *d, char *const *args)
 }
 
 /* SIGTERM, up to 5 s to exit, then SIGKILL; every one reaped. */
-static void stop_all(demo_t *d)
+void demo_stop_all(demo_t *d)
 {
 	double deadline = mu__clock_ms() + 5000;
 	int left;
@@ -149,7 +140,7 @@ static void stop_all(demo_t *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static void remove_dir(const demo_t *d)
+void demo_remove_dir(const demo_t *d)
 {
 	char cmd[128];
 
@@ -169,8 +160,8 @@ static void on_signal(void *ud)
 	pthread_mutex_unlock(&d->lock);
 	fflush(stdout);
 	fprintf(stderr, "\nmuster demo: interrupted; stopping the processes it started\n");
-	stop_all(d);
-	remove_dir(d);
+	demo_stop_all(d);
+	demo_remove_dir(d);
 	fprintf(stderr, "muster demo: stopped; %s removed\n", d->dir);
 	_exit(128 + cli_signal_caught());
 }
@@ -187,7 +178,22 @@ static char *summary(int port)
 }
 
 /* Wait until the tracker's summary contains needle. */
-static int wait_summary(int port, const char *needle)
+int demo_start_tracker(demo_t *d, char *targ, size_t n)
+{
+	char tport[16], tend[16];
+	char *args[] = {d->exe, "tracker", "--host", "127.0.0.1", "--port", tport, "--port-end",
+	                tend, NULL};
+
+	d->tport = demo_free_port();
+	snprintf(tport, sizeof(tport), "%d", d->tport);
+	snprintf(tend, sizeof(tend), "%d", d->tport + 1); /* exactly that port */
+	snprintf(targ, n, "127.0.0.1:%d", d->tport);
+	printf("\n2. A tracker keeps the pool of devices. It speaks Apache TVM's RPC tracker\n"
+	       "   protocol, so TVM's own servers and clients can use it too:\n");
+	return demo_spawn(d, args);
+}
+
+int demo_wait_summary(int port, const char *needle)
 {
 	double deadline = mu__clock_ms() + T;
 
@@ -203,7 +209,7 @@ static int wait_summary(int port, const char *needle)
 	return -ETIMEDOUT;
 }
 
-static void show_queue(int port)
+void demo_show_queue(int port)
 {
 	char *json = summary(port), *text = NULL;
 
@@ -213,7 +219,7 @@ static void show_queue(int port)
 	mu_free(text);
 }
 
-static void narrate(void *ud, const char *line)
+void demo_narrate(void *ud, const char *line)
 {
 	(void)ud;
 	printf("   %s\n", line);
@@ -257,7 +263,7 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 	o.key = "demo";
 	o.devices = NDEV;
 	o.request_timeout_ms = T;
-	o.say = narrate;
+	o.say = demo_narrate;
 	t0 = mu__clock_ms();
 	if (rc == 0)
 		rc = mu_cluster_start(m, &o, &cl, err, el);
@@ -314,9 +320,9 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 	if (rc == 0) {
 		printf("\n7. The run is over: the sessions close and the devices register as free\n"
 		       "   again, ready for the next job:\n");
-		rc = wait_summary(d->tport, "\"demo\": {\"free\": 3,");
+		rc = demo_wait_summary(d->tport, "\"demo\": {\"free\": 3,");
 		if (rc == 0)
-			show_queue(d->tport);
+			demo_show_queue(d->tport);
 		else
 			snprintf(err, el, "the devices did not register again");
 	}
@@ -329,7 +335,7 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 
 static int demo(demo_t *d, char *err, size_t el)
 {
-	char model[128], tport[16], tend[16], targ[32], b[32];
+	char model[128], targ[32], b[32];
 	uint64_t widths[LAYERS + 1];
 	int rc;
 
@@ -344,18 +350,7 @@ static int demo(demo_t *d, char *err, size_t el)
 	       "   weights (made by `muster model gen`), in %s.\n"
 	       "   None of the devices below can hold it alone.\n", LAYERS, WIDTH, WIDTH, b, model);
 
-	d->tport = free_port();
-	snprintf(tport, sizeof(tport), "%d", d->tport);
-	snprintf(tend, sizeof(tend), "%d", d->tport + 1); /* exactly that port */
-	snprintf(targ, sizeof(targ), "127.0.0.1:%d", d->tport);
-	printf("\n2. A tracker keeps the pool of devices. It speaks Apache TVM's RPC tracker\n"
-	       "   protocol, so TVM's own servers and clients can use it too:\n");
-	{
-		char *args[] = {d->exe, "tracker", "--host", "127.0.0.1", "--port", tport,
-		                "--port-end", tend, NULL};
-
-		rc = spawn(d, args);
-	}
+	rc = demo_start_tracker(d, targ, sizeof(targ));
 	printf("\n3. Three devices register with it under the key \"demo\", each with a memory\n"
 	       "   budget for weights; the third holds its own copy of the model. Each also\n"
 	       "   publishes its capabilities as metadata (md, over P2P here):\n");
@@ -367,31 +362,50 @@ static int demo(demo_t *d, char *err, size_t el)
 			args[12] = "--model";
 			args[13] = model;
 		}
-		rc = spawn(d, args);
+		rc = demo_spawn(d, args);
 	}
-	if (rc == 0 && (rc = wait_summary(d->tport, "\"demo\": {\"free\": 3,")) != 0)
+	if (rc == 0 && (rc = demo_wait_summary(d->tport, "\"demo\": {\"free\": 3,")) != 0)
 		snprintf(err, el, "the devices did not all register within %d s (see %s/demo.log)",
 		         T / 1000, d->dir);
 	if (rc == 0) {
 		printf("\n   `muster query --port %d` (or TVM's query_rpc_tracker) shows them:\n", d->tport);
-		show_queue(d->tport);
+		demo_show_queue(d->tport);
 		rc = run_model(d, model, err, el);
 	}
 	return rc;
 }
 
+/* The demo's model: --model, else the project's copy beside this build
+ * (build/bin/muster -> models/stories260K/). */
+static void find_model(const char *exe, char *out, size_t n)
+{
+	const char *slash = strrchr(exe, '/');
+	int dl = slash != NULL ? (int)(slash - exe) : 0;
+
+	snprintf(out, n, "%.*s/../../models/stories260K/stories260K.gguf", dl, exe);
+}
+
 int cmd_demo(int argc, char **argv)
 {
 	demo_t d;
-	int npos, rc;
+	int npos, rc, mlp = 0;
 	ssize_t n;
-	char err[2048] = "";
+	const char *model = NULL;
+	char err[2048] = "", found[4200];
+	cli_opt_t opts[] = {
+		{"mlp", OPT_FLAG, &mlp, NULL, "the forward-pass show instead: a generated model none of "
+		 "the devices can hold, split and run, bit-identical to one process"},
+		{"model", OPT_STR, &model, "FILE", "the LLM to generate with (default: the project's "
+		 "models/stories260K/stories260K.gguf)"},
+	};
 	cli_cmd_t c = {
-		"muster demo",
-		"Show muster's main job on this machine, step by step: a tracker, three device\n"
-		"servers with different memory budgets, and a model none of them could hold\n"
-		"alone, split across them and run, with a check that the split output is\n"
-		"bit-identical to a single-process run. No arguments.\n"
+		"muster demo [--mlp] [--model FILE]",
+		"Show muster's main job on this machine, step by step: a tracker and device\n"
+		"servers start as processes; a really trained language model (stories260K)\n"
+		"is split across three of them through the tracker and tells its story token\n"
+		"by token; one device is killed mid-sentence and a spare takes its place\n"
+		"without changing a word; and the story is checked against the model run whole\n"
+		"in this process. With --mlp it shows the forward-pass job instead.\n"
 		"\n"
 		"Every process it starts is stopped before it exits, also on Ctrl-C or\n"
 		"SIGTERM (and should the demo be killed outright, the kernel sends them\n"
@@ -400,7 +414,7 @@ int cmd_demo(int argc, char **argv)
 		"a step fails it is kept and its path printed, to read the log. Exit status:\n"
 		"0 when every step passed, 1 otherwise, 128 + the signal's number after\n"
 		"Ctrl-C (130) or SIGTERM (143).",
-		NULL, 0, 0, 0};
+		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&c, argc, argv, &npos);
 	if (rc != 0)
@@ -417,16 +431,24 @@ int cmd_demo(int argc, char **argv)
 	}
 	d.exe[n] = '\0';
 	cli_on_signal(on_signal, &d); /* before any thread or child starts */
-	printf("muster demo: one model, split across devices found through a tracker\n"
-	       "====================================================================\n\n");
-	rc = demo(&d, err, sizeof(err));
-	stop_all(&d);
+	if (model == NULL)
+		find_model(d.exe, found, sizeof(found));
+	if (mlp) {
+		printf("muster demo: one model, split across devices found through a tracker\n"
+		       "====================================================================\n\n");
+		rc = demo(&d, err, sizeof(err));
+	} else {
+		printf("muster demo: a language model, split across devices found through a tracker\n"
+		       "===========================================================================\n\n");
+		rc = demo_llm(&d, model != NULL ? model : found, err, sizeof(err));
+	}
+	demo_stop_all(&d);
 	if (rc == 0)
 		printf("8. Everything the demo started is stopped. Done.\n");
 	else
 		fprintf(stderr, "\nmuster demo: a step failed: %s\n(the processes' log: %s/demo.log, "
 		        "kept)\n", err[0] ? err : mu_strerror(rc), d.dir);
 	if (rc == 0)
-		remove_dir(&d);
+		demo_remove_dir(&d);
 	return rc == 0 ? 0 : 1;
 }

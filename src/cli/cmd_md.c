@@ -26,6 +26,8 @@ typedef struct {
 	int listen_port, raw, keep;
 	char peer_ip[256];
 	mu_md_peer_t p;
+	cli_budget_t cb;     /* publish --listen-port: the listener's budget */
+	mu_budget_t budget;
 } md_args_t;
 
 #define COMMON_OPTS(a)                                                         \
@@ -57,6 +59,7 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 	if (a->listen_port > 0) {
 		o.listen = 1;
 		o.listen_port = a->listen_port;
+		o.listen_budget = a->budget;
 	}
 	rc = mu_md_agent_new(&o, &ag);
 	if (rc != 0) {
@@ -391,6 +394,7 @@ int cmd_md(int argc, char **argv)
 		{"hold", OPT_FLAG, &a.keep, NULL, "publish: keep running (lease, listener) until Ctrl-C"},
 		{"cache-limit", OPT_STR, &a.cache_limit, "SIZE", "bytes of other agents' metadata the agent keeps, e.g. 64M (default 128M; past it, pushed-only agents go first, then the least recently used)"},
 		{"raw", OPT_FLAG, &a.raw, NULL, "fetch: print the whole blob, not its payload"},
+		CLI_BUDGET_OPTS(a.cb),
 	};
 	cli_cmd_t cmd = {
 		"muster md publish|fetch NAME|invalidate|list [options]",
@@ -409,9 +413,12 @@ int cmd_md(int argc, char **argv)
 	memset(&a, 0, sizeof(a));
 	a.timeout = 30;
 	a.lease_ttl = 10;
+	cli_budget_init(&a.cb);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if ((rc = cli_budget_apply("muster md", &a.cb, &a.budget)) != 0)
+		return rc;
 	if ((rc = parse_peer(&a)) != 0)
 		return rc;
 	if (a.cache_limit != NULL &&

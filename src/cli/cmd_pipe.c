@@ -15,6 +15,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "cli/stage_serve_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
 #include "core/time_int.h"
@@ -139,7 +140,7 @@ int cmd_plan(int argc, char **argv)
 	const char *dir = NULL, *by = "params", *budgets = NULL;
 	uint64_t b[256];
 	int dev[256], nb = 0;
-	int stages = 0, json = 0, npos, rc;
+	int stages = 0, json = 0, npos, rc, ctx = 2048, seqs = 1;
 	char err[1024];
 	mu_model_t *m;
 	mu_plan_t *p = NULL;
@@ -150,17 +151,26 @@ int cmd_plan(int argc, char **argv)
 		{"by", OPT_STR, &by, "params|flops", "balance weight bytes (default) or estimated compute"},
 		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --stages: fit devices of these memory budgets, in whichever order fits best (e.g. 512M,1G,1G)"},
 		{"json", OPT_FLAG, &json, NULL, "print the plan as JSON (what `muster stage --plan` reads)"},
+		{"ctx", OPT_INT, &ctx, "N", "an LLM: positions of each sequence's KV cache (default 2048)"},
+		{"max-sequences", OPT_INT, &seqs, "N", "an LLM: sequences each stage keeps a KV cache for (default 1)"},
 	};
 	cli_cmd_t cmd = {
 		"muster plan --model DIR (--stages N | --budgets SIZE,...) [--by params|flops] [--json]",
 		"Show how a model's graph is cut into contiguous stages: each stage's nodes,\n"
 		"the weights it alone holds, and the named tensors it takes from earlier\n"
-		"stages (or the input) and hands on. Stages never depend on later ones.",
+		"stages (or the input) and hands on. Stages never depend on later ones.\n"
+		"\n"
+		"For a decoder LLM checkpoint (GGUF, HF directory, llama2.c) it shows the\n"
+		"layers each stage or device takes, with its weights and the KV cache of\n"
+		"--max-sequences sequences of --ctx positions, as `muster generate --tracker`\n"
+		"places them.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if (dir != NULL && cli_is_llm(dir) && (stages >= 1 || budgets != NULL) && ctx > 0 && seqs > 0)
+		return cli_plan_llm(dir, stages, budgets, ctx, seqs, json);
 	if (dir == NULL || (stages < 1 && budgets == NULL) || parse_split(by, &split) != 0) {
 		fprintf(stderr, "muster plan: needs --model DIR and --stages N >= 1 (or --budgets); "
 		                "--by is params or flops\n");
@@ -234,32 +244,37 @@ static int plan_range(const char *path, int i, int *n, int *first, int *last)
 	return rc;
 }
 
-static void stop_stage(void *ud)
+/* The graph stage as it is served (stderr). */
+static void announce_graph(mu_stage_t *s, int index, int of)
 {
-	mu_stage_server_stop(ud);
+	cJSON *d = cJSON_Parse(mu_stage_describe(s));
+	int nfirst = 0, nlast = 0;
+	double res = 0, load_ms = 0;
+	char rb[32];
+
+	/* our own description: each number is there, in range */
+	mu__json_int(cJSON_GetObjectItemCaseSensitive(d, "first"), 0, INT_MAX, &nfirst);
+	mu__json_int(cJSON_GetObjectItemCaseSensitive(d, "last"), 0, INT_MAX, &nlast);
+	mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes"), 0, 1e300, &res);
+	mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "load_ms"), 0, 1e300, &load_ms);
+	cli_bytes(res, rb, sizeof(rb));
+	fprintf(stderr, "muster stage %d/%d: nodes %d..%lld, %s of weights resident, loaded in %.0f ms\n",
+	        index, of, nfirst, (long long)nlast - 1, rb, load_ms);
+	cJSON_Delete(d);
 }
 
 int cmd_stage(int argc, char **argv)
 {
-	const char *dir = NULL, *plan = NULL, *max_frame = "1G";
-	int index = -1, of = 0, npos, rc, requests = 0, io_timeout = 30, first = -1, last = -1;
-	int silent_timeout = 30, max_conns = 64;
-	mu_stage_server_opts_t o;
-	mu_stage_server_t *srv;
+	const char *dir = NULL, *plan = NULL;
+	int index = -1, of = 0, npos, rc, first = -1, last = -1;
+	cli_stage_args_t sa;
 	mu_stage_t *s;
-	char err[1024], name[64], rb[32];
-	cli_opt_t opts[] = {
+	char err[1024];
+	cli_opt_t opts[4 + CLI_STAGE_NOPTS] = {
 		{"model", OPT_STR, &dir, "DIR", "the model directory (model.json, model.safetensors)"},
 		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
 		{"of", OPT_INT, &of, "N", "the model is split into N stages balanced by weight bytes"},
 		{"plan", OPT_STR, &plan, "FILE", "instead of --of: the split in FILE (`muster plan --json`)"},
-		{"host", OPT_STR, &o.host, "HOST", "address to listen on (default 127.0.0.1; 0.0.0.0 for all)"},
-		{"port", OPT_INT, &o.port, "PORT", "port (default 0: any free port, printed when ready)"},
-		{"requests", OPT_INT, &requests, "N", "exit after serving N forwards (default 0: serve until stopped)"},
-		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "close a peer that stalls mid-message this long (default 30)"},
-		{"silent-timeout", OPT_INT, &silent_timeout, "SECONDS", "close a connection that sends nothing this long after connecting (default 30; 0: never)"},
-		{"max-conns", OPT_INT, &max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
-		{"max-frame-bytes", OPT_STR, &max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 	};
 	cli_cmd_t cmd = {
 		"muster stage --model DIR --stage I (--of N | --plan FILE) [--host H] [--port P] [--requests N]",
@@ -270,16 +285,27 @@ int cmd_stage(int argc, char **argv)
 		"    muster stage I/N: serving on HOST:PORT\n"
 		"\n"
 		"and answers forwards from `muster run --stages ...` until stopped (Ctrl-C or\n"
-		"SIGTERM) or until --requests forwards were served.",
-		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
-	uint64_t mf;
+		"SIGTERM) or until --requests forwards were served.\n"
+		"\n"
+		"With --model naming a decoder LLM checkpoint (a GGUF file, an HF directory or a\n"
+		"llama2.c .bin) it serves layers of it to `muster generate --stages`; see\n"
+		"`muster stage --model CHECKPOINT --help` for those options.",
+		opts, 4, 0, 0};
 
-	mu_stage_server_opts_init(&o);
+	for (int i = 1; i + 1 < argc; i++) /* a decoder LLM has its own options */
+		if (strcmp(argv[i], "--model") == 0 && cli_is_llm(argv[i + 1]))
+			return cmd_stage_llm(argc, argv);
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], "--model=", 8) == 0 && cli_is_llm(argv[i] + 8))
+			return cmd_stage_llm(argc, argv);
+	cli_stage_args_init(&sa, 30);
+	cmd.nopts += cli_stage_args_opts(&sa, opts + 4);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	if (dir == NULL || index < 0 || (of < 1 && plan == NULL) || requests < 0 || io_timeout < 1 ||
-	    silent_timeout < 0 || max_conns < 1 || cli_parse_size(max_frame, &mf) != 0) {
+	if ((rc = cli_stage_args_apply(&sa, "muster stage")) != 0)
+		return rc;
+	if (dir == NULL || index < 0 || (of < 1 && plan == NULL)) {
 		fprintf(stderr, "muster stage: needs --model DIR, --stage I >= 0 and --of N or --plan "
 		                "FILE (see --help)\n");
 		return 2;
@@ -297,45 +323,7 @@ int cmd_stage(int argc, char **argv)
 		fprintf(stderr, "muster stage: cannot load stage %d/%d: %s\n", index, of, err);
 		return 1;
 	}
-	snprintf(name, sizeof(name), "stage %d/%d", index, of);
-	o.name = name;
-	o.requests = (unsigned long)requests;
-	o.io_timeout_ms = io_timeout * 1000;
-	o.silent_timeout_ms = silent_timeout * 1000;
-	o.max_conns = max_conns;
-	o.max_frame_bytes = mf;
-	rc = mu_stage_server_start(s, &o, &srv);
-	if (rc != 0) {
-		fprintf(stderr, "muster stage: cannot listen on %s port %d: %s\n", o.host, o.port,
-		        rc == MU_EBIND ? "address in use" : mu_strerror(rc));
-		mu_stage_free(s);
-		return 1;
-	}
-	{
-		cJSON *d = cJSON_Parse(mu_stage_describe(s));
-		int nfirst = 0, nlast = 0;
-		double res = 0, load_ms = 0;
-
-		/* our own description: each number is there, in range */
-		mu__json_int(cJSON_GetObjectItemCaseSensitive(d, "first"), 0, INT_MAX, &nfirst);
-		mu__json_int(cJSON_GetObjectItemCaseSensitive(d, "last"), 0, INT_MAX, &nlast);
-		mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes"), 0, 1e300, &res);
-		mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "load_ms"), 0, 1e300, &load_ms);
-		cli_bytes(res, rb, sizeof(rb));
-		fprintf(stderr, "muster stage %d/%d: nodes %d..%lld, %s of weights resident, loaded in %.0f ms\n",
-		        index, of, nfirst, (long long)nlast - 1, rb, load_ms);
-		cJSON_Delete(d);
-	}
-	printf("muster stage %d/%d: serving on %s:%d\n", index, of, o.host, mu_stage_server_port(srv));
-	fflush(stdout);
-	cli_on_signal(stop_stage, srv);
-	mu_stage_server_wait(srv);
-	cli_signal_disarm();
-	fprintf(stderr, "muster stage %d/%d: served %lu forwards\n", index, of,
-	        mu_stage_server_forwards(srv));
-	mu_stage_server_free(srv);
-	mu_stage_free(s);
-	return 0;
+	return cli_stage_serve(s, &sa, index, of, announce_graph);
 }
 
 /* ---- run ---- */

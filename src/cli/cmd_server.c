@@ -26,7 +26,7 @@ int cmd_server(int argc, char **argv)
 {
 	mu_server_opts_t o;
 	mu_server_t *s;
-	const char *tracker = NULL, *mem = NULL, *models = NULL;
+	const char *tracker = NULL, *mem = NULL, *models = NULL, *cache_dir = NULL;
 	char thost[256], err[1024], addr[300];
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
@@ -44,7 +44,8 @@ int cmd_server(int argc, char **argv)
 		{"handshake-timeout", OPT_DOUBLE, &o.handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
 		{"session-timeout", OPT_DOUBLE, &o.session_timeout, "SECONDS", "end a session whose client sends nothing, or reads nothing, for this long (default 300; 0: never)"},
 		{"mem", OPT_STR, &mem, "SIZE", "memory for a stage's weights, e.g. 2G (default: what the machine has available now)"},
-		{"model", OPT_STR, &models, "DIR[,DIR...]", "models this device holds a copy of (stages load from them instead of being streamed)"},
+		{"model", OPT_STR, &models, "PATH[,PATH...]", "models this device holds a copy of (stages load from them instead of being streamed): graph model directories, or LLM checkpoints (GGUF, HF directory, llama2.c)"},
+		{"cache-dir", OPT_STR, &cache_dir, "DIR", "keep streamed LLM weights here under their SHA-256, so a later run sends only what is missing (default: none, streamed each time)"},
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
 	};
@@ -82,6 +83,7 @@ int cmd_server(int argc, char **argv)
 	if (o.key == NULL)
 		o.key = ""; /* standalone, as TVM: clients send "client:" */
 	mu_device_opts_init(&dopt);
+	dopt.cache_dir = cache_dir;
 	dopt.key = o.key[0] != '\0' ? o.key : "muster";
 	dopt.threads = threads;
 	dopt.md_port = md_port;

@@ -22,7 +22,8 @@ int cmd_store(int argc, char **argv)
 {
 	mu_store_server_opts_t o;
 	mu_store_server_t *s;
-	int npos, rc, max_key, max_value, max_keys;
+	int npos, rc, max_key, max_value, max_keys, max_watches, max_watches_total;
+	cli_budget_t cb;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default ::, which takes IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "port (default 29500, torch's; 0 = any)"},
@@ -30,6 +31,9 @@ int cmd_store(int argc, char **argv)
 		{"max-value-bytes", OPT_INT, &max_value, "N", "largest value accepted (default 67108864)"},
 		{"max-keys", OPT_INT, &max_keys, "N", "most keys in one CHECK/WAIT/MULTI_* (default 131072)"},
 		{"request-timeout", OPT_DOUBLE, &o.request_timeout, "SECONDS", "close a client that starts a request and does not finish it (default 60; 0 = never)"},
+		{"max-watches", OPT_INT, &max_watches, "N", "v1 WATCH_KEY registrations one connection may hold; one more closes it (default 1024)"},
+		{"max-watches-total", OPT_INT, &max_watches_total, "N", "... all connections together (default 65536)"},
+		CLI_BUDGET_OPTS(cb),
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 	};
 	cli_cmd_t cmd = {
@@ -50,13 +54,23 @@ int cmd_store(int argc, char **argv)
 	max_key = (int)o.max_key_bytes;
 	max_value = (int)o.max_value_bytes;
 	max_keys = (int)o.max_keys;
+	max_watches = (int)o.max_watches;
+	max_watches_total = (int)o.max_watches_total;
+	cli_budget_init(&cb);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	if (max_key <= 0 || max_value <= 0 || max_keys <= 0 || o.request_timeout < 0) {
-		fprintf(stderr, "muster store: limits must be > 0 and --request-timeout >= 0\n");
+	if (max_key <= 0 || max_value <= 0 || max_keys <= 0 || o.request_timeout < 0 ||
+	    max_watches <= 0 || max_watches_total < max_watches) {
+		fprintf(stderr, "muster store: limits must be > 0 (--max-watches-total at least "
+		        "--max-watches) and --request-timeout >= 0\n");
 		return 2;
 	}
+	rc = cli_budget_apply("muster store", &cb, &o.budget);
+	if (rc != 0)
+		return rc;
+	o.max_watches = (size_t)max_watches;
+	o.max_watches_total = (size_t)max_watches_total;
 	o.max_key_bytes = (size_t)max_key;
 	o.max_value_bytes = (size_t)max_value;
 	o.max_keys = (size_t)max_keys;

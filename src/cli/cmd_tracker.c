@@ -19,6 +19,7 @@ int cmd_tracker(int argc, char **argv)
 	mu_tracker_opts_t o;
 	mu_tracker_t *t;
 	int no_reuse = 0, npos, rc, max_frame, max_keys, max_per_conn, max_keys_per_conn;
+	cli_budget_t cb;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default 0.0.0.0; :: for IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9190; 0 = any free port)"},
@@ -30,6 +31,7 @@ int cmd_tracker(int argc, char **argv)
 		{"max-keys", OPT_INT, &max_keys, "N", "device keys (queues) in all; empty ones make room for new ones (default 10000)"},
 		{"max-per-conn", OPT_INT, &max_per_conn, "N", "free devices one connection may offer, and requests it may have waiting (default 1024 each)"},
 		{"max-keys-per-conn", OPT_INT, &max_keys_per_conn, "N", "device keys one connection may offer or request at once (default 64)"},
+		CLI_BUDGET_OPTS(cb),
 	};
 	cli_cmd_t cmd = {
 		"muster tracker [--host H] [--port P] [--port-end E] [--silent] [--no-reuse-addr] [--timeout S]",
@@ -45,6 +47,7 @@ int cmd_tracker(int argc, char **argv)
 
 	mu_tracker_opts_init(&o);
 	max_frame = (int)o.max_frame;
+	cli_budget_init(&cb);
 	max_keys = (int)o.max_keys;
 	max_per_conn = (int)o.max_per_conn;
 	max_keys_per_conn = (int)o.max_keys_per_conn;
@@ -57,6 +60,9 @@ int cmd_tracker(int argc, char **argv)
 		        "--max-keys-per-conn must be > 0 and --timeout >= 0\n");
 		return 2;
 	}
+	rc = cli_budget_apply("muster tracker", &cb, &o.budget);
+	if (rc != 0)
+		return rc;
 	o.max_frame = (unsigned)max_frame;
 	o.max_keys = (unsigned)max_keys;
 	o.max_per_conn = (unsigned)max_per_conn;

@@ -23,7 +23,10 @@ static const struct {
 	{"model", cmd_model, "generate a model, or inputs for one"},
 	{"plan", cmd_plan, "show how a model splits into stages"},
 	{"stage", cmd_stage, "serve one stage of a split model"},
+	{"generate", cmd_generate, "generate text with an LLM, here or split over stages"},
+	{"serve", cmd_serve, "serve an LLM over HTTP with the OpenAI API"},
 	{"run", cmd_run, "run a model through its stages (or in this process)"},
+	{"tokenize", cmd_tokenize, "text to an LLM's token ids and back"},
 	{"demo", cmd_demo, "show the system working on this machine"},
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };

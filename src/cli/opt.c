@@ -166,8 +166,8 @@ static void *sig_thread(void *arg)
 	(void)arg;
 	if (sigwait(&sig_set, &sig) != 0)
 		return NULL;
-	sig_caught = sig;
 	pthread_mutex_lock(&sig_lock);
+	sig_caught = sig;
 	if (sig_fn != NULL)
 		sig_fn(sig_ud);
 	sig_fn = NULL;
@@ -175,9 +175,16 @@ static void *sig_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * The sigwait thread starts with the first cli_block_signals, so from then
+ * on a SIGINT/SIGTERM is never lost and never kills the process outright:
+ * one that comes before cli_on_signal names what to do (a server still
+ * starting) is kept, and cli_on_signal runs its callback at once.
+ */
 void cli_block_signals(void)
 {
 	struct sigaction sa;
+	pthread_t th;
 
 	sigemptyset(&sig_set);
 	sigaddset(&sig_set, SIGINT);
@@ -189,22 +196,25 @@ void cli_block_signals(void)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-}
-
-void cli_on_signal(void (*fn)(void *), void *ud)
-{
-	pthread_t th;
-
-	cli_block_signals();
-	pthread_mutex_lock(&sig_lock);
-	sig_fn = fn;
-	sig_ud = ud;
-	pthread_mutex_unlock(&sig_lock);
-	if (pthread_create(&th, NULL, sig_thread, NULL) == 0) {
+	if (!sig_armed && pthread_create(&th, NULL, sig_thread, NULL) == 0) {
 		sig_tid = th;
 		sig_armed = 1;
 		pthread_detach(th);
 	}
+}
+
+void cli_on_signal(void (*fn)(void *), void *ud)
+{
+	int early;
+
+	cli_block_signals();
+	pthread_mutex_lock(&sig_lock);
+	early = sig_caught != 0;
+	sig_fn = early ? NULL : fn;
+	sig_ud = ud;
+	pthread_mutex_unlock(&sig_lock);
+	if (early)
+		fn(ud);
 }
 
 int cli_signal_caught(void)
@@ -260,5 +270,40 @@ int cli_parse_size(const char *s, uint64_t *out)
 	if (*end != '\0' || v * mult > 1.8e19)
 		return -1;
 	*out = (uint64_t)(v * mult);
+	return 0;
+}
+
+void cli_budget_init(cli_budget_t *cb)
+{
+	cb->conn = NULL;
+	cb->total = NULL;
+	cb->grace = MU_BUDGET_GRACE_DEFAULT;
+}
+
+int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b)
+{
+	uint64_t v;
+
+	mu_budget_init(b);
+	if (cb->conn != NULL) {
+		if (cli_parse_size(cb->conn, &v) != 0 || v == 0 || v > SIZE_MAX / 4) {
+			fprintf(stderr, "%s: --conn-budget %s is not a size (e.g. 16M)\n", cmd, cb->conn);
+			return 2;
+		}
+		b->conn_bytes = (size_t)v;
+	}
+	if (cb->total != NULL) {
+		if (cli_parse_size(cb->total, &v) != 0 || v == 0 || v > SIZE_MAX / 4) {
+			fprintf(stderr, "%s: --total-budget %s is not a size (e.g. 512M)\n", cmd, cb->total);
+			return 2;
+		}
+		b->total_bytes = (size_t)v;
+	}
+	b->grace = cb->grace;
+	if (mu_budget_check(b) != 0) {
+		fprintf(stderr, "%s: the budgets must be > 0 with --total-budget at least "
+		        "--conn-budget, and --budget-grace > 0\n", cmd);
+		return 2;
+	}
 	return 0;
 }

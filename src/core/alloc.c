@@ -8,6 +8,15 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#ifdef MU_HAVE_MALLOC_TRIM
+#include <malloc.h>
+#endif
+#ifdef __SANITIZE_ADDRESS__
+/* compiler-rt's allocator interface (sanitizer/allocator_interface.h,
+ * which GCC does not install): the sanitizer's allocator stands in for
+ * libc's, and this is its malloc_trim. */
+void __sanitizer_purge_allocator(void);
+#endif
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
@@ -32,6 +41,19 @@ void mu_set_allocator(void *(*m)(size_t), void *(*r)(void *, size_t),
 	hooks.malloc_fn = m;
 	hooks.free_fn = f;
 	cJSON_InitHooks(&hooks);
+}
+
+void mu__mem_trim(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	__sanitizer_purge_allocator();
+#elif defined(MU_HAVE_MALLOC_TRIM)
+	/* glibc keeps what is freed in its arenas, and gives back on its own
+	 * only the free top of the main heap; malloc_trim returns the free
+	 * pages of every arena. Another allocator's memory is its business. */
+	if (free_fn == free)
+		malloc_trim(0);
+#endif
 }
 
 void mu_free(void *p)

@@ -21,5 +21,11 @@ void mu__strv_free(char **v);
 /* Copy src (NULL copies as "") into the fixed buffer dst[n]; -1, and dst
  * untouched, when it does not fit. For options kept in fixed fields. */
 int mu__copy_str(char *dst, size_t n, const char *src);
+/*
+ * Hand freed memory back to the system where the C library can (glibc's
+ * malloc_trim), e.g. after a peer that held megabytes is gone. It walks
+ * the heap: call it rarely. A no-op elsewhere and with mu_set_allocator.
+ */
+void mu__mem_trim(void);
 
 #endif

@@ -6,8 +6,11 @@
  * allocate more than the limit its protocol allows.
  *
  * Invariants: len <= cap <= max (cap may exceed max by the NUL slot only);
- * data is NULL exactly when cap == 0; when data is non-NULL, data[len] is a
- * NUL byte, so text protocols can hand the bytes to C string functions.
+ * data is NULL exactly when nothing is allocated; when data is non-NULL,
+ * data[len] is a NUL byte, so text protocols can hand the bytes to C string
+ * functions. Consuming from the front is O(1): data moves forward over the
+ * allocation (by skip bytes, which cap no longer counts) until room is
+ * needed at the end, when the content moves back to the start.
  */
 #ifndef MU_CORE_BUF_INT_H
 #define MU_CORE_BUF_INT_H
@@ -18,7 +21,9 @@
 typedef struct {
 	char *data;
 	size_t len;
-	size_t cap; /* bytes usable for content (allocation is cap + 1) */
+	size_t cap;  /* bytes usable for content from data (allocation is
+	              * skip + cap + 1, starting at data - skip) */
+	size_t skip; /* consumed bytes before data */
 	size_t max;
 } mu__buf_t;
 
@@ -36,8 +41,11 @@ int mu__buf_printf(mu__buf_t *b, const char *fmt, ...)
 int mu__buf_vprintf(mu__buf_t *b, const char *fmt, va_list ap)
 	__attribute__((format(printf, 2, 0)));
 
-/* Drop the first n bytes (n <= len), keeping the rest in order. */
+/* Drop the first n bytes (n <= len), keeping the rest in order. O(1). */
 void mu__buf_consume(mu__buf_t *b, size_t n);
+
+/* Bytes allocated for the buffer (0 when none): what it costs to hold. */
+size_t mu__buf_footprint(const mu__buf_t *b);
 
 /*
  * Hand the bytes to the caller, who frees them with mu__free(). The buffer is
@@ -45,5 +53,13 @@ void mu__buf_consume(mu__buf_t *b, size_t n);
  * buffer is empty and never allocated.
  */
 char *mu__buf_take(mu__buf_t *b, size_t *plen);
+
+/*
+ * Read the whole file at path into b (initialised here with max bytes).
+ * 0; -errno with why naming the file; MU_ETOOBIG with why naming the file
+ * and the limit; MU_ENOMEM. b holds nothing on failure.
+ */
+int mu__buf_read_file(mu__buf_t *b, const char *path, size_t max, char *why,
+                      size_t wl);
 
 #endif

@@ -114,6 +114,26 @@ int mu__json_is_int(const cJSON *v, double lo, double hi)
 	return isfinite(d) && d == floor(d) && d >= lo && d <= hi;
 }
 
+int mu__utf8_repair(const char *s, size_t len, mu__buf_t *out)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, n;
+	int rc = 0;
+
+	while (rc == 0 && i < len) {
+		n = p[i] < 0x80 ? 1 : (p[i] & 0xE0) == 0xC0 ? 2 : (p[i] & 0xF0) == 0xE0 ? 3
+		  : (p[i] & 0xF8) == 0xF0 ? 4 : 0;
+		if (n > 0 && n <= len - i && mu__utf8_valid(s + i, n)) {
+			rc = mu__buf_append(out, s + i, n);
+			i += n;
+		} else {
+			rc = mu__buf_append(out, "\xEF\xBF\xBD", 3);
+			i++;
+		}
+	}
+	return rc;
+}
+
 int mu__json_int64(const cJSON *v, int64_t lo, int64_t hi, int64_t *out)
 {
 	/* lo and hi are exact as doubles (|x| <= 2^53), so the comparison is

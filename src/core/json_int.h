@@ -29,6 +29,11 @@ int mu__json_parse(const char *text, size_t len, cJSON **out);
 /* True when the len bytes are well-formed UTF-8 (no overlongs, no surrogates). */
 int mu__utf8_valid(const char *p, size_t len);
 
+/* Append len bytes to out with every byte that does not start a valid
+ * UTF-8 sequence replaced by U+FFFD (as Python's errors="replace" does
+ * per byte). 0, MU_ETOOBIG or MU_ENOMEM. */
+int mu__utf8_repair(const char *s, size_t len, mu__buf_t *out);
+
 /* Append the Python-style text of v. 0, MU_ETOOBIG or MU_ENOMEM. */
 int mu__json_dump(mu__buf_t *out, const cJSON *v);
 

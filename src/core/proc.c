@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/proc_int.h"
 
@@ -26,4 +28,14 @@ long mu__proc_status_kib(int pid, const char *field)
 			break;
 	fclose(f);
 	return kib;
+}
+
+void mu__pages_release(const void *p, uint64_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t b = ((uintptr_t)p + page - 1) & ~(page - 1);
+	uintptr_t e = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+
+	if (e > b)
+		madvise((void *)b, e - b, MADV_DONTNEED);
 }

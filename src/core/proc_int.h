@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A process's memory figures from /proc/PID/status (Linux).
+ * A process's memory figures from /proc/PID/status (Linux), and giving
+ * back the pages of a file mapping.
  */
 #ifndef MU_CORE_PROC_INT_H
 #define MU_CORE_PROC_INT_H
@@ -10,5 +11,14 @@
  * e.g. "VmRSS" or "VmHWM", in KiB; -1 when there is no such process or line.
  */
 long mu__proc_status_kib(int pid, const char *field);
+
+#include <stdint.h>
+
+/*
+ * The whole pages inside [p, p + n) of a private file mapping leave this
+ * process's resident set (MADV_DONTNEED); the file stays in the page
+ * cache, and the pages come back from it if they are read again.
+ */
+void mu__pages_release(const void *p, uint64_t n);
 
 #endif

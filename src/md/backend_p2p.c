@@ -46,6 +46,7 @@ typedef struct {
 	uv_tcp_t listener;
 	int listener_init;
 	mu__list_t conns;
+	mu__budget_t budget;
 	char scratch[READ_CHUNK];
 	/* outgoing: "ip:port" -> fd (as intptr_t + 1) */
 	mu__strmap_t out;
@@ -58,6 +59,11 @@ typedef struct {
 } pconn_t;
 
 /* ---- listener ---- */
+
+static void free_cb(void *p)
+{
+	mu__free(p);
+}
 
 static void handle(pconn_t *pc, mu__p2p_cmd_t cmd, const char *arg, size_t n)
 {
@@ -76,15 +82,20 @@ static void handle(pconn_t *pc, mu__p2p_cmd_t cmd, const char *arg, size_t n)
 		mu__md_event(a, MU_MD_REMOTE_LOADED, rc, name, rc ? mu_strerror(rc) : why);
 		break;
 	case MU_P2P_SEND: /* answer with our full blob, even an empty one */
+		/* the frame's header, then the blob's copy itself (no second copy) */
 		b = mu__md_local_copy(a, NULL);
-		mu__buf_init(&out, FRAME_MAX);
-		rc = mu__p2p_frame(&out, MU_P2P_LOAD, b ? b->data : "", b ? b->len : 0);
-		if (rc == 0)
-			rc = mu__conn_send(&pc->conn, out.data, out.len, NULL, 0, NULL, NULL);
+		mu__buf_init(&out, 64);
+		rc = mu__p2p_frame(&out, MU_P2P_LOAD, NULL, 0);
+		if (rc == 0) {
+			mu_le64_put((unsigned char *)out.data, out.len - 8 + (b ? b->len : 0));
+			rc = mu__conn_send(&pc->conn, out.data, out.len, b ? b->data : NULL,
+			                   b ? b->len : 0, b ? free_cb : NULL, b);
+		}
 		mu__buf_free(&out);
-		mu__free(b);
-		if (rc != 0)
+		if (rc != 0) {
+			mu__free(b);
 			mu__conn_close(&pc->conn, rc);
+		}
 		break;
 	default: /* INVL <name>: NIXL does not check that the sender is name */
 		snprintf(name, sizeof(name), "%.*s", (int)(n < MU_MD_NAME_MAX ? n : MU_MD_NAME_MAX), arg);
@@ -102,7 +113,7 @@ static void on_data(mu__conn_t *c)
 	size_t plen, argn;
 	int rc, progressed = 0;
 
-	while (!c->closing && (rc = mu__p2p_frame_peek(c->in.data, c->in.len, FRAME_MAX, &plen)) != 0) {
+	while (!c->closing && !c->paused && (rc = mu__p2p_frame_peek(c->in.data, c->in.len, FRAME_MAX, &plen)) != 0) {
 		if (rc < 0 || mu__p2p_parse(c->in.data + 8, plen, &cmd, &arg, &argn) != 0) {
 			mu__log(MU_LOG_WARN, "md", "agent %s: %s sent %s, closing",
 			        pc->p->a->name, c->peer,
@@ -116,10 +127,12 @@ static void on_data(mu__conn_t *c)
 		if (!c->closing)
 			mu__buf_consume(&c->in, 8 + plen);
 		progressed = 1;
+		if (mu__conn_yield(c))
+			break;
 	}
 	if (c->closing)
 		return;
-	if (c->in.len == 0)
+	if (c->in.len == 0 || c->paused)
 		mu__conn_timer(c, 0);
 	else if (progressed || !uv_is_active((uv_handle_t *)&c->timer))
 		mu__conn_timer(c, FRAME_DEADLINE_MS);
@@ -154,11 +167,8 @@ static void on_connection(uv_stream_t *listener, int status)
 		return;
 	pc->p = p;
 	mu__list_insert_tail(&p->conns, &pc->node);
-	/* the answer to SEND is a whole blob: let it queue before pausing */
-	pc->conn.wq_high = FRAME_MAX;
-	pc->conn.wq_low = 1u << 20;
 	mu__conn_accept(&pc->conn, listener, &conn_ops, FRAME_MAX + READ_CHUNK,
-	                p->scratch, sizeof(p->scratch));
+	                p->scratch, sizeof(p->scratch), &p->budget);
 }
 
 static void stop_cb(mu__service_t *svc)
@@ -177,10 +187,14 @@ static int start_listener(p2p_t *p)
 	mu_md_agent_t *a = p->a;
 	mu__listen_opts_t lo = {a->o.listen_host, a->o.listen_port,
 	                        a->o.listen_port + 1, 1, 128};
-	int rc = mu__service_init(&p->svc, stop_cb);
+	int rc;
 
+	if (mu_budget_check(&a->o.listen_budget) != 0)
+		return MU_EARG;
+	rc = mu__service_init(&p->svc, stop_cb);
 	if (rc != 0)
 		return rc;
+	mu__budget_init(&p->budget, &a->o.listen_budget, "md");
 	p->svc_init = 1;
 	rc = uv_tcp_init(&p->svc.loop, &p->listener);
 	if (rc == 0) {

@@ -25,6 +25,7 @@ void mu_md_opts_init(mu_md_opts_t *o)
 	o->lease_ttl = 10;
 	o->store_timeout = 0; /* resolved by timeout_of */
 	o->op_timeout = 0;
+	mu_budget_init(&o->listen_budget);
 }
 
 /*

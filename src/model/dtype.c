@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Elements of any dtype read and written one at a time; see dtype_int.h.
- * The half-precision conversions are written here because C11 has no
- * half type and none of muster's libraries converts one element.
+ * F16 and BF16 go through kern.c's conversions, but for a double to F16,
+ * done here straight from the double (through F32 it would round twice).
  */
 #include <math.h>
 #include <string.h>
 
 #include "model/dtype_int.h"
+#include "model/kern_int.h"
 
 int mu__dt_is_float(mu_dtype_t dt)
 {
@@ -26,26 +27,6 @@ int mu__dt_is_int(mu_dtype_t dt)
 }
 
 /* ---- half precision ---- */
-
-float mu__f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-	uint32_t bits;
-	float f;
-
-	if (exp == 0 && man == 0) {
-		bits = sign;
-	} else if (exp == 0) { /* subnormal: man * 2^-24, exact in f32 */
-		f = ldexpf((float)man, -24);
-		return sign ? -f : f;
-	} else if (exp == 0x1F) { /* inf or NaN, payload kept */
-		bits = sign | 0x7F800000u | man << 13;
-	} else {
-		bits = sign | (exp + 127 - 15) << 23 | man << 13;
-	}
-	memcpy(&f, &bits, 4);
-	return f;
-}
 
 /* A double to the nearest F16 (ties to even), straight from the double:
  * going through f32 first would round twice. */
@@ -72,31 +53,6 @@ static uint16_t double_to_f16(double d)
 	if (e + 14 >= 31)
 		return sign | 0x7C00;
 	return sign | (uint16_t)((e + 14) << 10) | ((uint16_t)q & 0x3FF);
-}
-
-uint16_t mu__f32_to_f16(float f)
-{
-	return double_to_f16((double)f);
-}
-
-float mu__bf16_to_f32(uint16_t h)
-{
-	uint32_t bits = (uint32_t)h << 16;
-	float f;
-
-	memcpy(&f, &bits, 4);
-	return f;
-}
-
-uint16_t mu__f32_to_bf16(float f)
-{
-	uint32_t bits;
-
-	memcpy(&bits, &f, 4);
-	if (isnan(f))
-		return (uint16_t)(bits >> 16 | 0x40); /* stays a NaN */
-	bits += 0x7FFF + ((bits >> 16) & 1);      /* nearest, ties to even */
-	return (uint16_t)(bits >> 16);
 }
 
 /* ---- one element ---- */

@@ -24,10 +24,7 @@ int mu__dt_is_float(mu_dtype_t dt);    /* F32 F16 BF16 F64 */
 int mu__dt_is_unsigned(mu_dtype_t dt); /* U8 U16 U32 U64 (not BOOL) */
 int mu__dt_is_int(mu_dtype_t dt);      /* signed or unsigned, not BOOL */
 
-float mu__f16_to_f32(uint16_t h);
-uint16_t mu__f32_to_f16(float f);
-float mu__bf16_to_f32(uint16_t h);
-uint16_t mu__f32_to_bf16(float f);
+/* (F16 and BF16 to and from F32: kern_int.h's mu__f16_to_f32 ...) */
 
 /* Element i of p (dtype dt) as a double: exact for every float dtype and
  * for integers up to 2^53. */

@@ -16,7 +16,8 @@
  *   - a token's logits do not depend on what it was batched with, so a
  *     stage rebuilt by replaying positions reproduces its KV cache exactly;
  *   - an x86 box and an ARM board agree.
- * MUSTER_KERNELS=portable in the environment forces the portable path.
+ * MUSTER_KERNELS=portable in the environment forces the portable path
+ * (MUSTER_KERNELS=avx2 the AVX2 one on a CPU that also has AVX512-VNNI).
  */
 #ifndef MU_MODEL_KERN_INT_H
 #define MU_MODEL_KERN_INT_H
@@ -99,7 +100,16 @@ uint16_t mu__f32_to_bf16(float f);  /* round to nearest even */
 void mu__quantize_q8_0(const float *x, int64_t n, void *out);
 void mu__quantize_q4_0(const float *x, int64_t n, void *out);
 
-/* The instruction set in use: "avx2" or "portable". */
+/* The instruction set in use: "avx2", "portable", or "avx2-vnni" (the
+ * AVX2 kernels with AVX512-VNNI's integer dot product, same results). */
 const char *mu__kern_isa(void);
+
+/*
+ * For tests (an addition to the interface above): use "portable", "avx2"
+ * or "avx2-vnni" from now on, or NULL to choose again as at start
+ * (MUSTER_KERNELS, then the CPU's best). MU_EARG for a name this build or
+ * CPU cannot run. Call it while no product runs.
+ */
+int mu__kern_force_isa(const char *isa);
 
 #endif

@@ -17,6 +17,7 @@
 #include "core/endian_int.h"
 #include "core/error_int.h"
 #include "core/json_int.h"
+#include "core/proc_int.h"
 #include "model/safetensors_int.h"
 
 static const struct {
@@ -241,17 +242,6 @@ static float half_to_float(uint16_t h)
 	return f;
 }
 
-/* The pages of [p, p+n) are no longer needed in memory. */
-static void release(const void *p, uint64_t n)
-{
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t b = ((uintptr_t)p + page - 1) & ~(page - 1);
-	uintptr_t e = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
-
-	if (e > b)
-		madvise((void *)b, e - b, MADV_DONTNEED);
-}
-
 /* Fault the pages of [p, p+n) in now: a stage is resident before it says so. */
 static void make_resident(const void *p, uint64_t n)
 {
@@ -290,7 +280,7 @@ static void widen(const mu__st_entry_t *e, const unsigned char *src, float *dst)
 		if (e->dtype == MU_DT_BF16)
 			memcpy(&dst[i], &bits, 4);
 		else
-			dst[i] = half_to_float(h);
+			dst[i] = half_to_float(h); /* exact, NaN payloads too */
 	}
 }
 
@@ -332,7 +322,7 @@ static int load(const mu__st_file_t *f, const mu__st_entry_t *e, int resident,
 		copy_le(src, t->raw, e->numel, w);
 	else
 		widen(e, src, t->data);
-	release(src, e->end - e->begin);
+	mu__pages_release(src, e->end - e->begin);
 	*out = t;
 	return 0;
 }
@@ -355,7 +345,7 @@ int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **o
 
 void mu__st_drop(const mu__st_file_t *f, const mu__st_entry_t *e)
 {
-	release(f->data + e->begin, e->end - e->begin);
+	mu__pages_release(f->data + e->begin, e->end - e->begin);
 }
 
 int mu__st_write(const char *path, const mu_tensor_list_t *l)

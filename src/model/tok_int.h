@@ -40,6 +40,9 @@ typedef struct {
 	int add_bos;                /* tokenizer.ggml.add_bos_token (-1 absent) */
 	int add_eos;
 	const char *chat_template;  /* tokenizer.chat_template, or NULL */
+	int no_space_prefix;        /* 1: tokenizer.ggml.add_space_prefix is
+	                               false ("llama" puts no U+2581 before the
+	                               text); 0, the default, when absent */
 } mu__tok_vocab_t;
 
 /*
@@ -84,20 +87,36 @@ int mu__tok_decode(const mu__tok_t *t, const int32_t *ids, size_t n,
 
 /*
  * Streaming decode for printing tokens as they come: feed one id at a
- * time; the bytes that form complete UTF-8 characters so far are appended
- * to out (up to cap; *outn set), the rest are held for the next call.
- * The concatenated output equals mu__tok_decode of all the ids.
+ * time; the bytes that form complete UTF-8 characters so far are written
+ * to out (up to cap; *outn set), the rest (the start of a character, at
+ * most 3 bytes) are held for the next call. Bytes that cannot become a
+ * valid character are passed on as they are. The output of all feeds
+ * followed by mu__tok_stream_flush equals mu__tok_decode of all the ids
+ * (with keep_special as set; init sets 0). To print only the tokens after
+ * a prompt, feed the prompt's ids first and drop their output, so the
+ * leading-space rule sees where the text starts.
+ * MU_ETOOBIG (nothing consumed) when cap is under mu__tok_stream_cap(t).
  */
 typedef struct {
 	const mu__tok_t *t;
 	size_t nfed;          /* ids fed so far */
 	unsigned char pend[8];
 	size_t npend;
+	int keep_special;     /* decode special tokens too */
+	int32_t prev;         /* the last id fed, -1 before any */
+	size_t nout;          /* bytes of text so far (held ones included) */
+	unsigned nstrip;      /* leading spaces dropped so far */
 } mu__tok_stream_t;
 
 void mu__tok_stream_init(mu__tok_stream_t *s, const mu__tok_t *t);
 int mu__tok_stream_feed(mu__tok_stream_t *s, int32_t id, char *out,
                         size_t cap, size_t *outn);
+/* The held bytes, at the end of the ids (cap >= 8 always suffices). */
+int mu__tok_stream_flush(mu__tok_stream_t *s, char *out, size_t cap,
+                         size_t *outn);
+/* An out capacity with which a feed never fails: the longest piece's
+ * decoded bytes plus the held ones. */
+size_t mu__tok_stream_cap(const mu__tok_t *t);
 
 int32_t mu__tok_vocab_size(const mu__tok_t *t);
 int32_t mu__tok_bos(const mu__tok_t *t); /* -1 when none */

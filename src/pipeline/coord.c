@@ -208,7 +208,7 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 	cstage_t *s = &c->s[i];
 	int64_t deadline = mu__deadline(c->o.connect_timeout_ms);
 	char host[256], *body = NULL;
-	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0};
+	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0, 0};
 	int port, rc;
 
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
@@ -302,7 +302,7 @@ void mu_coord_close(mu_coord_t *c)
 		cstage_t *s = &c->s[i];
 
 		if (s->fd >= 0) {
-			mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0};
+			mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
 
 			s->c.io_ms = 1000; /* a goodbye is worth a second at most */
 			mu__msg_send(&s->c, &m, NULL, 0);
@@ -361,7 +361,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 {
 	cstage_t *s = &c->s[k];
 	mu_tensor_list_t send, got;
-	mu__msg_t m = {MU_MSG_FORWARD, 0, 0, 0, 0};
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 0, 0, 0, 0};
 	double t0;
 	int rc = 0;
 

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -33,6 +34,8 @@ typedef struct {
 	char *dir;
 	uint64_t digest;
 	uint64_t param_bytes;
+	int llm;            /* a decoder checkpoint, not a graph model */
+	int layers;
 } held_t;
 
 struct mu_device_s {
@@ -46,7 +49,51 @@ struct mu_device_s {
 	mu_md_agent_t *md;
 	char *caps;         /* the capabilities JSON */
 	char *info;         /* INFO reply before a stage: caps + md address */
+	char *cache_dir;
 };
+
+const char *mu__device_cache_dir(const mu_device_t *d)
+{
+	return d->cache_dir;
+}
+
+uint64_t mu__device_mem(const mu_device_t *d)
+{
+	return d->mem;
+}
+
+int mu__device_threads(const mu_device_t *d)
+{
+	return d->threads;
+}
+
+/* A held model: a graph model directory, else a decoder checkpoint. */
+static int open_held(held_t *h, const char *path, char *err, size_t el)
+{
+	char p[4200];
+	mu__llm_src_t src;
+	mu_model_t *m;
+	int rc;
+
+	snprintf(p, sizeof(p), "%s/model.json", path);
+	if (access(p, F_OK) == 0) {
+		if ((rc = mu_model_open(path, &m, err, el)) != 0)
+			return rc;
+		h->digest = mu_model_digest(m);
+		h->param_bytes = mu_model_param_bytes(m);
+		mu_model_close(m);
+	} else {
+		if ((rc = mu__llm_src_open(path, NULL, &src, err, el)) != 0)
+			return rc;
+		h->llm = 1;
+		h->digest = mu__llm_digest(&src);
+		h->layers = src.hp.n_layers;
+		h->param_bytes = mu__llm_src_bytes(&src, 0, src.hp.n_layers);
+		mu__llm_src_free(&src);
+	}
+	h->dir = mu__strdup(path);
+	return h->dir != NULL ? 0 : MU_ENOMEM;
+}
 
 
 uint64_t mu_mem_available(void)
@@ -83,6 +130,7 @@ void mu_device_free(mu_device_t *d)
 	mu__free(d->md_host);
 	mu__free(d->caps);
 	mu__free(d->info);
+	mu__free(d->cache_dir);
 	mu__free(d);
 }
 
@@ -107,22 +155,15 @@ int mu_device_new(const mu_device_opts_t *o, mu_device_t **out, char *err, size_
 	d->key = mu__strdup(o->key != NULL ? o->key : "muster");
 	d->md_host = mu__strdup(o->md_host != NULL ? o->md_host : "0.0.0.0");
 	d->models = mu__calloc((size_t)o->nmodels + 1, sizeof(*d->models));
-	if (d->key == NULL || d->md_host == NULL || d->models == NULL)
+	d->cache_dir = o->cache_dir != NULL ? mu__strdup(o->cache_dir) : NULL;
+	if (d->key == NULL || d->md_host == NULL || d->models == NULL ||
+	    (o->cache_dir != NULL && d->cache_dir == NULL))
 		rc = MU_ENOMEM;
 	/* each model is opened once to know it by digest; nothing is loaded */
 	for (int i = 0; rc == 0 && i < o->nmodels; i++) {
-		mu_model_t *m;
-
-		rc = mu_model_open(o->models[i], &m, err, el);
-		if (rc != 0)
-			break;
-		d->models[i].dir = mu__strdup(o->models[i]);
-		d->models[i].digest = mu_model_digest(m);
-		d->models[i].param_bytes = mu_model_param_bytes(m);
-		d->nmodels++;
-		mu_model_close(m);
-		if (d->models[i].dir == NULL)
-			rc = MU_ENOMEM;
+		rc = open_held(&d->models[i], o->models[i], err, el);
+		if (rc == 0)
+			d->nmodels++;
 	}
 	if (rc != 0) {
 		mu_device_free(d);
@@ -162,6 +203,10 @@ static cJSON *caps_json(const mu_device_t *d, const char *addr)
 		cJSON_AddStringToObject(m, "dir", d->models[i].dir);
 		cJSON_AddStringToObject(m, "digest", hex);
 		cJSON_AddNumberToObject(m, "param_bytes", (double)d->models[i].param_bytes);
+		if (d->models[i].llm) {
+			cJSON_AddStringToObject(m, "kind", "llm");
+			cJSON_AddNumberToObject(m, "layers", d->models[i].layers);
+		}
 		cJSON_AddItemToArray(a, m);
 	}
 	cJSON_AddStringToObject(o, "muster", mu_version());
@@ -253,7 +298,7 @@ const char *mu_device_describe(const mu_device_t *d)
 static void ready(mu__serve_ctx_t *ctx, uint64_t id, mu_stage_t *s, mu__reply_t *r)
 {
 	ctx->stage = s;
-	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0};
+	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0, 0};
 	r->text = (char *)mu_stage_describe(s);
 }
 
@@ -269,7 +314,7 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 	char err[768] = "";
 	mu_stage_t *s = NULL;
 
-	if (ctx->stage != NULL || ss->pending != NULL) {
+	if (ctx->stage != NULL || ss->pending != NULL || ss->llm != NULL) {
 		mu__reply_error(r, m->id, MU_EPROTO, 1, "this session already has a stage");
 		return;
 	}
@@ -279,6 +324,19 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		return;
 	}
 	ss->t0 = mu__clock_ms();
+	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "kind")) &&
+	    strcmp(cJSON_GetObjectItemCaseSensitive(o, "kind")->valuestring, "llm") == 0) {
+		const char *path = NULL;
+
+		dg = cJSON_GetObjectItemCaseSensitive(o, "digest");
+		if (cJSON_IsString(dg) && sscanf(dg->valuestring, "%llx", &digest) == 1)
+			for (int i = 0; i < d->nmodels && path == NULL; i++)
+				if (d->models[i].llm && d->models[i].digest == digest)
+					path = d->models[i].dir;
+		mu__device_assign_llm(ctx, ss, m, o, path, r);
+		cJSON_Delete(o);
+		return;
+	}
 	w = cJSON_GetObjectItemCaseSensitive(o, "weights");
 	g = cJSON_GetObjectItemCaseSensitive(o, "graph");
 	dg = cJSON_GetObjectItemCaseSensitive(o, "digest");
@@ -329,7 +387,7 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 			ss->pending = s;
 			ss->received = 0;
 			ss->budget_need = (uint64_t)need;
-			r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0};
+			r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
 			r->text = mu__strdup("{\"weights\": \"stream\"}");
 			r->text_owned = 1;
 		}
@@ -374,7 +432,7 @@ static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 
 	switch (m->type) {
 	case MU_MSG_INFO:
-		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0};
+		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
 		r->text = ss->d->info != NULL ? ss->d->info : (char *)"{}";
 		return;
 	case MU_MSG_ASSIGN:
@@ -383,7 +441,14 @@ static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 	case MU_MSG_WEIGHTS:
 		weights(ss, m, in, r);
 		return;
+	case MU_MSG_TENSOR:
+		mu__device_tensor_llm(ss, m, body != NULL ? body : "", r);
+		return;
 	case MU_MSG_LOAD:
+		if (ss->llm != NULL) {
+			mu__device_load_llm(ctx, ss, m, r);
+			return;
+		}
 		if (ss->pending == NULL) {
 			mu__reply_error(r, m->id, MU_EPROTO, 1, "LOAD with no stage streaming");
 			return;
@@ -437,8 +502,10 @@ void mu__device_ctx_done(mu__serve_ctx_t *ctx)
 
 	mu_stage_free(ctx->stage);
 	mu_stage_free(ss->pending);
+	mu__llm_pending_free(ss->llm);
 	ctx->stage = NULL;
 	ss->pending = NULL;
+	ss->llm = NULL;
 }
 
 void mu_device_session(mu_session_t *s, void *ud)

@@ -41,7 +41,8 @@ const char *mu__msg_type_name(int type)
 {
 	static const char *const names[] = {
 		"?", "INFO", "FORWARD", "RESULT", "ERROR", "CLOSE",
-		"ASSIGN", "WEIGHTS", "LOAD", "READY",
+		"ASSIGN", "WEIGHTS", "LOAD", "READY", "SEQ_OPEN", "SEQ_FORWARD", "SEQ_CLOSE",
+		"SEQ_BATCH", "TENSOR",
 	};
 
 	return type > 0 && type <= MU_MSG_TYPE_MAX ? names[type] : "?";
@@ -53,7 +54,7 @@ void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
 	mu_le16_put(h + 4, MU_MSG_VERSION);
 	mu_le16_put(h + 6, m->type);
 	mu_le32_put(h + 8, (uint32_t)m->status);
-	mu_le32_put(h + 12, 0);
+	mu_le32_put(h + 12, m->arg);
 	mu_le64_put(h + 16, m->id);
 	mu_le64_put(h + 24, m->aux);
 	mu_le64_put(h + 32, m->len);
@@ -68,7 +69,8 @@ void mu__msg_encode_frame(const mu__msg_t *m, const mu_tensor_list_t *l, unsigne
 
 int mu__msg_is_frame(int type)
 {
-	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS;
+	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS ||
+	       type == MU_MSG_SEQ_FORWARD || type == MU_MSG_SEQ_BATCH;
 }
 
 int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
@@ -85,6 +87,7 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 	    (version != MU_MSG_VERSION_TYPED || !mu__msg_is_frame(m->type)))
 		return MU_EPROTO;
 	m->status = (int32_t)mu_le32_get(h + 8);
+	m->arg = mu_le32_get(h + 12);
 	m->id = mu_le64_get(h + 16);
 	m->aux = mu_le64_get(h + 24);
 	m->len = mu_le64_get(h + 32);
@@ -282,7 +285,7 @@ int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l)
 
 int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text)
 {
-	mu__msg_t m = {MU_MSG_ERROR, code, id, 0, 0};
+	mu__msg_t m = {MU_MSG_ERROR, code, id, 0, 0, 0};
 
 	return mu__msg_send(c, &m, text, strlen(text));
 }

@@ -8,9 +8,10 @@
  *                is not F32 (a typed frame; version 1 bodies are rlx's)
  *   6  u16      type (mu__msg_type_t)
  *   8  i32      status: 0, or a muster/errno code (ERROR)
- *   12 u32      reserved, 0
+ *   12 u32      arg: SEQ_FORWARD's position; else 0
  *   16 u64      request id (a reply carries its request's)
- *   24 u64      aux: RESULT: the stage's compute time in ns
+ *   24 u64      aux: RESULT: the stage's compute time in ns; SEQ_*: the
+ *               sequence
  *   32 u64      body length
  *
  * Bodies: FORWARD, RESULT and WEIGHTS are one rlx tensor frame filling the
@@ -47,8 +48,22 @@ typedef enum {
 	MU_MSG_WEIGHTS = 7,  /* a frame of the assigned stage's weights */
 	MU_MSG_LOAD = 8,     /* every weight was sent: load -> READY or ERROR */
 	MU_MSG_READY = 9,    /* JSON: what the stage loaded and how long it took */
-	MU_MSG_TYPE_MAX = 9
+	MU_MSG_SEQ_OPEN = 10,    /* aux = seq; JSON {"ctx": N} -> READY or ERROR */
+	MU_MSG_SEQ_FORWARD = 11, /* aux = seq, arg = position (| ALL_LOGITS);
+	                            frame "tokens" [n] or "x" [n, dim]
+	                            -> RESULT "x" [n, dim] or "logits" */
+	MU_MSG_SEQ_CLOSE = 12,   /* aux = seq -> READY or ERROR */
+	MU_MSG_SEQ_BATCH = 13,   /* frame "items" [k, 4] (seq, pos, n, all_logits)
+	                            and "tokens" [rows] or "x" [rows, dim]
+	                            -> RESULT "x" or "logits", items in order */
+	MU_MSG_TENSOR = 14,      /* arg = JSON length; JSON {"name", "offset"}
+	                            then raw bytes of that tensor (no reply) */
+	MU_MSG_TYPE_MAX = 14
 } mu__msg_type_t;
+
+/* SEQ_FORWARD's arg: the first position, and this bit for the logits of
+ * every position rather than the last only. */
+#define MU_SEQ_ALL_LOGITS 0x80000000u
 
 typedef struct {
 	uint16_t type;
@@ -56,6 +71,7 @@ typedef struct {
 	uint64_t id;
 	uint64_t aux;
 	uint64_t len;
+	uint32_t arg;       /* header bytes 12..15: SEQ_FORWARD's position; else 0 */
 } mu__msg_t;
 
 typedef struct {

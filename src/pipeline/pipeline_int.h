@@ -9,8 +9,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "muster/md.h"
 #include "muster/pipeline.h"
 #include "core/strmap_int.h"
+#include "model/llm_int.h"
 #include "model/model_int.h"
 #include "model/plan_int.h"
 #include "model/safetensors_int.h"
@@ -47,7 +49,9 @@ struct mu_stage_s {
 	double load_ms;
 	char *desc;            /* JSON */
 	pthread_mutex_t lock;  /* one forward at a time */
+	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
 };
+
 
 /* FNV-1a, 64 bits, continued from h (start with MU_FNV_INIT). */
 #define MU_FNV_INIT 0xcbf29ce484222325ULL
@@ -114,7 +118,8 @@ void mu__reply_free(mu__reply_t *r);
 void mu__reply_error(mu__reply_t *r, uint64_t id, int code, int fatal, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
-void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
+/* owner: who sent it (a connection's serial), for state kept per peer. */
+void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m, const char *body,
                      mu_tensor_list_t *in, mu__reply_t *r);
 
 /*
@@ -124,11 +129,94 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
  */
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
 
+/* ---- stages of decoder LLMs (llm_stage.c) ---- */
+
+typedef struct mu__llm_stage_s mu__llm_stage_t;
+
+typedef struct {
+	int threads;          /* compute threads */
+	int max_seqs;         /* sequences open at once (all connections) */
+	uint64_t kv_bytes;    /* KV cache all sequences may reserve */
+	int max_chunk;        /* positions per SEQ_FORWARD */
+} mu__llm_stage_opts_t;
+
+void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o);
+/*
+ * Load the stage of a checkpoint (an HF directory, GGUF or llama2.c file):
+ * layers [first, last) when first >= 0, else stage index of `of` split by
+ * weight bytes. The stage's own weights are made resident; nothing else
+ * of the files is read.
+ */
+int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
+                       int first, int last, const mu__llm_stage_opts_t *o,
+                       mu_stage_t **out, char *err, size_t el);
+/* The same from an open source (taken: freed with the stage, or on
+ * failure) whose digest is given (a stage assembled from streamed
+ * tensors cannot compute the whole checkpoint's). */
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
+                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
+                           char *err, size_t el);
+void mu__llm_stage_free(mu__llm_stage_t *s);
+/* SEQ_OPEN, SEQ_FORWARD and SEQ_CLOSE from the connection owner. Any
+ * thread. */
+void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                          const char *body, mu_tensor_list_t *in, mu__reply_t *r);
+/* The connection owner has gone: free its sequences. Any thread. */
+void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner);
+
 /* Into t: why a message was cut short after got of its `of` bytes of
  * `what` ("header", "FORWARD body", ...): a stall of stall_ms when rc is
  * -ETIMEDOUT, else the end of the stream or rc's text. */
 void mu__cut_short(char *t, size_t n, const char *what, uint64_t got, uint64_t of, int rc,
                    int stall_ms);
+
+/* ---- devices from the tracker, coordinator side (devices.c) ---- */
+
+typedef struct {
+	mu_session_t *sess;     /* NULL once handed on or closed */
+	char addr[300];
+	uint64_t budget;        /* its memory budget */
+	int threads;
+	int nheld;
+	uint64_t held[64];      /* digests of the models it holds */
+} mu__device_t;
+
+typedef struct {
+	const char *tracker_host, *key;
+	int tracker_port;
+	double priority;
+	int request_timeout_ms;  /* to get each device */
+	int io_timeout_ms;       /* on its session */
+	uint64_t max_frame_bytes;
+	void (*say)(void *ud, const char *line); /* narration, or NULL */
+	void *ud;
+} mu__devpool_opts_t;
+
+typedef struct {
+	mu__devpool_opts_t o;
+	char *key, *thost;
+	int tport;
+	double priority;
+	int request_timeout_ms, io_timeout_ms;
+	uint64_t max_frame;
+	mu_md_agent_t *md;       /* fetches the devices' metadata */
+	void (*say)(void *ud, const char *line);
+	void *ud;
+} mu__devpool_t;
+
+/* A pool over a tracker and key, with its own md agent. */
+int mu__devpool_init(mu__devpool_t *p, const mu__devpool_opts_t *o, char *err, size_t el);
+void mu__devpool_free(mu__devpool_t *p);
+void mu__devpool_say(const mu__devpool_t *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* One device (a session, what it offers), or n requested at once. */
+int mu__devpool_get(mu__devpool_t *p, mu__device_t *d, char *err, size_t el);
+int mu__devpool_get_many(mu__devpool_t *p, mu__device_t *devs, int n, char *err, size_t el);
+int mu__device_holds(const mu__device_t *d, uint64_t digest);
+/* Send a text message on ch and read its reply of type want (text into
+ * *reply); an ERROR reply becomes an error with its text in err. */
+int mu__device_exchange(mu__chan_t *ch, mu__msg_t *m, const char *body, int want, char **reply,
+                        char *err, size_t el, const char *addr);
 
 /* What one device session is doing (device.c). */
 typedef struct {
@@ -137,12 +225,29 @@ typedef struct {
 	double t0;              /* when ASSIGN came */
 	uint64_t received;      /* weight bytes streamed so far */
 	uint64_t budget_need;
+	struct mu__llm_pending_s *llm; /* an LLM stage whose tensors stream in */
 } mu__device_sess_t;
 
 /* Set ctx up to serve a session as device d (ss: the session's state);
  * _done frees whatever stage the session built. */
 void mu__device_ctx(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, mu_device_t *d);
 void mu__device_ctx_done(mu__serve_ctx_t *ctx);
+
+/* The device's side of an LLM stage (device_llm.c): ASSIGN with "kind":
+ * "llm" (local_path: the device's checkpoint of that digest, or NULL),
+ * TENSOR, LOAD. The device's cache directory and budget come from ss->d. */
+typedef struct mu__llm_pending_s mu__llm_pending_t;
+void mu__device_assign_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
+                           const cJSON *o, const char *local_path, mu__reply_t *r);
+void mu__device_tensor_llm(mu__device_sess_t *ss, const mu__msg_t *m, const char *body,
+                           mu__reply_t *r);
+void mu__device_load_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
+                         mu__reply_t *r);
+void mu__llm_pending_free(mu__llm_pending_t *p);
+/* What device_llm.c needs of the device. */
+const char *mu__device_cache_dir(const mu_device_t *d);
+uint64_t mu__device_mem(const mu_device_t *d);
+int mu__device_threads(const mu_device_t *d);
 
 /*
  * A coordinator over sessions already open (the main job): n empty

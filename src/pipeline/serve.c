@@ -47,20 +47,55 @@ void mu__reply_error(mu__reply_t *r, uint64_t id, int code, int fatal, const cha
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
 	mu__reply_free(r);
-	r->m = (mu__msg_t){MU_MSG_ERROR, code, id, 0, 0};
+	r->m = (mu__msg_t){MU_MSG_ERROR, code, id, 0, 0, 0};
 	r->text = mu__strdup(text);
 	r->text_owned = 1;
 	r->fatal = fatal;
 }
 
-void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
-                     mu_tensor_list_t *in, mu__reply_t *r)
+/* An LLM stage answers INFO and the SEQ_* messages; FORWARD is for graph
+ * stages. */
+static int llm_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
+                      const char *body, mu_tensor_list_t *in, mu__reply_t *r)
+{
+	switch (m->type) {
+	case MU_MSG_INFO:
+		if (ctx->stage == NULL || ctx->stage->llm == NULL)
+			return 0;
+		mu__llm_stage_handle(ctx->stage->llm, owner, m, body, in, r);
+		return 1;
+	case MU_MSG_SEQ_OPEN:
+	case MU_MSG_SEQ_FORWARD:
+	case MU_MSG_SEQ_BATCH:
+	case MU_MSG_SEQ_CLOSE:
+		if (ctx->stage == NULL || ctx->stage->llm == NULL) {
+			mu__reply_error(r, m->id, MU_EPROTO, 0, "%s: this stage serves no LLM",
+			                mu__msg_type_name(m->type));
+			return 1;
+		}
+		mu__llm_stage_handle(ctx->stage->llm, owner, m, body, in, r);
+		return 1;
+	case MU_MSG_FORWARD:
+		if (ctx->stage == NULL || ctx->stage->llm == NULL)
+			return 0;
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "this stage serves an LLM: send SEQ_OPEN and "
+		                "SEQ_FORWARD, not FORWARD");
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
+                     const char *body, mu_tensor_list_t *in, mu__reply_t *r)
 {
 	char why[768] = "";
 	double t0;
 	int rc;
 
 	mu__reply_init(r);
+	if (llm_handle(ctx, owner, m, body, in, r))
+		return;
 	if (m->type == MU_MSG_INFO && ctx->stage == NULL && ctx->on_other != NULL) {
 		ctx->on_other(ctx, m, body, in, r); /* a device not assigned yet */
 		return;
@@ -71,7 +106,7 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 			mu__reply_error(r, m->id, MU_EARG, 0, "no stage is loaded here yet");
 			return;
 		}
-		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0};
+		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
 		r->text = (char *)mu_stage_describe(ctx->stage);
 		return;
 	case MU_MSG_FORWARD:
@@ -87,13 +122,14 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 			mu__reply_error(r, m->id, rc, 0, "%s", why);
 			return;
 		}
-		r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0};
+		r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
 		return;
 	case MU_MSG_CLOSE:
 		r->fatal = 1; /* no reply: the peer is going */
 		return;
 	case MU_MSG_ASSIGN:
 	case MU_MSG_WEIGHTS:
+	case MU_MSG_TENSOR:
 	case MU_MSG_LOAD:
 		if (ctx->on_other != NULL) {
 			ctx->on_other(ctx, m, body, in, r);
@@ -194,7 +230,7 @@ int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx)
 			mu_tensor_list_free(&in);
 			return rc;
 		}
-		mu__pipe_handle(ctx, &m, body, &in, &r);
+		mu__pipe_handle(ctx, 0, &m, body, &in, &r);
 		mu__free(body);
 		mu_tensor_list_free(&in);
 		rc = chan_reply(c, &r);

@@ -45,6 +45,7 @@ void mu_stage_free(mu_stage_t *s)
 		mu__graph_free(&s->own);
 	mu_model_close(s->model);
 	mu__free(s->desc);
+	mu__llm_stage_free(s->llm);
 	pthread_mutex_destroy(&s->lock);
 	mu__free(s);
 }

@@ -52,8 +52,10 @@ typedef struct sconn_s {
 	int computing;            /* a forward is on the thread pool */
 	int freed;                /* ... and the handles closed meanwhile */
 	unsigned long nmsgs;      /* whole messages received */
+	uint64_t serial;          /* names the connection as an owner of sequences */
 	double since;             /* when it connected (mu__clock_ms) */
 	int uncounted;            /* closing after an ERROR: not in nconns */
+	int in_data;              /* inside sc_data: it goes on with the next message */
 } sconn_t;
 
 /* A RESULT being written: what its buffers point into. */
@@ -74,10 +76,12 @@ struct mu_stage_server_s {
 	int port;
 	mu__list_t conns;         /* oldest first */
 	int nconns;               /* conns not refused or evicted */
+	mu__budget_t budget;
 	char scratch[65536];
 	mu__serve_ctx_t ctx;
 	uv_mutex_t lock;          /* forwards */
 	unsigned long forwards;
+	uint64_t serials;         /* connections accepted so far */
 	uv_mutex_t join_lock;
 	int joined;
 };
@@ -103,7 +107,7 @@ static void fail_conn(sconn_t *sc, int code, const char *fmt, ...)
 {
 	char text[512];
 	unsigned char h[MU_MSG_HEADER];
-	mu__msg_t m = {MU_MSG_ERROR, code, sc->m.id, 0, 0};
+	mu__msg_t m = {MU_MSG_ERROR, code, sc->m.id, 0, 0, 0};
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -199,22 +203,37 @@ static int send_result(sconn_t *sc)
 		if (l->t[i]->numel > 0)
 			w->bufs[n++] = uv_buf_init((char *)l->t[i]->raw, (unsigned)mu_tensor_nbytes(l->t[i]));
 	}
-	rc = mu__conn_sendv(&sc->conn, w->bufs, n, result_sent, w);
+	/* charged with what this write keeps besides the tensors' bytes */
+	rc = mu__conn_sendv(&sc->conn, w->bufs, n,
+	                    sizeof(*w) + MU_MSG_HEADER + 4 + hsz + (2 * l->n + 2) * sizeof(uv_buf_t),
+	                    result_sent, w);
 	if (rc != 0)
 		wres_free(w);
 	return rc;
 }
 
+static void free_cb(void *p)
+{
+	mu__free(p);
+}
+
+/* Header and text as one write: the text is the stage's description (it
+ * outlives the server), or an owned one that moves to the write. */
 static int send_text(sconn_t *sc)
 {
 	mu__reply_t *r = &sc->reply;
 	unsigned char h[MU_MSG_HEADER];
+	char *own = r->text_owned ? r->text : NULL;
+	int rc;
 
 	r->m.len = r->text != NULL ? strlen(r->text) : 0;
 	mu__msg_encode(&r->m, h);
-	return mu__conn_send(&sc->conn, h, sizeof(h), NULL, 0, NULL, NULL) == 0 && r->m.len > 0
-	               ? mu__conn_send(&sc->conn, r->text, r->m.len, NULL, 0, NULL, NULL)
-	               : 0;
+	rc = mu__conn_send(&sc->conn, h, sizeof(h), r->text, r->m.len, own ? free_cb : NULL, own);
+	if (rc == 0 && own != NULL) {
+		r->text = NULL;
+		r->text_owned = 0;
+	}
+	return rc;
 }
 
 /* The reply is ready (loop thread): send it, then read the next message. */
@@ -237,14 +256,16 @@ static void replied(sconn_t *sc)
 		return;
 	sc_reset(sc);
 	mu__conn_hold(&sc->conn, 0);
-	sc_data(&sc->conn); /* a request that came in behind this one */
+	if (!sc->in_data)
+		sc_data(&sc->conn); /* a request that came in behind this one */
 }
 
 static void work_cb(uv_work_t *w)
 {
 	sconn_t *sc = w->data;
 
-	mu__pipe_handle(&sc->srv->ctx, &sc->m, NULL, &sc->in, &sc->reply);
+	mu__pipe_handle(&sc->srv->ctx, sc->serial, &sc->m, sc->text.data != NULL ? sc->text.data : "",
+	                &sc->in, &sc->reply);
 }
 
 static void after_work_cb(uv_work_t *w, int status)
@@ -272,7 +293,13 @@ static void dispatch(sconn_t *sc)
 	sc->nmsgs++;
 	mu__conn_hold(&sc->conn, 1);
 	mu__conn_timer(&sc->conn, 0);
-	if (sc->m.type == MU_MSG_FORWARD && sc->srv->stage != NULL) {
+	/* Compute, and anything that waits for the compute's lock, runs off
+	 * the loop. A SEQ_OPEN's JSON body is made a string first. */
+	if ((sc->m.type == MU_MSG_FORWARD || sc->m.type == MU_MSG_SEQ_FORWARD ||
+	     sc->m.type == MU_MSG_SEQ_BATCH ||
+	     sc->m.type == MU_MSG_SEQ_OPEN || sc->m.type == MU_MSG_SEQ_CLOSE ||
+	     (sc->m.type == MU_MSG_INFO && sc->srv->stage != NULL && sc->srv->stage->llm != NULL)) &&
+	    sc->srv->stage != NULL && mu__buf_appendc(&sc->text, '\0') == 0) {
 		sc->work.data = sc;
 		if (uv_queue_work(sc->conn.tcp.loop, &sc->work, work_cb, after_work_cb) == 0) {
 			sc->computing = 1;
@@ -281,7 +308,7 @@ static void dispatch(sconn_t *sc)
 	}
 	if (mu__buf_appendc(&sc->text, '\0') != 0)
 		body = "";
-	mu__pipe_handle(&sc->srv->ctx, &sc->m, body, &sc->in, &sc->reply);
+	mu__pipe_handle(&sc->srv->ctx, sc->serial, &sc->m, body, &sc->in, &sc->reply);
 	mu_tensor_list_free(&sc->in);
 	mu_tensor_list_init(&sc->in);
 	replied(sc);
@@ -348,25 +375,41 @@ static void start_body(sconn_t *sc)
 	}
 }
 
+/* The message being received, held outside conn.in: the frame's declared
+ * tensors, or the text body. */
+static void count_input(sconn_t *sc)
+{
+	size_t n = mu__buf_footprint(&sc->text);
+
+	if (sc->fr_live)
+		n += (size_t)sc->fr.bytes;
+	mu__conn_input(&sc->conn, n);
+}
+
 static void sc_data(mu__conn_t *c)
 {
 	sconn_t *sc = (sconn_t *)c;
 	mu__buf_t *in = &c->in;
+	int was = sc->in_data;
 
-	while (!c->closing && !c->draining && sc->state != SC_BUSY && in->len > 0) {
+	/* a reply sent at once (INFO, an ERROR) comes back to this loop, not
+	 * into a new call: a thousand pipelined messages are a loop here, not
+	 * a thousand nested calls */
+	sc->in_data = 1;
+	while (!c->closing && !c->draining && !c->paused && sc->state != SC_BUSY && in->len > 0) {
 		size_t k;
 		int rc;
 
 		switch (sc->state) {
 		case SC_HEADER:
-			if (in->len < MU_MSG_HEADER)
+			if (in->len < MU_MSG_HEADER || mu__conn_yield(c))
 				goto out;
 			rc = mu__msg_decode((const unsigned char *)in->data, sc->srv->o.max_frame_bytes, &sc->m);
 			mu__buf_consume(in, MU_MSG_HEADER);
 			if (rc != 0) {
 				sc->m.id = 0;
 				fail_conn(sc, rc, "bad message header: %s", mu_strerror(rc));
-				return;
+				goto out;
 			}
 			start_body(sc);
 			break;
@@ -374,7 +417,7 @@ static void sc_data(mu__conn_t *c)
 			k = in->len < sc->left ? in->len : (size_t)sc->left;
 			if (mu__buf_append(&sc->text, in->data, k) != 0) {
 				fail_conn(sc, MU_ENOMEM, "out of memory for a message body");
-				return;
+				goto out;
 			}
 			mu__buf_consume(in, k);
 			sc->left -= k;
@@ -399,7 +442,13 @@ static void sc_data(mu__conn_t *c)
 		}
 	}
 out:
-	if (!c->closing && !c->draining && sc->state != SC_BUSY)
+	sc->in_data = was;
+	count_input(sc);
+	/* while paused for its budget, what waits is ours to answer, not the
+	 * peer's stall: the budget's grace governs it, conn.c calls us back */
+	if (!c->closing && !c->draining && c->paused)
+		mu__conn_timer(c, 0);
+	else if (!c->closing && !c->draining && sc->state != SC_BUSY)
 		arm_timer(sc);
 }
 
@@ -425,6 +474,7 @@ static void sc_direct(mu__conn_t *c, size_t n)
 	sc->left -= n;
 	if (rc != 0 || sc->left == 0)
 		frame_progress(sc, rc);
+	count_input(sc);
 	if (!c->closing && !c->draining && sc->state == SC_FRAME)
 		arm_timer(sc);
 }
@@ -487,6 +537,44 @@ static int sc_eof(mu__conn_t *c)
 	return 1;
 }
 
+typedef struct {
+	uv_work_t work;
+	mu_stage_server_t *srv;
+	uint64_t owner;
+} release_t;
+
+static void release_work(uv_work_t *w)
+{
+	release_t *r = w->data;
+
+	mu__llm_stage_release(r->srv->stage->llm, r->owner);
+}
+
+static void release_done(uv_work_t *w, int status)
+{
+	(void)status;
+	mu__free(w->data);
+}
+
+/* A closed connection's sequences are freed off the loop: a forward of
+ * another connection may hold the stage's lock for a while. */
+static void release_seqs(mu_stage_server_t *srv, uint64_t owner)
+{
+	release_t *r = mu__calloc(1, sizeof(*r));
+
+	if (r == NULL) { /* rare: free them here, waiting for the lock */
+		mu__llm_stage_release(srv->stage->llm, owner);
+		return;
+	}
+	r->srv = srv;
+	r->owner = owner;
+	r->work.data = r;
+	if (uv_queue_work(&srv->svc.loop, &r->work, release_work, release_done) != 0) {
+		mu__llm_stage_release(srv->stage->llm, owner);
+		mu__free(r);
+	}
+}
+
 static void sc_close(mu__conn_t *c, int err)
 {
 	sconn_t *sc = (sconn_t *)c;
@@ -498,6 +586,8 @@ static void sc_close(mu__conn_t *c, int err)
 	mu__list_remove(&sc->node);
 	if (!sc->uncounted)
 		sc->srv->nconns--;
+	if (sc->srv->stage != NULL && sc->srv->stage->llm != NULL)
+		release_seqs(sc->srv, sc->serial);
 }
 
 static void sc_free(mu__conn_t *c)
@@ -556,17 +646,15 @@ static void on_connection(uv_stream_t *listener, int status)
 	if (sc == NULL)
 		return;
 	sc->srv = srv;
+	sc->serial = ++srv->serials;
 	sc->since = mu__clock_ms();
 	mu__buf_init(&sc->text, MU_MSG_MAX_TEXT + 1);
 	mu_tensor_list_init(&sc->in);
 	mu__reply_init(&sc->reply);
 	mu__list_insert_tail(&srv->conns, &sc->node);
 	srv->nconns++;
-	/* replies are written from the tensors, never queued twice */
-	sc->conn.wq_high = (size_t)1 << 40;
-	sc->conn.wq_low = (size_t)1 << 39;
 	if (mu__conn_accept(&sc->conn, listener, &sc_ops, 2 * sizeof(srv->scratch), srv->scratch,
-	                    sizeof(srv->scratch)) != 0)
+	                    sizeof(srv->scratch), &srv->budget) != 0)
 		return;
 	mu__log(MU_LOG_INFO, LOG, "%s: connection from %s", srv->name, sc->conn.peer);
 	if (srv->nconns > srv->o.max_conns)
@@ -596,6 +684,7 @@ void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
 	o->silent_timeout_ms = 30000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->name = "stage";
+	mu_budget_init(&o->budget);
 }
 
 static int stage_listen(mu_stage_server_t *srv)
@@ -620,7 +709,8 @@ int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
 	int rc;
 
 	*out = NULL;
-	if (s == NULL || o == NULL || o->max_conns < 1 || o->io_timeout_ms < 1)
+	if (s == NULL || o == NULL || o->max_conns < 1 || o->io_timeout_ms < 1 ||
+	    mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	srv = mu__calloc(1, sizeof(*srv));
 	if (srv == NULL)
@@ -634,6 +724,7 @@ int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
 	srv->ctx.stage = s;
 	srv->ctx.name = srv->name;
 	mu__list_init(&srv->conns);
+	mu__budget_init(&srv->budget, &o->budget, "stage");
 	uv_mutex_init(&srv->lock);
 	uv_mutex_init(&srv->join_lock);
 	rc = mu__service_init(&srv->svc, service_stop_cb);

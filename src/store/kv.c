@@ -35,7 +35,19 @@ typedef struct {
 	keyregs_t *kr;
 	char *key; /* the regs map key, for removing an emptied keyregs_t */
 	size_t klen;
+	size_t cost;  /* what it adds to peer->held */
+	int watch;
 } reg_t;
+
+/*
+ * What one registration takes: itself and its copy of the key, and (as if
+ * it were alone on its key) the key's lists and the map's copy of the key,
+ * with the allocator's overhead on each of the four blocks.
+ */
+static size_t reg_cost(size_t klen)
+{
+	return sizeof(reg_t) + sizeof(keyregs_t) + 2 * (klen + 1) + 4 * 32;
+}
 
 typedef struct {
 	mu__list_t node;
@@ -116,6 +128,8 @@ void mu__store_peer_init(mu__store_peer_t *p, mu__store_dialect_t d)
 	mu__list_init(&p->waits);
 	mu__list_init(&p->watches);
 	p->awaiting = 0;
+	p->nwatches = 0;
+	p->held = 0;
 	p->dialect = d;
 	p->validated = 0;
 }
@@ -128,6 +142,11 @@ static void reg_drop(mu__store_t *s, reg_t *r)
 
 	mu__list_remove(&r->key_node);
 	mu__list_remove(&r->peer_node);
+	r->peer->held -= r->cost;
+	if (r->watch) {
+		r->peer->nwatches--;
+		s->nwatches--;
+	}
 	if (mu__list_empty(&kr->waiters) && mu__list_empty(&kr->watchers))
 		mu__free(mu__strmap_remove(&s->regs, r->key, r->klen));
 	mu__free(r->key);
@@ -149,12 +168,16 @@ void mu__store_peer_release(mu__store_t *s, mu__store_peer_t *p)
 	p->awaiting = 0;
 }
 
+/* Register p on key (a watch with lim, else a wait). */
 static int reg_add(mu__store_t *s, mu__store_peer_t *p, mu__span_t key,
-                   int watch)
+                   const mu__store_limits_t *lim)
 {
 	keyregs_t *kr = mu__strmap_get(&s->regs, key.p, key.n);
+	int watch = lim != NULL;
 	reg_t *r;
 
+	if (watch && (p->nwatches >= lim->max_watches || s->nwatches >= lim->max_watches_total))
+		return MU_ETOOBIG;
 	if (kr == NULL) {
 		kr = mu__malloc(sizeof(*kr));
 		if (kr == NULL)
@@ -178,6 +201,13 @@ static int reg_add(mu__store_t *s, mu__store_peer_t *p, mu__span_t key,
 	r->klen = key.n;
 	r->peer = p;
 	r->kr = kr;
+	r->watch = watch;
+	r->cost = reg_cost(key.n);
+	p->held += r->cost;
+	if (watch) {
+		p->nwatches++;
+		s->nwatches++;
+	}
 	mu__list_insert_tail(watch ? &kr->watchers : &kr->waiters, &r->key_node);
 	mu__list_insert_tail(watch ? &p->watches : &p->waits, &r->peer_node);
 	return 0;
@@ -229,28 +259,43 @@ static void wake(mu__store_t *s, mu__span_t key, int one)
 	}
 }
 
-/* v1 watchers of key: u8 kind, str key, bytes old, bytes new. */
+/* A length-prefixed string at p; returns the end. */
+static char *put_str(char *p, const void *v, size_t n)
+{
+	mu_le64_put((unsigned char *)p, n);
+	if (n > 0)
+		memcpy(p + 8, v, n);
+	return p + 8 + n;
+}
+
+/*
+ * v1 watchers of key: u8 kind, str key, bytes old, bytes new. The event
+ * is built once and every watcher's write references it: a hundred
+ * watchers of a large value cost one copy of it, not a hundred.
+ */
 static void notify(mu__store_t *s, mu__span_t key, int kind,
                    const mu__store_val_t *old, const mu__store_val_t *nv)
 {
 	keyregs_t *kr = mu__strmap_get(&s->regs, key.p, key.n);
+	size_t on = old ? old->len : 0, nn = nv ? nv->len : 0;
 	mu__list_t *it;
-	mu__buf_t ev;
+	mu__store_val_t *ev;
+	char *p;
 
 	if (kr == NULL || mu__list_empty(&kr->watchers))
 		return;
-	mu__buf_init(&ev, (size_t)-1);
-	if (mu__store_put_u8(&ev, (uint8_t)kind) != 0 ||
-	    mu__store_put_str(&ev, key.p, key.n) != 0 ||
-	    mu__store_put_str(&ev, old ? old->data : "", old ? old->len : 0) != 0 ||
-	    mu__store_put_str(&ev, nv ? nv->data : "", nv ? nv->len : 0) != 0) {
-		mu__buf_free(&ev);
+	ev = mu__malloc(sizeof(*ev) + 1 + 24 + key.n + on + nn);
+	if (ev == NULL)
 		return; /* out of memory: watchers miss one event, nobody crashes */
-	}
+	ev->refs = 1;
+	ev->len = 1 + 24 + key.n + on + nn;
+	ev->data[0] = (char)kind;
+	p = put_str(ev->data + 1, key.p, key.n);
+	p = put_str(p, old ? old->data : "", on);
+	put_str(p, nv ? nv->data : "", nn);
 	mu__list_foreach(it, &kr->watchers)
-		s->send(s->ud, mu__container_of(it, reg_t, key_node)->peer, ev.data,
-		        ev.len, NULL);
-	mu__buf_free(&ev);
+		s->send(s->ud, mu__container_of(it, reg_t, key_node)->peer, NULL, 0, ev);
+	mu__store_val_unref(ev);
 }
 
 static int exists(mu__store_t *s, mu__span_t key)
@@ -294,7 +339,7 @@ static int op_wait(mu__store_t *s, mu__store_peer_t *p, const mu__store_req_t *r
 	for (i = 0; i < r->nkeys; i++) {
 		if (exists(s, r->keys[i]))
 			continue;
-		rc = reg_add(s, p, r->keys[i], 0);
+		rc = reg_add(s, p, r->keys[i], NULL);
 		if (rc != 0)
 			return rc;
 		missing++;
@@ -511,7 +556,7 @@ int mu__store_exec(mu__store_t *s, mu__store_peer_t *p,
 	case MU_SOP_DELETE_KEY:
 		return op_delete(s, p, r);
 	case MU_SOP_WATCH_KEY: {
-		int rc = reg_add(s, p, r->key, 1);
+		int rc = reg_add(s, p, r->key, lim);
 
 		return rc != 0 ? rc : send_u8(s, p, MU_STORE_KEY_CALLBACK_REGISTERED);
 	}

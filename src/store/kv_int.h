@@ -8,7 +8,10 @@
  * the connections waiting for it (WAIT) and watching it (v1 WATCH_KEY).
  * Each registration is on two lists, its key's and its connection's, so a
  * closing connection drops everything it registered in time proportional
- * to what it held.
+ * to what it held. What a connection's registrations take is kept in its
+ * `held` (the server counts it against the peer's budget), and watches are
+ * limited in number per connection and in all. A watch event is built once
+ * and shared by every write that carries it.
  */
 #ifndef MU_STORE_KV_INT_H
 #define MU_STORE_KV_INT_H
@@ -37,6 +40,8 @@ typedef struct {
 	mu__list_t waits;    /* registrations of the pending WAIT */
 	size_t awaiting;     /* its keys not yet written */
 	mu__list_t watches;  /* v1 WATCH_KEY registrations */
+	size_t nwatches;     /* ... how many */
+	size_t held;         /* bytes its waits and watches take (for its budget) */
 	mu__store_dialect_t dialect;
 	int validated;       /* v2: VALIDATE seen */
 } mu__store_peer_t;
@@ -56,6 +61,7 @@ typedef struct {
 	mu__strmap_t data;   /* key -> mu__store_val_t * */
 	mu__strmap_t regs;   /* key -> waiters and watchers of that key */
 	mu__strmap_t queues; /* key -> FIFO of mu__store_val_t * */
+	size_t nwatches;     /* v1 watches of every connection */
 	mu__store_send_cb send;
 	void *ud;
 } mu__store_t;
@@ -71,8 +77,8 @@ void mu__store_peer_release(mu__store_t *s, mu__store_peer_t *p);
  * Carry out one request for peer. 0, or an error after which the server
  * closes that peer: MU_EPROTO (ADD on a value that is not a number, GET of
  * a missing key on a v1 connection, a bad VALIDATE or none, an operation
- * the dialect lacks), MU_ETOOBIG (a result over the value limit),
- * MU_ENOMEM, or the send callback's error.
+ * the dialect lacks), MU_ETOOBIG (a result over the value limit, a watch
+ * past the limits of lim), MU_ENOMEM, or the send callback's error.
  */
 int mu__store_exec(mu__store_t *s, mu__store_peer_t *peer,
                    const mu__store_req_t *r, const mu__store_limits_t *lim);

@@ -31,6 +31,8 @@ void mu__store_limits_init(mu__store_limits_t *l)
 	l->max_value = 64u << 20;
 	l->max_keys = 131072;
 	l->max_request = l->max_value + (1u << 20);
+	l->max_watches = 1024;
+	l->max_watches_total = 65536;
 }
 
 int mu__store_detect(const void *data, size_t len)

@@ -67,6 +67,8 @@ typedef struct {
 	size_t max_value;   /* bytes in one value; default 64 MiB */
 	size_t max_keys;    /* keys in one CHECK/WAIT/MULTI_*; default 131072 */
 	size_t max_request; /* bytes of one whole request; default max_value + 1 MiB */
+	size_t max_watches; /* v1 watches one connection may hold; default 1024 */
+	size_t max_watches_total; /* ... all connections together; default 65536 */
 } mu__store_limits_t;
 
 void mu__store_limits_init(mu__store_limits_t *l);

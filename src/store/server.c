@@ -11,6 +11,7 @@
  *            while a request is partly received
  *   closed   mu__conn_close called; freed by core/conn.c's on_free
  */
+#include <errno.h>
 #include <string.h>
 
 #include "muster/store.h"
@@ -46,6 +47,7 @@ struct mu_store_server_s {
 	mu__list_t doomed;       /* wake-up sends failed: close after this request */
 	mu__store_t kv;
 	mu__store_limits_t lim;
+	mu__budget_t budget;
 	mu_store_server_opts_t opts;
 	char host[256];
 	int port;
@@ -75,6 +77,8 @@ static int kv_send(void *ud, mu__store_peer_t *peer, const void *bytes,
 	sconn_t *sc = mu__container_of(peer, sconn_t, peer);
 	int rc;
 
+	/* a woken waiter has just let go of its registrations */
+	mu__conn_own(&sc->conn, peer->held);
 	if (tail != NULL)
 		mu__store_val_ref(tail);
 	rc = mu__conn_send(&sc->conn, bytes, n, tail ? tail->data : NULL,
@@ -146,13 +150,21 @@ static int serve_one(sconn_t *sc)
 		return 0;
 	}
 	rc = mu__store_exec(&s->kv, &sc->peer, &req, &s->lim);
-	if (rc != 0) {
+	/* its waits and watches count against its budget */
+	mu__conn_own(&sc->conn, sc->peer.held);
+	if (rc != 0 && rc == MU_ETOOBIG && req.op == MU_SOP_WATCH_KEY) {
+		SLOG(s, MU_LOG_WARN, "%s: too many watches (limit %zu per connection, %zu in all; "
+		     "%zu held by all), closing", sc->conn.peer, s->lim.max_watches,
+		     s->lim.max_watches_total, s->kv.nwatches);
+	} else if (rc != 0 && rc != -ENOBUFS) {
 		SLOG(s, MU_LOG_WARN, "%s: %s failed: %s, closing", sc->conn.peer,
 		     mu__store_op_name(req.op),
 		     rc == MU_EPROTO && req.op == MU_SOP_ADD ? "the stored value is not a number"
 		     : rc == MU_EPROTO && req.op == MU_SOP_GET ? "no such key"
 		     : rc == MU_EPROTO && !sc->peer.validated ? "VALIDATE missing or wrong"
 		                                              : mu_strerror(rc));
+	}
+	if (rc != 0) {
 		mu__store_req_free(&req);
 		mu__conn_close(&sc->conn, rc);
 		return 0;
@@ -171,13 +183,17 @@ static void on_data(mu__conn_t *c)
 	if (sc->state == SC_DETECT && !detect(sc))
 		return;
 	/* stop at backpressure; core/conn.c calls back when it is lifted */
-	while (!c->closing && !c->paused && c->in.len > 0 && serve_one(sc))
+	while (!c->closing && !c->paused && c->in.len > 0 && serve_one(sc)) {
 		progressed = 1;
+		if (mu__conn_yield(c))
+			break;
+	}
 	close_doomed(sc->s);
 	if (c->closing)
 		return;
-	/* the request timer measures one partly received request */
-	if (c->in.len == 0)
+	/* the request timer measures one partly received request; while the
+	 * peer is paused for its budget, what waits is ours to serve */
+	if (c->in.len == 0 || c->paused)
 		mu__conn_timer(c, 0);
 	else if (progressed || !uv_is_active((uv_handle_t *)&c->timer))
 		mu__conn_timer(c, (uint64_t)(sc->s->opts.request_timeout * 1000.0));
@@ -200,6 +216,7 @@ static void on_close(mu__conn_t *c, int err)
 	if (sc->doomed)
 		mu__list_remove(&sc->doomed_node);
 	mu__store_peer_release(&sc->s->kv, &sc->peer);
+	mu__conn_own(c, 0);
 	if (err == 0)
 		SLOG(sc->s, MU_LOG_INFO, "%s disconnected", c->peer);
 }
@@ -229,12 +246,9 @@ static void on_connection(uv_stream_t *listener, int status)
 	mu__store_peer_init(&sc->peer, MU_STORE_V1);
 	mu__list_init(&sc->doomed_node);
 	mu__list_insert_tail(&s->conns, &sc->node);
-	/* replies of up to a max value may queue before reading pauses */
-	sc->conn.wq_high = 16u << 20;
-	sc->conn.wq_low = 4u << 20;
 	if (mu__conn_accept(&sc->conn, listener, &conn_ops,
 	                    s->lim.max_request + READ_CHUNK, s->scratch,
-	                    sizeof(s->scratch)) == 0)
+	                    sizeof(s->scratch), &s->budget) == 0)
 		SLOG(s, MU_LOG_INFO, "New connection from %s", sc->conn.peer);
 }
 
@@ -263,6 +277,9 @@ void mu_store_server_opts_init(mu_store_server_opts_t *o)
 	o->max_value_bytes = l.max_value;
 	o->max_keys = l.max_keys;
 	o->request_timeout = 60;
+	mu_budget_init(&o->budget);
+	o->max_watches = l.max_watches;
+	o->max_watches_total = l.max_watches_total;
 }
 
 /* "::" without IPv6 on this host ends up on 0.0.0.0 (core/net.c): say so. */
@@ -304,7 +321,8 @@ int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **o
 	*out = NULL;
 	if (o == NULL || o->max_key_bytes == 0 || o->max_value_bytes == 0 ||
 	    o->max_keys == 0 || o->request_timeout < 0 ||
-	    o->max_value_bytes > ((size_t)1 << 40))
+	    o->max_value_bytes > ((size_t)1 << 40) || mu_budget_check(&o->budget) != 0 ||
+	    o->max_watches == 0 || o->max_watches_total < o->max_watches)
 		return MU_EARG;
 	s = mu__calloc(1, sizeof(*s));
 	if (s == NULL)
@@ -316,6 +334,9 @@ int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **o
 	s->lim.max_value = o->max_value_bytes;
 	s->lim.max_keys = o->max_keys;
 	s->lim.max_request = o->max_value_bytes + (1u << 20);
+	s->lim.max_watches = o->max_watches;
+	s->lim.max_watches_total = o->max_watches_total;
+	mu__budget_init(&s->budget, &o->budget, "store");
 	mu__list_init(&s->conns);
 	mu__list_init(&s->doomed);
 	mu__store_init(&s->kv, kv_send, s);

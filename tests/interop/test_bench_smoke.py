@@ -11,8 +11,11 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "interop"))
+from llamacppfix import llamacpp  # noqa: E402,F401
 
 
 def run(cmd, timeout=120, env=None):
@@ -76,3 +79,64 @@ def test_bench_cluster_script(muster_bin):
     assert all(float(fps) > 0 for _, _, fps, _ in rows), out
     assert "in one process" in out and "forwards in" in out, out
 
+
+
+def test_bench_llm_script_llamacpp_side(llamacpp, tmp_path):
+    """bench/llm.sh at toy size (a 140k-parameter random llama at F32 and
+    Q8_0, a 16-token prompt, 8 decoded): llama.cpp's rows for 1 and 2
+    threads with every figure, the muster rows as n/a. Only llama.cpp's side
+    runs here until `muster generate` lands."""
+    out = run([ROOT / "bench" / "llm.sh", "--toy", "--engines", "llamacpp", "--json",
+               "--cache", tmp_path, "--llamacpp-modules", llamacpp.modules], timeout=300)
+    result = json.loads(out.splitlines()[-1])
+    assert result["prompt_tokens"] == 16 and result["decode_tokens"] == 8, result
+    rows = [r for r in result["rows"] if r["engine"] == "llama.cpp"]
+    assert sorted((r["type"], r["threads"]) for r in rows) == [
+        ("f32", 1), ("f32", 2), ("q8_0", 1), ("q8_0", 2)], rows
+    for r in rows:
+        assert r["prompt_tokens"] == 16, r
+        assert min(r["prefill_tok_s"], r["decode_tok_s"], r["ttft_ms"], r["peak_rss_kib"]) > 0, r
+    table = re.findall(r"^\s+(f32|q8_0)\s+([12])\s+(llama\.cpp|muster(?: [23] stages)?)\s+(\S+)"
+                       r"\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)
+    assert len(table) == 16, out
+    for wtype, threads, engine, *figures in table:
+        if engine == "llama.cpp":
+            assert all(float(f) >= 0 for f in figures), (wtype, threads, figures)
+        else:
+            assert figures == ["n/a"] * 4, (wtype, threads, engine, figures)
+    assert "ratios from this run" in out, out
+
+
+def test_bench_kern(muster_bin):
+    out = run([muster_bin, "bench", "kern", "--shape", "256x256", "--prefill", 5,
+               "--reps", 1, "--set-mib", 1])
+    assert re.search(r"^kern: (avx2|avx2-vnni|portable) kernels", out, re.M), out
+    assert figure(out, "1 thread") > 0 and figure(out, "2 threads") > 0, out
+    for mode in ("decode", "prefill"):
+        for th in (1, 2):
+            blas = "sgemv" if mode == "decode" else "sgemm"
+            assert re.search(rf"^\s+{mode}\s+256x256\s+custom\s+{th} BLAS {blas}\s+[0-9.]+", out,
+                             re.M), (mode, th, out)
+            for t in ("F32", "F16", "BF16", "Q8_0", "Q4_0"):
+                m = re.search(rf"^\s+{mode}\s+256x256\s+custom\s+{th} {t}\s+(.*)$", out, re.M)
+                assert m, (mode, th, t, out)
+                figs = [float(v) for v in m.group(1).split()]
+                # ms, GFLOP/s, GB/s, ratio to OpenBLAS (+ cpu ms and its ratio on one
+                # thread); at this toy size the rates may round to 0.0
+                assert len(figs) == (6 if th == 1 else 4) and figs[0] > 0, m.group(0)
+
+
+def test_bench_hostile_script(muster_bin):
+    """bench/hostile.sh end to end at 1 s per flood: a row per server and
+    flood with its idle and peak RSS, and whether another client was
+    served meanwhile."""
+    env = dict(os.environ, MUSTER_BIN=str(muster_bin))
+    out = run([ROOT / "bench" / "hostile.sh", 1], timeout=300, env=env)
+    rows = re.findall(r"^\s+(\S+(?: \S+)?)\s+([a-z-]+)\s+([0-9.]+) MiB\s+([0-9.]+) MiB\s+"
+                      r"(-?[0-9.]+) MiB\s+(served \d+/\d+)", out, re.M)
+    assert sorted((s, f) for s, f, *_ in rows) == sorted([
+        ("tracker", "tracker-ping"), ("store", "store-ping"),
+        ("store", "store-watch-fanout"), ("store", "store-watch-keys"),
+        ("stage", "stage-info"), ("stage", "stage-forward"), ("md P2P", "md-send"),
+        ("device", "device-info"), ("device md", "md-send")]), out
+    assert all(float(idle) > 0 and float(peak) > 0 for _, _, idle, peak, *_ in rows), out

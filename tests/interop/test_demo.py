@@ -20,11 +20,13 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 import stagetable
 
+REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT = 120.0
 STOP_TIMEOUT = 20.0
 MIB = 1 << 20
@@ -69,10 +71,10 @@ def alive(pid):
 class Demo:
     """`muster demo` in its own session, output to files."""
 
-    def __init__(self, muster_bin, tmp_path):
+    def __init__(self, muster_bin, tmp_path, *args):
         self.out_path, self.err_path = tmp_path / "demo.stdout", tmp_path / "demo.stderr"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([str(muster_bin), "demo"], stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([str(muster_bin), "demo", *args], stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=err, env=ENV,
                                          start_new_session=True)
         self.pid = self.proc.pid
@@ -135,8 +137,8 @@ class Demo:
 def demo(muster_bin, tmp_path):
     started = []
 
-    def start():
-        d = Demo(muster_bin, tmp_path)
+    def start(*args):
+        d = Demo(muster_bin, tmp_path, *args)
         started.append(d)
         return d
 
@@ -148,8 +150,7 @@ def demo(muster_bin, tmp_path):
             shutil.rmtree(m.group(1), ignore_errors=True)
 
 
-def test_demo_runs_and_cleans_up(demo):
-    d = demo()
+def run_to_end(d):
     deadline = time.monotonic() + DEMO_TIMEOUT
     while d.proc.poll() is None:
         d.watch()
@@ -159,6 +160,31 @@ def test_demo_runs_and_cleans_up(demo):
         time.sleep(0.005)
     out = d.stdout()
     assert d.proc.returncode == 0, f"muster demo exited {d.proc.returncode}:\n{out}\n{d.stderr()}"
+    return out
+
+
+def test_demo_generates_across_devices(demo):
+    """The README's demo: stories260K split over three devices from the
+    tracker, one killed mid-sentence and replaced, the story identical to
+    the model run whole."""
+    d = demo()
+    out = run_to_end(d)
+    # a tracker and four servers, each stopped and reaped by the demo
+    assert len(d.seen) >= 5, f"saw {len(d.seen)} processes of the demo's, want 5"
+    d.assert_nothing_left()
+    story = (REPO / "models" / "stories260K" / "expected_t0_200.txt").read_text()
+    assert story[:60] in out and story[-40:] in out, out
+    assert "cut into 3 stages" in out and out.count("-> 127.0.0.1:") == 4, out
+    assert ">>> killing the device at" in out, out
+    assert re.search(r"rebuilt its KV cache by replaying \d+\s+positions", out), out
+    assert "identical: all 464 bytes of the story, device loss and all." in out, out
+    assert "Everything the demo started is stopped. Done." in out, out
+    assert not os.path.exists(d.directory()), f"{d.directory()} was left behind"
+
+
+def test_demo_mlp_runs_and_cleans_up(demo):
+    d = demo("--mlp")
+    out = run_to_end(d)
     # a tracker and three servers, each stopped and reaped by the demo
     assert len(d.seen) >= 4, f"saw {len(d.seen)} processes of the demo's, want 4"
     d.assert_nothing_left()
@@ -175,8 +201,11 @@ def test_demo_runs_and_cleans_up(demo):
     assert not os.path.exists(d.directory()), f"{d.directory()} was left behind"
 
 
+# The signal tests run the forward-pass show: the generation one is over in
+# well under a second, too soon to be sure a signal lands mid-run; both
+# share the process handling under test.
 def test_demo_sigterm_mid_run_stops_everything(demo):
-    d = demo()
+    d = demo("--mlp")
     d.wait_for_children(1)
     # freeze it mid-run (its servers keep running) so the signal surely
     # comes before the end, then let it handle SIGTERM
@@ -199,7 +228,7 @@ def test_demo_sigterm_mid_run_stops_everything(demo):
 def test_demo_sigkill_leaves_no_servers(demo):
     """Killed outright, the demo cannot clean up: the kernel's SIGTERM
     (PR_SET_PDEATHSIG) must stop its processes all the same."""
-    d = demo()
+    d = demo("--mlp")
     d.wait_for_children(1)
     directory = d.directory()
     os.kill(d.pid, signal.SIGSTOP)

@@ -73,6 +73,7 @@ import numpy as np
 import pytest
 
 import mumodel
+import stagefix
 import stagetable
 from conftest import HOST, assert_closed
 from modelfix import (big_model, hello_deepa, hello_deepa_model,  # noqa: F401
@@ -81,7 +82,6 @@ from test_onnx_convert import HELLO_INPUT, onnx_reference
 
 TOL = 1e-5
 MIB = 1 << 20
-STARTUP_TIMEOUT = 60.0       # a stage of the big model maps 256+ MiB first
 STOP_TIMEOUT = 10.0
 RUN_TIMEOUT = 120.0
 CLOSE_TIMEOUT = 5.0
@@ -94,131 +94,12 @@ ENV.setdefault("OPENBLAS_NUM_THREADS", "1")
 # processes
 # --------------------------------------------------------------------------
 
-class Stage:
-    """A running `muster stage`; stdout and stderr go to `log_path`."""
-
-    def __init__(self, proc, log_path, index, of):
-        self.proc, self.log_path = proc, log_path
-        self.index, self.of = index, of
-        self.host, self.port = None, None
-        self.allow_exit = False     # it may end before teardown (killed, --requests)
-        self.stopped = False
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    @property
-    def address(self):
-        return f"{self.host}:{self.port}"
-
-    def log(self):
-        return self.log_path.read_text(errors="replace")
-
-    def wait_serving(self, timeout=STARTUP_TIMEOUT):
-        regex = re.compile(rf"muster stage {self.index}/{self.of}: serving on (\S+):(\d+)")
-        deadline = time.monotonic() + timeout
-        while True:
-            m = regex.search(self.log())
-            if m:
-                self.host, self.port = m.group(1), int(m.group(2))
-                return
-            if self.proc.poll() is not None:
-                pytest.fail(f"stage {self.index}/{self.of} exited with {self.proc.returncode} "
-                            f"before serving; log:\n{self.log()}", pytrace=False)
-            if time.monotonic() > deadline:
-                pytest.fail(f"stage {self.index}/{self.of} not serving after {timeout} s; "
-                            f"log:\n{self.log()}", pytrace=False)
-            time.sleep(0.02)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def kill(self):
-        """SIGKILL, as a crash would; teardown leaves it alone."""
-        self.allow_exit = True
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(STOP_TIMEOUT)
-
-    def stop(self):
-        """SIGTERM, wait, SIGKILL: a problem description or None."""
-        if self.proc.poll() is not None:
-            return None
-        self.stopped = True
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return f"did not exit within {STOP_TIMEOUT} s of SIGTERM"
-        return None if code == 0 else f"exited with {code} on SIGTERM"
-
-    def status(self, field):
-        """A /proc/PID/status field in bytes (VmHWM, VmRSS ...)."""
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    value, unit = line.split()[1:3]
-                    assert unit == "kB"
-                    return int(value) * 1024
-        raise AssertionError(f"no {field} in /proc/{self.pid}/status")
-
-
 @pytest.fixture
 def stages(muster_bin, tmp_path):
-    """Factory: `stages(model_dir, n, *extra)` starts stages 0..n-1 of the
-    n-way split (all at once, so they load in parallel) and returns them
-    once each is serving. `stages.one(model_dir, i, n, *extra)` starts one."""
-    started = []
-
-    def start_one(model_dir, index, of, *extra, plan_file=None):
-        log_path = tmp_path / f"stage-{len(started)}-{index}of{of}.log"
-        split = ["--plan", str(plan_file)] if plan_file else ["--of", str(of)]
-        args = [str(muster_bin), "stage", "--model", str(model_dir), "--stage", str(index)] + \
-            split + ["--host", HOST, "--port", "0"] + [str(a) for a in extra]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    env=ENV)
-        stage = Stage(proc, log_path, index, of)
-        started.append(stage)
-        return stage
-
-    def start(model_dir, n, *extra):
-        group = [start_one(model_dir, i, n, *extra) for i in range(n)]
-        for stage in group:
-            stage.wait_serving()
-        return group
-
-    def one(model_dir, index, of, *extra):
-        stage = start_one(model_dir, index, of, *extra)
-        stage.wait_serving()
-        return stage
-
-    def planned(model_dir, plan_file, n):
-        """Stages 0..n-1 of the split in plan_file (`--plan`)."""
-        group = [start_one(model_dir, i, n, plan_file=plan_file) for i in range(n)]
-        for stage in group:
-            stage.wait_serving()
-        return group
-
-    start.one = one
-    start.planned = planned
+    """Factory of graph-model stages (stagefix.stage_factory)."""
+    start = stagefix.stage_factory(muster_bin, tmp_path, ENV)
     yield start
-
-    problems = []
-    for s in started:
-        if s.proc.poll() is not None and not (s.allow_exit or s.stopped):
-            problems.append(f"stage {s.index}/{s.of} ({s.address}) died during the test "
-                            f"(exit {s.proc.returncode}); log:\n{s.log()[-3000:]}")
-    for s in started:
-        problem = s.stop()
-        if problem and not s.allow_exit:
-            problems.append(f"stage {s.index}/{s.of} ({s.address}): {problem}; log:\n"
-                            f"{s.log()[-3000:]}")
-    if problems:
-        pytest.fail("\n".join(problems), pytrace=False)
+    start.teardown()
 
 
 def muster(muster_bin, *args, timeout=RUN_TIMEOUT):

@@ -77,6 +77,51 @@ static void test_consume_and_take(void **state)
 	mu__buf_free(&b);
 }
 
+static void test_consume_is_lazy(void **state)
+{
+	mu__buf_t b;
+	size_t fp, n;
+	char *p;
+	int i;
+
+	(void)state;
+	mu__buf_init(&b, 1000);
+	assert_int_equal(mu__buf_footprint(&b), 0);
+	assert_int_equal(mu__buf_append(&b, "0123456789", 10), 0);
+	fp = mu__buf_footprint(&b);
+	assert_true(fp >= 11);
+	/* consuming moves no bytes and frees nothing: the rest reads in order */
+	for (i = 0; i < 4; i++)
+		mu__buf_consume(&b, 2);
+	assert_int_equal(b.len, 2);
+	assert_memory_equal(b.data, "89", 3); /* and the NUL */
+	assert_int_equal(mu__buf_footprint(&b), fp);
+	/* room at the end comes from the front first, content kept */
+	assert_int_equal(mu__buf_append(&b, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", 52), 0);
+	assert_int_equal(b.len, 54);
+	assert_memory_equal(b.data, "89abc", 5);
+	assert_int_equal(b.data[54], '\0');
+	mu__buf_consume(&b, 4);
+	/* the limit counts content, not what was consumed */
+	assert_int_equal(mu__buf_reserve(&b, 1000 - 50), 0);
+	assert_int_equal(mu__buf_reserve(&b, 1000 - 49), MU_ETOOBIG);
+	/* take hands over an allocation that starts with the content */
+	p = mu__buf_take(&b, &n);
+	assert_int_equal(n, 50);
+	assert_memory_equal(p, "cdefg", 5);
+	mu__free(p);
+	assert_int_equal(mu__buf_footprint(&b), 0);
+	/* reset after a consume gives the whole allocation back to fill */
+	assert_int_equal(mu__buf_append(&b, "xyz", 3), 0);
+	mu__buf_consume(&b, 1);
+	fp = mu__buf_footprint(&b);
+	mu__buf_reset(&b);
+	assert_int_equal(b.skip, 0);
+	assert_int_equal(mu__buf_footprint(&b), fp);
+	mu__buf_consume(&b, 0);
+	mu__buf_free(&b);
+}
+
 static void test_printf(void **state)
 {
 	mu__buf_t b;
@@ -111,6 +156,7 @@ int main(void)
 		cmocka_unit_test(test_max_is_hard),
 		cmocka_unit_test(test_growth_never_passes_max),
 		cmocka_unit_test(test_consume_and_take),
+		cmocka_unit_test(test_consume_is_lazy),
 		cmocka_unit_test(test_printf),
 		cmocka_unit_test(test_out_of_memory),
 	};

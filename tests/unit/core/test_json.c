@@ -117,6 +117,28 @@ static void test_is_int(void **state)
 	cJSON_Delete(v);
 }
 
+static void repaired(const char *in, size_t n, const char *want)
+{
+	mu__buf_t b;
+
+	mu__buf_init(&b, 1024);
+	assert_int_equal(mu__utf8_repair(in, n, &b), 0);
+	assert_int_equal(b.len, strlen(want));
+	assert_memory_equal(b.data, want, b.len);
+	mu__buf_free(&b);
+}
+
+static void test_utf8_repair(void **state)
+{
+	(void)state;
+	repaired("ab\xc3\xa9", 4, "ab\xc3\xa9");                 /* valid text is kept */
+	repaired("a\xffz", 3, "a\xef\xbf\xbdz");                  /* a stray byte */
+	repaired("\xe2\x96", 2, "\xef\xbf\xbd\xef\xbf\xbd");      /* cut short at the end */
+	repaired("\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd");      /* overlong */
+	repaired("\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"); /* surrogate */
+	repaired("\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80");     /* 4 bytes */
+}
+
 /* Parse text as one JSON value (the test frees it). */
 static cJSON *num(const char *text)
 {
@@ -216,6 +238,7 @@ int main(void)
 		cmocka_unit_test(test_parse_refuses_deep_nesting),
 		cmocka_unit_test(test_utf8_validation),
 		cmocka_unit_test(test_is_int),
+		cmocka_unit_test(test_utf8_repair),
 		cmocka_unit_test(test_int_range_checked),
 		cmocka_unit_test(test_int64_and_u64_stop_at_2p53),
 		cmocka_unit_test(test_double_range_checked),

@@ -12,6 +12,7 @@
 
 #include "muster/tensor.h"
 #include "model/dtype_int.h"
+#include "model/kern_int.h"
 
 static void test_f16(void **state)
 {

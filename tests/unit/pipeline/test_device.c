@@ -62,7 +62,7 @@ static void run(const void *data, size_t n, reply_t *r)
 /* An ASSIGN message with `json` as its body. */
 static size_t assign_msg(const char *json, unsigned char *out, size_t cap)
 {
-	mu__msg_t m = {MU_MSG_ASSIGN, 0, 1, 0, 0};
+	mu__msg_t m = {MU_MSG_ASSIGN, 0, 1, 0, 0, 0};
 	size_t n = strlen(json);
 
 	assert_true(MU_MSG_HEADER + n <= cap);

@@ -159,7 +159,7 @@ static void whole(mu_tensor_list_t *out)
 
 static void test_header_bytes(void **state)
 {
-	mu__msg_t m = {MU_MSG_FORWARD, -1004, 0x0102030405060708ULL, 7, 300}, d;
+	mu__msg_t m = {MU_MSG_FORWARD, -1004, 0x0102030405060708ULL, 7, 300, 0}, d;
 	static const unsigned char want[MU_MSG_HEADER] = {
 		'M', 'U', 'P', 'L', 1, 0, 2, 0, 0x14, 0xfc, 0xff, 0xff, 0, 0, 0, 0,
 		8, 7, 6, 5, 4, 3, 2, 1, 7, 0, 0, 0, 0, 0, 0, 0, 0x2c, 1, 0, 0, 0, 0, 0, 0};
@@ -182,7 +182,7 @@ static void test_header_bytes(void **state)
 static void test_header_typed_frames(void **state)
 {
 	static const uint64_t d1[] = {1};
-	mu__msg_t m = {MU_MSG_FORWARD, 0, 9, 0, 0}, d;
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 9, 0, 0, 0}, d;
 	unsigned char h[MU_MSG_HEADER];
 	mu_tensor_list_t l;
 	mu_tensor_t *t;
@@ -206,7 +206,7 @@ static void test_header_typed_frames(void **state)
 
 static void test_header_rejects(void **state)
 {
-	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0}, d;
+	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0, 0}, d;
 	unsigned char h[MU_MSG_HEADER];
 
 	(void)state;
@@ -466,7 +466,7 @@ static void test_bad_peers(void **state)
 {
 	cluster_t c;
 	unsigned char h[MU_MSG_HEADER + 64];
-	mu__msg_t m = {MU_MSG_FORWARD, 0, 1, 0, 0};
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 1, 0, 0, 0};
 	int silent, stalled;
 
 	(void)state;
@@ -530,7 +530,7 @@ static void test_truncated_frame(void **state)
 {
 	cluster_t c;
 	unsigned char h[MU_MSG_HEADER + 8];
-	mu__msg_t m = {MU_MSG_FORWARD, 0, 1, 0, 1000};
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 1, 0, 1000, 0};
 	int fd;
 
 	(void)state;
@@ -571,7 +571,7 @@ static void chan_cut_short(const void *bytes, size_t len, int half_close, int wa
 static void test_session_cut_short(void **state)
 {
 	unsigned char h[MU_MSG_HEADER + 16];
-	mu__msg_t m = {MU_MSG_ASSIGN, 0, 5, 0, 200};
+	mu__msg_t m = {MU_MSG_ASSIGN, 0, 5, 0, 200, 0};
 
 	(void)state;
 	mu__msg_encode(&m, h);
@@ -593,7 +593,7 @@ static void test_connection_limit(void **state)
 	mu_stage_t *s;
 	mu_stage_server_t *srv;
 	mu_stage_server_opts_t o;
-	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0};
+	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0, 0};
 	unsigned char h[MU_MSG_HEADER], buf[1 << 16];
 	int silent[3], busy[2], late;
 	char err[512], addr[32];

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `muster stage` for a decoder LLM: load layers of a GGUF, HF or llama2.c
+ * checkpoint from this machine's copy and serve them to `muster generate
+ * --stages` (sequences with their KV caches; docs/protocols/pipeline.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "muster/pipeline.h"
+#include "cli/cli_int.h"
+#include "cli/stage_serve_int.h"
+#include "pipeline/llm_cluster_int.h"
+#include "pipeline/pipeline_int.h"
+
+int cli_is_llm(const char *path)
+{
+	char p[4096];
+	struct stat st;
+
+	if (path == NULL || stat(path, &st) != 0)
+		return 0;
+	if (!S_ISDIR(st.st_mode))
+		return 1;
+	snprintf(p, sizeof(p), "%s/model.json", path);
+	if (access(p, F_OK) == 0)
+		return 0;
+	snprintf(p, sizeof(p), "%s/config.json", path);
+	return access(p, F_OK) == 0;
+}
+
+static int parse_layers(const char *s, int *first, int *last)
+{
+	char tail;
+
+	return sscanf(s, "%d:%d%c", first, last, &tail) == 2 && *first >= 0 && *last > *first ? 0 : -1;
+}
+
+static void announce(mu_stage_t *s, int index, int of)
+{
+	cJSON *d = cJSON_Parse(mu_stage_describe(s));
+	char rb[32], rss[32];
+
+	cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes")), rb,
+	          sizeof(rb));
+	cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "rss_bytes")), rss,
+	          sizeof(rss));
+	fprintf(stderr, "muster stage %d/%d: layers %d..%d of %d%s%s, %s of weights, RSS %s, "
+	        "loaded in %.0f ms\n", index, of,
+	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "first")),
+	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "last")) - 1,
+	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "layers")),
+	        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "embeds")) ? " + embedding" : "",
+	        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "head")) ? " + head" : "", rb, rss,
+	        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "load_ms")));
+	cJSON_Delete(d);
+}
+
+int cmd_stage_llm(int argc, char **argv)
+{
+	const char *path = NULL, *layers = NULL, *kv = "1G", *tok = NULL;
+	int index = -1, of = 0, first = -1, last = -1, npos, rc;
+	mu__llm_stage_opts_t lo;
+	cli_stage_args_t sa;
+	mu_stage_t *s;
+	char err[1024];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	cli_opt_t opts[9 + CLI_STAGE_NOPTS] = {
+		{"model", OPT_STR, &path, "PATH", "the checkpoint: a GGUF file, an HF directory or a llama2.c .bin"},
+		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
+		{"of", OPT_INT, &of, "N", "the layers are split into N stages balanced by weight bytes"},
+		{"layers", OPT_STR, &layers, "A:B", "instead of --of: serve layers A to B-1 (A = 0 embeds tokens; B = the layer count has the head)"},
+		{"threads", OPT_INT, &lo.threads, "N", "compute threads (default: the machine's cores)"},
+		{"max-sequences", OPT_INT, &lo.max_seqs, "N", "sequences open at once, from all coordinators (default 8)"},
+		{"kv-mem", OPT_STR, &kv, "SIZE", "KV cache all sequences may reserve (default 1G); past it SEQ_OPEN gets an ERROR"},
+		{"chunk", OPT_INT, &lo.max_chunk, "N", "positions per forward at most (default 256)"},
+		{"tokenizer", OPT_STR, &tok, "FILE", "ignored by a stage (the coordinator tokenizes); accepted for symmetry"},
+	};
+	cli_cmd_t cmd = {
+		"muster stage --model CHECKPOINT --stage I (--of N | --layers A:B) [options]",
+		"Serve layers of a decoder LLM (Llama, Mistral, Qwen2) from this machine's copy of\n"
+		"the checkpoint. Only the stage's own weights are read (made resident at start);\n"
+		"each coordinator's sequences keep their KV cache here until closed or until the\n"
+		"coordinator goes away. Prints one line when ready:\n"
+		"\n"
+		"    muster stage I/N: serving on HOST:PORT",
+		opts, 9, 0, 0};
+
+	mu__llm_stage_opts_init(&lo);
+	lo.threads = cpus > 0 ? (int)cpus : 1;
+	cli_stage_args_init(&sa, 60);
+	cmd.nopts += cli_stage_args_opts(&sa, opts + 9);
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	if ((rc = cli_stage_args_apply(&sa, "muster stage")) != 0)
+		return rc;
+	if (layers != NULL && parse_layers(layers, &first, &last) != 0) {
+		fprintf(stderr, "muster stage: --layers takes A:B with 0 <= A < B\n");
+		return 2;
+	}
+	if (path == NULL || (index < 0 && layers == NULL) || (of < 1 && layers == NULL) ||
+	    lo.threads < 1 || lo.max_seqs < 1 || lo.max_chunk < 1 ||
+	    cli_parse_size(kv, &lo.kv_bytes) != 0) {
+		fprintf(stderr, "muster stage: needs --model PATH and --stage I with --of N, or "
+		                "--layers A:B; sizes like 512M (see --help)\n");
+		return 2;
+	}
+	if (index < 0)
+		index = 0;
+	if (of < 1)
+		of = 1;
+	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	cli_block_signals();
+	rc = mu__stage_open_llm(path, tok, index, of, first, last, &lo, &s, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "muster stage: cannot load stage %d/%d of %s: %s\n", index, of, path, err);
+		return 1;
+	}
+	return cli_stage_serve(s, &sa, index, of, announce);
+}
+
+/* ---- muster plan for an LLM ---- */
+
+static int parse_budgets(const char *s, uint64_t *b, int max)
+{
+	char *copy = strdup(s), *save = NULL;
+	int n = 0;
+
+	if (copy == NULL)
+		return -1;
+	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save))
+		if (n == max || cli_parse_size(t, &b[n++]) != 0) {
+			free(copy);
+			return -1;
+		}
+	free(copy);
+	return n;
+}
+
+static void plan_row(const mu__llm_src_t *src, int stage, const char *dev, int a, int b,
+                     int32_t ctx, int seqs, int json, int last_row)
+{
+	uint64_t w = mu__llm_src_bytes(src, a, b), kv = mu__llm_kv_bytes(src, a, b, ctx, seqs);
+	char wb[32], kb[32], tb[32];
+
+	if (json) {
+		printf("    {\"stage\": %d, \"device\": %s, \"first\": %d, \"last\": %d, "
+		       "\"embeds\": %s, \"head\": %s, \"weight_bytes\": %llu, \"kv_bytes\": %llu}%s\n",
+		       stage, dev, a, b, a == 0 ? "true" : "false",
+		       b == src->hp.n_layers ? "true" : "false", (unsigned long long)w,
+		       (unsigned long long)kv, last_row ? "" : ",");
+		return;
+	}
+	cli_bytes((double)w, wb, sizeof(wb));
+	cli_bytes((double)kv, kb, sizeof(kb));
+	cli_bytes((double)(w + kv), tb, sizeof(tb));
+	printf("%5d  %-12s %6d..%-4d %-9s %10s %10s %10s\n", stage, dev, a, b - 1,
+	       a == 0 && b == src->hp.n_layers ? "emb+head" : a == 0 ? "embed" :
+	       b == src->hp.n_layers ? "head" : "", wb, kb, tb);
+}
+
+/* `muster plan --model CHECKPOINT (--stages N | --budgets ...)`. */
+int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx, int seqs,
+                 int json)
+{
+	mu__llm_src_t src;
+	uint64_t b[64];
+	int order[64], cut[1025], n, i, k = 0, prev = 0, rc;
+	char err[1024], dev[64];
+
+	if ((rc = mu__llm_src_open(path, NULL, &src, err, sizeof(err))) != 0) {
+		fprintf(stderr, "muster plan: %s\n", err);
+		return 1;
+	}
+	if (budgets != NULL) {
+		n = parse_budgets(budgets, b, 64);
+		rc = n < 1 ? MU_EARG : mu__llm_plan(&src, ctx, seqs, b, n, order, cut, err, sizeof(err));
+		if (n < 1)
+			snprintf(err, sizeof(err), "--budgets takes 1 to 64 sizes like 512M,1G");
+	} else {
+		n = stages;
+		rc = mu__llm_split(&src, stages, cut);
+		if (rc != 0)
+			snprintf(err, sizeof(err), "%d stages of a model of %d layers", stages,
+			         src.hp.n_layers);
+	}
+	if (rc != 0) {
+		fprintf(stderr, "muster plan: %s\n", err);
+		mu__llm_src_free(&src);
+		return 1;
+	}
+	if (json)
+		printf("{\"model\": \"%s\", \"layers\": %d, \"ctx\": %d, \"max_sequences\": %d, "
+		       "\"stages\": [\n", src.hp.arch, src.hp.n_layers, ctx, seqs);
+	else
+		printf("%s: %d layers, KV cache for %d sequence%s of %d positions\n%5s  %-12s %12s "
+		       "%-9s %10s %10s %10s\n", path, src.hp.n_layers, seqs, seqs == 1 ? "" : "s", ctx,
+		       "stage", "device", "layers", "", "weights", "KV", "total");
+	for (i = 0; i < n; i++) {
+		int a = budgets != NULL ? prev : cut[i], e = budgets != NULL ? cut[i] : cut[i + 1];
+
+		if (budgets != NULL) {
+			cli_bytes((double)b[order[i]], err, sizeof(err));
+			snprintf(dev, sizeof(dev), json ? "%d" : "#%d (%s)", order[i], err);
+			prev = cut[i];
+		} else {
+			snprintf(dev, sizeof(dev), json ? "null" : "-");
+		}
+		if (e > a)
+			plan_row(&src, k++, dev, a, e, ctx, seqs, json, e == src.hp.n_layers);
+	}
+	if (json)
+		printf("  ]}\n");
+	mu__llm_src_free(&src);
+	return 0;
+}

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Devices of the main job, from the coordinator's side: ask the tracker
+ * for devices of a key (all at once, so a job's priority counts for each),
+ * open a session on each, and learn what each offers from its md metadata
+ * (memory budget, threads, the models it holds by digest). Used by the
+ * graph-model cluster (cluster.c) and the LLM cluster (llm_cluster.c).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "muster/md.h"
+#include "muster/server.h"
+#include "core/alloc_int.h"
+#include "core/json_int.h"
+#include "core/net_int.h"
+#include "core/rand_int.h"
+#include "pipeline/pipeline_int.h"
+
+void mu__devpool_say(const mu__devpool_t *p, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	if (p->say == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	p->say(p->ud, line);
+}
+
+
+int mu__devpool_init(mu__devpool_t *p, const mu__devpool_opts_t *o, char *err, size_t el)
+{
+	mu_md_opts_t mo;
+	char tag[40], name[96];
+	int rc;
+
+	memset(p, 0, sizeof(*p));
+	p->o = *o;
+	p->key = mu__strdup(o->key);
+	p->thost = mu__strdup(o->tracker_host);
+	if (p->key == NULL || p->thost == NULL) {
+		mu__devpool_free(p);
+		return MU_ENOMEM;
+	}
+	p->tport = o->tracker_port;
+	p->priority = o->priority;
+	p->request_timeout_ms = o->request_timeout_ms;
+	p->io_timeout_ms = o->io_timeout_ms;
+	p->max_frame = o->max_frame_bytes;
+	p->say = o->say;
+	p->ud = o->ud;
+	if (mu__random_key("", tag, sizeof(tag)) != 0)
+		snprintf(tag, sizeof(tag), "%ld", (long)getpid());
+	snprintf(name, sizeof(name), "muster-coordinator/%ld/%s", (long)getpid(), tag);
+	mu_md_opts_init(&mo);
+	mo.name = name;
+	rc = mu_md_agent_new(&mo, &p->md);
+	if (rc != 0) {
+		snprintf(err, el, "cannot start a metadata agent: %s (are both an etcd and a "
+		         "TCPStore configured?)", mu_strerror(rc));
+		mu__devpool_free(p);
+	}
+	return rc;
+}
+
+void mu__devpool_free(mu__devpool_t *p)
+{
+	mu_md_agent_free(p->md);
+	mu__free(p->key);
+	mu__free(p->thost);
+	memset(p, 0, sizeof(*p));
+}
+
+int mu__device_exchange(mu__chan_t *ch, mu__msg_t *m, const char *body, int want, char **reply,
+                    char *err, size_t el, const char *addr)
+{
+	char *text = NULL;
+	uint64_t id = m->id;
+	int rc = mu__msg_send(ch, m, body, body != NULL ? strlen(body) : 0);
+
+	if (rc == 0)
+		rc = mu__msg_recv(ch, m, ch->io_ms);
+	if (rc == 0 && !mu__msg_is_frame(m->type))
+		rc = mu__msg_recv_body(ch, m, &text);
+	if (rc != 0) {
+		snprintf(err, el, "device %s: %s", addr, mu_strerror(rc));
+		return rc;
+	}
+	if (m->type == MU_MSG_ERROR) {
+		snprintf(err, el, "device %s refused: %s", addr, text);
+		mu__free(text);
+		return m->status < 0 ? m->status : MU_EFAIL;
+	}
+	if (m->type != want || m->id != id) {
+		snprintf(err, el, "device %s answered %s to request %llu", addr,
+		         mu__msg_type_name(m->type), (unsigned long long)id);
+		mu__free(text);
+		return MU_EPROTO;
+	}
+	*reply = text;
+	return 0;
+}
+
+/* The device's capabilities, through md: the store when both sides use
+ * the same one, else P2P from the device's metadata listener. */
+static int fetch_caps(mu__devpool_t *p, mu__device_t *d, const char *info, char *err, size_t el)
+{
+	cJSON *o = NULL, *caps = NULL;
+	const cJSON *agent, *backend, *port, *it;
+	char host[256];
+	mu_md_peer_t peer;
+	uint64_t op;
+	int rc, status = 0, dport;
+	void *blob = NULL;
+	const void *payload;
+	size_t n, pn;
+
+	rc = mu__json_parse(info, strlen(info), &o);
+	agent = cJSON_GetObjectItemCaseSensitive(o, "md_agent");
+	backend = cJSON_GetObjectItemCaseSensitive(o, "md_backend");
+	port = cJSON_GetObjectItemCaseSensitive(o, "md_port");
+	if (rc != 0 || !cJSON_IsString(agent) || !cJSON_IsString(backend) ||
+	    mu__json_int(port, 0, 65535, &peer.port) != 0 ||
+	    mu__split_hostport(d->addr, host, sizeof(host), &dport) != 0) {
+		snprintf(err, el, "device %s does not describe its metadata agent (is it a muster server "
+		         "of this version?)", d->addr);
+		cJSON_Delete(o);
+		return MU_EPROTO;
+	}
+	peer.ip = host;
+	if (strcmp(backend->valuestring, "P2P") != 0 &&
+	    strcmp(backend->valuestring, mu_md_backend_name(p->md)) == 0)
+		rc = mu_md_fetch_remote(p->md, agent->valuestring, NULL, NULL, &op);
+	else
+		rc = mu_md_fetch_remote(p->md, agent->valuestring, &peer, NULL, &op);
+	if (rc == 0)
+		rc = mu_md_wait(p->md, op, p->request_timeout_ms, &status);
+	if (rc == 0)
+		rc = status;
+	if (rc == 0)
+		rc = mu_md_get_remote(p->md, agent->valuestring, NULL, &blob, &n);
+	if (rc == 0)
+		rc = mu_md_blob_payload(blob, n, &payload, &pn);
+	if (rc == 0)
+		rc = mu__json_parse(payload, pn, &caps);
+	if (rc == 0 &&
+	    (mu__json_u64(cJSON_GetObjectItemCaseSensitive(caps, "mem_budget"), UINT64_MAX,
+	                  &d->budget) != 0 ||
+	     mu__json_int(cJSON_GetObjectItemCaseSensitive(caps, "threads"), 1, INT_MAX,
+	                  &d->threads) != 0))
+		rc = MU_EPROTO; /* numbers missing or out of range */
+	if (rc != 0) {
+		snprintf(err, el, "device %s: cannot fetch its metadata (agent %s, %s): %s", d->addr,
+		         agent->valuestring, backend->valuestring, mu_strerror(rc));
+	} else {
+		cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(caps, "models")) {
+			const cJSON *dg = cJSON_GetObjectItemCaseSensitive(it, "digest");
+			unsigned long long v;
+
+			if (d->nheld < 64 && cJSON_IsString(dg) && sscanf(dg->valuestring, "%llx", &v) == 1)
+				d->held[d->nheld++] = v;
+		}
+		mu__devpool_say(p, "  %s: %.1f MiB for weights, %d thread%s, %s the model (metadata of %s via %s)",
+		    d->addr, (double)d->budget / 1048576.0, d->threads, d->threads == 1 ? "" : "s",
+		    d->nheld > 0 ? "holds a copy of" : "no copy of", agent->valuestring,
+		    strcmp(backend->valuestring, mu_md_backend_name(p->md)) == 0 &&
+		            strcmp(backend->valuestring, "P2P") != 0 ? backend->valuestring : "P2P");
+	}
+	mu_md_invalidate_remote(p->md, agent->valuestring);
+	mu__free(blob);
+	cJSON_Delete(caps);
+	cJSON_Delete(o);
+	return rc;
+}
+
+static int request_error(mu__devpool_t *p, int rc, char *err, size_t el)
+{
+	snprintf(err, el, "no device of key %s from the tracker at %s:%d within %.0f s: %s", p->key,
+	         p->thost, p->tport, p->request_timeout_ms / 1000.0, mu_strerror(rc));
+	return rc;
+}
+
+/* Learn what a granted device offers: INFO, then its md metadata. */
+static int describe_device(mu__devpool_t *p, mu__device_t *d, char *err, size_t el)
+{
+	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0, 0};
+	mu__chan_t ch;
+	char *info = NULL;
+	int rc;
+
+	snprintf(d->addr, sizeof(d->addr), "%s", mu_session_peer(d->sess));
+	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, p->io_timeout_ms,
+	              p->max_frame);
+	rc = mu__device_exchange(&ch, &m, NULL, MU_MSG_INFO, &info, err, el, d->addr);
+	if (rc == 0)
+		rc = fetch_caps(p, d, info, err, el);
+	mu__free(info);
+	if (rc != 0) {
+		mu_session_close(d->sess);
+		d->sess = NULL;
+	}
+	return rc;
+}
+
+/* Ask the tracker for one more device and learn what it offers. */
+int mu__devpool_get(mu__devpool_t *p, mu__device_t *d, char *err, size_t el)
+{
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	rc = mu_session_request(p->thost, p->tport, p->key, p->priority, 0, 5,
+	                        p->request_timeout_ms, &d->sess);
+	if (rc != 0)
+		return request_error(p, rc, err, el);
+	return describe_device(p, d, err, el);
+}
+
+typedef struct {
+	mu__devpool_t *p;
+	mu__device_t *d;
+	int rc;
+	uv_thread_t th;
+} req_t;
+
+static void request_main(void *arg)
+{
+	req_t *r = arg;
+
+	r->rc = mu_session_request(r->p->thost, r->p->tport, r->p->key, r->p->priority,
+	                           0, 5, r->p->request_timeout_ms, &r->d->sess);
+}
+
+/*
+ * All n requests at once: the tracker queues them by priority, so a
+ * higher-priority job gets the devices freed first, all of them, rather
+ * than one in turn with whoever else is waiting.
+ */
+int mu__devpool_get_many(mu__devpool_t *p, mu__device_t *devs, int n, char *err, size_t el)
+{
+	req_t *r = mu__calloc((size_t)n, sizeof(*r));
+	int rc = 0, started = 0;
+
+	if (r == NULL)
+		return MU_ENOMEM;
+	for (int i = 0; i < n; i++) {
+		memset(&devs[i], 0, sizeof(devs[i]));
+		memset(&r[i], 0, sizeof(r[i]));
+		r[i].p = p;
+		r[i].d = &devs[i];
+		if (uv_thread_create(&r[i].th, request_main, &r[i]) != 0) {
+			r[i].rc = MU_ENOMEM;
+			break;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++)
+		uv_thread_join(&r[i].th);
+	for (int i = 0; i < n && rc == 0; i++)
+		if ((rc = r[i].rc) != 0 || i >= started)
+			request_error(p, rc != 0 ? rc : MU_ENOMEM, err, el);
+	for (int i = 0; i < started && rc == 0; i++)
+		rc = describe_device(p, &devs[i], err, el);
+	mu__free(r);
+	return rc;
+}
+
+int mu__device_holds(const mu__device_t *d, uint64_t digest)
+{
+	for (int i = 0; i < d->nheld; i++)
+		if (d->held[i] == digest)
+			return 1;
+	return 0;
+}
+

@@ -1,0 +1,463 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A stage of a decoder LLM: layers [first, last) of a checkpoint loaded
+ * from this machine's copy, serving sequences (docs/protocols/pipeline.md,
+ * "Sequences"). SEQ_OPEN reserves a sequence's KV cache, SEQ_FORWARD runs
+ * positions through the layers (token ids in on the first stage,
+ * activations in between, logits out of the last), SEQ_CLOSE frees it.
+ * Sequences belong to the connection that opened them and go with it.
+ *
+ * One forward at a time per stage (the decoder's scratch is shared); the
+ * stage server calls in from libuv's thread pool, so every entry point
+ * takes the lock.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "core/json_int.h"
+#include "core/log_int.h"
+#include "core/time_int.h"
+#include "pipeline/pipeline_int.h"
+
+#define LOG "stage"
+
+struct mu__llm_stage_s {
+	mu__llm_src_t src;
+	mu__dec_t *dec;
+	mu__llm_stage_opts_t o;
+	int index, of, first, last;
+	uint64_t digest;
+	uv_mutex_t lock;
+	int32_t *tok;         /* token ids of the chunk being run */
+	double load_ms;
+	mu_stage_t *stage;    /* the stage this is the LLM of */
+};
+
+void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->threads = 1;
+	o->max_seqs = 8;
+	o->kv_bytes = (uint64_t)1 << 30;
+	o->max_chunk = 256;
+}
+
+/* The stage's description as at load, plus what it holds now. */
+static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
+{
+	const mu__llm_hp_t *h = &s->src.hp;
+	mu__buf_t b;
+	int rc;
+
+	s->load_ms = load_ms;
+	mu__buf_init(&b, 1 << 16);
+	rc = mu__buf_printf(&b, "{\"kind\": \"llm\", \"stage\": %d, \"of\": %d, \"arch\": \"%s\", "
+	                    "\"first\": %d, \"last\": %d, \"layers\": %d, \"dim\": %d, "
+	                    "\"vocab\": %d, \"ctx\": %d, \"embeds\": %s, \"head\": %s, "
+	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, \"kv_bytes\": %llu, "
+	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"threads\": %d, "
+	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
+	                    "\"load_ms\": %.3f, \"sequences_open\": %d, \"kv_reserved\": %llu}",
+	                    s->index, s->of, h->arch, s->first, s->last, h->n_layers, h->dim,
+	                    h->vocab, h->ctx, s->first == 0 ? "true" : "false",
+	                    s->last == h->n_layers ? "true" : "false",
+	                    (unsigned long long)s->digest, s->o.max_seqs,
+	                    (unsigned long long)s->o.kv_bytes,
+	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
+	                    s->o.threads, mu__kern_isa(),
+	                    (unsigned long long)mu__llm_src_bytes(&s->src, s->first, s->last),
+	                    (unsigned long long)mu__self_rss(), load_ms, mu__dec_seqs(s->dec),
+	                    (unsigned long long)mu__dec_kv_reserved(s->dec));
+	if (rc != 0) {
+		mu__buf_free(&b);
+		return rc;
+	}
+	mu__free(st->desc);
+	st->desc = mu__buf_take(&b, NULL);
+	return 0;
+}
+
+/* Layers [first, last) for stage index of `of`, balanced by bytes. */
+static int place(mu__llm_stage_t *s, int first, int last, char *err, size_t el)
+{
+	int n = s->src.hp.n_layers, cut[1025], rc;
+
+	if (first >= 0) {
+		s->first = first;
+		s->last = last;
+		return 0;
+	}
+	if (s->of < 1 || s->index < 0 || s->index >= s->of || s->of > n || s->of > 1024) {
+		snprintf(err, el, "stage %d of %d: the model has %d layers", s->index, s->of, n);
+		return MU_EARG;
+	}
+	rc = mu__llm_split(&s->src, s->of, cut);
+	if (rc != 0)
+		return rc;
+	s->first = cut[s->index];
+	s->last = cut[s->index + 1];
+	return 0;
+}
+
+/* A stage around an LLM stage s (its fields set); on failure frees both. */
+static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
+{
+	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk};
+	mu_stage_t *st = mu__calloc(1, sizeof(*st));
+	int rc = st == NULL ? MU_ENOMEM : 0;
+
+	if (st != NULL) {
+		pthread_mutex_init(&st->lock, NULL);
+		mu__strmap_init(&st->in_shapes);
+		mu__strmap_init(&st->params);
+		st->llm = s;
+		st->index = s->index;
+		st->of = s->of;
+		st->digest = s->digest;
+		s->stage = st;
+	}
+	if (rc == 0)
+		rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
+	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
+		rc = MU_ENOMEM;
+	if (rc == 0) {
+		mu__llm_src_touch(&s->src, s->first, s->last);
+		rc = describe(st, s, mu__clock_ms() - t0);
+	}
+	if (rc != 0) {
+		if (st != NULL)
+			mu_stage_free(st); /* frees s too */
+		else
+			mu__llm_stage_free(s);
+		return rc;
+	}
+	*out = st;
+	return 0;
+}
+
+static mu__llm_stage_t *stage_alloc(int index, int of, const mu__llm_stage_opts_t *o)
+{
+	mu__llm_stage_t *s = mu__calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return NULL;
+	uv_mutex_init(&s->lock);
+	s->index = index;
+	s->of = of;
+	s->o = *o;
+	s->first = -1;
+	return s;
+}
+
+int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of,
+                       int first, int last, const mu__llm_stage_opts_t *o,
+                       mu_stage_t **out, char *err, size_t el)
+{
+	mu__llm_stage_t *s = stage_alloc(index, of, o);
+	double t0 = mu__clock_ms();
+	int rc;
+
+	*out = NULL;
+	if (s == NULL)
+		return MU_ENOMEM;
+	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
+	if (rc == 0) {
+		s->digest = mu__llm_digest(&s->src);
+		rc = place(s, first, last, err, el);
+	}
+	if (rc != 0) {
+		mu__llm_stage_free(s);
+		return rc;
+	}
+	return wrap(s, t0, out, err, el);
+}
+
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
+                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
+                           char *err, size_t el)
+{
+	mu__llm_stage_t *s = stage_alloc(index, of, o);
+
+	*out = NULL;
+	if (s == NULL) {
+		mu__llm_src_free(src);
+		return MU_ENOMEM;
+	}
+	s->src = *src;
+	memset(src, 0, sizeof(*src));
+	s->digest = digest;
+	s->first = first;
+	s->last = last;
+	return wrap(s, mu__clock_ms(), out, err, el);
+}
+
+void mu__llm_stage_free(mu__llm_stage_t *s)
+{
+	if (s == NULL)
+		return;
+	mu__dec_free(s->dec);
+	if (s->src.path != NULL)
+		mu__llm_src_free(&s->src);
+	mu__free(s->tok);
+	uv_mutex_destroy(&s->lock);
+	mu__free(s);
+}
+
+void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner)
+{
+	int n;
+
+	uv_mutex_lock(&s->lock);
+	n = mu__dec_seq_close_owner(s->dec, owner);
+	uv_mutex_unlock(&s->lock);
+	if (n > 0)
+		mu__log(MU_LOG_INFO, LOG, "stage %d/%d: freed %d sequence%s of a closed connection",
+		        s->index, s->of, n, n == 1 ? "" : "s");
+}
+
+static void ready(mu__reply_t *r, uint64_t id, uint64_t seq, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* A READY reply with a small JSON body. */
+static void ready(mu__reply_t *r, uint64_t id, uint64_t seq, const char *fmt, ...)
+{
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	r->m = (mu__msg_t){MU_MSG_READY, 0, id, seq, 0, 0};
+	r->text = mu__strdup(text);
+	r->text_owned = 1;
+	if (r->text == NULL)
+		mu__reply_error(r, id, MU_ENOMEM, 0, "out of memory");
+}
+
+static void seq_open(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, const char *body,
+                     mu__reply_t *r)
+{
+	cJSON *j = NULL;
+	const cJSON *ctx;
+	char why[512];
+	int rc;
+
+	if (mu__json_parse(body, strlen(body), &j) != 0 || !cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		mu__reply_error(r, m->id, MU_EJSON, 0, "SEQ_OPEN: the body is not a JSON object");
+		return;
+	}
+	ctx = cJSON_GetObjectItemCaseSensitive(j, "ctx");
+	if (!mu__json_is_int(ctx, 1, INT32_MAX)) {
+		cJSON_Delete(j);
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "SEQ_OPEN: \"ctx\" must be a positive integer");
+		return;
+	}
+	uv_mutex_lock(&s->lock);
+	rc = mu__dec_seq_open(s->dec, owner, m->aux, (int32_t)ctx->valuedouble, why, sizeof(why));
+	uv_mutex_unlock(&s->lock);
+	if (rc != 0)
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
+	else
+		ready(r, m->id, m->aux, "{\"seq\": %llu, \"ctx\": %d, \"kv_bytes\": %llu}",
+		      (unsigned long long)m->aux, (int)ctx->valuedouble,
+		      (unsigned long long)mu__dec_kv_per_seq(s->dec, (int32_t)ctx->valuedouble));
+	cJSON_Delete(j);
+}
+
+static void seq_close(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, mu__reply_t *r)
+{
+	int rc;
+
+	uv_mutex_lock(&s->lock);
+	rc = mu__dec_seq_close(s->dec, owner, m->aux);
+	uv_mutex_unlock(&s->lock);
+	if (rc != 0)
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: sequence %llu is not open here",
+		                s->index, s->of, (unsigned long long)m->aux);
+	else
+		ready(r, m->id, m->aux, "{\"seq\": %llu, \"closed\": true}", (unsigned long long)m->aux);
+}
+
+/* The rows' input: token ids (exact integers carried as f32) on the first
+ * stage, activations [rows, dim] elsewhere; `extra` other tensors may come
+ * with it (SEQ_BATCH's items). Rows, or -1 with why. */
+static int32_t rows_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, size_t extra,
+                          const float **x, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &s->src.hp;
+	int embeds = s->first == 0;
+	const mu_tensor_t *t = mu_tensor_list_find(in, embeds ? "tokens" : "x");
+	uint64_t i;
+
+	*x = NULL;
+	if (t == NULL || in->n != 1 + extra || t->rank != (embeds ? 1u : 2u) || t->dims[0] < 1 ||
+	    t->dims[0] > (uint64_t)s->o.max_chunk || (!embeds && t->dims[1] != (uint64_t)h->dim)) {
+		snprintf(why, wl, "the input is one tensor, %s, of 1 to %d positions%s",
+		         embeds ? "\"tokens\" [n]" : "\"x\" [n, dim]", s->o.max_chunk,
+		         embeds ? "" : " (dim is the model's)");
+		return -1;
+	}
+	for (i = 0; embeds && i < t->dims[0]; i++) {
+		float v = t->data[i];
+
+		if (!(v >= 0 && v < (float)h->vocab) || v != (float)(int32_t)v) {
+			snprintf(why, wl, "token %llu is %g, not an id of the vocabulary of %d",
+			         (unsigned long long)i, (double)v, h->vocab);
+			return -1;
+		}
+		s->tok[i] = (int32_t)v;
+	}
+	if (!embeds)
+		*x = t->data;
+	return (int32_t)t->dims[0];
+}
+
+/* SEQ_BATCH's items [k, 4]: (seq, pos, n, all_logits), exact integers
+ * below 2^24. Items, or -1 with why. */
+static int batch_items(const mu__llm_stage_t *s, const mu_tensor_list_t *in,
+                       mu__dec_item_t *it, int32_t *rows, int32_t *outrows, char *why,
+                       size_t wl)
+{
+	const mu_tensor_t *t = mu_tensor_list_find(in, "items");
+	uint64_t k, i, j;
+
+	*rows = *outrows = 0;
+	if (t == NULL || t->rank != 2 || t->dims[1] != 4 || t->dims[0] < 1 ||
+	    t->dims[0] > MU__DEC_MAX_ITEMS) {
+		snprintf(why, wl, "SEQ_BATCH carries \"items\" [k, 4] with k from 1 to %d",
+		         MU__DEC_MAX_ITEMS);
+		return -1;
+	}
+	k = t->dims[0];
+	for (i = 0; i < k; i++) {
+		const float *v = t->data + i * 4;
+
+		for (j = 0; j < 4; j++)
+			if (!(v[j] >= 0 && v[j] < 16777216.0f) || v[j] != (float)(int32_t)v[j]) {
+				snprintf(why, wl, "item %llu: %g is not an integer from 0 to 2^24",
+				         (unsigned long long)i, (double)v[j]);
+				return -1;
+			}
+		it[i] = (mu__dec_item_t){(uint64_t)v[0], (int32_t)v[1], (int32_t)v[2], v[3] != 0};
+		if (it[i].n < 1 || it[i].n > s->o.max_chunk - *rows) {
+			snprintf(why, wl, "the items hold more than %d positions, or an empty one",
+			         s->o.max_chunk);
+			return -1;
+		}
+		*rows += it[i].n;
+		*outrows += it[i].all_logits ? it[i].n : 1;
+	}
+	return (int)k;
+}
+
+/* Run items on the decoder into a RESULT "x" [rows, dim] or "logits"
+ * [outrows, vocab]. Called with the lock held. */
+static int run_items(mu__llm_stage_t *s, uint64_t owner, const mu__dec_item_t *it, int k,
+                     int32_t rows, int32_t outrows, const float *x, mu__reply_t *r,
+                     char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &s->src.hp;
+	int head = s->last == h->n_layers;
+	uint64_t dims[2] = {head ? (uint64_t)outrows : (uint64_t)rows,
+	                    head ? (uint64_t)h->vocab : (uint64_t)h->dim};
+	mu_tensor_t *t = NULL;
+	int rc = mu_tensor_new(head ? "logits" : "x", 2, dims, &t);
+
+	if (rc != 0) {
+		snprintf(why, wl, "out of memory for the result");
+		return rc;
+	}
+	rc = mu__dec_forward_batch(s->dec, owner, it, k, s->first == 0 ? s->tok : NULL, x, t->data,
+	                           why, wl);
+	if (rc == 0)
+		rc = mu_tensor_list_push(&r->out, t);
+	if (rc != 0)
+		mu_tensor_free(t);
+	return rc;
+}
+
+/* SEQ_FORWARD (one sequence, in the header) and SEQ_BATCH (items). */
+static void seq_run(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                    const mu_tensor_list_t *in, mu__reply_t *r)
+{
+	mu__dec_item_t it[MU__DEC_MAX_ITEMS];
+	int32_t rows, outrows = 0, n = 0;
+	const float *x;
+	char why[512];
+	double t0;
+	int k = 1, rc;
+
+	uv_mutex_lock(&s->lock);
+	if (m->type == MU_MSG_SEQ_BATCH) {
+		k = batch_items(s, in, it, &rows, &outrows, why, sizeof(why));
+		if (k > 0 && (n = rows_input(s, in, 1, &x, why, sizeof(why))) >= 0 && n != rows) {
+			snprintf(why, sizeof(why), "the items hold %d positions, the input %d", rows, n);
+			n = -1;
+		}
+	} else {
+		n = rows_input(s, in, 0, &x, why, sizeof(why));
+		it[0] = (mu__dec_item_t){m->aux, (int32_t)(m->arg & ~MU_SEQ_ALL_LOGITS), n,
+		                         (m->arg & MU_SEQ_ALL_LOGITS) != 0};
+		outrows = it[0].all_logits ? n : 1;
+	}
+	if (k < 0 || n < 0) {
+		uv_mutex_unlock(&s->lock);
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "stage %d/%d: %s", s->index, s->of, why);
+		return;
+	}
+	t0 = mu__clock_ms();
+	rc = run_items(s, owner, it, k, n, outrows, x, r, why, sizeof(why));
+	uv_mutex_unlock(&s->lock);
+	if (rc != 0) {
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
+		return;
+	}
+	r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
+}
+
+/* INFO: the description with the sequences held right now. */
+static void info(mu__llm_stage_t *s, const mu__msg_t *m, mu__reply_t *r)
+{
+	int rc;
+
+	uv_mutex_lock(&s->lock);
+	rc = describe(s->stage, s, s->load_ms);
+	r->text = rc == 0 ? mu__strdup(s->stage->desc) : NULL;
+	uv_mutex_unlock(&s->lock);
+	if (r->text == NULL) {
+		mu__reply_error(r, m->id, MU_ENOMEM, 0, "out of memory");
+		return;
+	}
+	r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
+	r->text_owned = 1;
+}
+
+void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+                          const char *body, mu_tensor_list_t *in, mu__reply_t *r)
+{
+	switch (m->type) {
+	case MU_MSG_INFO:
+		info(s, m, r);
+		return;
+	case MU_MSG_SEQ_OPEN:
+		seq_open(s, owner, m, body != NULL ? body : "", r);
+		return;
+	case MU_MSG_SEQ_FORWARD:
+	case MU_MSG_SEQ_BATCH:
+		seq_run(s, owner, m, in, r);
+		return;
+	case MU_MSG_SEQ_CLOSE:
+		seq_close(s, owner, m, r);
+		return;
+	default:
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "a %s message is not expected by an LLM stage",
+		                mu__msg_type_name(m->type));
+	}
+}
