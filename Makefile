@@ -5,6 +5,9 @@
 #   make check   build, then run every test: unit (ctest), interop (pytest),
 #                the same under ASan+UBSan, a short fuzz of every decoder, the
 #                source style check, and `make demo` in a fresh Debian 12 root
+#   make check-full   make check with the slow variants turned on
+#                (MUSTER_CHECK_FULL=1: bigger batches and sequences in the
+#                torch model tests, ...)
 # Both install the Debian packages they need first (scripts/deps.sh): `make
 # demo`, `make` and `make build` only the build dependencies, the check
 # targets the test dependencies as well.
@@ -17,7 +20,7 @@ PYTHON ?= /usr/bin/python3
 FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
-.PHONY: all build demo check check-unit check-interop check-sanitize \
+.PHONY: all build demo check check-full check-unit check-interop check-sanitize \
         check-fuzz check-style check-fresh fuzz bench install clean \
         deps-build deps-test
 
@@ -39,6 +42,12 @@ demo: build
 check: deps-test check-style
 	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-fuzz \
 	        check-fresh
+
+# The slow variants: every test file reads MUSTER_CHECK_FULL=1 and runs its
+# bigger cases (tests/interop/test_torch_models.py: batches of 4 images,
+# 32-token sequences).
+check-full:
+	MUSTER_CHECK_FULL=1 $(MAKE) --no-print-directory check
 
 check-style:
 	@scripts/checksrc.sh

@@ -50,6 +50,7 @@ struct mu_device_s {
 	char *caps;         /* the capabilities JSON */
 	char *info;         /* INFO reply before a stage: caps + md address */
 	char *cache_dir;
+	mu_metrics_t *metrics;
 };
 
 const char *mu__device_cache_dir(const mu_device_t *d)
@@ -152,6 +153,7 @@ int mu_device_new(const mu_device_opts_t *o, mu_device_t **out, char *err, size_
 	d->mem = o->mem_budget != 0 ? o->mem_budget : mu_mem_available();
 	d->threads = o->threads;
 	d->md_port = o->md_port;
+	d->metrics = o->metrics;
 	d->key = mu__strdup(o->key != NULL ? o->key : "muster");
 	d->md_host = mu__strdup(o->md_host != NULL ? o->md_host : "0.0.0.0");
 	d->models = mu__calloc((size_t)o->nmodels + 1, sizeof(*d->models));
@@ -245,6 +247,7 @@ int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 	mo.listen = 1;
 	mo.listen_host = d->md_host;
 	mo.listen_port = d->md_port;
+	mo.metrics = d->metrics;
 	mu_md_agent_free(d->md);
 	d->md = NULL;
 	rc = mu_md_agent_new(&mo, &d->md);
@@ -379,7 +382,8 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		}
 	} else if (strcmp(w->valuestring, "stream") == 0 && cJSON_IsString(g)) {
 		rc = mu__stage_new(g->valuestring, strlen(g->valuestring), first, last, idx, of, digest,
-		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"), &s, err, sizeof(err));
+		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"),
+		                   cJSON_GetObjectItemCaseSensitive(o, "input_dtypes"), &s, err, sizeof(err));
 		if (rc != 0) {
 			mu__reply_error(r, m->id, rc, 1, "stage %d/%d: %s", idx, of, err);
 		} else {
@@ -408,7 +412,7 @@ static void weights(mu__device_sess_t *ss, const mu__msg_t *m, mu_tensor_list_t 
 	for (size_t i = 0; i < in->n; i++) {
 		mu_tensor_t *t = in->t[i];
 
-		ss->received += t->numel * 4;
+		ss->received += mu_tensor_nbytes(t);
 		if (ss->received > ss->d->mem) {
 			mu__reply_error(r, m->id, MU_ETOOBIG, 1, "the weights sent pass this device's budget "
 			                "of %llu bytes", (unsigned long long)ss->d->mem);

@@ -69,12 +69,13 @@ uint64_t mu__self_peak_rss(void);
 
 /*
  * A stage to be filled over a session: the graph's JSON text, the node
- * range and the input shapes (name -> shape JSON object, may be NULL).
+ * range, the input shapes (name -> shape JSON object, may be NULL) and
+ * the dtypes of those that are not F32 (name -> "I64" ..., may be NULL).
  * Then mu__stage_add_param for each weight and mu__stage_finish.
  */
 int mu__stage_new(const char *graph_json, size_t len, int first, int last,
                   int index, int of, uint64_t digest, const cJSON *in_shapes,
-                  mu_stage_t **out, char *err, size_t errlen);
+                  const cJSON *in_dtypes, mu_stage_t **out, char *err, size_t errlen);
 /* Take t as one of the stage's weights (checked: wanted, not seen yet). */
 int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t errlen);
 /* Every weight is there: record figures, describe. */
@@ -96,6 +97,7 @@ typedef struct {
 	int text_owned;
 	mu_tensor_list_t out;   /* body for RESULT */
 	int fatal;              /* close once it is sent */
+	int64_t positions;      /* SEQ_FORWARD/SEQ_BATCH's RESULT: positions run (metrics) */
 } mu__reply_t;
 
 struct mu__serve_ctx_s {
@@ -162,6 +164,9 @@ void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m
                           const char *body, mu_tensor_list_t *in, mu__reply_t *r);
 /* The connection owner has gone: free its sequences. Any thread. */
 void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner);
+/* KV cache bytes reserved and sequences open, as of the last change.
+ * Any thread, and never waits for a forward (metrics read it). */
+void mu__llm_stage_usage(mu__llm_stage_t *s, uint64_t *kv_bytes, int *seqs);
 
 /* Into t: why a message was cut short after got of its `of` bytes of
  * `what` ("header", "FORWARD body", ...): a stall of stall_ms when rc is

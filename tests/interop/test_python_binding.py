@@ -301,7 +301,7 @@ def test_terminate_stops_with_stop(trackers, capfd, caplog):
     with caplog.at_level(logging.WARNING, logger="muster.tracker"):
         tracker.terminate()
     err = capfd.readouterr().err
-    assert re.search(r"INFO Stop requested by 127\.0\.0\.1:\d+", err), err
+    assert re.search(r"INFO tracker: Stop requested by 127\.0\.0\.1:\d+", err), err
     assert "wrong key" not in err
     assert _stop_warnings(caplog) == []
     assert refused(port)
