@@ -17,6 +17,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#include "muster/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -125,8 +127,14 @@ MU_EXTERN void mu_budget_init(mu_budget_t *b);
 /* 0 when b is usable (conn_bytes > 0, total_bytes >= conn_bytes, grace > 0), else MU_EARG. */
 MU_EXTERN int mu_budget_check(const mu_budget_t *b);
 
-/* The library's version, "MAJOR.MINOR.PATCH". */
+/*
+ * The version of the library running, "MAJOR.MINOR.PATCH" (static). It is
+ * MU_VERSION_STRING of the headers the library was built with, which need
+ * not be the ones the caller was compiled against (see version.h).
+ */
 MU_EXTERN const char *mu_version(void);
+/* The same as a number, MU_VERSION_NUM of the library's build. */
+MU_EXTERN int mu_version_num(void);
 
 #ifdef __cplusplus
 }
