@@ -5,6 +5,9 @@
 #   make check   build, then run every test: unit (ctest), interop (pytest),
 #                the same under ASan+UBSan, a short fuzz of every decoder and
 #                the source style check
+#   make check-full   make check with the slow variants turned on
+#                (MUSTER_CHECK_FULL=1: bigger batches and sequences in the
+#                torch model tests, ...)
 # Both install the Debian packages they need first (scripts/deps.sh).
 
 BUILD ?= build
@@ -15,7 +18,7 @@ PYTHON ?= /usr/bin/python3
 FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
-.PHONY: all build demo check check-unit check-interop check-sanitize \
+.PHONY: all build demo check check-full check-unit check-interop check-sanitize \
         check-fuzz check-style fuzz bench install clean deps-build deps-test
 
 all: build
@@ -35,6 +38,12 @@ demo: build
 
 check: deps-test check-style
 	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-fuzz
+
+# The slow variants: every test file reads MUSTER_CHECK_FULL=1 and runs its
+# bigger cases (tests/interop/test_torch_models.py: batches of 4 images,
+# 32-token sequences).
+check-full:
+	MUSTER_CHECK_FULL=1 $(MAKE) --no-print-directory check
 
 check-style:
 	@scripts/checksrc.sh

@@ -48,7 +48,9 @@ MU_EXTERN int mu_model_nodes(const mu_model_t *m);
 MU_EXTERN int mu_model_inputs(const mu_model_t *m);
 MU_EXTERN void mu_model_input(const mu_model_t *m, int i, const char **name,
                               uint32_t *rank, uint64_t *dims);
-/* Bytes of all weights the graph uses, as f32. */
+/* Input i's declared dtype. */
+MU_EXTERN mu_dtype_t mu_model_input_dtype(const mu_model_t *m, int i);
+/* Bytes of all weights the graph uses, as loaded (F16 and BF16 as F32). */
 MU_EXTERN uint64_t mu_model_param_bytes(const mu_model_t *m);
 /* A digest of the graph and weight header: stages of one model agree. */
 MU_EXTERN uint64_t mu_model_digest(const mu_model_t *m);
@@ -104,8 +106,8 @@ MU_EXTERN int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs,
 
 /*
  * Tensors to and from a safetensors file (inputs and outputs of runs):
- * read converts F32/F16/BF16 to f32 copies appended to out; write stores
- * F32.
+ * read appends copies to out, each in the dtype it is stored in (F8
+ * refused); write stores each tensor in its dtype.
  */
 MU_EXTERN int mu_safetensors_read(const char *path, mu_tensor_list_t *out,
                                   char *err, size_t errlen);
@@ -128,6 +130,12 @@ MU_EXTERN int mu_model_generate_mlp(const char *dir, const uint64_t *widths,
 MU_EXTERN int mu_tensor_random(const char *name, uint32_t rank,
                                const uint64_t *dims, uint64_t seed,
                                mu_tensor_t **out);
+/* The same in any dtype: floats random in [-1, 1) (rounded to the
+ * dtype), integers and BOOL zeros, which every index (row 0) and mask
+ * input accepts. */
+MU_EXTERN int mu_tensor_random_typed(const char *name, mu_dtype_t dtype,
+                                     uint32_t rank, const uint64_t *dims,
+                                     uint64_t seed, mu_tensor_t **out);
 
 /* ---- stages ---- */
 

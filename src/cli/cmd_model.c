@@ -114,7 +114,8 @@ static int model_input(int argc, char **argv)
 	cli_cmd_t cmd = {
 		"muster model input --model DIR --out FILE [--seed S]",
 		"Write random values in [-1, 1) for every input the model declares, with its\n"
-		"declared shape: an input file for `muster run --input FILE`.",
+		"declared shape and dtype (integer and BOOL inputs, token ids and masks, are\n"
+		"zeros): an input file for `muster run --input FILE`.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
@@ -133,7 +134,8 @@ static int model_input(int argc, char **argv)
 		mu_tensor_t *t;
 
 		mu_model_input(m, i, &name, &rank, dims);
-		rc = mu_tensor_random(name, rank, dims, (uint64_t)seed + (uint64_t)i, &t);
+		rc = mu_tensor_random_typed(name, mu_model_input_dtype(m, i), rank, dims,
+		                            (uint64_t)seed + (uint64_t)i, &t);
 		if (rc == 0 && (rc = mu_tensor_list_push(&l, t)) != 0)
 			mu_tensor_free(t);
 		if (rc != 0)

@@ -333,10 +333,35 @@ static int same_outputs(const mu_tensor_list_t *a, const mu_tensor_list_t *b)
 	if (a->n != b->n)
 		return 0;
 	for (size_t i = 0; i < a->n; i++)
-		if (a->t[i]->numel != b->t[i]->numel || strcmp(a->t[i]->name, b->t[i]->name) != 0 ||
-		    memcmp(a->t[i]->data, b->t[i]->data, a->t[i]->numel * 4) != 0)
+		if (a->t[i]->numel != b->t[i]->numel || a->t[i]->dtype != b->t[i]->dtype ||
+		    strcmp(a->t[i]->name, b->t[i]->name) != 0 ||
+		    (a->t[i]->numel > 0 &&
+		     memcmp(a->t[i]->raw, b->t[i]->raw, mu_tensor_nbytes(a->t[i])) != 0))
 			return 0;
 	return 1;
+}
+
+/* Element k of t, as printed: floats to 7 digits, integers exactly. */
+static void print_elem(const mu_tensor_t *t, uint64_t k)
+{
+	const void *p = (const char *)t->raw + k * mu_dtype_size((int)t->dtype);
+	union { int8_t i8; int16_t i16; int32_t i32; int64_t i64; uint8_t u8; uint16_t u16;
+		uint32_t u32; uint64_t u64; double f64; } v;
+
+	memcpy(&v, p, mu_dtype_size((int)t->dtype));
+	switch (t->dtype) {
+	case MU_DTYPE_F32: printf(" %.7g", (double)t->data[k]); break;
+	case MU_DTYPE_F64: printf(" %.7g", v.f64); break;
+	case MU_DTYPE_I8: printf(" %d", v.i8); break;
+	case MU_DTYPE_I16: printf(" %d", v.i16); break;
+	case MU_DTYPE_I32: printf(" %" PRId32, v.i32); break;
+	case MU_DTYPE_I64: printf(" %" PRId64, v.i64); break;
+	case MU_DTYPE_U8: case MU_DTYPE_BOOL: printf(" %u", v.u8); break;
+	case MU_DTYPE_U16: printf(" %u", v.u16); break;
+	case MU_DTYPE_U32: printf(" %" PRIu32, v.u32); break;
+	case MU_DTYPE_U64: printf(" %" PRIu64, v.u64); break;
+	default: printf(" 0x%04x", v.u16); break; /* F16, BF16: the bits */
+	}
 }
 
 static void print_outputs(const mu_tensor_list_t *out)
@@ -347,9 +372,10 @@ static void print_outputs(const mu_tensor_list_t *out)
 		printf("output %s [", t->name);
 		for (uint32_t d = 0; d < t->rank; d++)
 			printf("%s%" PRIu64, d ? ", " : "", t->dims[d]);
-		printf("] =");
+		printf("]%s%s =", t->dtype != MU_DTYPE_F32 ? " " : "",
+		       t->dtype != MU_DTYPE_F32 ? mu_dtype_name((int)t->dtype) : "");
 		for (uint64_t k = 0; k < t->numel && k < 8; k++)
-			printf(" %.7g", (double)t->data[k]);
+			print_elem(t, k);
 		printf("%s\n", t->numel > 8 ? " ..." : "");
 	}
 }
@@ -522,7 +548,7 @@ int cmd_run(int argc, char **argv)
 		{"priority", OPT_DOUBLE, &priority, "P", "with --tracker: priority of the requests (higher first; default 0)"},
 		{"weights", OPT_STR, &weights, "auto|local|stream", "with --tracker: load stages from the devices' copies (local), stream them from here, or local where a device has a copy (auto, default)"},
 		{"request-timeout", OPT_INT, &request_timeout, "SECONDS", "with --tracker: wait this long for each device (default 30)"},
-		{"output", OPT_STR, &output, "FILE", "write the outputs to FILE (safetensors, F32)"},
+		{"output", OPT_STR, &output, "FILE", "write the outputs to FILE (safetensors, each in its dtype)"},
 		{"repeat", OPT_INT, &repeat, "R", "run R forwards of the input (default 1)"},
 		{"micro-batches", OPT_INT, &micro, "M", "keep up to M forwards in flight, pipelined over the stages (default 1)"},
 		{"connect-timeout", OPT_INT, &connect_timeout, "SECONDS", "keep trying to reach each stage this long (default 10)"},

@@ -23,9 +23,14 @@
 
 #define MU_ST_MAX_HEADER ((uint64_t)100 << 20)
 
+/* A file's dtypes: every tensor dtype (same values as mu_dtype_t), and
+ * the two 8-bit float kinds a file may hold but nothing loads. */
 typedef enum {
-	MU_DT_F32, MU_DT_F16, MU_DT_BF16, MU_DT_F64, MU_DT_I64, MU_DT_I32,
-	MU_DT_I16, MU_DT_I8, MU_DT_U8, MU_DT_BOOL, MU_DT_F8_E4M3, MU_DT_F8_E5M2
+	MU_DT_F32 = MU_DTYPE_F32, MU_DT_F16 = MU_DTYPE_F16, MU_DT_BF16 = MU_DTYPE_BF16,
+	MU_DT_F64 = MU_DTYPE_F64, MU_DT_I64 = MU_DTYPE_I64, MU_DT_I32 = MU_DTYPE_I32,
+	MU_DT_I16 = MU_DTYPE_I16, MU_DT_I8 = MU_DTYPE_I8, MU_DT_U8 = MU_DTYPE_U8,
+	MU_DT_U16 = MU_DTYPE_U16, MU_DT_U32 = MU_DTYPE_U32, MU_DT_U64 = MU_DTYPE_U64,
+	MU_DT_BOOL = MU_DTYPE_BOOL, MU_DT_F8_E4M3 = 64, MU_DT_F8_E5M2 = 65
 } mu__dtype_t;
 
 typedef struct {
@@ -61,13 +66,23 @@ void mu__st_close(mu__st_file_t *f);
 const mu__st_entry_t *mu__st_find(const mu__st_file_t *f, const char *name);
 
 /*
- * A tensor with e's contents as f32: F32 data that is aligned is used in
- * place (a borrowed view of the map, made resident); F16/BF16 (and
- * misaligned F32) are converted into new storage, and the mapped source
- * pages are released. MU_EPROTO for other dtypes.
+ * A tensor with e's contents. F16 and BF16 become F32, converted exactly
+ * (a weight is computed with in F32); every other dtype but the F8 kinds
+ * stays what it is. Aligned data in a dtype that stays is used in place
+ * (a borrowed view of the map, made resident); the rest is converted or
+ * copied into new storage, and the mapped source pages are released.
+ * MU_EPROTO for the F8 kinds and for a BOOL byte other than 0 or 1.
  */
 int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e,
                 mu_tensor_t **out);
+
+/* As mu__st_load, but every dtype stays what it is (F16 and BF16 too):
+ * for tensors that are data, not weights (a run's inputs). */
+int mu__st_load_exact(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out);
+
+/* The dtype mu__st_load makes of e (-1: it refuses e), and its bytes. */
+int mu__st_loaded_dtype(const mu__st_entry_t *e);
+uint64_t mu__st_loaded_bytes(const mu__st_entry_t *e);
 
 /*
  * As mu__st_load, but a borrowed F32 view is not faulted in: for sending a
@@ -77,7 +92,7 @@ int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e,
 int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out);
 void mu__st_drop(const mu__st_file_t *f, const mu__st_entry_t *e);
 
-/* Write f32 tensors as a safetensors file. */
+/* Write tensors of any dtype as a safetensors file. */
 int mu__st_write(const char *path, const mu_tensor_list_t *l);
 
 #endif

@@ -84,7 +84,7 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 		if (rc != 0)
 			break;
 		if (e != NULL) {
-			bytes += e->numel * 4;
+			bytes += mu__st_loaded_bytes(e);
 			if (ns < 4096)
 				sent[ns++] = e;
 		}
@@ -109,7 +109,7 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 {
 	mu_stage_info_t si;
-	cJSON *o = cJSON_CreateObject(), *shapes;
+	cJSON *o = cJSON_CreateObject(), *shapes, *dtypes;
 	mu__msg_t m = {MU_MSG_ASSIGN, 0, 2, 0, 0, 0};
 	mu__chan_t ch;
 	char hex[20], *body = NULL, *reply = NULL;
@@ -134,6 +134,7 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 	if (stream) {
 		cJSON_AddItemToObject(o, "graph", cJSON_CreateString(c->graph));
 		shapes = cJSON_AddObjectToObject(o, "input_shapes");
+		dtypes = cJSON_AddObjectToObject(o, "input_dtypes");
 		for (int k = 0; k < si.ninputs; k++) {
 			const mu__shape_t *sh = mu__strmap_get(&c->m->shapes, si.inputs[k], strlen(si.inputs[k]));
 			cJSON *a = cJSON_CreateArray();
@@ -141,6 +142,8 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 			for (uint32_t j = 0; sh != NULL && j < sh->rank; j++)
 				cJSON_AddItemToArray(a, cJSON_CreateNumber((double)sh->dims[j]));
 			cJSON_AddItemToObject(shapes, si.inputs[k], a);
+			if (sh != NULL && sh->dtype != MU_DTYPE_F32) /* F32 when absent */
+				cJSON_AddStringToObject(dtypes, si.inputs[k], mu_dtype_name((int)sh->dtype));
 		}
 	}
 	mu__buf_init(&b, MU_MSG_MAX_TEXT);

@@ -347,7 +347,7 @@ static uint64_t list_bytes(const mu_tensor_list_t *l)
 	uint64_t b = 0;
 
 	for (size_t i = 0; i < l->n; i++)
-		b += l->t[i]->numel * 4;
+		b += mu_tensor_nbytes(l->t[i]);
 	return b;
 }
 

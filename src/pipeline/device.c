@@ -379,7 +379,8 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		}
 	} else if (strcmp(w->valuestring, "stream") == 0 && cJSON_IsString(g)) {
 		rc = mu__stage_new(g->valuestring, strlen(g->valuestring), first, last, idx, of, digest,
-		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"), &s, err, sizeof(err));
+		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"),
+		                   cJSON_GetObjectItemCaseSensitive(o, "input_dtypes"), &s, err, sizeof(err));
 		if (rc != 0) {
 			mu__reply_error(r, m->id, rc, 1, "stage %d/%d: %s", idx, of, err);
 		} else {
@@ -408,7 +409,7 @@ static void weights(mu__device_sess_t *ss, const mu__msg_t *m, mu_tensor_list_t 
 	for (size_t i = 0; i < in->n; i++) {
 		mu_tensor_t *t = in->t[i];
 
-		ss->received += t->numel * 4;
+		ss->received += mu_tensor_nbytes(t);
 		if (ss->received > ss->d->mem) {
 			mu__reply_error(r, m->id, MU_ETOOBIG, 1, "the weights sent pass this device's budget "
 			                "of %llu bytes", (unsigned long long)ss->d->mem);

@@ -14,6 +14,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/endian_int.h"
+#include "model/dtype_int.h"
 #include "pipeline/pipeline_int.h"
 
 static uint64_t next_rand(uint64_t *s)
@@ -174,6 +175,28 @@ out:
 	mu__free(row);
 	mu__buf_free(&g);
 	mu__buf_free(&h);
+	return rc;
+}
+
+int mu_tensor_random_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
+                           const uint64_t *dims, uint64_t seed, mu_tensor_t **out)
+{
+	mu_tensor_t *f = NULL;
+	int rc;
+
+	if (dtype == MU_DTYPE_F32)
+		return mu_tensor_random(name, rank, dims, seed, out);
+	rc = mu_tensor_new_typed(name, dtype, rank, dims, out);
+	if (rc == 0 && mu__dt_is_float(dtype)) {
+		rc = mu_tensor_random(name, rank, dims, seed, &f);
+		if (rc == 0)
+			mu__convert(MU_DTYPE_F32, f->raw, dtype, (*out)->raw, f->numel);
+		mu_tensor_free(f);
+		if (rc != 0) {
+			mu_tensor_free(*out);
+			*out = NULL;
+		}
+	}
 	return rc;
 }
 

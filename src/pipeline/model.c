@@ -86,8 +86,8 @@ static int check_weights(mu_model_t *m, char *err, size_t el)
 			snprintf(err, el, "weight %.200s is used by the graph but not in model.safetensors", p);
 			return MU_EPROTO;
 		}
-		if (e->dtype != MU_DT_F32 && e->dtype != MU_DT_F16 && e->dtype != MU_DT_BF16) {
-			snprintf(err, el, "weight %.200s: only F32, F16 and BF16 weights can be loaded", p);
+		if (mu__st_loaded_dtype(e) < 0) {
+			snprintf(err, el, "weight %.200s: F8 weights cannot be loaded", p);
 			return MU_EPROTO;
 		}
 		s = mu__calloc(1, sizeof(*s));
@@ -98,8 +98,9 @@ static int check_weights(mu_model_t *m, char *err, size_t el)
 			return MU_ENOMEM;
 		}
 		s->rank = e->rank;
+		s->dtype = (mu_dtype_t)mu__st_loaded_dtype(e);
 		memcpy(s->dims, e->dims, sizeof(s->dims));
-		*b = e->numel * 4;
+		*b = mu__st_loaded_bytes(e);
 		m->param_bytes += *b;
 		if (mu__strmap_put(&m->pshapes, p, strlen(p), s, NULL) != 0 ||
 		    mu__strmap_put(&m->pbytes, p, strlen(p), b, NULL) != 0) {
@@ -207,6 +208,11 @@ void mu_model_input(const mu_model_t *m, int i, const char **name, uint32_t *ran
 	*name = m->g.inputs[i].name;
 	*rank = m->g.inputs[i].rank;
 	memcpy(dims, m->g.inputs[i].dims, sizeof(uint64_t) * m->g.inputs[i].rank);
+}
+
+mu_dtype_t mu_model_input_dtype(const mu_model_t *m, int i)
+{
+	return m->g.inputs[i].dtype;
 }
 
 uint64_t mu_model_param_bytes(const mu_model_t *m)
@@ -471,6 +477,10 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 			mu__dims_text(io->rank, io->dims, b, sizeof(b));
 			snprintf(err, el, "input %.200s has shape %s; the model takes %s", io->name, a, b);
 			rc = MU_EARG;
+		} else if (t->dtype != io->dtype) {
+			snprintf(err, el, "input %.200s is %s; the model takes %s", io->name,
+			         mu_dtype_name((int)t->dtype), mu_dtype_name((int)io->dtype));
+			rc = MU_EARG;
 		}
 	}
 	if (rc == 0) {
@@ -500,11 +510,11 @@ int mu_safetensors_read(const char *path, mu_tensor_list_t *out, char *err, size
 	for (size_t i = 0; rc == 0 && i < f.n; i++) {
 		mu_tensor_t *t = NULL, *c = NULL;
 
-		rc = mu__st_load(&f, &f.e[i], &t);
+		rc = mu__st_load_exact(&f, &f.e[i], &t);
 		if (rc == 0 && t->mem == NULL) { /* a view of the map: copy it out */
-			rc = mu_tensor_new(t->name, t->rank, t->dims, &c);
-			if (rc == 0)
-				memcpy(c->data, t->data, t->numel * 4);
+			rc = mu_tensor_new_typed(t->name, t->dtype, t->rank, t->dims, &c);
+			if (rc == 0 && t->numel > 0)
+				memcpy(c->raw, t->raw, mu_tensor_nbytes(t));
 			mu_tensor_free(t);
 			t = c;
 		}
@@ -512,7 +522,8 @@ int mu_safetensors_read(const char *path, mu_tensor_list_t *out, char *err, size
 			mu_tensor_free(t);
 		if (rc != 0)
 			snprintf(err, el, "%.300s: tensor %.200s: %s", path, f.e[i].name,
-			         rc == MU_EPROTO ? "only F32, F16 and BF16 are read" : mu_strerror(rc));
+			         rc == MU_EPROTO ? "F8 tensors and BOOL bytes other than 0 and 1 are not read"
+			                         : mu_strerror(rc));
 	}
 	mu__st_close(&f);
 	return rc;

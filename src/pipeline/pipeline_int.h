@@ -69,12 +69,13 @@ uint64_t mu__self_peak_rss(void);
 
 /*
  * A stage to be filled over a session: the graph's JSON text, the node
- * range and the input shapes (name -> shape JSON object, may be NULL).
+ * range, the input shapes (name -> shape JSON object, may be NULL) and
+ * the dtypes of those that are not F32 (name -> "I64" ..., may be NULL).
  * Then mu__stage_add_param for each weight and mu__stage_finish.
  */
 int mu__stage_new(const char *graph_json, size_t len, int first, int last,
                   int index, int of, uint64_t digest, const cJSON *in_shapes,
-                  mu_stage_t **out, char *err, size_t errlen);
+                  const cJSON *in_dtypes, mu_stage_t **out, char *err, size_t errlen);
 /* Take t as one of the stage's weights (checked: wanted, not seen yet). */
 int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t errlen);
 /* Every weight is there: record figures, describe. */

@@ -78,8 +78,8 @@ static int cut(mu_stage_t *s, int first, int last, const mu__strmap_t *bytes,
 }
 
 int mu__stage_new(const char *graph_json, size_t len, int first, int last, int index, int of,
-                  uint64_t digest, const cJSON *in_shapes, mu_stage_t **out, char *err,
-                  size_t el)
+                  uint64_t digest, const cJSON *in_shapes, const cJSON *in_dtypes,
+                  mu_stage_t **out, char *err, size_t el)
 {
 	char why[512] = "";
 	mu_stage_t *s = stage_alloc();
@@ -102,11 +102,19 @@ int mu__stage_new(const char *graph_json, size_t len, int first, int last, int i
 	s->g = &s->own;
 	rc = cut(s, first, last, NULL, NULL, err, el);
 	cJSON_ArrayForEach(it, in_shapes) {
+		const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in_dtypes, it->string);
 		mu__shape_t sh = {0};
 		const cJSON *d;
 
 		if (rc != 0)
 			break;
+		if (dt != NULL && (!cJSON_IsString(dt) || mu_dtype_from_name(dt->valuestring) < 0)) {
+			snprintf(err, el, "the dtype of %.200s is not one muster knows", it->string);
+			rc = MU_EPROTO;
+			break;
+		}
+		if (dt != NULL)
+			sh.dtype = (mu_dtype_t)mu_dtype_from_name(dt->valuestring);
 		if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) > MU_TENSOR_MAX_RANK) {
 			snprintf(err, el, "the shape of %.200s is not a list of at most 8 dims", it->string);
 			rc = MU_EPROTO;
@@ -151,7 +159,7 @@ int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t el)
 	}
 	if (mu__strmap_put(&s->params, t->name, strlen(t->name), t, NULL) != 0)
 		return MU_ENOMEM;
-	s->resident += t->numel * 4;
+	s->resident += mu_tensor_nbytes(t);
 	return 0;
 }
 
@@ -342,6 +350,11 @@ static int check_inputs(mu_stage_t *s, const mu_tensor_list_t *in, char *err, si
 			mu__dims_text(t->rank, t->dims, a, sizeof(a));
 			mu__dims_text(sh->rank, sh->dims, b, sizeof(b));
 			snprintf(err, el, "input %.200s has shape %s; the stage takes %s", t->name, a, b);
+			return MU_EPROTO;
+		}
+		if (sh != NULL && sh->dtype != t->dtype) {
+			snprintf(err, el, "input %.200s is %s; the stage takes %s", t->name,
+			         mu_dtype_name((int)t->dtype), mu_dtype_name((int)sh->dtype));
 			return MU_EPROTO;
 		}
 	}

@@ -190,7 +190,7 @@ static int send_result(sconn_t *sc)
 		return MU_ENOMEM;
 	}
 	sc->reply.m.len = mu_frame_size(l);
-	mu__msg_encode(&sc->reply.m, w->hdrs);
+	mu__msg_encode_frame(&sc->reply.m, l, w->hdrs);
 	mu_le32_put(w->hdrs + MU_MSG_HEADER, (uint32_t)l->n);
 	w->bufs[n++] = uv_buf_init((char *)w->hdrs, MU_MSG_HEADER + 4);
 	off = MU_MSG_HEADER + 4;
@@ -201,7 +201,7 @@ static int send_result(sconn_t *sc)
 		w->bufs[n++] = uv_buf_init((char *)w->hdrs + off, (unsigned)h);
 		off += h;
 		if (l->t[i]->numel > 0)
-			w->bufs[n++] = uv_buf_init((char *)l->t[i]->data, (unsigned)(l->t[i]->numel * 4));
+			w->bufs[n++] = uv_buf_init((char *)l->t[i]->raw, (unsigned)mu_tensor_nbytes(l->t[i]));
 	}
 	/* charged with what this write keeps besides the tensors' bytes */
 	rc = mu__conn_sendv(&sc->conn, w->bufs, n,
