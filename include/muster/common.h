@@ -98,6 +98,34 @@ MU_EXTERN void mu_set_allocator(void *(*malloc_fn)(size_t),
 MU_EXTERN void mu_free(void *p);
 
 /*
+ * Options structs grow. Every mu_*_opts_t starts with `size_t struct_size`
+ * and gains fields only at its end. mu_X_opts_init(o) is a macro that
+ * hands the library sizeof *o, the struct's size in the headers the
+ * caller was compiled with; the library fills in its defaults and sets
+ * struct_size. A call taking the options reads only struct_size bytes:
+ *   - a program built against older headers runs with a newer library,
+ *     and the fields it does not know keep their defaults;
+ *   - one built against newer headers runs with an older library as long
+ *     as it leaves the fields that library lacks as init set them (zero
+ *     past the library's struct): set to anything else, the call fails
+ *     with MU_EARG, as the library cannot do what they ask.
+ * Options not filled by their init call (struct_size 0) are refused with
+ * MU_EARG. Bindings that mirror a struct check their layout against the
+ * library's with mu_layout_size and mu_layout_field.
+ */
+
+/*
+ * The layout of a public struct as this library was built: its size
+ * (0 for a name it does not describe), and a field's offset and size
+ * (0, or -ENOENT for an unknown struct or field). name is the C type
+ * name ("mu_tracker_opts_t"). Covers every options struct and the data
+ * structs the Python binding mirrors.
+ */
+MU_EXTERN size_t mu_layout_size(const char *type);
+MU_EXTERN int mu_layout_field(const char *type, const char *field,
+                              size_t *offset, size_t *size);
+
+/*
  * What a server may hold on its peers' behalf (docs/internals/budgets.md):
  * each peer's queued replies at their real cost (the bytes and the
  * bookkeeping of every write), its partial request, and state it asked the
@@ -111,6 +139,8 @@ MU_EXTERN void mu_free(void *p);
  * or reply larger than the budget is still served (its size has limits of
  * its own); the peer is then not read until it has taken the reply.
  */
+/* Embedded in options structs, so its layout never changes: a new knob
+ * would be a new field of the options. */
 typedef struct {
 	size_t conn_bytes;  /* per peer; default 16 MiB */
 	size_t total_bytes; /* all peers of a server; default 512 MiB */

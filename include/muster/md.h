@@ -55,6 +55,7 @@ typedef struct {
 typedef void (*mu_md_event_cb)(void *ud, const mu_md_event_t *ev);
 
 typedef struct {
+	size_t struct_size;       /* set by mu_md_opts_init */
 	const char *name;          /* the agent's name: required, unique */
 	int listen;                /* accept P2P peers */
 	const char *listen_host;   /* default "0.0.0.0" */
@@ -114,7 +115,8 @@ typedef struct {
 	size_t remote_cache_max;
 } mu_md_opts_t;
 
-MU_EXTERN void mu_md_opts_init(mu_md_opts_t *o);
+MU_EXTERN void mu_md_opts_init_size(mu_md_opts_t *o, size_t size);
+#define mu_md_opts_init(o) mu_md_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Create an agent (and its listener, when asked). MU_EARG for a missing

@@ -166,6 +166,7 @@ MU_EXTERN void mu_stage_free(mu_stage_t *s);
 typedef struct mu_stage_server_s mu_stage_server_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_stage_server_opts_init */
 	const char *host;        /* default "127.0.0.1" */
 	int port;                /* default 0: any free port */
 	unsigned long requests;  /* stop after this many forwards; 0: never */
@@ -188,7 +189,8 @@ typedef struct {
 	                          * sending) */
 } mu_stage_server_opts_t;
 
-MU_EXTERN void mu_stage_server_opts_init(mu_stage_server_opts_t *o);
+MU_EXTERN void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size);
+#define mu_stage_server_opts_init(o) mu_stage_server_opts_init_size((o), sizeof(*(o)))
 /*
  * Serve a loaded stage (borrowed; keep it until the server is freed).
  * Returns once bound: the stage is resident, so this is when to announce.
@@ -219,6 +221,7 @@ MU_EXTERN void mu_stage_server_free(mu_stage_server_t *srv);
 typedef struct mu_device_s mu_device_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_device_opts_init */
 	const char *key;            /* the tracker key it registers under */
 	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
 	int threads;                /* OpenBLAS threads per forward; default 1 */
@@ -233,7 +236,8 @@ typedef struct {
 	                               private directory per session, removed */
 } mu_device_opts_t;
 
-MU_EXTERN void mu_device_opts_init(mu_device_opts_t *o);
+MU_EXTERN void mu_device_opts_init_size(mu_device_opts_t *o, size_t size);
+#define mu_device_opts_init(o) mu_device_opts_init_size((o), sizeof(*(o)))
 /* Opens each held model once (to know its digest); loads nothing. */
 MU_EXTERN int mu_device_new(const mu_device_opts_t *o, mu_device_t **out,
                             char *err, size_t errlen);
@@ -263,12 +267,14 @@ MU_EXTERN uint64_t mu_mem_available(void);
 typedef struct mu_coord_s mu_coord_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_coord_opts_init */
 	int connect_timeout_ms;  /* retrying each stage's connect; 10000 */
 	int io_timeout_ms;       /* each read/write's progress; 60000 */
 	uint64_t max_frame_bytes;/* largest reply accepted; default 1 GiB */
 } mu_coord_opts_t;
 
-MU_EXTERN void mu_coord_opts_init(mu_coord_opts_t *o);
+MU_EXTERN void mu_coord_opts_init_size(mu_coord_opts_t *o, size_t size);
+#define mu_coord_opts_init(o) mu_coord_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Connect to the stage servers addrs[0..n) ("host:port", in stage order),
@@ -333,6 +339,7 @@ typedef enum {
 } mu_weights_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_cluster_opts_init */
 	const char *tracker_host;  /* default "127.0.0.1" */
 	int tracker_port;          /* default 9190 */
 	const char *key;           /* device key (required) */
@@ -341,13 +348,15 @@ typedef struct {
 	int request_timeout_ms;    /* to get each device; default 30000 */
 	mu_weights_t weights;
 	int max_replacements;      /* devices lost mid-run replaced; default 3 */
-	mu_coord_opts_t coord;
+	const mu_coord_opts_t *coord; /* the coordinator's; NULL: defaults.
+	                           * A pointer, so mu_coord_opts_t may grow */
 	/* narration of each step (may be NULL), one line at a time */
 	void (*say)(void *ud, const char *line);
 	void *ud;
 } mu_cluster_opts_t;
 
-MU_EXTERN void mu_cluster_opts_init(mu_cluster_opts_t *o);
+MU_EXTERN void mu_cluster_opts_init_size(mu_cluster_opts_t *o, size_t size);
+#define mu_cluster_opts_init(o) mu_cluster_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Request the devices, fetch their capabilities (md), split the model so

@@ -53,8 +53,13 @@ class Budget(ctypes.Structure):
 
 
 class TrackerOpts(ctypes.Structure):
-    """mu_tracker_opts_t (include/muster/tracker.h); field order matters."""
-    _fields_ = [("host", c_char_p), ("port", c_int), ("port_end", c_int),
+    """mu_tracker_opts_t (include/muster/tracker.h); field order matters.
+
+    Options structs mirrored here are sized (include/muster/common.h): the
+    library reads only the fields this binding knows, so a library with
+    fields added since still works with it; check_layouts() below makes
+    sure every field mirrored here is where the library has it."""
+    _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("port_end", c_int),
                 ("silent", c_int), ("reuse_addr", c_int), ("timeout", c_double),
                 ("max_frame", c_uint), ("max_keys", c_uint),
                 ("max_per_conn", c_uint), ("max_keys_per_conn", c_uint),
@@ -63,7 +68,7 @@ class TrackerOpts(ctypes.Structure):
 
 class StoreServerOpts(ctypes.Structure):
     """mu_store_server_opts_t (include/muster/store.h)."""
-    _fields_ = [("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
+    _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
                 ("max_value_bytes", c_size_t), ("max_keys", c_size_t),
                 ("request_timeout", c_double), ("silent", c_int), ("budget", Budget),
                 ("max_watches", c_size_t), ("max_watches_total", c_size_t)]
@@ -71,7 +76,7 @@ class StoreServerOpts(ctypes.Structure):
 
 class StoreClientOpts(ctypes.Structure):
     """mu_store_client_opts_t (include/muster/store.h)."""
-    _fields_ = [("host", c_char_p), ("port", c_int), ("dialect", c_int),
+    _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("dialect", c_int),
                 ("timeout_ms", c_int), ("raw_keys", c_int),
                 ("max_value_bytes", c_size_t), ("connect_timeout_ms", c_int)]
 
@@ -83,7 +88,7 @@ class StoreValue(ctypes.Structure):
 
 class MdOpts(ctypes.Structure):
     """mu_md_opts_t (include/muster/md.h)."""
-    _fields_ = [("name", c_char_p), ("listen", c_int), ("listen_host", c_char_p),
+    _fields_ = [("struct_size", c_size_t), ("name", c_char_p), ("listen", c_int), ("listen_host", c_char_p),
                 ("listen_port", c_int), ("etcd_endpoints", c_char_p),
                 ("etcd_namespace", c_char_p), ("tcpstore_endpoint", c_char_p),
                 ("no_env", c_int), ("etcd_watch_timeout", c_double),
@@ -117,7 +122,14 @@ free = _fn("mu_free", None, c_void_p)
 log_set_sink = _fn("mu_log_set_sink", None, c_void_p, c_void_p, c_int)
 log_stderr_sink = ctypes.cast(lib.mu_log_stderr_sink, c_void_p)
 
-tracker_opts_init = _fn("mu_tracker_opts_init", None, P(TrackerOpts))
+def _sized_init(name, cls):
+    """mu_X_opts_init(o) is a C macro: call what it expands to, with this
+    binding's size of the struct, so the library fills only that much."""
+    f = _fn(name, None, P(cls), c_size_t)
+    return lambda o: f(ctypes.byref(o), ctypes.sizeof(o))
+
+
+tracker_opts_init = _sized_init("mu_tracker_opts_init_size", TrackerOpts)
 tracker_start = _fn("mu_tracker_start", c_int, P(TrackerOpts), P(c_void_p))
 tracker_port = _fn("mu_tracker_port", c_int, c_void_p)
 tracker_stop_key = _fn("mu_tracker_stop_key", c_char_p, c_void_p)
@@ -140,11 +152,11 @@ session_peer = _fn("mu_session_peer", c_char_p, c_void_p)
 session_server_key = _fn("mu_session_server_key", c_char_p, c_void_p)
 session_close = _fn("mu_session_close", None, c_void_p)
 
-store_server_opts_init = _fn("mu_store_server_opts_init", None, P(StoreServerOpts))
+store_server_opts_init = _sized_init("mu_store_server_opts_init_size", StoreServerOpts)
 store_server_start = _fn("mu_store_server_start", c_int, P(StoreServerOpts), P(c_void_p))
 store_server_port = _fn("mu_store_server_port", c_int, c_void_p)
 store_server_free = _fn("mu_store_server_free", None, c_void_p)
-store_client_opts_init = _fn("mu_store_client_opts_init", None, P(StoreClientOpts))
+store_client_opts_init = _sized_init("mu_store_client_opts_init_size", StoreClientOpts)
 store_client_connect = _fn("mu_store_client_connect", c_int, P(StoreClientOpts), P(c_void_p))
 store_client_close = _fn("mu_store_client_close", None, c_void_p)
 store_client_dialect = _fn("mu_store_client_dialect", c_int, c_void_p)
@@ -163,7 +175,7 @@ store_multi_get = _fn("mu_store_multi_get", c_int, c_void_p, _KEYS, c_size_t, P(
 store_multi_set = _fn("mu_store_multi_set", c_int, c_void_p, _KEYS, P(StoreValue), c_size_t)
 
 _U64P = P(ctypes.c_uint64)
-md_opts_init = _fn("mu_md_opts_init", None, P(MdOpts))
+md_opts_init = _sized_init("mu_md_opts_init_size", MdOpts)
 md_agent_new = _fn("mu_md_agent_new", c_int, P(MdOpts), P(c_void_p))
 md_agent_free = _fn("mu_md_agent_free", None, c_void_p)
 md_listen_port = _fn("mu_md_listen_port", c_int, c_void_p)
@@ -191,6 +203,49 @@ md_blob_make = _fn("mu_md_blob_make", c_int, c_char_p, c_char_p, c_size_t, P(c_v
 md_blob_name = _fn("mu_md_blob_name", c_int, c_char_p, c_size_t, c_char_p, c_size_t)
 md_blob_payload = _fn("mu_md_blob_payload", c_int, c_char_p, c_size_t, P(c_void_p),
                       P(c_size_t))
+
+layout_size = _fn("mu_layout_size", c_size_t, c_char_p)
+layout_field = _fn("mu_layout_field", c_int, c_char_p, c_char_p, P(c_size_t), P(c_size_t))
+
+# Every C struct this binding mirrors: (ctypes class, C type, sized). A
+# sized options struct may be shorter here than in the library (fields
+# added since keep their defaults); a plain data struct must match whole.
+MIRRORED = [(Budget, "mu_budget_t", False), (TrackerOpts, "mu_tracker_opts_t", True),
+            (StoreServerOpts, "mu_store_server_opts_t", True),
+            (StoreClientOpts, "mu_store_client_opts_t", True),
+            (StoreValue, "mu_store_value_t", False), (MdOpts, "mu_md_opts_t", True),
+            (MdPeer, "mu_md_peer_t", False), (MdEvent, "mu_md_event_t", False)]
+
+
+def check_layouts(mirrored=None, library=None):
+    """Raise ImportError, naming the struct, the field and both layouts,
+    when a structure mirrored here does not match the library loaded:
+    calls with it would read or write the wrong bytes."""
+    where = f"libmuster {version().decode()} ({library or lib._name})"
+    for cls, cname, sized in MIRRORED if mirrored is None else mirrored:
+        size = layout_size(cname.encode())
+        if size == 0:
+            raise ImportError(f"the muster binding mirrors {cname}, which {where} does not "
+                              "describe: use the binding that came with the library")
+        for field, _ in cls._fields_:
+            off, n = c_size_t(), c_size_t()
+            mine = getattr(cls, field)
+            if layout_field(cname.encode(), field.encode(), ctypes.byref(off),
+                            ctypes.byref(n)) != 0:
+                raise ImportError(f"the muster binding has {cname}.{field}, which {where} "
+                                  "lacks: use the binding that came with the library")
+            if (off.value, n.value) != (mine.offset, mine.size):
+                raise ImportError(
+                    f"{cname}.{field} is at offset {mine.offset} ({mine.size} bytes) in the "
+                    f"muster binding but at {off.value} ({n.value} bytes) in {where}: use "
+                    "the binding that came with the library")
+        if not sized and ctypes.sizeof(cls) != size:
+            raise ImportError(f"{cname} is {ctypes.sizeof(cls)} bytes in the muster binding "
+                              f"but {size} in {where}: use the binding that came with the "
+                              "library")
+
+
+check_layouts()
 
 # Codes of include/muster/common.h that callers branch on.
 MU_EBIND = -1008

@@ -51,7 +51,7 @@ class Agent:
         listen_budget: a dict with any of conn_bytes, total_bytes, grace
         (mu_budget_t) for the listener; the rest keep their defaults."""
         o = _lib.MdOpts()
-        _lib.md_opts_init(ctypes.byref(o))
+        _lib.md_opts_init(o)
         self._keep = [_enc(name), _enc(listen_host), _enc(etcd_endpoints),
                       _enc(etcd_namespace), _enc(tcpstore_endpoint)]
         (o.name, o.listen_host, o.etcd_endpoints, o.etcd_namespace,

@@ -33,7 +33,7 @@ class StoreClient:
 
     def __init__(self, host, port, dialect="auto", timeout=300.0, raw_keys=False):
         opts = _lib.StoreClientOpts()
-        _lib.store_client_opts_init(ctypes.byref(opts))
+        _lib.store_client_opts_init(opts)
         self._host = host.encode()
         opts.host = self._host
         opts.port = port
@@ -142,7 +142,7 @@ class StoreServer:
 
     def __init__(self, host="::", port=29500, max_value_bytes=None, silent=True):
         opts = _lib.StoreServerOpts()
-        _lib.store_server_opts_init(ctypes.byref(opts))
+        _lib.store_server_opts_init(opts)
         self._host = host.encode()
         opts.host = self._host
         opts.port = port

@@ -40,7 +40,7 @@ class Tracker:
     def __init__(self, host="0.0.0.0", port=9190, port_end=9199, silent=False,
                  reuse_addr=True, timeout=None):
         opts = _lib.TrackerOpts()
-        _lib.tracker_opts_init(ctypes.byref(opts))
+        _lib.tracker_opts_init(opts)
         self._host_bytes = host.encode()  # kept alive while C reads it
         opts.host = self._host_bytes
         opts.port = port

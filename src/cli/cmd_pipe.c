@@ -538,6 +538,7 @@ int cmd_run(int argc, char **argv)
 	mu_coord_t *c = NULL;
 	mu_cluster_t *cl = NULL;
 	mu_cluster_opts_t clo;
+	mu_coord_opts_t clco;
 	cli_opt_t opts[] = {
 		{"model", OPT_STR, &dir, "DIR", "the model directory (required without --stages; with them, checked against what they serve)"},
 		{"input", OPT_STR, &input, "FILE", "the model's inputs, by name, in a safetensors file (`muster model input` makes one)"},
@@ -594,7 +595,9 @@ int cmd_run(int argc, char **argv)
 		clo.devices = devices;
 		clo.priority = priority;
 		clo.request_timeout_ms = request_timeout * 1000;
-		clo.coord.io_timeout_ms = io_timeout * 1000;
+		mu_coord_opts_init(&clco);
+		clco.io_timeout_ms = io_timeout * 1000;
+		clo.coord = &clco;
 		clo.say = quiet ? NULL : say_stderr;
 		if (strcmp(weights, "auto") == 0)
 			clo.weights = MU_WEIGHTS_AUTO;

@@ -17,6 +17,7 @@
 #include "muster/md.h"
 #include "core/alloc_int.h"
 #include "core/log_int.h"
+#include "core/opts_int.h"
 #include "md/md_int.h"
 
 #define EVENTS_MAX 4096
@@ -74,13 +75,15 @@ static void agent_destroy(mu_md_agent_t *a)
 	mu__free(a);
 }
 
-int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
+int mu_md_agent_new(const mu_md_opts_t *uo, mu_md_agent_t **out)
 {
+	mu_md_opts_t oo, *o = &oo;
 	mu_md_agent_t *a;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL)
+	mu__md_opts_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0)
 		return MU_EARG;
 	if (o->errbuf != NULL && o->errbuf_len > 0)
 		o->errbuf[0] = '\0';

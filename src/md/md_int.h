@@ -142,6 +142,8 @@ void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
  * endpoint copies, a->store), checking each backend's table; says why on
  * failure (mu__md_setup_error). */
 int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o);
+/* Fill o with this build's defaults (mu_md_opts_init's, at full size). */
+void mu__md_opts_defaults(mu_md_opts_t *o);
 /* 0, or -ENOTSUP (said why) for a table of another version or one that
  * lacks a required method. */
 int mu__md_backend_check(mu_md_agent_t *a, const mu__md_backend_t *b);

@@ -24,6 +24,7 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/rand_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -38,7 +39,8 @@ typedef struct {
 
 struct mu_cluster_s {
 	mu_model_t *m;
-	mu_cluster_opts_t o;
+	mu_cluster_opts_t o;    /* o.coord points at co */
+	mu_coord_opts_t co;
 	mu__devpool_t pool;     /* the tracker, the key, the md agent */
 	mu_plan_t *plan;
 	mu_coord_t *coord;
@@ -49,16 +51,25 @@ struct mu_cluster_s {
 	size_t graph_len;
 };
 
-void mu_cluster_opts_init(mu_cluster_opts_t *o)
+static void cluster_defaults(mu_cluster_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->tracker_host = "127.0.0.1";
 	o->tracker_port = 9190;
 	o->devices = 1;
 	o->request_timeout_ms = 30000;
 	o->weights = MU_WEIGHTS_AUTO;
 	o->max_replacements = 3;
-	mu_coord_opts_init(&o->coord);
+	o->coord = NULL;
+}
+
+void mu_cluster_opts_init_size(mu_cluster_opts_t *o, size_t size)
+{
+	mu_cluster_opts_t d;
+
+	cluster_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 /* ---- one device ---- */
@@ -155,8 +166,8 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 		snprintf(err, el, "the stage's description is over 64 MiB");
 		return rc;
 	}
-	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, c->o.coord.io_timeout_ms,
-	              c->o.coord.max_frame_bytes);
+	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, c->co.io_timeout_ms,
+	              c->co.max_frame_bytes);
 	rc = mu__device_exchange(&ch, &m, body, MU_MSG_READY, &reply, err, el, d->addr);
 	mu__free(body);
 	if (rc == 0 && stream) {
@@ -221,13 +232,13 @@ void mu_cluster_close(mu_cluster_t *c)
 	mu__free(c);
 }
 
-int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **out, char *err,
+int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *uo, mu_cluster_t **out, char *err,
                      size_t el)
 {
+	mu_cluster_opts_t oo, *o = &oo;
+	mu_coord_opts_t co;
+	mu__devpool_opts_t po;
 	mu_cluster_t *c;
-	mu__devpool_opts_t po = {o->tracker_host, o->key, o->tracker_port, o->priority,
-	                         o->request_timeout_ms, o->coord.io_timeout_ms,
-	                         o->coord.max_frame_bytes, o->say, o->ud};
 	mu__device_t *devs = NULL;
 	uint64_t *budget = NULL;
 	int *device = NULL, got = 0, rc;
@@ -235,15 +246,28 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
+	cluster_defaults(o);
+	mu__coord_defaults(&co);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 ||
+	    (o->coord != NULL && mu__opts_read(&co, sizeof(co), o->coord) != 0)) {
+		snprintf(err, el, "cluster options not made by mu_cluster_opts_init, or asking for "
+		         "what this library (%s) does not have", mu_version());
+		return MU_EARG;
+	}
 	if (o->devices < 1 || o->key == NULL || o->tracker_host == NULL) {
 		snprintf(err, el, "a cluster run needs a tracker, a key and at least one device");
 		return MU_EARG;
 	}
+	po = (mu__devpool_opts_t){o->tracker_host, o->key, o->tracker_port, o->priority,
+	                          o->request_timeout_ms, co.io_timeout_ms, co.max_frame_bytes,
+	                          o->say, o->ud};
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL)
 		return MU_ENOMEM;
 	c->m = m;
 	c->o = *o;
+	c->co = co;
+	c->o.coord = &c->co;
 	devs = mu__calloc((size_t)o->devices, sizeof(*devs));
 	budget = mu__calloc((size_t)o->devices, sizeof(*budget));
 	device = mu__calloc((size_t)o->devices, sizeof(*device));
@@ -272,7 +296,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 	if (rc == 0) {
 		c->n = mu_plan_stages(c->plan);
 		c->placed = mu__calloc((size_t)c->n, sizeof(*c->placed));
-		rc = c->placed == NULL ? MU_ENOMEM : mu__coord_new(c->n, &o->coord, &c->coord);
+		rc = c->placed == NULL ? MU_ENOMEM : mu__coord_new(c->n, &c->co, &c->coord);
 	}
 	if (rc == 0)
 		mu__devpool_say(&c->pool, "the model (%.1f MiB of weights, %d nodes) is cut into %d stage%s:",

@@ -22,6 +22,7 @@
 #include "core/json_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
@@ -52,11 +53,21 @@ struct mu_coord_s {
 	pthread_mutex_t lock;  /* ids, timings and pools while pipelining */
 };
 
-void mu_coord_opts_init(mu_coord_opts_t *o)
+void mu__coord_defaults(mu_coord_opts_t *o)
 {
+	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->connect_timeout_ms = 10000;
 	o->io_timeout_ms = 60000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
+}
+
+void mu_coord_opts_init_size(mu_coord_opts_t *o, size_t size)
+{
+	mu_coord_opts_t d;
+
+	mu__coord_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static void free_names(char **v, int n)
@@ -243,20 +254,27 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 	return rc;
 }
 
-int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *o, mu_coord_t **out,
+int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *uo, mu_coord_t **out,
                      char *err, size_t el)
 {
+	mu_coord_opts_t o;
 	mu_coord_t *c;
 	int rc = 0;
 
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
+	mu__coord_defaults(&o);
+	if (uo != NULL && mu__opts_read(&o, sizeof(o), uo) != 0) {
+		snprintf(err, el, "coordinator options not made by mu_coord_opts_init, or asking for "
+		         "what this library (%s) does not have", mu_version());
+		return MU_EARG;
+	}
 	if (n < 1) {
 		snprintf(err, el, "no stages given");
 		return MU_EARG;
 	}
-	rc = mu__coord_new(n, o, &c);
+	rc = mu__coord_new(n, &o, &c);
 	for (int i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
 	if (rc == 0)
@@ -578,10 +596,10 @@ int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out)
 		return n < 1 ? MU_EARG : MU_ENOMEM;
 	}
 	c->n = n;
-	if (o != NULL)
+	if (o != NULL) /* a full struct of this build (internal callers) */
 		c->o = *o;
 	else
-		mu_coord_opts_init(&c->o);
+		mu__coord_defaults(&c->o);
 	pthread_mutex_init(&c->lock, NULL);
 	c->failed_stage = -1;
 	for (int i = 0; i < n; i++)

@@ -25,6 +25,7 @@
 #include "core/json_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "pipeline/pipeline_int.h"
 #include "core/time_int.h"
 
@@ -111,11 +112,20 @@ uint64_t mu_mem_available(void)
 	return (uint64_t)kb * 1024;
 }
 
-void mu_device_opts_init(mu_device_opts_t *o)
+static void device_defaults(mu_device_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->threads = 1;
 	o->md_host = "0.0.0.0";
+}
+
+void mu_device_opts_init_size(mu_device_opts_t *o, size_t size)
+{
+	mu_device_opts_t d;
+
+	device_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 void mu_device_free(mu_device_t *d)
@@ -134,14 +144,21 @@ void mu_device_free(mu_device_t *d)
 	mu__free(d);
 }
 
-int mu_device_new(const mu_device_opts_t *o, mu_device_t **out, char *err, size_t el)
+int mu_device_new(const mu_device_opts_t *uo, mu_device_t **out, char *err, size_t el)
 {
+	mu_device_opts_t oo, *o = &oo;
 	mu_device_t *d;
 	int rc = 0;
 
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
+	device_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0) {
+		snprintf(err, el, "device options not made by mu_device_opts_init, or asking for "
+		         "what this library (%s) does not have", mu_version());
+		return MU_EARG;
+	}
 	if (o->threads < 1 || o->nmodels < 0) {
 		snprintf(err, el, "a device needs at least one thread");
 		return MU_EARG;

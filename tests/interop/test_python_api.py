@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: MIT
+"""The Python binding as a library user depends on it beyond TVM's API
+(issue 16): it refuses, when imported, a library whose structs are laid
+out differently from what it mirrors, with a message naming the field;
+and it keeps working with a library whose options structs have grown.
+
+Each case imports a copy of python/muster, edited the way a stale binding
+would differ, in a fresh interpreter against build/lib/libmuster.so (or
+$MUSTER_LIB)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO
+
+
+def binding_copy(tmp_path, edit=None):
+    """python/muster copied under tmp_path, with edit(text) applied to
+    _lib.py; returns the directory to put on sys.path."""
+    dest = tmp_path / "pkg"
+    shutil.copytree(REPO / "python" / "muster", dest / "muster",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    lib = dest / "muster" / "_lib.py"
+    if edit is not None:
+        text = lib.read_text()
+        changed = edit(text)
+        assert changed != text, "the edit must change the binding"
+        lib.write_text(changed)
+    return dest
+
+
+def run_python(path, code):
+    env = dict(os.environ, PYTHONPATH=str(path))
+    if "MUSTER_LIB" not in env:
+        env["MUSTER_LIB"] = str(REPO / "build" / "lib" / "libmuster.so")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_binding_matches_the_library(tmp_path):
+    out = run_python(binding_copy(tmp_path), """
+        import muster, muster._lib as l
+        l.check_layouts()
+        print(len(l.MIRRORED))
+    """)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 8
+
+
+def test_a_moved_field_fails_the_import(tmp_path):
+    # a binding whose tracker options have port and port_end swapped: the
+    # same sizes, so only the offsets tell
+    def swap(text):
+        return text.replace('("port", c_int), ("port_end", c_int)',
+                            '("port_end", c_int), ("port", c_int)', 1)
+    out = run_python(binding_copy(tmp_path, swap), "import muster")
+    assert out.returncode != 0
+    assert "ImportError" in out.stderr
+    assert "mu_tracker_opts_t.port_end is at offset" in out.stderr, out.stderr
+    assert "use the binding that came with the library" in out.stderr
+
+
+def test_a_field_the_library_lacks_fails_the_import(tmp_path):
+    # a binding newer than the library: a field appended to mu_md_opts_t
+    def add(text):
+        return text.replace('("remote_cache_max", c_size_t)]',
+                            '("remote_cache_max", c_size_t), ("from_the_future", c_int)]', 1)
+    out = run_python(binding_copy(tmp_path, add), "import muster")
+    assert out.returncode != 0
+    assert "mu_md_opts_t.from_the_future, which libmuster" in out.stderr, out.stderr
+
+
+def test_a_resized_data_struct_fails_the_import(tmp_path):
+    # events are written by the library: their size must match exactly
+    def shrink(text):
+        return text.replace('("detail", ctypes.c_char * 256)]',
+                            '("detail", ctypes.c_char * 128)]', 1)
+    out = run_python(binding_copy(tmp_path, shrink), "import muster")
+    assert out.returncode != 0
+    assert "mu_md_event_t.detail is at offset" in out.stderr, out.stderr
+
+
+def test_an_older_binding_works_with_grown_options(tmp_path):
+    # a binding from before a field was added: its options struct is
+    # shorter than the library's, and the library gives the field it
+    # does not set its default
+    def drop(text):
+        return text.replace(',\n                ("remote_cache_max", c_size_t)]', ']', 1)
+
+    def drop_md(path):
+        md = path / "muster" / "md.py"
+        md.write_text(md.read_text().replace("o.remote_cache_max = remote_cache_max or 0",
+                                             "pass"))
+        return path
+
+    path = drop_md(binding_copy(tmp_path, drop))
+    out = run_python(path, """
+        import ctypes, muster, muster._lib as l
+        from muster import md
+        assert ctypes.sizeof(l.MdOpts) < l.layout_size(b"mu_md_opts_t")
+        with md.Agent("old-binding", use_env=False) as a:
+            a.set_local(b"payload")
+            blob = a.get_local()
+        with md.Agent("reader", use_env=False) as b:
+            print(b.load_remote(blob), b.remote_bytes > 0)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["old-binding", "True"]
