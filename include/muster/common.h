@@ -83,9 +83,11 @@ MU_EXTERN void mu_log_stderr_sink(mu_log_level_t level, const char *module,
                                   const char *msg, void *ud);
 
 /*
- * Replace the allocator used by libmuster (and by cJSON through it). All
- * three must be given. Call before anything else; not thread-safe. Tests use
- * it to fail the Nth allocation.
+ * Replace the allocator used by libmuster. All three must be given (NULL
+ * restores libc's). Call before anything else; not thread-safe. Tests use
+ * it to fail the Nth allocation. The JSON parser underneath (the system's
+ * cJSON, which the host program may use too) keeps its own allocator: the
+ * library never changes process-wide hooks of another library.
  */
 MU_EXTERN void mu_set_allocator(void *(*malloc_fn)(size_t),
                                 void *(*realloc_fn)(void *, size_t),

@@ -7,9 +7,12 @@ an installed copy of this package (PREFIX/lib), and where the dynamic loader
 finds it.
 """
 
+import atexit
 import ctypes
 import ctypes.util
+import errno as _errno
 import glob
+import logging
 import os
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +142,7 @@ tracker_free = _fn("mu_tracker_free", None, c_void_p)
 client_connect = _fn("mu_tracker_client_connect", c_int, c_char_p, c_int, c_int,
                      P(c_void_p))
 client_close = _fn("mu_tracker_client_close", None, c_void_p)
+client_stop = _fn("mu_tracker_client_stop", c_int, c_void_p, c_char_p, c_int)
 client_summary = _fn("mu_tracker_client_summary", c_int, c_void_p, c_int,
                      P(c_void_p))
 summary_text = _fn("mu_tracker_summary_text", c_int, c_char_p, P(c_void_p))
@@ -201,7 +205,7 @@ md_strv_free = _fn("mu_md_strv_free", None, P(c_char_p))
 md_blob_make = _fn("mu_md_blob_make", c_int, c_char_p, c_char_p, c_size_t, P(c_void_p),
                    P(c_size_t))
 md_blob_name = _fn("mu_md_blob_name", c_int, c_char_p, c_size_t, c_char_p, c_size_t)
-md_blob_payload = _fn("mu_md_blob_payload", c_int, c_char_p, c_size_t, P(c_void_p),
+md_blob_payload = _fn("mu_md_blob_payload", c_int, c_void_p, c_size_t, P(c_void_p),
                       P(c_size_t))
 
 layout_size = _fn("mu_layout_size", c_size_t, c_char_p)
@@ -247,11 +251,6 @@ def check_layouts(mirrored=None, library=None):
 
 check_layouts()
 
-# Codes of include/muster/common.h that callers branch on.
-MU_EBIND = -1008
-MU_EMISMATCH = -1006
-
-
 def take_string(ptr):
     """Copy a char * the library handed over, then free it with mu_free."""
     if not ptr:
@@ -263,16 +262,97 @@ def take_string(ptr):
 
 
 class MusterError(RuntimeError):
-    """A libmuster call failed; .code is the negative error code, .detail
-    the library's own words on why (or None when it gave none)."""
+    """A libmuster call failed; .code is the negative error code, .errno
+    the errno it carries (None for muster's own codes), .detail the
+    library's own words on why (or None when it gave none).
+
+    Failures Python has a class for are raised as subclasses that are
+    also that class: a timeout is a TimeoutError, a refused or lost
+    connection a ConnectionError (see error())."""
 
     def __init__(self, what, code, detail=None):
         text = strerror(code).decode()
         super().__init__(f"{what}: {detail} ({text})" if detail else f"{what}: {text}")
         self.code = code
         self.detail = detail or None
+        # -errno codes lie above muster's own range (include/muster/common.h)
+        self.errno = -code if MU_ECODE_MAX < code < 0 else None
+
+
+class MusterTimeoutError(MusterError, TimeoutError):
+    """A call ran out of time (-ETIMEDOUT)."""
+
+
+class MusterConnectionError(MusterError, ConnectionError):
+    """The peer is gone: the connection was reset or closed under the call
+    (-ECONNRESET, -EPIPE, -ECONNABORTED, -ENOTCONN, MU_EEOF)."""
+
+
+class MusterConnectionRefusedError(MusterConnectionError, ConnectionRefusedError):
+    """Nothing accepts connections at the address (-ECONNREFUSED)."""
+
+
+# Codes of include/muster/common.h that callers branch on.
+MU_EEOF = -1004
+MU_EFAIL = -1005
+MU_EMISMATCH = -1006
+MU_EBIND = -1008
+MU_ECODE_MIN, MU_ECODE_MAX = -1099, -1000  # muster's own codes
+
+_CLASSES = {-_errno.ETIMEDOUT: MusterTimeoutError,
+            -_errno.ECONNREFUSED: MusterConnectionRefusedError,
+            -_errno.ECONNRESET: MusterConnectionError,
+            -_errno.ECONNABORTED: MusterConnectionError,
+            -_errno.EPIPE: MusterConnectionError,
+            -_errno.ENOTCONN: MusterConnectionError,
+            MU_EEOF: MusterConnectionError}
+
+
+def error(what, code, detail=None):
+    """The exception for a failed call's code: a MusterError, of the
+    subclass that matches the code when there is one."""
+    return _CLASSES.get(code, MusterError)(what, code, detail)
 
 
 def check(what, rc, detail=None):
     if rc != 0:
-        raise MusterError(what, rc, detail)
+        raise error(what, rc, detail)
+
+
+# ---- the library's log lines go to Python's logging ----------------------
+#
+# Once, here at import: the sink is one setting for the whole process
+# (include/muster/common.h), so no object of the binding installs its own.
+# A line of the library's module M goes to the logger "muster.M" (a
+# tracker's to "muster.tracker") at the matching level; lines past INFO
+# are not even formatted unless route_logs(LOG_DEBUG) asks for them.
+# Handlers, levels and format are the application's, as for any library.
+
+LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+_LEVELS = (logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG)
+_SINK_T = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_char_p, c_void_p)
+
+
+def _log_to_python(level, module, msg, ud):
+    # called on the library's threads; an exception must not reach C
+    try:
+        logger = logging.getLogger("muster." + module.decode(errors="replace"))
+        lvl = _LEVELS[level] if 0 <= level < len(_LEVELS) else logging.DEBUG
+        if logger.isEnabledFor(lvl):
+            logger.log(lvl, "%s", msg.decode(errors="replace"))
+    except Exception:  # noqa: BLE001 - interpreter shutting down, say
+        pass
+
+
+_sink = _SINK_T(_log_to_python)  # kept alive as long as the module
+
+
+def route_logs(max_level=LOG_INFO):
+    """Send the library's lines up to max_level (LOG_*) to logging."""
+    log_set_sink(ctypes.cast(_sink, c_void_p), None, max_level)
+
+
+route_logs()
+# Threads of the library that outlive the interpreter must not call into
+# it: drop the sink before Python goes away.
+atexit.register(log_set_sink, None, None, LOG_ERROR)

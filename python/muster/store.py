@@ -100,10 +100,8 @@ class StoreClient:
     def wait(self, keys, timeout=None):
         arr, n = _keys(keys)
         ms = -1 if timeout is None else int(_seconds(timeout) * 1000)
-        rc = _lib.store_wait(self._h, arr, n, ms)
-        if rc == -110:  # -ETIMEDOUT
-            raise TimeoutError(f"wait timeout for keys {keys}")
-        check("wait", rc)
+        # a timeout raises MusterTimeoutError, a TimeoutError as torch's is
+        check(f"wait for keys {keys}", _lib.store_wait(self._h, arr, n, ms))
 
     def delete_key(self, key):
         deleted = ctypes.c_int()

@@ -6,7 +6,7 @@
 #ifndef MU_PIPELINE_PIPELINE_INT_H
 #define MU_PIPELINE_PIPELINE_INT_H
 
-#include <pthread.h>
+#include <uv.h>
 #include <stdint.h>
 
 #include "muster/md.h"
@@ -48,7 +48,7 @@ struct mu_stage_s {
 	uint64_t rss;          /* the process's resident set after loading */
 	double load_ms;
 	char *desc;            /* JSON */
-	pthread_mutex_t lock;  /* one forward at a time */
+	uv_mutex_t lock;  /* one forward at a time */
 	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
 };
 

@@ -30,7 +30,7 @@ static mu_stage_t *stage_alloc(void)
 		return NULL;
 	mu__strmap_init(&s->in_shapes);
 	mu__strmap_init(&s->params);
-	pthread_mutex_init(&s->lock, NULL);
+	uv_mutex_init(&s->lock);
 	return s;
 }
 
@@ -46,7 +46,7 @@ void mu_stage_free(mu_stage_t *s)
 	mu_model_close(s->model);
 	mu__free(s->desc);
 	mu__llm_stage_free(s->llm);
-	pthread_mutex_destroy(&s->lock);
+	uv_mutex_destroy(&s->lock);
 	mu__free(s);
 }
 
@@ -378,10 +378,10 @@ int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *in, mu_tensor_list_t
 	rc = check_inputs(s, in, err, el);
 	if (rc != 0)
 		return rc;
-	pthread_mutex_lock(&s->lock);
+	uv_mutex_lock(&s->lock);
 	rc = mu__exec_run(s->g, io->first, io->last, &s->params, in, io->outputs, io->noutputs,
 	                  out, why, sizeof(why));
-	pthread_mutex_unlock(&s->lock);
+	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		snprintf(err, el, "%s", why);
 	return rc;

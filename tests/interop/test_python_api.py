@@ -1,18 +1,28 @@
 # SPDX-License-Identifier: MIT
 """The Python binding as a library user depends on it beyond TVM's API
-(issue 16): it refuses, when imported, a library whose structs are laid
-out differently from what it mirrors, with a message naming the field;
-and it keeps working with a library whose options structs have grown.
+(issue 16):
+- it refuses, when imported, a library whose structs are laid out
+  differently from what it mirrors, with a message naming the field, and
+  keeps working with a library whose options structs have grown (each
+  such case imports a copy of python/muster, edited the way a stale
+  binding would differ, in a fresh interpreter against
+  build/lib/libmuster.so or $MUSTER_LIB);
+- failures are raised as the Python classes that say why (TimeoutError,
+  ConnectionError) from the code's errno;
+- the library's log lines go to Python's logging from import on, and no
+  object of the binding replaces the process-wide sink;
+- blobs are read through buffers of the binding's own."""
 
-Each case imports a copy of python/muster, edited the way a stale binding
-would differ, in a fresh interpreter against build/lib/libmuster.so (or
-$MUSTER_LIB)."""
-
+import errno
+import logging
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from conftest import REPO
 
@@ -109,3 +119,81 @@ def test_an_older_binding_works_with_grown_options(tmp_path):
     """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["old-binding", "True"]
+
+
+# --- errors, logs and buffers (in this interpreter) ------------------------
+
+sys.path.insert(0, str(REPO / "python"))
+import muster  # noqa: E402
+from muster import md  # noqa: E402
+
+
+def test_a_timeout_is_a_timeout_error():
+    with muster.StoreServer(host="127.0.0.1", port=0) as server:
+        client = muster.StoreClient("127.0.0.1", server.port, timeout=5)
+        with pytest.raises(TimeoutError) as info:
+            client.wait(["never"], timeout=0.2)
+        client.close()
+    assert isinstance(info.value, muster.MusterTimeoutError)
+    assert isinstance(info.value, muster.MusterError)
+    assert info.value.errno == errno.ETIMEDOUT
+    assert info.value.code == -errno.ETIMEDOUT
+    # a peer that accepts and never answers: the fetch is still running
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with md.Agent("waiter", use_env=False, op_timeout=3) as agent:
+            op = agent.fetch_remote("nobody", peer=silent.getsockname())
+            with pytest.raises(muster.MusterTimeoutError):
+                agent.wait(op, timeout=0.2)
+
+
+def test_a_refused_connection_is_a_connection_error():
+    port = closed_port()
+    with pytest.raises(ConnectionRefusedError) as info:
+        muster.connect_tracker("127.0.0.1", port, timeout=2)
+    assert isinstance(info.value, muster.MusterConnectionError)
+    assert isinstance(info.value, ConnectionError)
+    assert info.value.errno == errno.ECONNREFUSED
+    assert f"127.0.0.1:{port}" in str(info.value)
+
+
+def test_library_logs_reach_python_logging_without_a_tracker(caplog):
+    # routed at import: an object that is not a Tracker logs to
+    # "muster.<module>", and nothing is written to stderr on its own
+    with caplog.at_level(logging.INFO, logger="muster"):
+        with muster.StoreServer(host="127.0.0.1", port=0, silent=False) as server:
+            port = server.port
+    lines = [r.getMessage() for r in caplog.records if r.name == "muster.store"]
+    assert any(str(port) in line for line in lines), caplog.records
+
+
+def test_tracker_leaves_the_sink_alone(capfd, caplog):
+    # an application's own sink (here the library's stderr one) stays
+    # when a Tracker starts: Tracker() no longer installs one
+    from muster import _lib
+    _lib.log_set_sink(_lib.log_stderr_sink, None, _lib.LOG_INFO)
+    try:
+        with caplog.at_level(logging.INFO, logger="muster"):
+            tracker = muster.Tracker(host="127.0.0.1", port=0, port_end=0)
+            tracker.terminate()
+        err = capfd.readouterr().err
+        assert f"Bind to 127.0.0.1:{tracker.port}" in err
+        assert not [r for r in caplog.records if "Bind to" in r.getMessage()]
+    finally:
+        _lib.route_logs()
+
+
+def test_blob_payload_from_any_bytes_like():
+    blob = md.blob_make("agent-x", b"\x00payload\xff" * 100)
+    assert md.blob_name(blob) == "agent-x"
+    for form in (blob, bytearray(blob), memoryview(blob)):
+        assert md.blob_payload(form) == b"\x00payload\xff" * 100
+    assert md.blob_payload(md.blob_make("agent-y", b"")) == b""
+
+
+def closed_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
