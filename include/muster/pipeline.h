@@ -105,6 +105,18 @@ MU_EXTERN int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs,
                            mu_tensor_list_t *out, char *err, size_t errlen);
 
 /*
+ * How many OpenBLAS threads the model's forwards (mu_model_run), or the
+ * stage's (mu_stage_forward), use; 1 unless set. OpenBLAS has one thread
+ * count for the whole process, shared with everything else in it that
+ * uses OpenBLAS (numpy, under the Python binding): a forward sets it as
+ * it starts and puts the caller's count back as it returns, so outside
+ * the library's calls the count is whatever the program set. Forwards
+ * that overlap in one process run at the count of the first to start.
+ * MU_EARG for threads < 1. Not during a forward of the same object.
+ */
+MU_EXTERN int mu_model_set_threads(mu_model_t *m, int threads);
+
+/*
  * Tensors to and from a safetensors file (inputs and outputs of runs):
  * read appends copies to out, each in the dtype it is stored in (F8
  * refused); write stores each tensor in its dtype.
@@ -159,6 +171,8 @@ MU_EXTERN int mu_stage_load_range(const char *dir, int i, int n, int first,
 MU_EXTERN int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *inputs,
                                mu_tensor_list_t *out, char *err,
                                size_t errlen);
+/* OpenBLAS threads of its forwards; see mu_model_set_threads. */
+MU_EXTERN int mu_stage_set_threads(mu_stage_t *s, int threads);
 /* The stage's description as JSON text (the INFO message's body). */
 MU_EXTERN const char *mu_stage_describe(const mu_stage_t *s);
 MU_EXTERN void mu_stage_free(mu_stage_t *s);
@@ -224,7 +238,9 @@ typedef struct {
 	size_t struct_size;       /* set by mu_device_opts_init */
 	const char *key;            /* the tracker key it registers under */
 	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
-	int threads;                /* OpenBLAS threads per forward; default 1 */
+	int threads;                /* threads per forward, default 1: OpenBLAS
+	                               for a graph stage (mu_stage_set_threads),
+	                               the kernels' pool for an LLM stage */
 	const char *const *models;  /* models held here: graph model
 	                               directories, or decoder LLM checkpoints
 	                               (GGUF, HF directory, llama2.c) */

@@ -17,7 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cblas.h>
 
 #include "muster/md.h"
 #include "core/alloc_int.h"
@@ -312,9 +311,14 @@ const char *mu_device_describe(const mu_device_t *d)
 
 /* ---- a session ---- */
 
-static void ready(mu__serve_ctx_t *ctx, uint64_t id, mu_stage_t *s, mu__reply_t *r)
+/* A graph stage's forwards use the device's OpenBLAS threads (an LLM
+ * stage's own kernel pool got as many when it was opened). */
+static void ready(mu__serve_ctx_t *ctx, const mu_device_t *d, uint64_t id, mu_stage_t *s,
+                  mu__reply_t *r)
 {
 	ctx->stage = s;
+	if (s->llm == NULL)
+		mu_stage_set_threads(s, d->threads);
 	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0, 0};
 	r->text = (char *)mu_stage_describe(s);
 }
@@ -377,7 +381,6 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		                "device's budget is %llu", idx, of, need, (unsigned long long)d->mem);
 		return;
 	}
-	openblas_set_num_threads(d->threads);
 	if (strcmp(w->valuestring, "local") == 0) {
 		const held_t *h = NULL;
 
@@ -392,7 +395,7 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		} else {
 			mu__log(MU_LOG_INFO, LOG, "stage %d/%d (nodes %d..%d) loaded from %s", idx, of, first,
 			        last - 1, h->dir);
-			ready(ctx, m->id, s, r);
+			ready(ctx, d, m->id, s, r);
 		}
 	} else if (strcmp(w->valuestring, "stream") == 0 && cJSON_IsString(g)) {
 		rc = mu__stage_new(g->valuestring, strlen(g->valuestring), first, last, idx, of, digest,
@@ -477,7 +480,7 @@ static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 		mu__log(MU_LOG_INFO, LOG, "stage %d/%d (nodes %d..%d) built from %llu streamed bytes",
 		        ss->pending->index, ss->pending->of, ss->pending->plan.s[0].first,
 		        ss->pending->plan.s[0].last - 1, (unsigned long long)ss->received);
-		ready(ctx, m->id, ss->pending, r);
+		ready(ctx, ss->d, m->id, ss->pending, r);
 		ss->pending = NULL;
 		return;
 	default:

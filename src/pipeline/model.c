@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/proc_int.h"
+#include "model/blas_int.h"
 #include "pipeline/pipeline_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
@@ -131,6 +131,7 @@ int mu_model_open(const char *dir, mu_model_t **out, char *err, size_t el)
 	mu__strmap_init(&m->pshapes);
 	mu__strmap_init(&m->shapes);
 	mu__strmap_init(&m->loaded);
+	m->threads = 1;
 	snprintf(path, sizeof(path), "%s/model.json", dir);
 	rc = read_file(path, &text, err, el);
 	if (rc == 0) {
@@ -452,7 +453,6 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 
 	if (err == NULL)
 		el = 0;
-	openblas_set_num_threads(1);
 	for (int i = 0; rc == 0 && i < m->g.nparams; i++) {
 		const char *p = m->g.params[i];
 		mu_tensor_t *t;
@@ -484,12 +484,22 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 		}
 	}
 	if (rc == 0) {
+		mu__blas_enter(m->threads);
 		rc = mu__exec_run(&m->g, 0, m->g.nnodes, &m->loaded, inputs, m->g.outputs,
 		                  m->g.noutputs, out, why, sizeof(why));
+		mu__blas_leave();
 		if (rc != 0)
 			snprintf(err, el, "%s", why);
 	}
 	return rc;
+}
+
+int mu_model_set_threads(mu_model_t *m, int threads)
+{
+	if (m == NULL || threads < 1)
+		return MU_EARG;
+	m->threads = threads;
+	return 0;
 }
 
 /* ---- tensors in files ---- */

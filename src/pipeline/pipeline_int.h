@@ -29,6 +29,7 @@ struct mu_model_s {
 	uint64_t param_bytes;
 	uint64_t digest;
 	mu__strmap_t loaded;   /* mu_model_run's weights: name -> tensor */
+	int threads;           /* OpenBLAS threads of mu_model_run; 1 */
 };
 
 struct mu_plan_s {
@@ -49,6 +50,7 @@ struct mu_stage_s {
 	double load_ms;
 	char *desc;            /* JSON */
 	uv_mutex_t lock;  /* one forward at a time */
+	int threads;           /* OpenBLAS threads of its forwards; 1 */
 	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
 };
 
