@@ -265,13 +265,26 @@ MU_EXTERN int mu_device_new(const mu_device_opts_t *o, mu_device_t **out,
  * and, when the environment configures one (MUSTER_ETCD_ENDPOINTS, ...),
  * the store. Call it before the server registers (mu_server_opts_t's
  * defer_register), so no coordinator is granted a device whose metadata
- * is not there yet. The JSON: {"key", "address", "mem_budget", "threads",
+ * is not there yet: mu_device_start does it all in that order. The JSON: {"key", "address", "mem_budget", "threads",
  * "models": [{"dir", "digest", "param_bytes"}], "muster", "md_address"};
  * md_address is the P2P listener as others dial it (ADDR's host when
  * md_host is a wildcard).
  */
 MU_EXTERN int mu_device_publish(mu_device_t *d, const char *addr, char *err,
                                 size_t errlen);
+/*
+ * Serve the device: start a session server with the options o (the
+ * device's handler replaces o's on_session and ud, and registration is
+ * held back), publish the device (mu_device_publish) at the address the
+ * tracker will hand out (mu_server_host's, and the bound port), and only
+ * then register, so that no coordinator is granted the device before its
+ * metadata is there. *out is the running server: wait on it, stop and
+ * free it before the device. On failure nothing is left running, *out is
+ * NULL, and err says which step failed: mu_server_start's codes (MU_EBIND
+ * ...) or mu_device_publish's. Any thread.
+ */
+MU_EXTERN int mu_device_start(mu_device_t *d, const mu_server_opts_t *o,
+                              mu_server_t **out, char *err, size_t errlen);
 MU_EXTERN const char *mu_device_describe(const mu_device_t *d);
 MU_EXTERN void mu_device_session(mu_session_t *s, void *device);
 MU_EXTERN void mu_device_free(mu_device_t *d);

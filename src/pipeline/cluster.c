@@ -46,8 +46,6 @@ struct mu_cluster_s {
 	placed_t *placed;
 	int n;
 	int replacements;
-	char *graph;            /* model.json's text, for streaming */
-	size_t graph_len;
 };
 
 static void cluster_defaults(mu_cluster_opts_t *o)
@@ -142,7 +140,7 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 	cJSON_AddNumberToObject(o, "param_bytes", (double)si.param_bytes);
 	cJSON_AddStringToObject(o, "weights", stream ? "stream" : "local");
 	if (stream) {
-		cJSON_AddItemToObject(o, "graph", cJSON_CreateString(c->graph));
+		cJSON_AddItemToObject(o, "graph", cJSON_CreateString(c->m->text));
 		shapes = cJSON_AddObjectToObject(o, "input_shapes");
 		dtypes = cJSON_AddObjectToObject(o, "input_dtypes");
 		for (int k = 0; k < si.ninputs; k++) {
@@ -196,29 +194,6 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 
 /* ---- the run ---- */
 
-static int read_graph(mu_cluster_t *c, char *err, size_t el)
-{
-	char path[4096], tmp[65536];
-	mu__buf_t b;
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/model.json", c->m->dir);
-	if ((f = fopen(path, "rb")) == NULL) {
-		snprintf(err, el, "cannot read %s: %s", path, strerror(errno));
-		return -errno;
-	}
-	mu__buf_init(&b, MU_GRAPH_MAX_BYTES);
-	while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-		if (mu__buf_append(&b, tmp, n) != 0)
-			break;
-	fclose(f);
-	c->graph_len = b.len;
-	c->graph = mu__buf_take(&b, NULL);
-	mu__buf_free(&b);
-	return c->graph != NULL ? 0 : MU_ENOMEM;
-}
-
 void mu_cluster_close(mu_cluster_t *c)
 {
 	if (c == NULL)
@@ -227,7 +202,6 @@ void mu_cluster_close(mu_cluster_t *c)
 	mu_plan_free(c->plan);
 	mu__devpool_free(&c->pool);
 	mu__free(c->placed);
-	mu__free(c->graph);
 	mu__free(c);
 }
 
@@ -270,7 +244,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *uo, mu_cluster_t **
 	devs = mu__calloc((size_t)o->devices, sizeof(*devs));
 	budget = mu__calloc((size_t)o->devices, sizeof(*budget));
 	device = mu__calloc((size_t)o->devices, sizeof(*device));
-	rc = devs == NULL || budget == NULL || device == NULL ? MU_ENOMEM : read_graph(c, err, el);
+	rc = devs == NULL || budget == NULL || device == NULL ? MU_ENOMEM : 0;
 	if (rc == 0)
 		rc = mu__devpool_init(&c->pool, &po, err, el);
 	if (rc == 0)

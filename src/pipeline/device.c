@@ -17,7 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 #include "muster/md.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"

@@ -20,6 +20,9 @@
 
 struct mu_model_s {
 	char *dir;
+	char *text;            /* model.json as read, once: parsed, digested and
+	                        * streamed to devices (cluster.c) */
+	size_t text_len;
 	mu__graph_t g;
 	mu__st_file_t st;
 	mu__strmap_t pbytes;   /* param -> uint64_t f32 bytes */
