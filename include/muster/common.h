@@ -8,6 +8,14 @@
  * muster's own are the MU_E* codes below, all in [-1099, -1000] so they never
  * collide with an errno. mu_strerror() names either kind.
  *
+ * Reasons in words: a call whose failure a person must be able to read
+ * about ("which node, which tensor, which stage at which address")
+ * takes `char *err, size_t errlen` as its last two parameters: a buffer
+ * of the caller's (NULL for none) that gets the reason on failure,
+ * truncated to errlen - 1 bytes; 512 bytes hold any. The code is still
+ * the return value. An asynchronous operation's reason travels with its
+ * completion instead (mu_md_event_t's detail), since no call is waiting.
+ *
  * Global state: the log sink and the allocator are the only process-wide
  * settings. Set them once, before any other muster call, from one thread.
  */

@@ -98,7 +98,6 @@ class MdOpts(ctypes.Structure):
                 ("lease_ttl", c_double), ("store_timeout", c_double),
                 ("op_timeout", c_double), ("listen_budget", Budget),
                 ("on_event", c_void_p), ("ud", c_void_p),
-                ("errbuf", c_void_p), ("errbuf_len", c_size_t),
                 ("remote_cache_max", c_size_t)]
 
 
@@ -180,7 +179,7 @@ store_multi_set = _fn("mu_store_multi_set", c_int, c_void_p, _KEYS, P(StoreValue
 
 _U64P = P(ctypes.c_uint64)
 md_opts_init = _sized_init("mu_md_opts_init_size", MdOpts)
-md_agent_new = _fn("mu_md_agent_new", c_int, P(MdOpts), P(c_void_p))
+md_agent_new = _fn("mu_md_agent_new", c_int, P(MdOpts), P(c_void_p), c_char_p, c_size_t)
 md_agent_free = _fn("mu_md_agent_free", None, c_void_p)
 md_listen_port = _fn("mu_md_listen_port", c_int, c_void_p)
 md_backend_name = _fn("mu_md_backend_name", c_char_p, c_void_p)

@@ -67,10 +67,8 @@ class Agent:
         for field, value in (listen_budget or {}).items():
             setattr(o.listen_budget, field, value)
         err = ctypes.create_string_buffer(512)
-        o.errbuf = ctypes.cast(err, ctypes.c_void_p)
-        o.errbuf_len = len(err)
         h = ctypes.c_void_p()
-        rc = _lib.md_agent_new(ctypes.byref(o), ctypes.byref(h))
+        rc = _lib.md_agent_new(ctypes.byref(o), ctypes.byref(h), err, len(err))
         # the reason in the library's words (both stores configured, a bad
         # endpoint, a port in use), not only the code's generic text
         check(f"cannot create agent {name}", rc, err.value.decode(errors="replace"))

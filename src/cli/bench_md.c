@@ -46,6 +46,7 @@ static mu_md_agent_t *bench_agent(const mdb_t *b, const char *name, int listen)
 {
 	mu_md_opts_t o;
 	mu_md_agent_t *a;
+	char why[512];
 	int rc;
 
 	mu_md_opts_init(&o);
@@ -64,9 +65,9 @@ static mu_md_agent_t *bench_agent(const mdb_t *b, const char *name, int listen)
 		o.listen_host = "127.0.0.1";
 		o.listen_port = 0;
 	}
-	rc = mu_md_agent_new(&o, &a);
+	rc = mu_md_agent_new(&o, &a, why, sizeof(why));
 	if (rc != 0) {
-		fprintf(stderr, "bench md: agent %s: %s\n", name, mu_strerror(rc));
+		fprintf(stderr, "bench md: %s\n", why);
 		return NULL;
 	}
 	return a;

@@ -70,7 +70,6 @@ static const mu__layout_field_t md_opts[] = {
 	F(mu_md_opts_t, etcd_watch_timeout), F(mu_md_opts_t, lease_ttl),
 	F(mu_md_opts_t, store_timeout), F(mu_md_opts_t, op_timeout),
 	F(mu_md_opts_t, listen_budget), F(mu_md_opts_t, on_event), F(mu_md_opts_t, ud),
-	F(mu_md_opts_t, errbuf), F(mu_md_opts_t, errbuf_len),
 	F(mu_md_opts_t, remote_cache_max), {0}};
 
 static const mu__layout_field_t md_peer[] = {

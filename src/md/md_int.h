@@ -95,8 +95,9 @@ typedef struct {
 
 struct mu_md_agent_s {
 	char name[MU_MD_NAME_MAX + 1];
-	mu_md_opts_t o;                 /* strings point at the copies below;
-	                                 * errbuf only while being created */
+	mu_md_opts_t o;                 /* strings point at the copies below */
+	char *setup_err;                /* the caller's err, while being created */
+	size_t setup_errlen;
 	int setup_said;                 /* creation failed and said why */
 	char listen_host[64];
 	char etcd_endpoints[1024];
@@ -133,7 +134,7 @@ struct mu_md_agent_s {
 
 /*
  * Creation failed (from mu_md_agent_new and the backends' open): log why
- * and copy it to the caller's o.errbuf. Keeps the first reason given.
+ * and copy it to the caller's err. Keeps the first reason given.
  */
 void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

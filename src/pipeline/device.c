@@ -245,7 +245,7 @@ static void md_address(const mu_device_t *d, const char *addr, char *out, size_t
 int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 {
 	mu_md_opts_t mo;
-	char name[300], mdaddr[300];
+	char name[300], mdaddr[300], why[512];
 	uint64_t op;
 	int rc, status = 0;
 	cJSON *info, *caps;
@@ -262,10 +262,10 @@ int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 	mo.listen_port = d->md_port;
 	mu_md_agent_free(d->md);
 	d->md = NULL;
-	rc = mu_md_agent_new(&mo, &d->md);
+	rc = mu_md_agent_new(&mo, &d->md, why, sizeof(why));
 	if (rc != 0) {
 		snprintf(err, el, "cannot start the metadata agent on %s port %d: %s", d->md_host,
-		         d->md_port, mu_strerror(rc));
+		         d->md_port, why);
 		return rc;
 	}
 	md_address(d, addr, mdaddr, sizeof(mdaddr));

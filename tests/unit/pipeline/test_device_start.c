@@ -112,7 +112,7 @@ static void test_publish_then_register(void **state)
 	mu_md_opts_init(&mo);
 	mo.name = "coordinator";
 	mo.no_env = 1;
-	assert_int_equal(mu_md_agent_new(&mo, &a), 0);
+	assert_int_equal(mu_md_agent_new(&mo, &a, NULL, 0), 0);
 	assert_int_equal(mu_md_fetch_remote(a, name, &peer, NULL, &op), 0);
 	assert_int_equal(mu_md_wait(a, op, T, &status), 0);
 	assert_int_equal(status, 0);
