@@ -425,7 +425,7 @@ int cmd_md(int argc, char **argv)
 		fprintf(stderr, "muster md: --cache-limit %s is not a size (try 64M)\n", a.cache_limit);
 		return 2;
 	}
-	/* failures reach the user through make_agent() (the agent's errbuf)
+	/* failures reach the user through make_agent() (mu_md_agent_new's err)
 	 * and finish() (the event's detail): the log would repeat them */
 	if (strcmp(argv[0], "publish") == 0 && npos == 1)
 		return md_publish(&a);
