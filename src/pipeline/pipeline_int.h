@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the pipeline's files share: the model (model.c), the stage
- * (stage.c), the serving loop (serve.c) and the coordinator (coord.c).
+ * What the pipeline's files share: the stage (stage.c), the serving loop
+ * (serve.c) and the coordinator (coord.c). The model and plan objects
+ * they build on are the model layer's (model/model_api_int.h).
  */
 #ifndef MU_PIPELINE_PIPELINE_INT_H
 #define MU_PIPELINE_PIPELINE_INT_H
@@ -11,33 +12,14 @@
 
 #include "muster/md.h"
 #include "muster/pipeline.h"
+#include "core/proc_int.h"
 #include "core/strmap_int.h"
 #include "model/llm_int.h"
+#include "model/model_api_int.h"
 #include "model/model_int.h"
 #include "model/plan_int.h"
 #include "model/safetensors_int.h"
 #include "pipeline/msg_int.h"
-
-struct mu_model_s {
-	char *dir;
-	char *text;            /* model.json as read, once: parsed, digested and
-	                        * streamed to devices (cluster.c) */
-	size_t text_len;
-	mu__graph_t g;
-	mu__st_file_t st;
-	mu__strmap_t pbytes;   /* param -> uint64_t f32 bytes */
-	mu__strmap_t pshapes;  /* param -> mu__shape_t */
-	mu__strmap_t shapes;   /* every value -> mu__shape_t */
-	double *flops;         /* per node */
-	uint64_t param_bytes;
-	uint64_t digest;
-	mu__strmap_t loaded;   /* mu_model_run's weights: name -> tensor */
-	int threads;           /* OpenBLAS threads of mu_model_run; 1 */
-};
-
-struct mu_plan_s {
-	mu__plan_t p;
-};
 
 struct mu_stage_s {
 	mu_model_t *model;     /* owned, when loaded from a directory */
@@ -56,21 +38,6 @@ struct mu_stage_s {
 	int threads;           /* OpenBLAS threads of its forwards; 1 */
 	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
 };
-
-
-/* FNV-1a, 64 bits, continued from h (start with MU_FNV_INIT). */
-#define MU_FNV_INIT 0xcbf29ce484222325ULL
-uint64_t mu__fnv(uint64_t h, const void *p, size_t n);
-
-/* "[1, 2400]" */
-void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len);
-
-/* VmRSS of this process in bytes (0 when unknown). */
-uint64_t mu__self_rss(void);
-/* This process's peak resident set since it started (VmHWM; unlike
- * getrusage's ru_maxrss it does not carry over the high-water mark of the
- * process that forked it). */
-uint64_t mu__self_peak_rss(void);
 
 /*
  * A stage to be filled over a session: the graph's JSON text, the node

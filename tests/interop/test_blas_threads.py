@@ -7,10 +7,12 @@ and leaves the caller's in place afterwards (issue 16): a Python program
 that set numpy's threads finds them as it set them.
 
 The model calls go straight through ctypes (the binding does not wrap the
-pipeline); the library is build/lib/libmuster.so or $MUSTER_LIB."""
+model layer); the library is build/lib/libmuster.so or $MUSTER_LIB, the
+model and its input are made by $MUSTER_BIN."""
 
 import ctypes
 import os
+import subprocess
 
 import numpy  # noqa: F401 - loaded first, as a numpy program would
 
@@ -35,26 +37,26 @@ def call(fn, *args):
     assert rc == 0, f"{fn.__name__}: {rc} {err.value.decode()}"
 
 
-def model_dir(tmp_path):
-    widths = (ctypes.c_uint64 * 3)(64, 96, 32)
-    d = str(tmp_path / "mlp").encode()
-    lib.mu_model_generate_mlp.argtypes = [
-        ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_int, ctypes.c_uint64,
-        ctypes.c_char_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
-    call(lib.mu_model_generate_mlp, d, widths, 2, 4, b"relu", 7)
-    return d
+def model_dir(tmp_path, muster_bin):
+    """A generated MLP and an input for it, made by the command (the
+    generator is a fixture, not the library's API); the input is read
+    with mu_safetensors_read (inputs())."""
+    d = tmp_path / "mlp"
+    subprocess.run([str(muster_bin), "model", "gen", "--out", str(d), "--widths", "64,96,32",
+                    "--batch", "4"], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(muster_bin), "model", "input", "--model", str(d), "--out",
+                    str(tmp_path / "in.safetensors")], check=True, capture_output=True,
+                   timeout=60)
+    return str(d).encode()
 
 
-def inputs():
-    dims = (ctypes.c_uint64 * 2)(4, 64)
-    t = ctypes.c_void_p()
-    lib.mu_tensor_random.argtypes = [ctypes.c_char_p, ctypes.c_uint32,
-                                     ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint64, c_void_pp]
-    assert lib.mu_tensor_random(b"x", 2, dims, 1, ctypes.byref(t)) == 0
+def inputs(tmp_path):
     lst = TensorList()
     lib.mu_tensor_list_init(ctypes.byref(lst))
-    lib.mu_tensor_list_push.argtypes = [ctypes.POINTER(TensorList), ctypes.c_void_p]
-    assert lib.mu_tensor_list_push(ctypes.byref(lst), t) == 0
+    lib.mu_safetensors_read.argtypes = [ctypes.c_char_p, ctypes.POINTER(TensorList),
+                                        ctypes.c_char_p, ctypes.c_size_t]
+    call(lib.mu_safetensors_read, str(tmp_path / "in.safetensors").encode(), ctypes.byref(lst))
+    assert lst.n == 1
     return lst
 
 
@@ -66,12 +68,12 @@ def test_numpy_and_openblas_share_one_library():
     assert len(paths) == 1, paths
 
 
-def test_a_model_run_leaves_the_callers_thread_count(tmp_path):
-    d = model_dir(tmp_path)
+def test_a_model_run_leaves_the_callers_thread_count(tmp_path, muster_bin):
+    d = model_dir(tmp_path, muster_bin)
     m = ctypes.c_void_p()
     lib.mu_model_open.argtypes = [ctypes.c_char_p, c_void_pp, ctypes.c_char_p, ctypes.c_size_t]
     call(lib.mu_model_open, d, ctypes.byref(m))
-    lst, out = inputs(), TensorList()
+    lst, out = inputs(tmp_path), TensorList()
     lib.mu_tensor_list_init(ctypes.byref(out))
     lib.mu_model_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(TensorList),
                                  ctypes.POINTER(TensorList), ctypes.c_char_p, ctypes.c_size_t]
@@ -93,8 +95,8 @@ def test_a_model_run_leaves_the_callers_thread_count(tmp_path):
         lib.mu_model_close(m)
 
 
-def test_a_stage_load_and_forward_leave_it_too(tmp_path):
-    d = model_dir(tmp_path)
+def test_a_stage_load_and_forward_leave_it_too(tmp_path, muster_bin):
+    d = model_dir(tmp_path, muster_bin)
     s = ctypes.c_void_p()
     lib.mu_stage_load.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, c_void_pp,
                                   ctypes.c_char_p, ctypes.c_size_t]
@@ -103,7 +105,7 @@ def test_a_stage_load_and_forward_leave_it_too(tmp_path):
                                      ctypes.c_size_t]
     lib.mu_stage_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
     before = blas.openblas_get_num_threads()
-    lst, out = inputs(), TensorList()
+    lst, out = inputs(tmp_path), TensorList()
     lib.mu_tensor_list_init(ctypes.byref(out))
     try:
         blas.openblas_set_num_threads(2)

@@ -13,9 +13,10 @@
 
 #include "mu_test.h"
 
-#include "muster/pipeline.h"
+#include "muster/model.h"
 #include "model/model_int.h"
-#include "pipeline/pipeline_int.h"
+#include "model/model_api_int.h"
+#include "model/fixture_int.h"
 
 static char dir[64];
 static char json[128];
@@ -27,7 +28,7 @@ static int setup(void **state)
 	(void)state;
 	snprintf(dir, sizeof(dir), "/tmp/mu_model_XXXXXX");
 	assert_non_null(mkdtemp(dir));
-	assert_int_equal(mu_model_generate_mlp(dir, widths, 2, 2, "relu", 1, NULL, 0), 0);
+	assert_int_equal(mu__model_generate_mlp(dir, widths, 2, 2, "relu", 1, NULL, 0), 0);
 	snprintf(json, sizeof(json), "%s/model.json", dir);
 	return 0;
 }

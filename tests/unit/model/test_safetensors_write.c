@@ -12,8 +12,9 @@
 
 #include "mu_test.h"
 
-#include "muster/pipeline.h"
+#include "muster/model.h"
 #include "model/safetensors_int.h"
+#include "model/fixture_int.h"
 
 static char dir[64];
 
@@ -121,7 +122,7 @@ static void test_generated_model_is_the_same_file(void **state)
 
 	(void)state;
 	snprintf(model, sizeof(model), "%s/mlp", dir);
-	assert_int_equal(mu_model_generate_mlp(model, widths, 2, 1, "tanh", 9, NULL, 0), 0);
+	assert_int_equal(mu__model_generate_mlp(model, widths, 2, 1, "tanh", 9, NULL, 0), 0);
 	snprintf(gen, sizeof(gen), "%s/model.safetensors", model);
 	assert_int_equal(mu__st_open(gen, &f, why, sizeof(why)), 0);
 	mu_tensor_list_init(&l);

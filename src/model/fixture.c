@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Generated models, for demos, benchmarks and tests: an MLP of gemm +
- * activation layers with seeded pseudo-random weights. The weights are
- * written to disk one tensor at a time, so a model of many GiB is made
- * without holding more than one layer.
+ * Generated models and inputs, for demos, benchmarks and tests (not part
+ * of the public API): an MLP of gemm + activation layers with seeded
+ * pseudo-random weights, written to disk a row at a time, so a model of
+ * many GiB is made without holding more than one row; and random inputs.
  */
 #include <errno.h>
 #include <math.h>
@@ -15,7 +15,8 @@
 #include "core/buf_int.h"
 #include "model/dtype_int.h"
 #include "model/safetensors_int.h"
-#include "pipeline/pipeline_int.h"
+#include "model/fixture_int.h"
+#include "model/model_int.h"
 
 static uint64_t next_rand(uint64_t *s)
 {
@@ -33,7 +34,7 @@ static float uniform(uint64_t *s, float scale)
 	return ((float)(next_rand(s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * scale;
 }
 
-int mu_model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
+int mu__model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
                           uint64_t batch, const char *act, uint64_t seed, char *err, size_t el)
 {
 	char path[4096], *names = NULL;
@@ -158,17 +159,17 @@ out:
 	return rc;
 }
 
-int mu_tensor_random_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
+int mu__tensor_random_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
                            const uint64_t *dims, uint64_t seed, mu_tensor_t **out)
 {
 	mu_tensor_t *f = NULL;
 	int rc;
 
 	if (dtype == MU_DTYPE_F32)
-		return mu_tensor_random(name, rank, dims, seed, out);
+		return mu__tensor_random(name, rank, dims, seed, out);
 	rc = mu_tensor_new_typed(name, dtype, rank, dims, out);
 	if (rc == 0 && mu__dt_is_float(dtype)) {
-		rc = mu_tensor_random(name, rank, dims, seed, &f);
+		rc = mu__tensor_random(name, rank, dims, seed, &f);
 		if (rc == 0)
 			mu__convert(MU_DTYPE_F32, f->raw, dtype, (*out)->raw, f->numel);
 		mu_tensor_free(f);
@@ -180,7 +181,7 @@ int mu_tensor_random_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
 	return rc;
 }
 
-int mu_tensor_random(const char *name, uint32_t rank, const uint64_t *dims, uint64_t seed,
+int mu__tensor_random(const char *name, uint32_t rank, const uint64_t *dims, uint64_t seed,
                      mu_tensor_t **out)
 {
 	uint64_t s = seed;

@@ -15,7 +15,7 @@
 #include "core/error_int.h"
 #include "core/proc_int.h"
 #include "model/blas_int.h"
-#include "pipeline/pipeline_int.h"
+#include "model/model_api_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 {
@@ -26,20 +26,6 @@ uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 		h *= 0x100000001b3ULL;
 	}
 	return h;
-}
-
-uint64_t mu__self_rss(void)
-{
-	long kib = mu__proc_status_kib(0, "VmRSS");
-
-	return kib > 0 ? (uint64_t)kib * 1024 : 0;
-}
-
-uint64_t mu__self_peak_rss(void)
-{
-	long kib = mu__proc_status_kib(0, "VmHWM");
-
-	return kib > 0 ? (uint64_t)kib * 1024 : 0;
 }
 
 void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)
