@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,9 @@ typedef struct {
 	 * would pass the limit is refused with MU_ETOOBIG.
 	 */
 	size_t remote_cache_max;
+	/* Count into this registry (muster_md_*, docs/metrics.md); NULL (the
+	 * default): count nothing. It must outlive the agent. */
+	mu_metrics_t *metrics;
 } mu_md_opts_t;
 
 MU_EXTERN void mu_md_opts_init_size(mu_md_opts_t *o, size_t size);

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 #include "muster/model.h"
 #include "muster/server.h"
 #include "muster/tensor.h"
@@ -85,6 +86,9 @@ typedef struct {
 	mu_budget_t budget;      /* what each client may make the server hold
 	                          * (replies it has not read, the message it is
 	                          * sending) */
+	mu_metrics_t *metrics;   /* count into this registry (muster_stage_*,
+	                          * docs/metrics.md); NULL (default): nothing.
+	                          * It must outlive the server */
 } mu_stage_server_opts_t;
 
 MU_EXTERN void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size);
@@ -134,6 +138,8 @@ typedef struct {
 	const char *cache_dir;      /* where streamed LLM tensors are kept under
 	                               their SHA-256 for later runs; NULL: a
 	                               private directory per session, removed */
+	mu_metrics_t *metrics;      /* its metadata agent counts here
+	                               (muster_md_*); NULL: nothing */
 } mu_device_opts_t;
 
 MU_EXTERN void mu_device_opts_init_size(mu_device_opts_t *o, size_t size);

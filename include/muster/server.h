@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,9 @@ typedef struct {
 	                           * mu_server_register is called */
 	mu_session_cb on_session; /* required */
 	void *ud;
+	/* Count into this registry (muster_server_*, docs/metrics.md); NULL
+	 * (the default): count nothing. It must outlive the server. */
+	mu_metrics_t *metrics;
 } mu_server_opts_t;
 
 MU_EXTERN void mu_server_opts_init_size(mu_server_opts_t *o, size_t size);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,6 +47,9 @@ typedef struct {
 	size_t max_watches;     /* v1 WATCH_KEY registrations per connection;
 	                         * default 1024 (more closes the connection) */
 	size_t max_watches_total; /* ... of all connections; default 65536 */
+	/* Count into this registry (muster_store_* series, docs/metrics.md);
+	 * NULL (the default): count nothing. It must outlive the server. */
+	mu_metrics_t *metrics;
 } mu_store_server_opts_t;
 
 MU_EXTERN void mu_store_server_opts_init_size(mu_store_server_opts_t *o, size_t size);

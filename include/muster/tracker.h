@@ -17,6 +17,7 @@
 #define MUSTER_TRACKER_H
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,10 @@ typedef struct {
 	unsigned max_keys_per_conn; /* distinct device keys one connection
 	                             * holds resources or requests on; 64 */
 	mu_budget_t budget;    /* what each peer may make the tracker hold */
+	/* Count into this registry (muster_tracker_* series,
+	 * docs/metrics.md); NULL (the default): count nothing. It must
+	 * outlive the tracker. */
+	mu_metrics_t *metrics;
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */

@@ -66,7 +66,7 @@ class TrackerOpts(ctypes.Structure):
                 ("silent", c_int), ("reuse_addr", c_int), ("timeout", c_double),
                 ("max_frame", c_uint), ("max_keys", c_uint),
                 ("max_per_conn", c_uint), ("max_keys_per_conn", c_uint),
-                ("budget", Budget)]
+                ("budget", Budget), ("metrics", c_void_p)]
 
 
 class StoreServerOpts(ctypes.Structure):
@@ -74,7 +74,8 @@ class StoreServerOpts(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
                 ("max_value_bytes", c_size_t), ("max_keys", c_size_t),
                 ("request_timeout", c_double), ("silent", c_int), ("budget", Budget),
-                ("max_watches", c_size_t), ("max_watches_total", c_size_t)]
+                ("max_watches", c_size_t), ("max_watches_total", c_size_t),
+                ("metrics", c_void_p)]
 
 
 class StoreClientOpts(ctypes.Structure):
@@ -98,7 +99,7 @@ class MdOpts(ctypes.Structure):
                 ("lease_ttl", c_double), ("store_timeout", c_double),
                 ("op_timeout", c_double), ("listen_budget", Budget),
                 ("on_event", c_void_p), ("ud", c_void_p),
-                ("remote_cache_max", c_size_t)]
+                ("remote_cache_max", c_size_t), ("metrics", c_void_p)]
 
 
 class MdPeer(ctypes.Structure):

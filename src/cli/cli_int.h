@@ -44,6 +44,12 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
  * the thread of cli_on_signal ever receives them.
  */
 void cli_block_signals(void);
+/*
+ * Call fn(ud) from the signal thread on every SIGHUP (servers reopen their
+ * log file). Only before the first cli_block_signals; without it SIGHUP
+ * keeps its default action.
+ */
+void cli_on_hup(void (*fn)(void *), void *ud);
 /* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
 void cli_on_signal(void (*fn)(void *), void *ud);
 /* The signal that ran the callback (0 before one came), for an exit
@@ -85,6 +91,7 @@ void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int for
 
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_request(int argc, char **argv);

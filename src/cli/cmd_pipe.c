@@ -15,6 +15,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "core/log_int.h"
 #include "cli/stage_serve_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
@@ -257,7 +258,7 @@ static void announce_graph(mu_stage_t *s, int index, int of)
 	mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes"), 0, 1e300, &res);
 	mu__json_double(cJSON_GetObjectItemCaseSensitive(d, "load_ms"), 0, 1e300, &load_ms);
 	cli_bytes(res, rb, sizeof(rb));
-	fprintf(stderr, "muster stage %d/%d: nodes %d..%lld, %s of weights resident, loaded in %.0f ms\n",
+	mu__log(MU_LOG_INFO, "stage", "muster stage %d/%d: nodes %d..%lld, %s of weights resident, loaded in %.0f ms",
 	        index, of, nfirst, (long long)nlast - 1, rb, load_ms);
 	cJSON_Delete(d);
 }
@@ -314,7 +315,6 @@ int cmd_stage(int argc, char **argv)
 		        plan, index);
 		return 2;
 	}
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
 	cli_block_signals();
 	rc = first >= 0 ? mu_stage_load_range(dir, index, of, first, last, &s, err, sizeof(err))
 	                : mu_stage_load(dir, index, of, &s, err, sizeof(err));

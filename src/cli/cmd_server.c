@@ -14,7 +14,14 @@
 #include "muster/pipeline.h"
 #include "muster/server.h"
 #include "cli/cli_int.h"
+#include "cli/svc_int.h"
+#include "core/log_int.h"
 #include "core/net_int.h"
+
+static void wait_server(void *ud)
+{
+	mu_server_wait(ud);
+}
 
 static void stop_server(void *ud)
 {
@@ -32,6 +39,7 @@ int cmd_server(int argc, char **argv)
 	mu_device_t *dev = NULL;
 	const char *dirs[64];
 	char *list = NULL;
+	cli_svc_t sv;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to listen on (default 0.0.0.0)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9090; 0 = any)"},
@@ -47,6 +55,7 @@ int cmd_server(int argc, char **argv)
 		{"cache-dir", OPT_STR, &cache_dir, "DIR", "keep streamed LLM weights here under their SHA-256, so a later run sends only what is missing (default: none, streamed each time)"},
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster server [--tracker HOST:PORT --key KEY] [--host H] [--port P] [--port-end E]",
@@ -65,6 +74,7 @@ int cmd_server(int argc, char **argv)
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	mu_server_opts_init(&o);
+	cli_svc_init(&sv);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -110,24 +120,38 @@ int cmd_server(int argc, char **argv)
 			dirs[dopt.nmodels++] = t;
 		dopt.models = dirs;
 	}
-	mu_log_set_sink(mu_log_stderr_sink, NULL, o.silent ? MU_LOG_WARN : MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster server", o.silent ? MU_LOG_WARN : MU_LOG_INFO)) != 0) {
+		free(list);
+		return rc;
+	}
+	dopt.metrics = sv.reg;
+	o.metrics = sv.reg;
 	rc = mu_device_new(&dopt, &dev, err, sizeof(err));
 	free(list);
 	if (rc != 0) {
 		fprintf(stderr, "muster server: %s\n", err);
+		cli_svc_stop(&sv);
 		return 1;
 	}
 	cli_block_signals();
+	if ((rc = cli_svc_listen(&sv, "muster server", NULL)) != 0) {
+		mu_device_free(dev);
+		cli_svc_stop(&sv);
+		return rc;
+	}
 	rc = mu_device_start(dev, &o, &s, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "muster server: %s\n", err);
 		mu_device_free(dev);
+		cli_svc_stop(&sv);
 		return 1;
 	}
 	cli_on_signal(stop_server, s);
-	mu_server_wait(s); /* returns once a signal has stopped it */
+	cli_svc_ready(&sv, "registered, serving sessions");
+	cli_svc_wait(&sv, wait_server, s); /* returns once a signal has stopped it */
 	cli_signal_disarm();
 	mu_server_free(s);
 	mu_device_free(dev);
+	cli_svc_stop(&sv);
 	return 0;
 }

@@ -32,7 +32,8 @@ static const mu__layout_field_t tracker_opts[] = {
 	F(mu_tracker_opts_t, silent), F(mu_tracker_opts_t, reuse_addr),
 	F(mu_tracker_opts_t, timeout), F(mu_tracker_opts_t, max_frame),
 	F(mu_tracker_opts_t, max_keys), F(mu_tracker_opts_t, max_per_conn),
-	F(mu_tracker_opts_t, max_keys_per_conn), F(mu_tracker_opts_t, budget), {0}};
+	F(mu_tracker_opts_t, max_keys_per_conn), F(mu_tracker_opts_t, budget),
+	F(mu_tracker_opts_t, metrics), {0}};
 
 static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, struct_size), F(mu_server_opts_t, host),
@@ -42,7 +43,8 @@ static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, silent), F(mu_server_opts_t, handshake_timeout),
 	F(mu_server_opts_t, session_timeout), F(mu_server_opts_t, poll_period),
 	F(mu_server_opts_t, retry_max), F(mu_server_opts_t, defer_register),
-	F(mu_server_opts_t, on_session), F(mu_server_opts_t, ud), {0}};
+	F(mu_server_opts_t, on_session), F(mu_server_opts_t, ud),
+	F(mu_server_opts_t, metrics), {0}};
 
 static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, struct_size), F(mu_store_server_opts_t, host),
@@ -50,7 +52,7 @@ static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, max_value_bytes), F(mu_store_server_opts_t, max_keys),
 	F(mu_store_server_opts_t, request_timeout), F(mu_store_server_opts_t, silent),
 	F(mu_store_server_opts_t, budget), F(mu_store_server_opts_t, max_watches),
-	F(mu_store_server_opts_t, max_watches_total), {0}};
+	F(mu_store_server_opts_t, max_watches_total), F(mu_store_server_opts_t, metrics), {0}};
 
 static const mu__layout_field_t store_client_opts[] = {
 	F(mu_store_client_opts_t, struct_size), F(mu_store_client_opts_t, host),
@@ -70,7 +72,7 @@ static const mu__layout_field_t md_opts[] = {
 	F(mu_md_opts_t, etcd_watch_timeout), F(mu_md_opts_t, lease_ttl),
 	F(mu_md_opts_t, store_timeout), F(mu_md_opts_t, op_timeout),
 	F(mu_md_opts_t, listen_budget), F(mu_md_opts_t, on_event), F(mu_md_opts_t, ud),
-	F(mu_md_opts_t, remote_cache_max), {0}};
+	F(mu_md_opts_t, remote_cache_max), F(mu_md_opts_t, metrics), {0}};
 
 static const mu__layout_field_t md_peer[] = {
 	F(mu_md_peer_t, ip), F(mu_md_peer_t, port), {0}};
@@ -89,14 +91,14 @@ static const mu__layout_field_t stage_server_opts[] = {
 	F(mu_stage_server_opts_t, max_conns), F(mu_stage_server_opts_t, io_timeout_ms),
 	F(mu_stage_server_opts_t, idle_timeout_ms), F(mu_stage_server_opts_t, silent_timeout_ms),
 	F(mu_stage_server_opts_t, max_frame_bytes), F(mu_stage_server_opts_t, name),
-	F(mu_stage_server_opts_t, budget), {0}};
+	F(mu_stage_server_opts_t, budget), F(mu_stage_server_opts_t, metrics), {0}};
 
 static const mu__layout_field_t device_opts[] = {
 	F(mu_device_opts_t, struct_size), F(mu_device_opts_t, key),
 	F(mu_device_opts_t, mem_budget), F(mu_device_opts_t, threads),
 	F(mu_device_opts_t, models), F(mu_device_opts_t, nmodels),
 	F(mu_device_opts_t, md_host), F(mu_device_opts_t, md_port),
-	F(mu_device_opts_t, cache_dir), {0}};
+	F(mu_device_opts_t, cache_dir), F(mu_device_opts_t, metrics), {0}};
 
 static const mu__layout_field_t coord_opts[] = {
 	F(mu_coord_opts_t, struct_size), F(mu_coord_opts_t, connect_timeout_ms),

@@ -17,6 +17,7 @@
 #include "muster/md.h"
 #include "core/alloc_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/opts_int.h"
 #include "md/md_int.h"
 
@@ -75,6 +76,20 @@ static void agent_destroy(mu_md_agent_t *a)
 	mu__free(a);
 }
 
+static void metrics_init(mu_md_agent_t *a, mu_metrics_t *m)
+{
+	a->m_sent = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_publishes_total",
+	                              "Metadata published (sent), by backend.", "backend", NULL, 0);
+	a->m_fetched = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_fetches_total",
+	                                 "Remote metadata fetched, by backend.", "backend", NULL, 0);
+	a->m_invalidated = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_invalidations_total",
+	                                     "Metadata invalidated, by backend.", "backend", NULL,
+	                                     0);
+	a->m_failed = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_failures_total",
+	                                "Publishes, fetches and invalidations that failed, by "
+	                                "backend.", "backend", NULL, 0);
+}
+
 int mu_md_agent_new(const mu_md_opts_t *uo, mu_md_agent_t **out, char *err, size_t el)
 {
 	mu_md_opts_t oo, *o = &oo;
@@ -102,6 +117,7 @@ int mu_md_agent_new(const mu_md_opts_t *uo, mu_md_agent_t **out, char *err, size
 	a->setup_errlen = el;
 	a->o = *o;
 	a->o.name = a->name;
+	metrics_init(a, o->metrics);
 	a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	uv_mutex_init(&a->lock);
 	uv_cond_init(&a->work_cond);
@@ -211,6 +227,10 @@ int mu_md_set_local_blob(mu_md_agent_t *a, const char *label, const void *blob,
 	rc = mu__strmap_put(&a->local, label, strlen(label), b, &old);
 	uv_mutex_unlock(&a->lock);
 	mu__free(rc == 0 ? old : b);
+	/* Over P2P, setting it is publishing it (peers fetch from our
+	 * listener); a store backend publishes when its send completes. */
+	if (rc == 0 && a->store == NULL)
+		mu__metric_add(a->m_sent, mu_md_backend_name(a), 1);
 	return rc;
 }
 
@@ -361,6 +381,9 @@ void mu__md_complete(mu_md_agent_t *a, mu__md_op_t *op, int status,
 	mu_md_event_t ev;
 	done_t *d = mu__malloc(sizeof(*d));
 
+	mu__metric_add(status != 0 ? a->m_failed : op->kind == MU_MD_SENT ? a->m_sent
+	               : op->kind == MU_MD_FETCHED ? a->m_fetched : a->m_invalidated,
+	               mu_md_backend_name(a), 1);
 	if (status != 0)
 		mu__log(MU_LOG_WARN, "md", "agent %s: %s failed: %s", a->name,
 		        op->kind == MU_MD_SENT ? "send" : op->kind == MU_MD_FETCHED ? "fetch" : "invalidate",

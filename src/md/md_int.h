@@ -104,6 +104,9 @@ struct mu_md_agent_s {
 	char etcd_namespace[256];
 	char tcpstore_endpoint[256];
 
+	/* docs/metrics.md, by backend; NULL without a registry */
+	struct mu__metric_s *m_sent, *m_fetched, *m_invalidated, *m_failed;
+
 	uv_mutex_t lock;
 	mu__strmap_t local;             /* label -> mu__md_blob_t */
 	mu__strmap_t remote;            /* name -> mu__md_remote_t */

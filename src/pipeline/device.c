@@ -49,6 +49,7 @@ struct mu_device_s {
 	char *caps;         /* the capabilities JSON */
 	char *info;         /* INFO reply before a stage: caps + md address */
 	char *cache_dir;
+	mu_metrics_t *metrics;
 };
 
 const char *mu__device_cache_dir(const mu_device_t *d)
@@ -167,6 +168,7 @@ int mu_device_new(const mu_device_opts_t *uo, mu_device_t **out, char *err, size
 	d->mem = o->mem_budget != 0 ? o->mem_budget : mu_mem_available();
 	d->threads = o->threads;
 	d->md_port = o->md_port;
+	d->metrics = o->metrics;
 	d->key = mu__strdup(o->key != NULL ? o->key : "muster");
 	d->md_host = mu__strdup(o->md_host != NULL ? o->md_host : "0.0.0.0");
 	d->models = mu__calloc((size_t)o->nmodels + 1, sizeof(*d->models));
@@ -260,6 +262,7 @@ int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 	mo.listen = 1;
 	mo.listen_host = d->md_host;
 	mo.listen_port = d->md_port;
+	mo.metrics = d->metrics;
 	mu_md_agent_free(d->md);
 	d->md = NULL;
 	rc = mu_md_agent_new(&mo, &d->md, why, sizeof(why));

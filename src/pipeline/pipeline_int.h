@@ -69,6 +69,7 @@ typedef struct {
 	int text_owned;
 	mu_tensor_list_t out;   /* body for RESULT */
 	int fatal;              /* close once it is sent */
+	int64_t positions;      /* SEQ_FORWARD/SEQ_BATCH's RESULT: positions run (metrics) */
 } mu__reply_t;
 
 struct mu__serve_ctx_s {
@@ -135,6 +136,9 @@ void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m
                           const char *body, mu_tensor_list_t *in, mu__reply_t *r);
 /* The connection owner has gone: free its sequences. Any thread. */
 void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner);
+/* KV cache bytes reserved and sequences open, as of the last change.
+ * Any thread, and never waits for a forward (metrics read it). */
+void mu__llm_stage_usage(mu__llm_stage_t *s, uint64_t *kv_bytes, int *seqs);
 
 /* Into t: why a message was cut short after got of its `of` bytes of
  * `what` ("header", "FORWARD body", ...): a stall of stall_ms when rc is

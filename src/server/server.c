@@ -25,9 +25,11 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
 #include "core/opts_int.h"
 #include "core/rand_int.h"
+#include "core/time_int.h"
 #include "server/handshake_int.h"
 #include "server/server_int.h"
 #include "server/session_int.h"
@@ -127,6 +129,8 @@ static void session_done_cb(uv_async_t *a)
 		return;
 	uv_thread_join(&s->active_thread);
 	SLOG(s, MU_LOG_INFO, "Session with %s ended", mu_session_peer(s->active));
+	mu__metric_set(s->m_active, NULL, 0);
+	mu__metric_observe(s->m_duration, NULL, (mu__clock_ms() - s->session_start) / 1000.0);
 	mu__session_free(s->active);
 	s->active = NULL;
 	release_slot(s, 1);
@@ -174,6 +178,9 @@ static void hand_off(hs_conn_t *c)
 		return;
 	}
 	SLOG(s, MU_LOG_INFO, "Session with %s started", c->peer);
+	s->session_start = mu__clock_ms();
+	mu__metric_add(s->m_sessions, NULL, 1);
+	mu__metric_set(s->m_active, NULL, 1);
 	if (c->timeout > 0)
 		uv_timer_start(&s->session_timer, session_timeout_cb,
 		               (uint64_t)(c->timeout * 1000.0), 0);
@@ -488,6 +495,17 @@ int mu_server_start(const mu_server_opts_t *uo, mu_server_t **out)
 	rc = server_init(s, o);
 	if (rc == 0)
 		rc = mu__service_init(&s->svc, service_stop_cb);
+	s->m_sessions = mu__metric_family(o->metrics, MU_METRIC_COUNTER,
+	                                  "muster_server_sessions_total", "Sessions served.",
+	                                  NULL, NULL, 0);
+	s->m_active = mu__metric_family(o->metrics, MU_METRIC_GAUGE, "muster_server_session_active",
+	                                "1 while a session runs (one at a time).", NULL, NULL, 0);
+	s->m_duration = mu__metric_family(o->metrics, MU_METRIC_HISTOGRAM,
+	                                  "muster_server_session_seconds",
+	                                  "How long sessions lasted.", NULL, mu__metric_seconds,
+	                                  mu__metric_nseconds);
+	mu__metric_touch(s->m_sessions, NULL);
+	mu__metric_touch(s->m_active, NULL);
 	if (rc != 0) {
 		mu__free(s);
 		return rc;

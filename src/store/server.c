@@ -19,6 +19,7 @@
 #include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
 #include "core/opts_int.h"
 #include "core/service_int.h"
@@ -54,6 +55,8 @@ struct mu_store_server_s {
 	int port;
 	uv_mutex_t join_lock;
 	int joined;
+	/* docs/metrics.md; each NULL without a registry */
+	mu__metric_t *m_open, *m_conns, *m_cut, *m_ops, *m_keys, *m_watches;
 	char scratch[READ_CHUNK];
 };
 
@@ -133,6 +136,7 @@ static int serve_one(sconn_t *sc)
 	mu_store_server_t *s = sc->s;
 	mu__store_req_t req;
 	size_t used = 0;
+	uint64_t t0;
 	int rc;
 
 	if (sc->conn.in.len < sc->need)
@@ -147,10 +151,15 @@ static int serve_one(sconn_t *sc)
 		                     : rc == MU_ETOOBIG ? "a length or count over the limit"
 		                                        : mu_strerror(rc),
 		     (unsigned)(unsigned char)sc->conn.in.data[0]);
+		mu__metric_add(s->m_cut, rc == MU_ETOOBIG ? "limit" : "protocol", 1);
 		mu__conn_close(&sc->conn, rc);
 		return 0;
 	}
+	t0 = uv_hrtime();
 	rc = mu__store_exec(&s->kv, &sc->peer, &req, &s->lim);
+	mu__metric_observe(s->m_ops, mu__store_op_name(req.op), (double)(uv_hrtime() - t0) / 1e9);
+	mu__metric_set(s->m_keys, NULL, (double)s->kv.data.count);
+	mu__metric_set(s->m_watches, NULL, (double)s->kv.nwatches);
 	/* its waits and watches count against its budget */
 	mu__conn_own(&sc->conn, sc->peer.held);
 	if (rc != 0 && rc == MU_ETOOBIG && req.op == MU_SOP_WATCH_KEY) {
@@ -166,6 +175,8 @@ static int serve_one(sconn_t *sc)
 		                                              : mu_strerror(rc));
 	}
 	if (rc != 0) {
+		if (rc != -ENOBUFS) /* on_close counts those */
+			mu__metric_add(s->m_cut, rc == MU_ETOOBIG ? "limit" : "protocol", 1);
 		mu__store_req_free(&req);
 		mu__conn_close(&sc->conn, rc);
 		return 0;
@@ -206,6 +217,7 @@ static void on_timeout(mu__conn_t *c)
 
 	SLOG(sc->s, MU_LOG_WARN, "%s: request not completed within %g s, closing",
 	     c->peer, sc->s->opts.request_timeout);
+	mu__metric_add(sc->s->m_cut, "timeout", 1);
 	mu__conn_close(c, -ETIMEDOUT);
 }
 
@@ -218,6 +230,10 @@ static void on_close(mu__conn_t *c, int err)
 		mu__list_remove(&sc->doomed_node);
 	mu__store_peer_release(&sc->s->kv, &sc->peer);
 	mu__conn_own(c, 0);
+	mu__metric_add(sc->s->m_open, NULL, -1);
+	mu__metric_set(sc->s->m_watches, NULL, (double)sc->s->kv.nwatches);
+	if (err == -ENOBUFS)
+		mu__metric_add(sc->s->m_cut, "budget", 1);
 	if (err == 0)
 		SLOG(sc->s, MU_LOG_INFO, "%s disconnected", c->peer);
 }
@@ -247,6 +263,8 @@ static void on_connection(uv_stream_t *listener, int status)
 	mu__store_peer_init(&sc->peer, MU_STORE_V1);
 	mu__list_init(&sc->doomed_node);
 	mu__list_insert_tail(&s->conns, &sc->node);
+	mu__metric_add(s->m_conns, NULL, 1);
+	mu__metric_add(s->m_open, NULL, 1); /* on_close takes it back, even on failure */
 	if (mu__conn_accept(&sc->conn, listener, &conn_ops,
 	                    s->lim.max_request + READ_CHUNK, s->scratch,
 	                    sizeof(s->scratch), &s->budget) == 0)
@@ -323,6 +341,28 @@ static int store_listen(mu_store_server_t *s)
 	return rc;
 }
 
+static void metrics_init(mu_store_server_t *s, mu_metrics_t *m)
+{
+	s->m_open = mu__metric_family(m, MU_METRIC_GAUGE, "muster_store_connections_open",
+	                              "Connections open now.", NULL, NULL, 0);
+	s->m_conns = mu__metric_family(m, MU_METRIC_COUNTER, "muster_store_connections_total",
+	                               "Connections accepted.", NULL, NULL, 0);
+	s->m_cut = mu__metric_family(m, MU_METRIC_COUNTER, "muster_store_connections_refused_total",
+	                             "Connections the store closed on a client, by reason: "
+	                             "protocol, limit, timeout, budget.", "reason", NULL, 0);
+	s->m_ops = mu__metric_family(m, MU_METRIC_HISTOGRAM, "muster_store_op_seconds",
+	                             "Time to serve a request, by operation (a wait that "
+	                             "blocks counts until it is queued).", "op",
+	                             mu__metric_seconds, mu__metric_nseconds);
+	s->m_keys = mu__metric_family(m, MU_METRIC_GAUGE, "muster_store_keys",
+	                              "Keys stored now.", NULL, NULL, 0);
+	s->m_watches = mu__metric_family(m, MU_METRIC_GAUGE, "muster_store_watches",
+	                                 "v1 watches registered now.", NULL, NULL, 0);
+	mu__metric_touch(s->m_open, NULL);
+	mu__metric_touch(s->m_conns, NULL);
+	mu__metric_touch(s->m_keys, NULL);
+}
+
 int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **out)
 {
 	mu_store_server_opts_t oo, *o = &oo;
@@ -349,6 +389,7 @@ int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **
 	s->lim.max_watches = o->max_watches;
 	s->lim.max_watches_total = o->max_watches_total;
 	mu__budget_init(&s->budget, &o->budget, "store");
+	metrics_init(s, o->metrics);
 	mu__list_init(&s->conns);
 	mu__list_init(&s->doomed);
 	mu__store_init(&s->kv, kv_send, s);

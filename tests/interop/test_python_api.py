@@ -76,8 +76,9 @@ def test_a_moved_field_fails_the_import(tmp_path):
 def test_a_field_the_library_lacks_fails_the_import(tmp_path):
     # a binding newer than the library: a field appended to mu_md_opts_t
     def add(text):
-        return text.replace('("remote_cache_max", c_size_t)]',
-                            '("remote_cache_max", c_size_t), ("from_the_future", c_int)]', 1)
+        return text.replace('("metrics", c_void_p)]\n\n\nclass MdPeer',
+                            '("metrics", c_void_p), ("from_the_future", c_int)]\n\n\n'
+                            'class MdPeer', 1)
     out = run_python(binding_copy(tmp_path, add), "import muster")
     assert out.returncode != 0
     assert "mu_md_opts_t.from_the_future, which libmuster" in out.stderr, out.stderr
@@ -98,15 +99,10 @@ def test_an_older_binding_works_with_grown_options(tmp_path):
     # shorter than the library's, and the library gives the field it
     # does not set its default
     def drop(text):
-        return text.replace(',\n                ("remote_cache_max", c_size_t)]', ']', 1)
+        return text.replace(', ("metrics", c_void_p)]\n\n\nclass MdPeer',
+                            ']\n\n\nclass MdPeer', 1)
 
-    def drop_md(path):
-        md = path / "muster" / "md.py"
-        md.write_text(md.read_text().replace("o.remote_cache_max = remote_cache_max or 0",
-                                             "pass"))
-        return path
-
-    path = drop_md(binding_copy(tmp_path, drop))
+    path = binding_copy(tmp_path, drop)
     out = run_python(path, """
         import ctypes, muster, muster._lib as l
         from muster import md
