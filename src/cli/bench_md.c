@@ -51,8 +51,6 @@ static mu_md_agent_t *bench_agent(const mdb_t *b, const char *name, int listen)
 
 	mu_md_opts_init(&o);
 	o.name = name;
-	o.errbuf = why;
-	o.errbuf_len = sizeof(why);
 	o.no_env = 1;
 	o.lease_ttl = 60;
 	o.op_timeout = 60;
@@ -67,7 +65,7 @@ static mu_md_agent_t *bench_agent(const mdb_t *b, const char *name, int listen)
 		o.listen_host = "127.0.0.1";
 		o.listen_port = 0;
 	}
-	rc = mu_md_agent_new(&o, &a);
+	rc = mu_md_agent_new(&o, &a, why, sizeof(why));
 	if (rc != 0) {
 		fprintf(stderr, "muster bench md: cannot create agent %s: %s\n", name,
 		        why[0] != '\0' ? why : mu_strerror(rc));

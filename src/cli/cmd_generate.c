@@ -112,7 +112,7 @@ static void print_json(const gen_run_t *r, out_t *o, const mu__gen_stats_t *st)
 	s = cJSON_PrintUnformatted(j);
 	if (s != NULL)
 		printf("%s\n", s);
-	free(s);
+	cJSON_free(s);
 	cJSON_Delete(j);
 }
 

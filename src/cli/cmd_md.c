@@ -47,8 +47,6 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 
 	mu_md_opts_init(&o);
 	o.name = name;
-	o.errbuf = why;
-	o.errbuf_len = sizeof(why);
 	o.etcd_endpoints = a->etcd;
 	o.etcd_namespace = a->ns;
 	o.tcpstore_endpoint = a->tcpstore;
@@ -61,7 +59,7 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 		o.listen_port = a->listen_port;
 		o.listen_budget = a->budget;
 	}
-	rc = mu_md_agent_new(&o, &ag);
+	rc = mu_md_agent_new(&o, &ag, why, sizeof(why));
 	if (rc != 0) {
 		if (why[0] != '\0') /* it names the agent and what is wrong */
 			fprintf(stderr, "muster md: cannot create the agent: %s\n", why);
@@ -480,7 +478,7 @@ int cmd_md(int argc, char **argv)
 		fprintf(stderr, "muster md: --cache-limit %s is not a size (try 64M)\n", a.cache_limit);
 		return 2;
 	}
-	/* failures reach the user through make_agent() (the agent's errbuf)
+	/* failures reach the user through make_agent() (mu_md_agent_new's err)
 	 * and finish() (the event's detail): the log would repeat them */
 	if (a.label != NULL && strlen(a.label) > 255) {
 		fprintf(stderr, "muster md: --label is longer than 255 bytes\n");

@@ -12,8 +12,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "muster/pipeline.h"
+#include "muster/model.h"
 #include "cli/cli_int.h"
+#include "model/fixture_int.h"
 
 static int parse_widths(const char *s, uint64_t *w, int max)
 {
@@ -83,7 +84,7 @@ static int model_gen(int argc, char **argv)
 		for (int i = 0; i <= layers; i++)
 			w[i] = side > 0 ? side : 1;
 	}
-	rc = mu_model_generate_mlp(out, w, layers, (uint64_t)batch, act, (uint64_t)seed, err,
+	rc = mu__model_generate_mlp(out, w, layers, (uint64_t)batch, act, (uint64_t)seed, err,
 	                           sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "muster model gen: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
@@ -134,7 +135,7 @@ static int model_input(int argc, char **argv)
 		mu_tensor_t *t;
 
 		mu_model_input(m, i, &name, &rank, dims);
-		rc = mu_tensor_random_typed(name, mu_model_input_dtype(m, i), rank, dims,
+		rc = mu__tensor_random_typed(name, mu_model_input_dtype(m, i), rank, dims,
 		                            (uint64_t)seed + (uint64_t)i, &t);
 		if (rc == 0 && (rc = mu_tensor_list_push(&l, t)) != 0)
 			mu_tensor_free(t);
