@@ -54,11 +54,20 @@ else
 	exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# apt's own words go to a file; what a person wants from them (how many
+# packages, how much to download) is printed after.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 # Refresh the package lists only when an install fails on stale ones; a fresh
 # container often has none at all, so try the cheap path first.
 # shellcheck disable=SC2086
-if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; then
+if ! $sudo apt-get install -y -q --no-install-recommends $missing >"$out" 2>&1; then
 	$sudo apt-get update -q >/dev/null
-	$sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
+	if ! $sudo apt-get install -y -q --no-install-recommends $missing >"$out" 2>&1; then
+		cat "$out" >&2
+		echo "deps: apt-get install failed (its output is above)" >&2
+		exit 1
+	fi
 fi
+grep -E 'newly installed|^Need to get' "$out" | sed 's/^/deps: /' >&2 || true
 echo "deps: done" >&2
