@@ -389,7 +389,7 @@ static void find_model(const char *exe, char *out, size_t n)
 int cmd_demo(int argc, char **argv)
 {
 	demo_t d;
-	int npos, rc, mlp = 0;
+	int npos, rc, mlp = 0, stopping;
 	ssize_t n;
 	const char *model = NULL;
 	char err[2048] = "", found[4200];
@@ -443,6 +443,15 @@ int cmd_demo(int argc, char **argv)
 		       "===========================================================================\n\n");
 		rc = demo_llm(&d, model != NULL ? model : found, err, sizeof(err));
 	}
+	pthread_mutex_lock(&d.lock);
+	stopping = d.stopping;
+	pthread_mutex_unlock(&d.lock);
+	/* A step that failed because the signal thread is stopping its
+	 * processes is no failure to report: that thread exits 128 + the
+	 * signal once it is done, so wait for it here (signals are blocked in
+	 * this thread, pause only waits). */
+	while (stopping)
+		pause();
 	demo_stop_all(&d);
 	if (rc == 0)
 		printf("8. Everything the demo started is stopped. Done.\n");
