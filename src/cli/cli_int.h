@@ -52,10 +52,13 @@ void cli_block_signals(void);
 void cli_on_hup(void (*fn)(void *), void *ud);
 /* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
 void cli_on_signal(void (*fn)(void *), void *ud);
+/* Call fn(ud) once on a later SIGINT/SIGTERM (one that cuts a drain
+ * short), from the same thread. */
+void cli_on_signal_again(void (*fn)(void *), void *ud);
 /* The signal that ran the callback (0 before one came), for an exit
  * status of 128 + its number, as shells report a death by signal. */
 int cli_signal_caught(void);
-/* Forget that callback; when this returns it is not running. */
+/* Forget those callbacks; when this returns neither is running. */
 void cli_signal_disarm(void);
 
 /* "1.5 MiB" */
