@@ -19,6 +19,7 @@
 #include "cli/stage_serve_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
+#include "core/progress_int.h"
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -521,6 +522,7 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 static void say_stderr(void *ud, const char *line)
 {
 	(void)ud;
+	mu__progress_clear();
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -554,7 +556,7 @@ int cmd_run(int argc, char **argv)
 		{"connect-timeout", OPT_INT, &connect_timeout, "SECONDS", "keep trying to reach each stage this long (default 10)"},
 		{"io-timeout", OPT_INT, &io_timeout, "SECONDS", "give up on a stage that makes no progress this long (default 60)"},
 		{"json", OPT_FLAG, &json, NULL, "print the figures as JSON instead of a table"},
-		{"quiet", OPT_FLAG, &quiet, NULL, "with --tracker: do not narrate the steps on stderr"},
+		{"quiet", OPT_FLAG, &quiet, NULL, "with --tracker: do not narrate the steps, nor show progress, on stderr"},
 	};
 	cli_cmd_t cmd = {
 		"muster run --input FILE (--model DIR | --stages H:P,... | --tracker H:P --key K --devices N --model DIR)",
@@ -596,6 +598,8 @@ int cmd_run(int argc, char **argv)
 		clo.request_timeout_ms = request_timeout * 1000;
 		clo.coord.io_timeout_ms = io_timeout * 1000;
 		clo.say = quiet ? NULL : say_stderr;
+		if (quiet)
+			mu__progress_enable(0);
 		if (strcmp(weights, "auto") == 0)
 			clo.weights = MU_WEIGHTS_AUTO;
 		else if (strcmp(weights, "local") == 0)

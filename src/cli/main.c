@@ -7,6 +7,7 @@
 
 #include "muster/common.h"
 #include "cli/cli_int.h"
+#include "core/progress_int.h"
 
 static const struct {
 	const char *name;
@@ -57,6 +58,8 @@ int main(int argc, char **argv)
 		printf("muster %s\n", mu_version());
 		return 0;
 	}
+	/* status lines for long steps, when stderr is a terminal then */
+	mu__progress_enable(1);
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return commands[i].fn(argc - 1, argv + 1);
