@@ -101,6 +101,10 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
 			print_help(cmd);
 			return 1;
 		}
+		if (strcmp(a, "--help-man") == 0) {
+			cli_print_man(cmd);
+			return 1;
+		}
 		if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
 			argv[pos++] = argv[i];
 			continue;
