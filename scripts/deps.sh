@@ -9,7 +9,11 @@
 #   scripts/deps.sh test     build + cmocka, pytest, torch, torchvision, etcd,
 #                            numpy, onnx and its backend test data, npm,
 #                            clang's fuzzer runtime, prometheus (a real
-#                            scraper for the metrics tests)
+#                            scraper for the metrics tests), man-db (the
+#                            man page test renders each page)
+#   scripts/deps.sh packaging  build + what `make check-packaging` needs:
+#                            dpkg-buildpackage, debhelper, dh-python,
+#                            lintian, debootstrap (only that target uses it)
 #
 # Runs apt-get as root, or through sudo when we are not root.
 set -eu
@@ -18,13 +22,16 @@ build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-d
 test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus"
 # ONNX's backend test suite (tests/interop/test_onnx_suite.py) and the
 # torchvision CNNs the model tests export
-test_pkgs="$test_pkgs libonnx-testdata python3-torchvision"
+test_pkgs="$test_pkgs libonnx-testdata python3-torchvision man-db"
+# debian/: building the .debs, checking them, installing them in a fresh root
+packaging_pkgs="$build_pkgs dpkg-dev debhelper dh-python python3 lintian debootstrap util-linux"
 
 case "${1:-test}" in
 build) want=$build_pkgs ;;
 test) want=$test_pkgs ;;
+packaging) want=$packaging_pkgs ;;
 *)
-	echo "usage: $0 [build|test]" >&2
+	echo "usage: $0 [build|test|packaging]" >&2
 	exit 2
 	;;
 esac
