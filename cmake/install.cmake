@@ -12,7 +12,11 @@ install(TARGETS muster muster_static EXPORT muster-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS muster_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY include/muster DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/muster DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        PATTERN "*.in" EXCLUDE)
+# version.h is generated from version.h.in (CMakeLists.txt)
+install(FILES ${PROJECT_BINARY_DIR}/include/muster/version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster)
 
 # The pkg-config modules libmuster links: name in this build = module.
 set(MU_DEP_PAIRS LIBUV=libuv CJSON=libcjson OPENBLAS=openblas PCRE2=libpcre2-8

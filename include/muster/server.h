@@ -43,6 +43,7 @@ typedef struct mu_session_s mu_session_t;
 typedef void (*mu_session_cb)(mu_session_t *s, void *ud);
 
 typedef struct {
+	size_t struct_size;       /* set by mu_server_opts_init */
 	const char *host;         /* address to listen on; default "0.0.0.0" */
 	int port;                 /* default 9090; 0 = any */
 	int port_end;             /* exclusive; default 9199 */
@@ -73,7 +74,8 @@ typedef struct {
 	mu_metrics_t *metrics;
 } mu_server_opts_t;
 
-MU_EXTERN void mu_server_opts_init(mu_server_opts_t *o);
+MU_EXTERN void mu_server_opts_init_size(mu_server_opts_t *o, size_t size);
+#define mu_server_opts_init(o) mu_server_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Bind (TVM's port search), start serving and registering. Returns once

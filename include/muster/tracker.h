@@ -26,6 +26,7 @@ extern "C" {
 typedef struct mu_tracker_s mu_tracker_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_tracker_opts_init */
 	const char *host;   /* address to bind; default "0.0.0.0" */
 	int port;           /* first port to try; default 9190; 0 = any */
 	int port_end;       /* end of the search, exclusive; default 9199 */
@@ -59,7 +60,8 @@ typedef struct {
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */
-MU_EXTERN void mu_tracker_opts_init(mu_tracker_opts_t *o);
+MU_EXTERN void mu_tracker_opts_init_size(mu_tracker_opts_t *o, size_t size);
+#define mu_tracker_opts_init(o) mu_tracker_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Bind, listen and start serving on a new thread. On success *out is the

@@ -33,6 +33,7 @@
 #include "cli/cli_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
+#include "model/fixture_int.h"
 
 static double now_s(void)
 {
@@ -112,12 +113,17 @@ static int bench_frame(int mib, int rounds)
 	char *block;
 
 	mu_tensor_list_init(&l);
-	if (mu_tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0)
+	if (mu__tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
+		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB tensor\n", mib);
 		return 1;
+	}
 	bytes = mu_frame_size(&l);
 	block = calloc(1, bytes);
-	if (block == NULL)
+	if (block == NULL) {
+		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB frame\n", mib);
+		mu_tensor_list_free(&l);
 		return 1;
+	}
 	memcpy(block, t->data, t->numel * 4); /* the same bytes, touched */
 	tr = transfer(1, bytes, rounds, NULL, block);
 	tf = transfer(0, bytes, rounds, &l, NULL);
@@ -159,7 +165,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 {
 	uint64_t w[257];
 	int layers = nstages * per_stage, rc = 0, ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	char err[1024], addr[16][32];
+	char err[1024] = "", addr[16][32];
 	const char *addrs[16];
 	mu_stage_t *st[16] = {0};
 	mu_stage_server_t *srv[16] = {0};
@@ -173,7 +179,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu_model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
+	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
 	for (int i = 0; rc == 0 && i < nstages; i++) {
 		mu_stage_server_opts_t o;
 
@@ -187,7 +193,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		}
 	}
 	mu_tensor_list_init(&in);
-	if (rc == 0 && (rc = mu_tensor_random("x", 2, xd, 2, &x)) == 0)
+	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 2, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_coord_connect(addrs, nstages, NULL, &c, err, sizeof(err));
@@ -254,7 +260,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 	       "   every core, whichever is slower. A stage's own compute per forward grows\n"
 	       "   when stages share the cores' caches and memory bandwidth.)\n\n");
 	if (rc != 0)
-		fprintf(stderr, "muster bench pipeline: %s\n", err);
+		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	mu_coord_close(c);
 	for (int i = 0; i < nstages; i++) {
 		mu_stage_server_free(srv[i]);
@@ -272,7 +278,7 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 	mu_model_t *m = NULL;
 	mu_tensor_list_t in, weights;
 	mu_tensor_t *x;
-	char err[1024], path[4096];
+	char err[1024] = "", path[4096];
 	double te = 1e30, td = 1e30;
 	float *a, *b;
 	int rc;
@@ -281,20 +287,21 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu_model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
+	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
 	if (rc == 0)
 		rc = mu_model_open(tmp, &m, err, sizeof(err));
 	mu_tensor_list_init(&in);
 	mu_tensor_list_init(&weights);
 	snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-	if (rc == 0 && (rc = mu_tensor_random("x", 2, xd, 4, &x)) == 0)
+	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 4, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_safetensors_read(path, &weights, err, sizeof(err));
 	a = calloc((size_t)batch * (size_t)width, sizeof(float));
 	b = calloc((size_t)batch * (size_t)width, sizeof(float));
 	if (rc != 0 || a == NULL || b == NULL) {
-		fprintf(stderr, "muster bench pipeline: %s\n", rc ? err : "out of memory");
+		fprintf(stderr, "muster bench pipeline: %s\n",
+		        rc == 0 ? "out of memory" : err[0] != '\0' ? err : mu_strerror(rc));
 		mu_model_close(m);
 		return 1;
 	}
@@ -344,7 +351,7 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		printf("  OpenBLAS directly    %8.2f ms\n", td * 1e3);
 		printf("  ratio executor/direct %7.3f\n", te / td);
 	} else {
-		fprintf(stderr, "muster bench pipeline: %s\n", err);
+		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	}
 	free(a);
 	free(b);
@@ -477,10 +484,18 @@ int bench_pipeline(int argc, char **argv)
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (mib < 1 || rounds < 1 || stages < 1 || stages > 16 || width < 1 || per_stage < 1 ||
-	    batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 || ex_layers > 64 || ex_batch < 1 ||
-	    rn_forwards < 1 || (only != NULL && strcmp(only, "resnet18") == 0 && resnet == NULL)) {
-		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, exec-layers <= 64); "
+	    stages * per_stage > 256 || batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 ||
+	    ex_layers > 64 || ex_batch < 1 || rn_forwards < 1 ||
+	    (only != NULL && strcmp(only, "resnet18") == 0 && resnet == NULL)) {
+		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, "
+		        "stages * layers-per-stage <= 256, exec-layers <= 64); "
 		        "--only resnet18 needs --resnet18 DIR\n");
+		return 2;
+	}
+	if (only != NULL && strcmp(only, "frame") != 0 && strcmp(only, "pipeline") != 0 &&
+	    strcmp(only, "executor") != 0 && strcmp(only, "resnet18") != 0) {
+		fprintf(stderr, "muster bench pipeline: --only %s is not frame, pipeline, executor or "
+		        "resnet18\n", only);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);

@@ -101,6 +101,10 @@ void cli_budget_init(cli_budget_t *cb);
 /* b from cb, defaults where unset: 0, or 2 after saying why on stderr. */
 int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b);
 
+/* Print the report o (cJSON_Print's layout), then free it. */
+struct cJSON;
+void cli_print_json(struct cJSON *o);
+
 /* `muster run`'s table of a cluster run (also the demo's). */
 struct mu_cluster_s;
 void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int forwards,

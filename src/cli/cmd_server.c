@@ -33,7 +33,7 @@ int cmd_server(int argc, char **argv)
 	mu_server_opts_t o;
 	mu_server_t *s;
 	const char *tracker = NULL, *mem = NULL, *models = NULL, *cache_dir = NULL;
-	char thost[256], err[1024], addr[300];
+	char thost[256], err[1024] = "";
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
 	mu_device_t *dev = NULL;
@@ -129,40 +129,19 @@ int cmd_server(int argc, char **argv)
 	rc = mu_device_new(&dopt, &dev, err, sizeof(err));
 	free(list);
 	if (rc != 0) {
-		fprintf(stderr, "muster server: %s\n", err);
+		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		cli_svc_stop(&sv);
 		return 1;
 	}
-	o.on_session = mu_device_session;
-	o.ud = dev;
-	/* bind, publish, then register: a coordinator the tracker grants this
-	 * device to finds its metadata already there */
-	o.defer_register = 1;
 	cli_block_signals();
 	if ((rc = cli_svc_listen(&sv, "muster server", NULL)) != 0) {
 		mu_device_free(dev);
 		cli_svc_stop(&sv);
 		return rc;
 	}
-	rc = mu_server_start(&o, &s);
+	rc = mu_device_start(dev, &o, &s, err, sizeof(err));
 	if (rc != 0) {
-		if (rc == MU_EBIND)
-			fprintf(stderr, "muster server: cannot bind to any port in [%d, %d)\n",
-			        o.port, o.port_end);
-		else
-			fprintf(stderr, "muster server: cannot start: %s\n", mu_strerror(rc));
-		mu_device_free(dev);
-		cli_svc_stop(&sv);
-		return 1;
-	}
-	/* an address others can dial, never the wildcard bound to */
-	mu__hostport_text(mu_server_host(s), mu_server_port(s), addr, sizeof(addr));
-	rc = mu_device_publish(dev, addr, err, sizeof(err));
-	if (rc == 0 && (rc = mu_server_register(s)) != 0)
-		snprintf(err, sizeof(err), "cannot register: %s", mu_strerror(rc));
-	if (rc != 0) {
-		fprintf(stderr, "muster server: %s\n", err);
-		mu_server_free(s);
+		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		mu_device_free(dev);
 		cli_svc_stop(&sv);
 		return 1;

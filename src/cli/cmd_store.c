@@ -156,8 +156,18 @@ static int run_op(mu_store_client_t *c, int n, char **a)
 		rc = mu_store_get(c, a[1], &v);
 		return rc != 0 ? rc : print_value(&v);
 	} else if (strcmp(op, "add") == 0) {
+		char *end;
+		long long by;
+
 		NEED(2);
-		rc = mu_store_add(c, a[1], strtoll(a[2], NULL, 10), &r);
+		errno = 0;
+		by = strtoll(a[2], &end, 10);
+		if (errno != 0 || end == a[2] || *end != '\0') {
+			fprintf(stderr, "muster store-cli: add %s %s: %s is not an integer\n", a[1],
+			        a[2], a[2]);
+			return 2;
+		}
+		rc = mu_store_add(c, a[1], (int64_t)by, &r);
 		if (rc == 0)
 			printf("%" PRId64 "\n", r);
 		return rc;
@@ -165,9 +175,12 @@ static int run_op(mu_store_client_t *c, int n, char **a)
 		NEED(3);
 		rc = mu_store_compare_set(c, a[1], a[2], strlen(a[2]), a[3], strlen(a[3]), &v);
 		return rc != 0 ? rc : print_value(&v);
-	} else if (strcmp(op, "wait") == 0 && n >= 2) {
+	} else if ((strcmp(op, "wait") == 0 || strcmp(op, "check") == 0) && n < 2) {
+		fprintf(stderr, "muster store-cli: %s takes at least 1 key\n", op);
+		return 2;
+	} else if (strcmp(op, "wait") == 0) {
 		return mu_store_wait(c, (const char *const *)a + 1, (size_t)n - 1, -1);
-	} else if (strcmp(op, "check") == 0 && n >= 2) {
+	} else if (strcmp(op, "check") == 0) {
 		rc = mu_store_check(c, (const char *const *)a + 1, (size_t)n - 1, &flag);
 		if (rc == 0)
 			printf("%s\n", flag ? "ready" : "not ready");
@@ -227,6 +240,11 @@ int cmd_store_cli(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	if (mu__split_hostport(argv[0], host, sizeof(host), &o.port) != 0) {
 		fprintf(stderr, "muster store-cli: %s is not HOST:PORT\n", argv[0]);
+		return 2;
+	}
+	if (strcmp(dialect, "auto") != 0 && strcmp(dialect, "v1") != 0 &&
+	    strcmp(dialect, "v2") != 0) {
+		fprintf(stderr, "muster store-cli: --dialect %s is not auto, v1 or v2\n", dialect);
 		return 2;
 	}
 	o.host = host;

@@ -18,22 +18,23 @@
 #include "core/alloc_int.h"
 #include "core/log_int.h"
 #include "core/metrics_int.h"
+#include "core/opts_int.h"
 #include "md/md_int.h"
 
 #define EVENTS_MAX 4096
 
 /* Log why creation failed and, unless said already, tell the caller. */
-static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
+static void say(char *err, size_t el, int *said, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
 
-static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
+static void say(char *err, size_t el, int *said, const char *fmt, va_list ap)
 {
 	char text[512];
 
 	vsnprintf(text, sizeof(text), fmt, ap);
 	mu__log(MU_LOG_ERROR, "md", "%s", text);
-	if (!*said && o->errbuf != NULL && o->errbuf_len > 0)
-		snprintf(o->errbuf, o->errbuf_len, "%s", text);
+	if (!*said && err != NULL && el > 0)
+		snprintf(err, el, "%s", text);
 	*said = 1;
 }
 
@@ -42,21 +43,21 @@ void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	say(&a->o, &a->setup_said, fmt, ap);
+	say(a->setup_err, a->setup_errlen, &a->setup_said, fmt, ap);
 	va_end(ap);
 }
 
 /* The same, before there is an agent; returns rc. */
-static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+static int early_error(char *err, size_t el, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
-static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
+static int early_error(char *err, size_t el, int rc, const char *fmt, ...)
 {
 	va_list ap;
 	int said = 0;
 
 	va_start(ap, fmt);
-	say(o, &said, fmt, ap);
+	say(err, el, &said, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -89,23 +90,31 @@ static void metrics_init(mu_md_agent_t *a, mu_metrics_t *m)
 	                                "backend.", "backend", NULL, 0);
 }
 
-int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
+int mu_md_agent_new(const mu_md_opts_t *uo, mu_md_agent_t **out, char *err, size_t el)
 {
+	mu_md_opts_t oo, *o = &oo;
 	mu_md_agent_t *a;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL)
-		return MU_EARG;
-	if (o->errbuf != NULL && o->errbuf_len > 0)
-		o->errbuf[0] = '\0';
+	if (err == NULL)
+		el = 0;
+	if (el > 0)
+		err[0] = '\0';
+	mu__md_opts_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0)
+		return early_error(err, el, MU_EARG, "agent options not made by mu_md_opts_init, or "
+		                   "asking for what this library (%s) does not have", mu_version());
 	if (o->name == NULL || o->name[0] == '\0' || strlen(o->name) > MU_MD_NAME_MAX)
-		return early_error(o, MU_EARG, "an agent needs a name of 1 to %d bytes",
+		return early_error(err, el, MU_EARG, "an agent needs a name of 1 to %d bytes",
 		                   MU_MD_NAME_MAX);
 	a = mu__calloc(1, sizeof(*a));
 	if (a == NULL)
-		return early_error(o, MU_ENOMEM, "agent %.64s: %s", o->name, mu_strerror(MU_ENOMEM));
+		return early_error(err, el, MU_ENOMEM, "agent %.64s: %s", o->name,
+		                   mu_strerror(MU_ENOMEM));
 	memcpy(a->name, o->name, strlen(o->name) + 1);
+	a->setup_err = err;
+	a->setup_errlen = el;
 	a->o = *o;
 	a->o.name = a->name;
 	metrics_init(a, o->metrics);
@@ -140,8 +149,8 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 		agent_destroy(a);
 		return rc;
 	}
-	a->o.errbuf = NULL; /* the caller's, for this call only */
-	a->o.errbuf_len = 0;
+	a->setup_err = NULL; /* the caller's, for this call only */
+	a->setup_errlen = 0;
 	*out = a;
 	return 0;
 }

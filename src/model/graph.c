@@ -224,30 +224,6 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 	return rc;
 }
 
-int mu__graph_load(const char *path, mu__graph_t *g, char *why, size_t wl)
-{
-	mu__buf_t b;
-	char tmp[65536];
-	size_t n;
-	FILE *f = fopen(path, "rb");
-	int rc = 0;
-
-	memset(g, 0, sizeof(*g));
-	if (f == NULL)
-		return mu__why(why, wl, -errno, "cannot open %.200s%.0s", path, "");
-	mu__buf_init(&b, MU_GRAPH_MAX_BYTES);
-	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-		rc = mu__buf_append(&b, tmp, n);
-	fclose(f);
-	if (rc != 0) {
-		mu__buf_free(&b);
-		return mu__why(why, wl, rc, "%.200s is over %.100s", path, "64 MiB");
-	}
-	rc = mu__graph_parse(b.data ? b.data : "", b.len, g, why, wl);
-	mu__buf_free(&b);
-	return rc;
-}
-
 void mu__graph_free(mu__graph_t *g)
 {
 	int i;

@@ -64,10 +64,10 @@ typedef struct {
 	int nparams;
 } mu__graph_t;
 
-/* Parse and validate a graph. why names the node and the rule. */
+/* Parse and validate a graph (model.json's text, which pipeline/model.c
+ * reads once per model). why names the node and the rule. */
 int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why,
                     size_t wl);
-int mu__graph_load(const char *path, mu__graph_t *g, char *why, size_t wl);
 void mu__graph_free(mu__graph_t *g);
 int mu__graph_is_param(const mu__graph_t *g, const char *name);
 

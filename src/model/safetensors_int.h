@@ -17,6 +17,7 @@
 #define MU_MODEL_SAFETENSORS_INT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "muster/tensor.h"
@@ -92,7 +93,36 @@ uint64_t mu__st_loaded_bytes(const mu__st_entry_t *e);
 int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out);
 void mu__st_drop(const mu__st_file_t *f, const mu__st_entry_t *e);
 
-/* Write tensors of any dtype as a safetensors file. */
+/* ---- writing (safetensors_write.c) ---- */
+
+/* A tensor to come: what the header says of it. */
+typedef struct {
+	const char *name;
+	mu_dtype_t dtype;
+	uint32_t rank;
+	const uint64_t *dims;
+} mu__st_desc_t;
+
+typedef struct {
+	FILE *f;
+	uint64_t left;  /* data bytes the header announced and not yet put */
+	int rc;         /* the first failure of a put */
+} mu__st_writer_t;
+
+/*
+ * Create path and write the header of the n tensors d describes; their
+ * data follows through mu__st_writer_put, in the same order. 0, MU_EARG
+ * (a dtype that is not one, rank > 8), MU_ETOOBIG (a header over
+ * MU_ST_MAX_HEADER), MU_ENOMEM, -errno. On failure nothing is open.
+ */
+int mu__st_writer_open(mu__st_writer_t *w, const char *path, const mu__st_desc_t *d, size_t n);
+/* count elements of width bytes, in host order (stored little-endian).
+ * MU_EARG past what the header announced; -EIO. */
+int mu__st_writer_put(mu__st_writer_t *w, const void *p, uint64_t count, size_t width);
+/* Close: -EIO when a write failed or the data falls short of the header. */
+int mu__st_writer_close(mu__st_writer_t *w);
+
+/* Write tensors of any dtype as a safetensors file (through the above). */
 int mu__st_write(const char *path, const mu_tensor_list_t *l);
 
 #endif

@@ -128,7 +128,7 @@ static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size
 	int rc = st == NULL ? MU_ENOMEM : 0;
 
 	if (st != NULL) {
-		pthread_mutex_init(&st->lock, NULL);
+		uv_mutex_init(&st->lock);
 		mu__strmap_init(&st->in_shapes);
 		mu__strmap_init(&st->params);
 		st->llm = s;

@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
+#include "model/blas_int.h"
 #include "pipeline/pipeline_int.h"
 
 static void tensor_free(void *t)
@@ -30,8 +30,19 @@ static mu_stage_t *stage_alloc(void)
 		return NULL;
 	mu__strmap_init(&s->in_shapes);
 	mu__strmap_init(&s->params);
-	pthread_mutex_init(&s->lock, NULL);
+	uv_mutex_init(&s->lock);
+	s->threads = 1;
 	return s;
+}
+
+int mu_stage_set_threads(mu_stage_t *s, int threads)
+{
+	if (s == NULL || threads < 1)
+		return MU_EARG;
+	uv_mutex_lock(&s->lock); /* not under a forward */
+	s->threads = threads;
+	uv_mutex_unlock(&s->lock);
+	return 0;
 }
 
 void mu_stage_free(mu_stage_t *s)
@@ -46,7 +57,7 @@ void mu_stage_free(mu_stage_t *s)
 	mu_model_close(s->model);
 	mu__free(s->desc);
 	mu__llm_stage_free(s->llm);
-	pthread_mutex_destroy(&s->lock);
+	uv_mutex_destroy(&s->lock);
 	mu__free(s);
 }
 
@@ -253,7 +264,6 @@ static int load(const char *dir, int i, int n, int first, int last, mu_stage_t *
 		snprintf(err, el, "stage %d of %d does not exist (stages count from 0)", i, n);
 		return MU_EARG;
 	}
-	openblas_set_num_threads(1);
 	if ((s = stage_alloc()) == NULL)
 		return MU_ENOMEM;
 	s->index = i;
@@ -378,10 +388,12 @@ int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *in, mu_tensor_list_t
 	rc = check_inputs(s, in, err, el);
 	if (rc != 0)
 		return rc;
-	pthread_mutex_lock(&s->lock);
+	uv_mutex_lock(&s->lock);
+	mu__blas_enter(s->threads);
 	rc = mu__exec_run(s->g, io->first, io->last, &s->params, in, io->outputs, io->noutputs,
 	                  out, why, sizeof(why));
-	pthread_mutex_unlock(&s->lock);
+	mu__blas_leave();
+	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		snprintf(err, el, "%s", why);
 	return rc;

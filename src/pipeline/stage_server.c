@@ -30,6 +30,7 @@
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
 #include "core/endian_int.h"
+#include "core/opts_int.h"
 #include "tensor/frame_int.h"
 
 #define LOG "stage"
@@ -712,9 +713,10 @@ static void service_stop_cb(mu__service_t *svc)
 		mu__conn_close(&mu__container_of(it, sconn_t, node)->conn, 0);
 }
 
-void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
+static void stage_server_defaults(mu_stage_server_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "127.0.0.1";
 	o->max_conns = 64;
 	o->io_timeout_ms = 30000;
@@ -723,6 +725,14 @@ void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->name = "stage";
 	mu_budget_init(&o->budget);
+}
+
+void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size)
+{
+	mu_stage_server_opts_t d;
+
+	stage_server_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int stage_listen(mu_stage_server_t *srv)
@@ -780,14 +790,16 @@ static void metrics_init(mu_stage_server_t *srv, mu_metrics_t *m)
 	}
 }
 
-int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
+int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *uo,
                           mu_stage_server_t **out)
 {
+	mu_stage_server_opts_t oo, *o = &oo;
 	mu_stage_server_t *srv;
 	int rc;
 
 	*out = NULL;
-	if (s == NULL || o == NULL || o->max_conns < 1 || o->io_timeout_ms < 1 ||
+	stage_server_defaults(o);
+	if (s == NULL || mu__opts_read(o, sizeof(*o), uo) != 0 || o->max_conns < 1 || o->io_timeout_ms < 1 ||
 	    mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	srv = mu__calloc(1, sizeof(*srv));

@@ -27,6 +27,7 @@
 #include "core/log_int.h"
 #include "core/metrics_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/rand_int.h"
 #include "core/time_int.h"
 #include "server/handshake_int.h"
@@ -377,9 +378,10 @@ static void service_stop_cb(mu__service_t *svc)
 
 /* ---- public API ---- */
 
-void mu_server_opts_init(mu_server_opts_t *o)
+static void server_defaults(mu_server_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "0.0.0.0";
 	o->port = 9090;
 	o->port_end = 9199;
@@ -387,6 +389,14 @@ void mu_server_opts_init(mu_server_opts_t *o)
 	o->session_timeout = 300;
 	o->poll_period = 2;
 	o->retry_max = 8;
+}
+
+void mu_server_opts_init_size(mu_server_opts_t *o, size_t size)
+{
+	mu_server_opts_t d;
+
+	server_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int server_init(mu_server_t *s, const mu_server_opts_t *o)
@@ -469,13 +479,15 @@ static int start_registrar(mu_server_t *s)
 	return rc;
 }
 
-int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
+int mu_server_start(const mu_server_opts_t *uo, mu_server_t **out)
 {
+	mu_server_opts_t oo, *o = &oo;
 	mu_server_t *s;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL)
+	server_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0)
 		return MU_EARG;
 	s = mu__calloc(1, sizeof(*s));
 	if (s == NULL)

@@ -21,6 +21,7 @@
 #include "core/log_int.h"
 #include "core/metrics_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/service_int.h"
 #include "store/kv_int.h"
 #include "store/proto_int.h"
@@ -336,12 +337,13 @@ static size_t drain_tick(mu__service_t *svc)
 
 static const mu__service_drain_t drain_ops = {drain_start, drain_tick};
 
-void mu_store_server_opts_init(mu_store_server_opts_t *o)
+static void store_server_defaults(mu_store_server_opts_t *o)
 {
 	mu__store_limits_t l;
 
 	mu__store_limits_init(&l);
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "::";
 	o->port = 29500;
 	o->max_key_bytes = l.max_key;
@@ -351,6 +353,14 @@ void mu_store_server_opts_init(mu_store_server_opts_t *o)
 	mu_budget_init(&o->budget);
 	o->max_watches = l.max_watches;
 	o->max_watches_total = l.max_watches_total;
+}
+
+void mu_store_server_opts_init_size(mu_store_server_opts_t *o, size_t size)
+{
+	mu_store_server_opts_t d;
+
+	store_server_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 /* "::" without IPv6 on this host ends up on 0.0.0.0 (core/net.c): say so. */
@@ -406,13 +416,15 @@ static void metrics_init(mu_store_server_t *s, mu_metrics_t *m)
 	mu__metric_touch(s->m_keys, NULL);
 }
 
-int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **out)
+int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **out)
 {
+	mu_store_server_opts_t oo, *o = &oo;
 	mu_store_server_t *s;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->max_key_bytes == 0 || o->max_value_bytes == 0 ||
+	store_server_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 || o->max_key_bytes == 0 || o->max_value_bytes == 0 ||
 	    o->max_keys == 0 || o->request_timeout < 0 ||
 	    o->max_value_bytes > ((size_t)1 << 40) || mu_budget_check(&o->budget) != 0 ||
 	    o->max_watches == 0 || o->max_watches_total < o->max_watches)

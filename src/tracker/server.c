@@ -28,6 +28,7 @@
 #include "core/log_int.h"
 #include "core/metrics_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/rand_int.h"
 #include "core/service_int.h"
 #include "tracker/proto_int.h"
@@ -626,9 +627,10 @@ static void tracker_stop_by_peer(conn_t *c)
 
 /* ---- public API ---- */
 
-void mu_tracker_opts_init(mu_tracker_opts_t *o)
+static void tracker_defaults(mu_tracker_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "0.0.0.0";
 	o->port = 9190;
 	o->port_end = 9199;
@@ -639,6 +641,14 @@ void mu_tracker_opts_init(mu_tracker_opts_t *o)
 	o->max_per_conn = MU_SCHED_MAX_PER_OWNER;
 	o->max_keys_per_conn = MU_SCHED_MAX_KEYS_PER_OWNER;
 	mu_budget_init(&o->budget);
+}
+
+void mu_tracker_opts_init_size(mu_tracker_opts_t *o, size_t size)
+{
+	mu_tracker_opts_t d;
+
+	tracker_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int tracker_listen(mu_tracker_t *t)
@@ -703,13 +713,15 @@ static void metrics_init(mu_tracker_t *t, mu_metrics_t *m)
 		t->sched.observe = observe_queue;
 }
 
-int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
+int mu_tracker_start(const mu_tracker_opts_t *uo, mu_tracker_t **out)
 {
+	mu_tracker_opts_t oo, *o = &oo;
 	mu_tracker_t *t;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->timeout < 0 || o->max_frame == 0 || mu_budget_check(&o->budget) != 0)
+	tracker_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 || o->timeout < 0 || o->max_frame == 0 || mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	t = mu__calloc(1, sizeof(*t));
 	if (t == NULL)

@@ -45,6 +45,9 @@ C_PROGRAM = textwrap.dedent("""
         mu_tracker_client_close(c);
         mu_tracker_free(t);
         printf("ping %d\\n", rc);
+        /* the installed version.h and the installed library agree */
+        printf("%s %s %d\\n", MU_VERSION_STRING, mu_version(),
+               mu_version_num() == MU_VERSION_NUM);
         return rc != 0;
     }
 """)
@@ -73,7 +76,14 @@ def test_public_headers_build_a_program(prefix, tmp_path):
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30,
                          env={**os.environ, "LD_LIBRARY_PATH": str(prefix / "lib")})
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "ping 0\n"
+    version = project_version()
+    assert out.stdout == f"ping 0\n{version} {version} 1\n"
+
+
+def test_muster_version_prints_the_project_version():
+    out = subprocess.run([os.path.join(BUILD, "bin", "muster"), "version"],
+                         capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout == f"muster {project_version()}\n"
 
 
 def test_installed_python_package(prefix, tmp_path):
@@ -104,7 +114,9 @@ def run_prog(exe, prefix):
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30,
                          env={**os.environ, "LD_LIBRARY_PATH": str(prefix / "lib")})
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "ping 0\n"
+    # the installed version.h and the installed library agree
+    version = project_version()
+    assert out.stdout == f"ping 0\n{version} {version} 1\n"
 
 
 def test_soname_is_versioned(prefix):
@@ -168,5 +180,6 @@ def test_cmake_package_builds_a_program(prefix, tmp_path, target):
 
 
 def project_version():
+    """The version project() in CMakeLists.txt sets: the one source."""
     text = open(os.path.join(REPO, "CMakeLists.txt")).read()
     return re.search(r"project\(muster VERSION (\S+)", text).group(1)

@@ -9,12 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/error_int.h"
 #include "core/proc_int.h"
-#include "pipeline/pipeline_int.h"
+#include "model/blas_int.h"
+#include "model/model_api_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 {
@@ -27,20 +28,6 @@ uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
-uint64_t mu__self_rss(void)
-{
-	long kib = mu__proc_status_kib(0, "VmRSS");
-
-	return kib > 0 ? (uint64_t)kib * 1024 : 0;
-}
-
-uint64_t mu__self_peak_rss(void)
-{
-	long kib = mu__proc_status_kib(0, "VmHWM");
-
-	return kib > 0 ? (uint64_t)kib * 1024 : 0;
-}
-
 void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)
 {
 	size_t off = 0;
@@ -51,27 +38,6 @@ void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)
 		                        (unsigned long long)dims[i]);
 	if (off < len)
 		snprintf(buf + off, len - off, "]");
-}
-
-static int read_file(const char *path, mu__buf_t *b, char *err, size_t el)
-{
-	char tmp[65536];
-	size_t n;
-	FILE *f = fopen(path, "rb");
-	int rc = 0;
-
-	mu__buf_init(b, MU_GRAPH_MAX_BYTES);
-	if (f == NULL) {
-		rc = -errno;
-		snprintf(err, el, "cannot open %.300s: %s", path, strerror(-rc));
-		return rc;
-	}
-	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-		rc = mu__buf_append(b, tmp, n);
-	fclose(f);
-	if (rc != 0)
-		snprintf(err, el, "%.300s is larger than the graph limit (64 MiB)", path);
-	return rc;
 }
 
 static int check_weights(mu_model_t *m, char *err, size_t el)
@@ -131,14 +97,21 @@ int mu_model_open(const char *dir, mu_model_t **out, char *err, size_t el)
 	mu__strmap_init(&m->pshapes);
 	mu__strmap_init(&m->shapes);
 	mu__strmap_init(&m->loaded);
+	m->threads = 1;
+	/* read once: the text parsed is the text digested, and the text a
+	 * cluster streams to its devices (mu__model_text) */
 	snprintf(path, sizeof(path), "%s/model.json", dir);
-	rc = read_file(path, &text, err, el);
+	rc = mu__buf_read_file(&text, path, MU_GRAPH_MAX_BYTES, why, sizeof(why));
+	if (rc == 0 && text.len == 0)
+		rc = mu__why(why, sizeof(why), MU_EJSON, "the file is empty");
 	if (rc == 0) {
-		m->digest = mu__fnv(MU_FNV_INIT, text.data, text.len);
-		rc = mu__graph_parse(text.data != NULL ? text.data : "", text.len, &m->g, why, sizeof(why));
-		if (rc != 0)
-			snprintf(err, el, "%.300s: %s", path, why);
+		m->text_len = text.len;
+		m->text = mu__buf_take(&text, NULL);
+		m->digest = mu__fnv(MU_FNV_INIT, m->text, m->text_len);
+		rc = mu__graph_parse(m->text, m->text_len, &m->g, why, sizeof(why));
 	}
+	if (rc != 0 && rc != MU_ENOMEM)
+		snprintf(err, el, "%.300s: %s", path, why);
 	mu__buf_free(&text);
 	if (rc == 0) {
 		snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -187,6 +160,7 @@ void mu_model_close(mu_model_t *m)
 	mu__strmap_free(&m->shapes, mu__free);
 	mu__graph_free(&m->g);
 	mu__st_close(&m->st);
+	mu__free(m->text);
 	mu__free(m->flops);
 	mu__free(m->dir);
 	mu__free(m);
@@ -452,7 +426,6 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 
 	if (err == NULL)
 		el = 0;
-	openblas_set_num_threads(1);
 	for (int i = 0; rc == 0 && i < m->g.nparams; i++) {
 		const char *p = m->g.params[i];
 		mu_tensor_t *t;
@@ -484,12 +457,22 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 		}
 	}
 	if (rc == 0) {
+		mu__blas_enter(m->threads);
 		rc = mu__exec_run(&m->g, 0, m->g.nnodes, &m->loaded, inputs, m->g.outputs,
 		                  m->g.noutputs, out, why, sizeof(why));
+		mu__blas_leave();
 		if (rc != 0)
 			snprintf(err, el, "%s", why);
 	}
 	return rc;
+}
+
+int mu_model_set_threads(mu_model_t *m, int threads)
+{
+	if (m == NULL || threads < 1)
+		return MU_EARG;
+	m->threads = threads;
+	return 0;
 }
 
 /* ---- tensors in files ---- */
