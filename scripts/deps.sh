@@ -11,8 +11,9 @@
 #                            numpy, onnx and its backend test data, npm,
 #                            clang's fuzzer runtime, prometheus (a real
 #                            scraper for the metrics tests), debootstrap (for
-#                            scripts/fresh-check.sh), man-db (the man page
-#                            test renders each page)
+#                            scripts/fresh-check.sh), systemd (systemd-analyze
+#                            verify of the units), openssl (test certificates),
+#                            man-db (the man page test renders each page)
 #   scripts/deps.sh packaging  build + what `make check-packaging` needs:
 #                            dpkg-buildpackage, debhelper, dh-python,
 #                            lintian, debootstrap (only that target uses it)
@@ -21,7 +22,7 @@
 set -eu
 
 build_pkgs="gcc libc6-dev make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev libssl-dev libh2o-dev libsystemd-dev"
-test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus debootstrap"
+test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus debootstrap systemd openssl"
 # ONNX's backend test suite (tests/interop/test_onnx_suite.py) and the
 # torchvision CNNs the model tests export
 test_pkgs="$test_pkgs libonnx-testdata python3-torchvision man-db"

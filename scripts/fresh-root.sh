@@ -107,7 +107,7 @@ fresh_init() {
 	# One run at a time: the runs share the .deb caches and apt locks them.
 	exec 9>"$fresh_cache/lock"
 	if ! flock -n 9; then
-		echo "fresh: waiting for another run to finish (it holds $fresh_cache/lock)" >&2
+		echo "${fresh_name:-fresh}: waiting for another run to finish (it holds $fresh_cache/lock)" >&2
 		flock 9
 	fi
 	: >"$fresh_log"
