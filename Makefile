@@ -22,7 +22,7 @@ PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
 .PHONY: all build demo check check-full check-unit check-interop check-sanitize \
         check-fuzz check-style check-fresh fuzz bench install clean \
-        deps-build deps-test
+        deps-build deps-test check-packaging deps-packaging
 
 all: build
 
@@ -31,6 +31,9 @@ deps-build:
 
 deps-test:
 	@scripts/deps.sh test
+
+deps-packaging:
+	@scripts/deps.sh packaging
 
 build: deps-build
 	cmake -S . -B $(BUILD) -DMU_WERROR=ON >/dev/null
@@ -48,6 +51,13 @@ check: deps-test check-style
 # 32-token sequences).
 check-full:
 	MUSTER_CHECK_FULL=1 $(MAKE) --no-print-directory check
+
+# The Debian packages (debian/): build them from a clean copy of the tree,
+# lintian (no errors), install them in a throwaway Debian 12 root and run
+# muster version, muster tracker --help and python3 -c "import muster"
+# there. Needs root; not part of `make check`.
+check-packaging: deps-packaging
+	scripts/check-packaging.sh
 
 check-style:
 	@scripts/checksrc.sh

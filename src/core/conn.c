@@ -5,6 +5,10 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#ifdef __linux__
+#include <linux/sockios.h>
+#endif
 
 #include "core/alloc_int.h"
 #include "core/conn_int.h"
@@ -657,6 +661,23 @@ void mu__conn_finish(mu__conn_t *c, int err, uint64_t linger_ms)
 		return;
 	}
 	uv_timer_start(&c->timer, timer_cb, linger_ms, 0);
+}
+
+int mu__conn_delivered(mu__conn_t *c)
+{
+	uv_os_fd_t fd;
+	int unacked = 1;
+
+	if (c->closing || !c->draining || !c->shut_done)
+		return 0;
+#ifdef SIOCOUTQ
+	/* bytes sent but not yet acknowledged, the FIN included */
+	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, SIOCOUTQ, &unacked) != 0)
+		unacked = 1;
+#else
+	(void)fd; /* unknowable here: wait for the peer's close or the deadline */
+#endif
+	return unacked == 0;
 }
 
 static void timer_cb(uv_timer_t *t)
