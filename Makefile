@@ -4,7 +4,8 @@
 #   make demo    build muster and show the system working on this machine
 #   make check   build, then run every test: unit (ctest), interop (pytest),
 #                the same under ASan+UBSan, a short fuzz of every decoder, the
-#                source style check, and `make demo` in a fresh Debian 12 root
+#                source style check, `make demo` in a fresh Debian 12 root,
+#                and the Debian packages built, linted and installed in another
 #   make check-full   make check with the slow variants turned on
 #                (MUSTER_CHECK_FULL=1: bigger batches and sequences in the
 #                torch model tests, ...)
@@ -42,9 +43,9 @@ build: deps-build
 demo: build
 	$(BUILD)/bin/muster demo
 
-check: deps-test check-style
+check: deps-test deps-packaging check-style
 	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-fuzz \
-	        check-fresh
+	        check-fresh check-packaging
 
 # The slow variants: every test file reads MUSTER_CHECK_FULL=1 and runs its
 # bigger cases (tests/interop/test_torch_models.py: batches of 4 images,
@@ -55,7 +56,7 @@ check-full:
 # The Debian packages (debian/): build them from a clean copy of the tree,
 # lintian (no errors), install them in a throwaway Debian 12 root and run
 # muster version, muster tracker --help and python3 -c "import muster"
-# there. Needs root; not part of `make check`.
+# there. Needs root; the last step of `make check`.
 check-packaging: deps-packaging
 	scripts/check-packaging.sh
 
