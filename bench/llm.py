@@ -147,7 +147,7 @@ def prompt_text(a):
 # -- engines -----------------------------------------------------------------
 
 def run_llamacpp(a, model, threads):
-    cmd = ["node", GENERATE_MJS, "--modules", a.llamacpp_modules, "--model", model,
+    cmd = [a.node, GENERATE_MJS, "--modules", a.llamacpp_modules, "--model", model,
            "--threads", threads, "--prompt", prompt_text(a), "--max-tokens", a.decode_tokens,
            "--ignore-eos", "--warmup"]
     rc, out, err, usage = run_measured(cmd, a.timeout)
@@ -397,10 +397,15 @@ def parse(argv):
 def main(argv):
     a = parse(argv)
     try:
-        if "llamacpp" in a.engines and a.llamacpp_modules is None:
+        if "llamacpp" in a.engines:
+            # node-llama-cpp needs Node.js >= 20 (Debian 12 has 18): the
+            # machine's node when it is new enough, else the pinned build
+            # the tests fetch from the npm registry.
             sys.path.insert(0, str(ROOT / "tests" / "interop"))
             import llamacppfix
-            a.llamacpp_modules = llamacppfix.ensure_llamacpp()
+            a.node = llamacppfix.node_binary()
+            if a.llamacpp_modules is None:
+                a.llamacpp_modules = llamacppfix.ensure_llamacpp()
         bench(a)
     except Exception as exc:
         if type(exc).__name__ not in ("BenchError", "Unavailable"):

@@ -471,6 +471,16 @@ void mu__gen_start(mu__srv_t *s, h2o_req_t *req, const mu__gen_ask_t *a, double 
 	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, sse.base, sse.len);
 	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, nocache.base,
 	               nocache.len);
+	/*
+	 * A stream ends its connection ("Connection: close"). Debian 12's
+	 * Node.js (18.20.4+dfsg-1~deb12u3) under node-fetch 2, which the
+	 * openai@4 client uses, fails every chunked response on a kept-alive
+	 * connection with "Premature close", whatever the server (Python's
+	 * http.server too); with the connection closing it reads the stream
+	 * whole. One TCP connection per stream costs nothing next to the
+	 * tokens it carries; whole (non-stream) replies stay kept-alive.
+	 */
+	req->http1_is_persistent = 0;
 	h2o_start_response(req, &g->hgen);
 	/* Chat streams open with the assistant's role, so the client sees the
 	 * reply start before the first token. */

@@ -110,6 +110,12 @@ def _check_node(node, cache=None, npm="npm"):
         return str(binary)
 
 
+def node_binary(cache=None):
+    """The Node.js that runs node-llama-cpp (see _check_node); raises
+    Unavailable with the reason."""
+    return _check_node("node", cache)
+
+
 def _installed(folder):
     """True when `folder` holds a whole install of the pinned versions."""
     mods = folder / "node_modules"
@@ -210,7 +216,7 @@ def _fail_test(msg):
 @pytest.fixture(scope="session")
 def llamacpp():
     try:
-        return LlamaCpp(ensure_llamacpp(), node=_check_node("node"))
+        return LlamaCpp(ensure_llamacpp(), node=node_binary())
     except Unavailable as exc:
         pytest.fail(f"llama.cpp peer unavailable: {exc}", pytrace=False)
 
