@@ -13,6 +13,7 @@
  *            sequence of OpenBLAS calls made directly.
  */
 #include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "core/secure_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
 
@@ -39,16 +41,21 @@ static double now_s(void)
 
 /* The receiving process: frames (or raw blocks of `bytes`) until EOF, a
  * one-byte ack after each. */
-static void receiver(int lfd, int raw, uint64_t bytes, int rounds)
+static void receiver(int lfd, const mu_secure_t *sec, int raw, uint64_t bytes, int rounds)
 {
+	struct pollfd pfd = {lfd, POLLIN, 0};
 	/* the listener is non-blocking: wait for the sender's connect */
-	int fd = mu__sock_wait_readable(lfd, mu__deadline(10000)) == 0 ? accept(lfd, NULL, NULL) : -1;
+	int sfd = poll(&pfd, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
 	char *buf = raw ? malloc(bytes) : NULL;
+	mu_stream_t *fd = NULL;
 	mu_frame_limits_t lim;
 
+	if (sfd < 0 || mu__secure_stream(sec, sfd, 1, NULL, &fd) != 0 ||
+	    mu__sock_handshake(fd, mu__deadline(10000)) != 0)
+		_exit(1);
 	mu_frame_limits_init(&lim);
 	lim.max_bytes = bytes;
-	for (int r = 0; fd >= 0 && r < rounds; r++) {
+	for (int r = 0; r < rounds; r++) {
 		mu_tensor_list_t l;
 		int rc;
 
@@ -60,16 +67,19 @@ static void receiver(int lfd, int raw, uint64_t bytes, int rounds)
 		rc = raw ? mu__sock_recv_all(fd, buf, bytes, MU_NO_DEADLINE)
 		         : mu_frame_recv(fd, &lim, &l, -1);
 		mu_tensor_list_free(&l);
-		if (rc != 0 || send(fd, "k", 1, MSG_NOSIGNAL) != 1)
+		if (rc != 0 || mu__sock_send_all(fd, "k", 1, mu__deadline(10000)) != 0)
 			_exit(1);
 	}
-	_exit(fd >= 0 ? 0 : 1);
+	_exit(0);
 }
 
+/* Seconds for `rounds` frames (or raw blocks) to another process, each
+ * acknowledged; over sec's TLS (ssec on the server side) when given. */
 static double transfer(int raw, uint64_t bytes, int rounds, const mu_tensor_list_t *l,
-                       const char *block)
+                       const char *block, const mu_secure_t *ssec, const mu_secure_t *csec)
 {
-	int lfd, port, fd, status;
+	int lfd, port, status;
+	mu_stream_t *fd = NULL;
 	pid_t pid;
 	double t0, t;
 	char ack;
@@ -78,9 +88,9 @@ static double transfer(int raw, uint64_t bytes, int rounds, const mu_tensor_list
 		return -1;
 	pid = fork();
 	if (pid == 0)
-		receiver(lfd, raw, bytes, rounds);
+		receiver(lfd, ssec, raw, bytes, rounds);
 	close(lfd);
-	if (pid < 0 || mu__sock_connect("127.0.0.1", port, mu__deadline(5000), &fd) != 0)
+	if (pid < 0 || mu__sock_connect("127.0.0.1", port, csec, mu__deadline(5000), &fd) != 0)
 		return -1;
 	t0 = now_s();
 	for (int r = 0; r < rounds; r++) {
@@ -93,7 +103,7 @@ static double transfer(int raw, uint64_t bytes, int rounds, const mu_tensor_list
 		}
 	}
 	t = now_s() - t0;
-	close(fd);
+	mu__sock_close(fd);
 	waitpid(pid, &status, 0);
 	return t0 < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ? -1 : t;
 }
@@ -115,18 +125,18 @@ static int bench_frame(int mib, int rounds)
 	if (block == NULL)
 		return 1;
 	memcpy(block, t->data, t->numel * 4); /* the same bytes, touched */
-	tr = transfer(1, bytes, rounds, NULL, block);
-	tf = transfer(0, bytes, rounds, &l, NULL);
-	tn = transfer(2, bytes, rounds, NULL, block);
+	tr = transfer(1, bytes, rounds, NULL, block, NULL, NULL);
+	tf = transfer(0, bytes, rounds, &l, NULL, NULL, NULL);
+	tn = transfer(2, bytes, rounds, NULL, block, NULL, NULL);
 	{
-		double tn2 = transfer(2, bytes, rounds, NULL, block);
+		double tn2 = transfer(2, bytes, rounds, NULL, block, NULL, NULL);
 
 		tn = tn2 > 0 && tn2 < tn ? tn2 : tn;
 	}
 	/* once more each, interleaved, and keep the better of two */
 	{
-		double tr2 = transfer(1, bytes, rounds, NULL, block);
-		double tf2 = transfer(0, bytes, rounds, &l, NULL);
+		double tr2 = transfer(1, bytes, rounds, NULL, block, NULL, NULL);
+		double tf2 = transfer(0, bytes, rounds, &l, NULL, NULL, NULL);
 
 		tr = tr2 > 0 && tr2 < tr ? tr2 : tr;
 		tf = tf2 > 0 && tf2 < tf ? tf2 : tf;

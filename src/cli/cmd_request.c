@@ -15,16 +15,20 @@
 #include "muster/server.h"
 #include "cli/cli_int.h"
 #include "core/net_int.h"
+#include "core/stream_int.h"
 
 static int relay(mu_session_t *s)
 {
-	struct pollfd pfd[2] = {{0, POLLIN, 0}, {mu_session_fd(s), POLLIN, 0}};
+	mu_stream_t *st = mu_session_stream(s);
+	struct pollfd pfd[2] = {{0, POLLIN, 0}, {mu__stream_fd(st), POLLIN, 0}};
 	char buf[65536];
 	size_t n;
-	int in_open = 1;
+	int in_open = 1, held, rc;
 
 	for (;;) {
-		if (poll(pfd, 2, -1) < 0) {
+		/* bytes the stream holds (TLS) do not show on the socket */
+		held = mu__stream_pending(st) > 0;
+		if (poll(pfd, 2, held ? 0 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			return 1;
@@ -35,13 +39,16 @@ static int relay(mu_session_t *s)
 			if (r <= 0) { /* stdin done: tell the device, keep reading */
 				in_open = 0;
 				pfd[0].fd = -1;
-				shutdown(mu_session_fd(s), SHUT_WR);
+				mu_session_shutdown(s);
 			} else if (mu_session_send(s, buf, (size_t)r, 30000) != 0) {
 				return 1;
 			}
 		}
-		if (pfd[1].revents != 0) {
-			if (mu_session_recv(s, buf, sizeof(buf), &n, 0) != 0 || n == 0)
+		if (held || pfd[1].revents != 0) {
+			rc = mu_session_recv(s, buf, sizeof(buf), &n, 0);
+			if (rc == -ETIMEDOUT)
+				continue; /* TLS records that carried no data */
+			if (rc != 0 || n == 0)
 				return 0;
 			if (fwrite(buf, 1, n, stdout) != n)
 				return 1;
@@ -81,8 +88,8 @@ int cmd_request(int argc, char **argv)
 		fprintf(stderr, "muster request: --tracker %s is not HOST:PORT\n", tracker);
 		return 2;
 	}
-	rc = mu_session_request(host, port, argv[0], priority, session_timeout,
-	                        retries, timeout < 0 ? -1 : (int)(timeout * 1000), &s);
+	rc = mu_session_request(host, port, argv[0], priority, session_timeout, retries, NULL,
+	                        timeout < 0 ? -1 : (int)(timeout * 1000), &s);
 	if (rc != 0) {
 		fprintf(stderr, "muster request: no session for key %s via tracker %s:%d: %s\n",
 		        argv[0], host, port, mu_strerror(rc));

@@ -31,6 +31,7 @@ int cmd_server(int argc, char **argv)
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
 	mu_device_t *dev = NULL;
+	cli_budget_t cb;
 	const char *dirs[64];
 	char *list = NULL;
 	cli_opt_t opts[] = {
@@ -48,6 +49,7 @@ int cmd_server(int argc, char **argv)
 		{"cache-dir", OPT_STR, &cache_dir, "DIR", "keep streamed LLM weights here under their SHA-256, so a later run sends only what is missing (default: none, streamed each time)"},
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
+		CLI_BUDGET_OPTS(cb),
 	};
 	cli_cmd_t cmd = {
 		"muster server [--tracker HOST:PORT --key KEY] [--host H] [--port P] [--port-end E]",
@@ -66,9 +68,12 @@ int cmd_server(int argc, char **argv)
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	mu_server_opts_init(&o);
+	cli_budget_init(&cb);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if ((rc = cli_budget_apply("muster server", &cb, &o.budget)) != 0)
+		return rc;
 	if (tracker != NULL) {
 		if (mu__split_hostport(tracker, thost, sizeof(thost), &o.tracker_port) != 0) {
 			fprintf(stderr, "muster server: --tracker %s is not HOST:PORT\n", tracker);

@@ -152,7 +152,7 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 		snprintf(err, el, "the stage's description is over 64 MiB");
 		return rc;
 	}
-	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, c->o.coord.io_timeout_ms,
+	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, c->o.coord.io_timeout_ms,
 	              c->o.coord.max_frame_bytes);
 	rc = mu__device_exchange(&ch, &m, body, MU_MSG_READY, &reply, err, el, d->addr);
 	mu__free(body);
@@ -224,7 +224,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 	mu_cluster_t *c;
 	mu__devpool_opts_t po = {o->tracker_host, o->key, o->tracker_port, o->priority,
 	                         o->request_timeout_ms, o->coord.io_timeout_ms,
-	                         o->coord.max_frame_bytes, o->say, o->ud};
+	                         o->coord.max_frame_bytes, o->coord.sec, o->say, o->ud};
 	mu__device_t *devs = NULL;
 	uint64_t *budget = NULL;
 	int *device = NULL, got = 0, rc;

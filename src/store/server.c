@@ -16,6 +16,7 @@
 
 #include "muster/store.h"
 #include "core/alloc_int.h"
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
@@ -41,7 +42,7 @@ typedef struct {
 
 struct mu_store_server_s {
 	mu__service_t svc;
-	uv_tcp_t listener;
+	mu__listener_t listener;
 	int listener_init;
 	mu__list_t conns;
 	mu__list_t doomed;       /* wake-up sends failed: close after this request */
@@ -228,25 +229,23 @@ static void on_free(mu__conn_t *c)
 
 static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, NULL, NULL, NULL};
 
-static void on_connection(uv_stream_t *listener, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
-	mu_store_server_t *s = listener->data;
+	mu_store_server_t *s = l->data;
 	sconn_t *sc;
 
-	if (status < 0) {
-		SLOG(s, MU_LOG_WARN, "accept failed: %s", uv_strerror(status));
+	sc = mu__calloc(1, sizeof(*sc));
+	if (sc == NULL) {
+		mu__stream_close(st);
 		return;
 	}
-	sc = mu__calloc(1, sizeof(*sc));
-	if (sc == NULL)
-		return;
 	sc->s = s;
 	sc->need = 1;
 	sc->state = SC_DETECT;
 	mu__store_peer_init(&sc->peer, MU_STORE_V1);
 	mu__list_init(&sc->doomed_node);
 	mu__list_insert_tail(&s->conns, &sc->node);
-	if (mu__conn_accept(&sc->conn, listener, &conn_ops,
+	if (mu__conn_accept(&sc->conn, &s->svc.loop, st, &conn_ops,
 	                    s->lim.max_request + READ_CHUNK, s->scratch,
 	                    sizeof(s->scratch), &s->budget) == 0)
 		SLOG(s, MU_LOG_INFO, "New connection from %s", sc->conn.peer);
@@ -260,7 +259,7 @@ static void service_stop_cb(mu__service_t *svc)
 	mu__list_t *it, *tmp;
 
 	if (s->listener_init)
-		uv_close((uv_handle_t *)&s->listener, NULL);
+		mu__listener_close(&s->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &s->conns)
 		mu__conn_close(&mu__container_of(it, sconn_t, node)->conn, 0);
 }
@@ -286,10 +285,10 @@ void mu_store_server_opts_init(mu_store_server_opts_t *o)
 static void note_v4_fallback(mu_store_server_t *s)
 {
 	struct sockaddr_storage ss;
-	int len = sizeof(ss);
+	socklen_t len = sizeof(ss);
 
 	if (strchr(s->host, ':') == NULL ||
-	    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len) != 0 ||
+	    getsockname(s->listener.fd, (struct sockaddr *)&ss, &len) != 0 ||
 	    ss.ss_family != AF_INET)
 		return;
 	SLOG(s, MU_LOG_WARN, "IPv6 is unavailable here: listening on IPv4 only");
@@ -299,15 +298,13 @@ static void note_v4_fallback(mu_store_server_t *s)
 static int store_listen(mu_store_server_t *s)
 {
 	mu__listen_opts_t lo = {s->host, s->opts.port, s->opts.port + 1, 1, 4096};
-	int rc = uv_tcp_init(&s->svc.loop, &s->listener);
+	int rc = mu__listener_start(&s->listener, &s->svc.loop, &lo, NULL, "store",
+	                            on_connection, &s->port);
 
 	if (rc != 0)
 		return rc;
 	s->listener_init = 1;
 	s->listener.data = s;
-	rc = mu__listen(&s->listener, &lo, &s->port);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&s->listener, lo.backlog, on_connection);
 	if (rc == 0)
 		note_v4_fallback(s);
 	return rc;

@@ -21,6 +21,7 @@
 #include "muster/tracker.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 #include "core/endian_int.h"
 #include "core/json_int.h"
@@ -59,7 +60,7 @@ typedef struct {
 
 struct mu_tracker_s {
 	mu__service_t svc;
-	uv_tcp_t listener;
+	mu__listener_t listener;
 	mu__list_t conns;
 	mu__sched_t sched;
 	mu__budget_t budget;
@@ -500,18 +501,15 @@ static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, 
 
 /* ---- accepting ---- */
 
-static void on_connection(uv_stream_t *server, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
-	mu_tracker_t *t = server->data;
+	mu_tracker_t *t = l->data;
 	conn_t *c;
 
-	if (status < 0) {
-		TLOG(t, MU_LOG_WARN, "accept failed: %s", uv_strerror(status));
-		return;
-	}
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL) {
 		TLOG(t, MU_LOG_ERROR, "accept: out of memory");
+		mu__stream_close(st);
 		return;
 	}
 	c->t = t;
@@ -519,7 +517,7 @@ static void on_connection(uv_stream_t *server, int status)
 	c->logged = 1; /* a peer that left before we looked is no news */
 	mu__sched_owner_init(&c->owner);
 	mu__list_insert_tail(&t->conns, &c->node);
-	if (mu__conn_accept(&c->conn, server, &conn_ops,
+	if (mu__conn_accept(&c->conn, &t->svc.loop, st, &conn_ops,
 	                    4 + (size_t)t->opts.max_frame + READ_CHUNK, t->scratch,
 	                    sizeof(t->scratch), &t->budget) != 0)
 		return;
@@ -536,8 +534,8 @@ static void service_stop_cb(mu__service_t *s)
 	mu_tracker_t *t = mu__container_of(s, mu_tracker_t, svc);
 	mu__list_t *it, *tmp;
 
-	if (t->listener_init && !uv_is_closing((uv_handle_t *)&t->listener))
-		uv_close((uv_handle_t *)&t->listener, NULL);
+	if (t->listener_init)
+		mu__listener_close(&t->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &t->conns) {
 		conn_t *c = mu__container_of(it, conn_t, node);
 
@@ -581,16 +579,13 @@ static int tracker_listen(mu_tracker_t *t)
 	lo.port_end = t->opts.port_end;
 	lo.reuse_addr = t->opts.reuse_addr;
 	lo.backlog = 1024;
-	rc = uv_tcp_init(&t->svc.loop, &t->listener);
+	rc = mu__listener_start(&t->listener, &t->svc.loop, &lo, NULL, "tracker",
+	                        on_connection, &t->port);
 	if (rc != 0)
 		return rc;
 	t->listener_init = 1;
 	t->listener.data = t;
-	rc = mu__listen(&t->listener, &lo, &t->port);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&t->listener, lo.backlog,
-		               on_connection);
-	return rc;
+	return 0;
 }
 
 int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
