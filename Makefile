@@ -3,12 +3,13 @@
 # The two commands of the README:
 #   make demo    build muster and show the system working on this machine
 #   make check   build, then run every test: unit (ctest), interop (pytest),
-#                the same under ASan+UBSan, a short fuzz of every decoder and
-#                the source style check
+#                the same under ASan+UBSan, the unit tests under TSan, a short
+#                fuzz of every decoder and the source style check
 # Both install the Debian packages they need first (scripts/deps.sh).
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= /usr/bin/python3
@@ -16,7 +17,8 @@ FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
 .PHONY: all build demo check check-unit check-interop check-sanitize \
-        check-fuzz check-style fuzz bench install clean deps-build deps-test
+        check-fuzz check-style check-tsan fuzz bench install clean deps-build \
+        deps-test
 
 all: build
 
@@ -34,7 +36,8 @@ demo: build
 	$(BUILD)/bin/muster demo
 
 check: deps-test check-style
-	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-fuzz
+	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-tsan \
+	    check-fuzz
 
 check-style:
 	@scripts/checksrc.sh
@@ -54,6 +57,16 @@ check-sanitize: deps-test
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 MUSTER_BIN=$(CURDIR)/$(ASAN_BUILD)/bin/muster $(PYTEST)
+
+# The unit tests under ThreadSanitizer: every server runs its loop on a
+# thread of its own, and server/server's two-servers test runs two device
+# servers in one process. Any report fails the run (TSan exits 66).
+check-tsan: deps-test
+	cmake -S . -B $(TSAN_BUILD) -DMU_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
+	      -DMU_SANITIZE=thread -DMU_BUILD_BENCH=OFF >/dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	TSAN_OPTIONS=second_deadlock_stack=1 \
+	    ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS)
 
 # Build every libFuzzer driver with clang and run each briefly over its seed
 # corpus; `make fuzz FUZZ_SECONDS=600` for a real session.
@@ -84,4 +97,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
