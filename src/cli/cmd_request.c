@@ -64,6 +64,8 @@ int cmd_request(int argc, char **argv)
 	double priority = 1, timeout = 60, session_timeout = 0;
 	int retries = 5, port, npos, rc, no_relay = 0;
 	mu_session_t *s;
+	cli_secure_t cs;
+	mu_secure_t *sec = NULL;
 	cli_opt_t opts[] = {
 		{"tracker", OPT_STR, &tracker, "HOST:PORT", "tracker (default $TVM_TRACKER_HOST:$TVM_TRACKER_PORT, else 127.0.0.1:9190)"},
 		{"priority", OPT_DOUBLE, &priority, "N", "larger is served first (default 1, as TVM)"},
@@ -71,6 +73,7 @@ int cmd_request(int argc, char **argv)
 		{"session-timeout", OPT_DOUBLE, &session_timeout, "SECONDS", "ask the device to end the session after this long"},
 		{"retries", OPT_INT, &retries, "N", "requests to try when a device refuses or is unreachable (default 5)"},
 		{"no-relay", OPT_FLAG, &no_relay, NULL, "open the session, report it, and close it"},
+		CLI_SECURE_OPTS(cs),
 	};
 	cli_cmd_t cmd = {
 		"muster request KEY [--tracker HOST:PORT] [--priority N] [--timeout S]",
@@ -79,6 +82,7 @@ int cmd_request(int argc, char **argv)
 		"copy stdin to the session and the session to stdout until both end.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 1, 1};
 
+	cli_secure_init(&cs);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -88,16 +92,20 @@ int cmd_request(int argc, char **argv)
 		fprintf(stderr, "muster request: --tracker %s is not HOST:PORT\n", tracker);
 		return 2;
 	}
-	rc = mu_session_request(host, port, argv[0], priority, session_timeout, retries, NULL,
+	if ((rc = cli_secure_apply("muster request", &cs, &sec)) != 0)
+		return rc;
+	rc = mu_session_request(host, port, argv[0], priority, session_timeout, retries, sec,
 	                        timeout < 0 ? -1 : (int)(timeout * 1000), &s);
 	if (rc != 0) {
 		fprintf(stderr, "muster request: no session for key %s via tracker %s:%d: %s\n",
 		        argv[0], host, port, mu_strerror(rc));
+		mu_secure_free(sec);
 		return 1;
 	}
 	fprintf(stderr, "muster request: session open with %s (%s)\n",
 	        mu_session_peer(s), mu_session_server_key(s));
 	rc = no_relay ? 0 : relay(s);
 	mu_session_close(s);
+	mu_secure_free(sec);
 	return rc;
 }

@@ -32,6 +32,8 @@ int cmd_server(int argc, char **argv)
 	mu_device_opts_t dopt;
 	mu_device_t *dev = NULL;
 	cli_budget_t cb;
+	cli_secure_t cs;
+	mu_secure_t *sec = NULL;
 	const char *dirs[64];
 	char *list = NULL;
 	cli_opt_t opts[] = {
@@ -50,6 +52,7 @@ int cmd_server(int argc, char **argv)
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
 		CLI_BUDGET_OPTS(cb),
+		CLI_SECURE_OPTS(cs),
 	};
 	cli_cmd_t cmd = {
 		"muster server [--tracker HOST:PORT --key KEY] [--host H] [--port P] [--port-end E]",
@@ -69,6 +72,7 @@ int cmd_server(int argc, char **argv)
 
 	mu_server_opts_init(&o);
 	cli_budget_init(&cb);
+	cli_secure_init(&cs);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -128,6 +132,11 @@ int cmd_server(int argc, char **argv)
 	/* bind, publish, then register: a coordinator the tracker grants this
 	 * device to finds its metadata already there */
 	o.defer_register = 1;
+	if ((rc = cli_secure_apply("muster server", &cs, &sec)) != 0) {
+		mu_device_free(dev);
+		return rc;
+	}
+	o.sec = sec;
 	cli_block_signals();
 	rc = mu_server_start(&o, &s);
 	if (rc != 0) {
@@ -137,6 +146,7 @@ int cmd_server(int argc, char **argv)
 		else
 			fprintf(stderr, "muster server: cannot start: %s\n", mu_strerror(rc));
 		mu_device_free(dev);
+		mu_secure_free(sec);
 		return 1;
 	}
 	/* an address others can dial, never the wildcard bound to */
@@ -148,6 +158,7 @@ int cmd_server(int argc, char **argv)
 		fprintf(stderr, "muster server: %s\n", err);
 		mu_server_free(s);
 		mu_device_free(dev);
+		mu_secure_free(sec);
 		return 1;
 	}
 	cli_on_signal(stop_server, s);
@@ -155,5 +166,6 @@ int cmd_server(int argc, char **argv)
 	cli_signal_disarm();
 	mu_server_free(s);
 	mu_device_free(dev);
+	mu_secure_free(sec);
 	return 0;
 }

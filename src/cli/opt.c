@@ -307,3 +307,22 @@ int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b)
 	}
 	return 0;
 }
+
+void cli_secure_init(cli_secure_t *cs)
+{
+	mu_secure_opts_init(&cs->o);
+}
+
+int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec)
+{
+	char err[512];
+	const char *env = getenv("MUSTER_SECRET_FILE");
+
+	if (cs->o.secret_file == NULL && env != NULL && env[0] != '\0')
+		cs->o.secret_file = env;
+	if (mu_secure_new(&cs->o, sec, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: %s\n", cmd, err);
+		return 2;
+	}
+	return 0;
+}

@@ -9,11 +9,13 @@
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
 
-#define CLI_STAGE_NOPTS 10
+#define CLI_STAGE_NOPTS 14
 
 typedef struct {
 	mu_stage_server_opts_t o;
 	cli_budget_t cb;
+	cli_secure_t cs;
+	mu_secure_t *sec;        /* from cs; freed by cli_stage_serve */
 	int io_timeout, silent_timeout, max_conns, requests;
 	const char *max_frame;
 	char name[64];

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "core/alloc_int.h"
+#include "core/auth_int.h"
 #include "core/stream_int.h"
+#include "core/tls_int.h"
 
 /* ---- plain TCP ---- */
 
@@ -130,8 +132,13 @@ void mu__stream_set_kind(mu_stream_t *s)
 
 int mu__stream_handshake(mu_stream_t *s)
 {
-	(void)s;
-	return 0;
+	int rc = 0;
+
+	if (s->tls != NULL && (rc = mu__tls_handshake(s)) != 0)
+		return rc;
+	if (s->auth != NULL)
+		rc = mu__auth_step(s);
+	return rc;
 }
 
 int mu__stream_unread(mu_stream_t *s, const void *buf, size_t n)
@@ -156,6 +163,11 @@ int mu__stream_unread(mu_stream_t *s, const void *buf, size_t n)
 
 int mu__stream_recv(mu_stream_t *s, void *buf, size_t len, size_t *n)
 {
+	int rc;
+
+	*n = 0;
+	if (s->auth != NULL && (rc = mu__auth_step(s)) != 0)
+		return rc;
 	if (s->back.len > 0) {
 		*n = len < s->back.len ? len : s->back.len;
 		memcpy(buf, s->back.data, *n);
@@ -169,6 +181,11 @@ int mu__stream_recv(mu_stream_t *s, void *buf, size_t len, size_t *n)
 
 int mu__stream_sendv(mu_stream_t *s, const struct iovec *iov, int cnt, size_t *n)
 {
+	int rc;
+
+	*n = 0;
+	if (s->auth != NULL && (rc = mu__auth_step(s)) != 0)
+		return rc;
 	return s->ops->sendv(s, iov, cnt, n);
 }
 
@@ -201,6 +218,7 @@ void mu__stream_close(mu_stream_t *s)
 {
 	if (s == NULL)
 		return;
+	mu__auth_free(s);
 	s->ops->free(s);
 	mu__buf_free(&s->back);
 	if (s->fd >= 0)

@@ -691,7 +691,7 @@ void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
 static int stage_listen(mu_stage_server_t *srv)
 {
 	mu__listen_opts_t lo = {srv->host, srv->o.port, srv->o.port + 1, 1, 128};
-	int rc = mu__listener_start(&srv->listener, &srv->svc.loop, &lo, NULL, LOG,
+	int rc = mu__listener_start(&srv->listener, &srv->svc.loop, &lo, srv->o.sec, LOG,
 	                            on_connection, &srv->port);
 
 	if (rc != 0)
