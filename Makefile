@@ -4,8 +4,14 @@
 #   make demo    build muster and show the system working on this machine
 #   make check   build, then run every test: unit (ctest), interop (pytest),
 #                the same under ASan+UBSan, the unit tests under TSan, a short
-#                fuzz of every decoder and the source style check
-# Both install the Debian packages they need first (scripts/deps.sh).
+#                fuzz of every decoder, the source style check, and `make
+#                demo` in a fresh Debian 12 root
+#   make check-full   make check with the slow variants turned on
+#                (MUSTER_CHECK_FULL=1: bigger batches and sequences in the
+#                torch model tests, ...)
+# Both install the Debian packages they need first (scripts/deps.sh): `make
+# demo`, `make` and `make build` only the build dependencies, the check
+# targets the test dependencies as well.
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -16,9 +22,9 @@ PYTHON ?= /usr/bin/python3
 FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
-.PHONY: all build demo check check-unit check-interop check-sanitize \
-        check-fuzz check-style check-tsan fuzz bench install clean deps-build \
-        deps-test
+.PHONY: all build demo check check-full check-unit check-interop check-sanitize \
+        check-fuzz check-style check-tsan check-fresh fuzz bench install clean \
+        deps-build deps-test
 
 all: build
 
@@ -37,15 +43,21 @@ demo: build
 
 check: deps-test check-style
 	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-tsan \
-	    check-fuzz
+	        check-fuzz check-fresh
+
+# The slow variants: every test file reads MUSTER_CHECK_FULL=1 and runs its
+# bigger cases (tests/interop/test_torch_models.py: batches of 4 images,
+# 32-token sequences).
+check-full:
+	MUSTER_CHECK_FULL=1 $(MAKE) --no-print-directory check
 
 check-style:
 	@scripts/checksrc.sh
 
-check-unit: build
+check-unit: deps-test build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-check-interop: build
+check-interop: deps-test build
 	MUSTER_BIN=$(CURDIR)/$(BUILD)/bin/muster $(PYTEST)
 
 # Unit and interop tests again, against an ASan+UBSan build: a memory error
@@ -67,6 +79,12 @@ check-tsan: deps-test
 	cmake --build $(TSAN_BUILD) -j $(JOBS)
 	TSAN_OPTIONS=second_deadlock_stack=1 \
 	    ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS)
+
+# The README's first command on a fresh machine: `make demo` in a throwaway
+# Debian 12 root (debootstrap) that has only what the README says a user
+# brings. Needs root or sudo; keeps downloaded .debs in /var/cache/muster-fresh.
+check-fresh: deps-test
+	scripts/fresh-check.sh
 
 # Build every libFuzzer driver with clang and run each briefly over its seed
 # corpus; `make fuzz FUZZ_SECONDS=600` for a real session.

@@ -4,7 +4,8 @@
  * validates it; a graph that passes goes through shape inference
  * (mu__graph_shapes) with weight shapes from an extra top-level "params"
  * object of the input (name -> shape; [4] when absent, ignored by the
- * parser), through the planner (cuts at the middle, balanced by flops),
+ * parser) and dtypes from "param_dtypes" (name -> "I64" ...; F32 when
+ * absent), through the planner (cuts at the middle, balanced by flops),
  * and, when every value is small, through the executor on made-up data,
  * so every op's shape and run code sees hostile graphs.
  */
@@ -16,6 +17,7 @@
 
 #include "core/alloc_int.h"
 #include "core/strmap_int.h"
+#include "model/dtype_int.h"
 #include "model/model_int.h"
 #include "model/plan_int.h"
 
@@ -31,13 +33,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* Weight shapes: from "params" when given, else [4]. */
-static void param_shapes(const mu__graph_t *g, const cJSON *given, mu__shape_t *ps,
-                         mu__strmap_t *m)
+/* Weight shapes: from "params" when given, else [4]; dtypes from
+ * "param_dtypes", else F32. */
+static void param_shapes(const mu__graph_t *g, const cJSON *given, const cJSON *dtypes,
+                         mu__shape_t *ps, mu__strmap_t *m)
 {
 	for (int i = 0; i < g->nparams; i++) {
 		const cJSON *s = cJSON_GetObjectItemCaseSensitive(given, g->params[i]), *d;
+		const cJSON *dt = cJSON_GetObjectItemCaseSensitive(dtypes, g->params[i]);
 
+		ps[i].dtype = cJSON_IsString(dt) && mu_dtype_from_name(dt->valuestring) >= 0
+		                      ? (mu_dtype_t)mu_dtype_from_name(dt->valuestring) : MU_DTYPE_F32;
 		ps[i].rank = 1;
 		ps[i].dims[0] = 4;
 		if (cJSON_IsArray(s) && cJSON_GetArraySize(s) <= MU_TENSOR_MAX_RANK) {
@@ -87,10 +93,10 @@ static mu_tensor_t *filled(const char *name, const mu__shape_t *s)
 {
 	mu_tensor_t *t;
 
-	if (mu_tensor_new(name, s->rank, s->dims, &t) != 0)
+	if (mu_tensor_new_typed(name, s->dtype, s->rank, s->dims, &t) != 0)
 		return NULL;
-	for (uint64_t i = 0; i < t->numel; i++)
-		t->data[i] = (float)(i % 3); /* valid ids for a small embedding */
+	for (uint64_t i = 0; i < t->numel; i++) /* valid ids for a small embedding */
+		mu__put_i(t->dtype, t->raw, i, (int64_t)(i % 3), 0);
 	return t;
 }
 
@@ -153,7 +159,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mu__strmap_init(&pmap);
 	mu__strmap_init(&shapes);
 	if (ps != NULL && flops != NULL) {
-		param_shapes(&g, cJSON_GetObjectItemCaseSensitive(root, "params"), ps, &pmap);
+		param_shapes(&g, cJSON_GetObjectItemCaseSensitive(root, "params"),
+		             cJSON_GetObjectItemCaseSensitive(root, "param_dtypes"), ps, &pmap);
 		if (mu__graph_shapes(&g, &pmap, &shapes, flops, why, sizeof(why)) == 0) {
 			plan(&g, flops);
 			if (small(&shapes) && small_params(ps, g.nparams))

@@ -4,8 +4,9 @@
  * The first 4 bytes give the size of the data area (up to 1 MiB), the rest
  * is the header text. A header that passes must describe tensors that lie
  * inside the data area without overlapping; each is then loaded from a
- * mapped data area of that size (F32 in place or copied, F16/BF16
- * converted).
+ * mapped data area of that size, as a weight (F32 in place or copied,
+ * F16/BF16 converted, other dtypes kept) and as a run's input (every dtype
+ * kept).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,7 +17,11 @@
 #include "core/endian_int.h"
 #include "model/safetensors_int.h"
 
-static const unsigned dsize[] = {4, 2, 2, 8, 8, 4, 2, 1, 1, 1, 1, 1};
+/* bytes per element of a file dtype: the tensor dtypes' own, 1 for F8 */
+static unsigned dsize(int dt)
+{
+	return dt == MU_DT_F8_E4M3 || dt == MU_DT_F8_E5M2 ? 1 : (unsigned)mu_dtype_size(dt);
+}
 
 static int by_begin(const void *a, const void *b)
 {
@@ -34,7 +39,7 @@ static void check(const mu__st_file_t *f, uint64_t data_len)
 		const mu__st_entry_t *e = &f->e[i];
 
 		if (e->begin > e->end || e->end > data_len || e->rank > MU_TENSOR_MAX_RANK ||
-		    e->end - e->begin != e->numel * dsize[e->dtype] || mu__st_find(f, e->name) == NULL)
+		    e->end - e->begin != e->numel * dsize((int)e->dtype) || mu__st_find(f, e->name) == NULL)
 			abort();
 	}
 	if (f->n == 0)
@@ -75,7 +80,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			mu_tensor_t *t;
 
 			if (mu__st_load(&f, &f.e[i], &t) == 0) {
-				if (t->numel != f.e[i].numel)
+				if (t->numel != f.e[i].numel || (int)t->dtype != mu__st_loaded_dtype(&f.e[i]))
+					abort();
+				mu_tensor_free(t);
+			}
+			if (mu__st_load_exact(&f, &f.e[i], &t) == 0) {
+				if (t->numel != f.e[i].numel || (int)t->dtype != (int)f.e[i].dtype)
 					abort();
 				mu_tensor_free(t);
 			}

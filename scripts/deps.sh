@@ -5,15 +5,22 @@
 # only the ones that are missing: when everything is there this is a few
 # dpkg queries and no network traffic.
 #
-#   scripts/deps.sh build    compiler, CMake and the libraries libmuster links
-#   scripts/deps.sh test     build + cmocka, pytest, torch, etcd, numpy, onnx,
-#                            npm, clang's fuzzer runtime
+#   scripts/deps.sh build    compiler, C library headers, CMake and the
+#                            libraries libmuster links (all `make demo` needs)
+#   scripts/deps.sh test     build + cmocka, pytest, torch, torchvision, etcd,
+#                            numpy, onnx and its backend test data, npm,
+#                            clang's fuzzer runtime, prometheus (a real
+#                            scraper for the metrics tests), debootstrap (for
+#                            scripts/fresh-check.sh)
 #
 # Runs apt-get as root, or through sudo when we are not root.
 set -eu
 
-build_pkgs="gcc make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev libssl-dev libh2o-dev"
-test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev"
+build_pkgs="gcc libc6-dev make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev libssl-dev libh2o-dev libsystemd-dev"
+test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus debootstrap"
+# ONNX's backend test suite (tests/interop/test_onnx_suite.py) and the
+# torchvision CNNs the model tests export
+test_pkgs="$test_pkgs libonnx-testdata python3-torchvision"
 
 case "${1:-test}" in
 build) want=$build_pkgs ;;

@@ -8,6 +8,14 @@
  * muster's own are the MU_E* codes below, all in [-1099, -1000] so they never
  * collide with an errno. mu_strerror() names either kind.
  *
+ * Reasons in words: a call whose failure a person must be able to read
+ * about ("which node, which tensor, which stage at which address")
+ * takes `char *err, size_t errlen` as its last two parameters: a buffer
+ * of the caller's (NULL for none) that gets the reason on failure,
+ * truncated to errlen - 1 bytes; 512 bytes hold any. The code is still
+ * the return value. An asynchronous operation's reason travels with its
+ * completion instead (mu_md_event_t's detail), since no call is waiting.
+ *
  * Global state: the log sink and the allocator are the only process-wide
  * settings. Set them once, before any other muster call, from one thread.
  */
@@ -16,6 +24,8 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+
+#include "muster/version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,9 +93,11 @@ MU_EXTERN void mu_log_stderr_sink(mu_log_level_t level, const char *module,
                                   const char *msg, void *ud);
 
 /*
- * Replace the allocator used by libmuster (and by cJSON through it). All
- * three must be given. Call before anything else; not thread-safe. Tests use
- * it to fail the Nth allocation.
+ * Replace the allocator used by libmuster. All three must be given (NULL
+ * restores libc's). Call before anything else; not thread-safe. Tests use
+ * it to fail the Nth allocation. The JSON parser underneath (the system's
+ * cJSON, which the host program may use too) keeps its own allocator: the
+ * library never changes process-wide hooks of another library.
  */
 MU_EXTERN void mu_set_allocator(void *(*malloc_fn)(size_t),
                                 void *(*realloc_fn)(void *, size_t),
@@ -96,6 +108,34 @@ MU_EXTERN void mu_set_allocator(void *(*malloc_fn)(size_t),
  * strings, JSON text). NULL is a no-op.
  */
 MU_EXTERN void mu_free(void *p);
+
+/*
+ * Options structs grow. Every mu_*_opts_t starts with `size_t struct_size`
+ * and gains fields only at its end. mu_X_opts_init(o) is a macro that
+ * hands the library sizeof *o, the struct's size in the headers the
+ * caller was compiled with; the library fills in its defaults and sets
+ * struct_size. A call taking the options reads only struct_size bytes:
+ *   - a program built against older headers runs with a newer library,
+ *     and the fields it does not know keep their defaults;
+ *   - one built against newer headers runs with an older library as long
+ *     as it leaves the fields that library lacks as init set them (zero
+ *     past the library's struct): set to anything else, the call fails
+ *     with MU_EARG, as the library cannot do what they ask.
+ * Options not filled by their init call (struct_size 0) are refused with
+ * MU_EARG. Bindings that mirror a struct check their layout against the
+ * library's with mu_layout_size and mu_layout_field.
+ */
+
+/*
+ * The layout of a public struct as this library was built: its size
+ * (0 for a name it does not describe), and a field's offset and size
+ * (0, or -ENOENT for an unknown struct or field). name is the C type
+ * name ("mu_tracker_opts_t"). Covers every options struct and the data
+ * structs the Python binding mirrors.
+ */
+MU_EXTERN size_t mu_layout_size(const char *type);
+MU_EXTERN int mu_layout_field(const char *type, const char *field,
+                              size_t *offset, size_t *size);
 
 /*
  * What a server may hold on its peers' behalf (docs/internals/budgets.md):
@@ -111,6 +151,8 @@ MU_EXTERN void mu_free(void *p);
  * or reply larger than the budget is still served (its size has limits of
  * its own); the peer is then not read until it has taken the reply.
  */
+/* Embedded in options structs, so its layout never changes: a new knob
+ * would be a new field of the options. */
 typedef struct {
 	size_t conn_bytes;  /* per peer; default 16 MiB */
 	size_t total_bytes; /* all peers of a server; default 512 MiB */
@@ -127,8 +169,14 @@ MU_EXTERN void mu_budget_init(mu_budget_t *b);
 /* 0 when b is usable (conn_bytes > 0, total_bytes >= conn_bytes, grace > 0), else MU_EARG. */
 MU_EXTERN int mu_budget_check(const mu_budget_t *b);
 
-/* The library's version, "MAJOR.MINOR.PATCH". */
+/*
+ * The version of the library running, "MAJOR.MINOR.PATCH" (static). It is
+ * MU_VERSION_STRING of the headers the library was built with, which need
+ * not be the ones the caller was compiled against (see version.h).
+ */
 MU_EXTERN const char *mu_version(void);
+/* The same as a number, MU_VERSION_NUM of the library's build. */
+MU_EXTERN int mu_version_num(void);
 
 #ifdef __cplusplus
 }

@@ -27,13 +27,15 @@ extern "C" {
 typedef struct mu_etcd_s mu_etcd_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_etcd_opts_init */
 	/* "http://127.0.0.1:2379,http://10.0.0.2:2379" (',' or ';'; a
 	 * missing scheme means http://) */
 	const char *endpoints;
 	int timeout_ms; /* per call and per endpoint try; default 5000 */
 } mu_etcd_opts_t;
 
-MU_EXTERN void mu_etcd_opts_init(mu_etcd_opts_t *o);
+MU_EXTERN void mu_etcd_opts_init_size(mu_etcd_opts_t *o, size_t size);
+#define mu_etcd_opts_init(o) mu_etcd_opts_init_size((o), sizeof(*(o)))
 /* MU_EARG for an empty endpoint list; no I/O happens here. */
 MU_EXTERN int mu_etcd_new(const mu_etcd_opts_t *o, mu_etcd_t **out);
 MU_EXTERN void mu_etcd_free(mu_etcd_t *e);

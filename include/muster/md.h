@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,6 +56,7 @@ typedef struct {
 typedef void (*mu_md_event_cb)(void *ud, const mu_md_event_t *ev);
 
 typedef struct {
+	size_t struct_size;       /* set by mu_md_opts_init */
 	const char *name;          /* the agent's name: required, unique */
 	int listen;                /* accept P2P peers */
 	const char *listen_host;   /* default "0.0.0.0" */
@@ -94,15 +96,6 @@ typedef struct {
 	mu_md_event_cb on_event;
 	void *ud;
 	/*
-	 * Optional (NULL/0: none): a buffer of the caller's where
-	 * mu_md_agent_new writes, on failure, why in words ("etcd (...) and a
-	 * TCPStore (...) are both configured ..."), as an event's detail says
-	 * why an exchange failed; "" on success. The text also goes to the
-	 * log. Truncated to errbuf_len - 1 bytes; 512 holds any of them.
-	 */
-	char *errbuf;
-	size_t errbuf_len;
-	/*
 	 * Bytes the remote cache (other agents' metadata) may hold, counting
 	 * each blob with its bookkeeping; 0: 128 MiB. Past it, whole agents
 	 * are evicted, each reported as a REMOTE_DROPPED event: first those
@@ -112,18 +105,25 @@ typedef struct {
 	 * would pass the limit is refused with MU_ETOOBIG.
 	 */
 	size_t remote_cache_max;
+	/* Count into this registry (muster_md_*, docs/metrics.md); NULL (the
+	 * default): count nothing. It must outlive the agent. */
+	mu_metrics_t *metrics;
 } mu_md_opts_t;
 
-MU_EXTERN void mu_md_opts_init(mu_md_opts_t *o);
+MU_EXTERN void mu_md_opts_init_size(mu_md_opts_t *o, size_t size);
+#define mu_md_opts_init(o) mu_md_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Create an agent (and its listener, when asked). MU_EARG for a missing
  * name, a malformed store endpoint, or both stores configured; MU_EBIND
  * for a listen port in use. The reason, naming the options or variables
- * at fault, goes to o->errbuf (and the log). No store I/O happens here: a
- * store that is down shows in the first exchange's event.
+ * at fault ("etcd (...) and a TCPStore (...) are both configured ..."),
+ * goes to err (errlen bytes, may be NULL; "" on success; 512 holds any)
+ * and the log. No store I/O happens here: a store that is down shows in
+ * the first exchange's event.
  */
-MU_EXTERN int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out);
+MU_EXTERN int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out,
+                              char *err, size_t errlen);
 /* Finish queued work (bounded by op_timeout each), stop, free. */
 MU_EXTERN void mu_md_agent_free(mu_md_agent_t *a);
 

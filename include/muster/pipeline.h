@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * One model split across machines.
+ * One model split across machines: stages, the stage server, devices,
+ * the coordinator and clusters. The model and its plans are the model
+ * layer's (include/muster/model.h, included here).
  *
- * A model is a directory: model.json (the graph, see docs/model-format.md)
- * and model.safetensors (its weights). A plan cuts the graph's nodes into
- * contiguous stages; a stage holds only its own weights and runs its nodes
+ * A stage holds only its own weights and runs its nodes
  * for whoever sends it the tensors it consumes. A coordinator holds no
  * weights: it sends each stage its inputs, collects what the stage hands
  * on, and relays those named tensors to the stages that read them.
@@ -25,109 +25,14 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
+#include "muster/model.h"
 #include "muster/server.h"
 #include "muster/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- models and plans ---- */
-
-typedef struct mu_model_s mu_model_t;
-
-/*
- * Open a model directory: parse and check the graph, map the weights and
- * validate their header, infer every value's shape. Nothing is loaded.
- */
-MU_EXTERN int mu_model_open(const char *dir, mu_model_t **out, char *err,
-                            size_t errlen);
-MU_EXTERN void mu_model_close(mu_model_t *m);
-MU_EXTERN int mu_model_nodes(const mu_model_t *m);
-/* The graph's declared inputs: how many, and input i's name and shape. */
-MU_EXTERN int mu_model_inputs(const mu_model_t *m);
-MU_EXTERN void mu_model_input(const mu_model_t *m, int i, const char **name,
-                              uint32_t *rank, uint64_t *dims);
-/* Bytes of all weights the graph uses, as f32. */
-MU_EXTERN uint64_t mu_model_param_bytes(const mu_model_t *m);
-/* A digest of the graph and weight header: stages of one model agree. */
-MU_EXTERN uint64_t mu_model_digest(const mu_model_t *m);
-
-typedef enum {
-	MU_SPLIT_PARAMS = 0, /* balance weight bytes (what each machine holds) */
-	MU_SPLIT_FLOPS = 1   /* balance estimated compute */
-} mu_split_t;
-
-typedef struct {
-	int first, last;          /* nodes [first, last) */
-	uint64_t param_bytes;
-	double flops;
-	int ninputs, noutputs, nparams;
-	const char *const *inputs;   /* names, valid while the plan lives */
-	const char *const *outputs;
-	const char *const *params;
-} mu_stage_info_t;
-
-typedef struct mu_plan_s mu_plan_t;
-
-/*
- * Split into n contiguous stages balanced by `by`. n larger than the
- * number of nodes is MU_EARG.
- */
-MU_EXTERN int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by,
-                               mu_plan_t **out, char *err, size_t errlen);
-/*
- * Split into at most nb stages so each stage's weights fit the budget of
- * the device it goes to. The budgets may come in any order (the order a
- * tracker granted the devices, say): every order of the devices is tried
- * (the given order, largest first and smallest first past 6 devices), and
- * the fit whose largest stage is smallest wins, then the one using fewest
- * devices, then the given order. A device with no room for its share gets
- * no stage. device[i] (nb entries; the first mu_plan_stages(*out) are set)
- * gets the budget index of stage i's device. MU_ETOOBIG, with the numbers
- * in err, when the model fits no order of the devices.
- */
-MU_EXTERN int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget,
-                              int nb, mu_plan_t **out, int *device, char *err,
-                              size_t errlen);
-MU_EXTERN int mu_plan_stages(const mu_plan_t *p);
-MU_EXTERN void mu_plan_stage(const mu_plan_t *p, int i, mu_stage_info_t *out);
-MU_EXTERN void mu_plan_free(mu_plan_t *p);
-
-/*
- * Run the whole model in this process (the reference a split run must
- * match bit for bit). inputs by name; the graph's outputs are appended to
- * out in the graph's order.
- */
-MU_EXTERN int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs,
-                           mu_tensor_list_t *out, char *err, size_t errlen);
-
-/*
- * Tensors to and from a safetensors file (inputs and outputs of runs):
- * read converts F32/F16/BF16 to f32 copies appended to out; write stores
- * F32.
- */
-MU_EXTERN int mu_safetensors_read(const char *path, mu_tensor_list_t *out,
-                                  char *err, size_t errlen);
-MU_EXTERN int mu_safetensors_write(const char *path,
-                                   const mu_tensor_list_t *l);
-
-/*
- * Write a generated MLP to dir (created if missing): `layers` gemm layers
- * (weights [out, in] as PyTorch's Linear stores them, plus bias) from
- * widths[0] to widths[layers], an activation ("relu", "gelu", "tanh",
- * "sigmoid", "silu") between them, input "x" of shape [batch, widths[0]],
- * output "y". Weights are seeded pseudo-random, identical for a seed on
- * every host, and streamed to disk a row at a time.
- */
-MU_EXTERN int mu_model_generate_mlp(const char *dir, const uint64_t *widths,
-                                    int layers, uint64_t batch,
-                                    const char *act, uint64_t seed,
-                                    char *err, size_t errlen);
-/* A tensor of seeded pseudo-random values in [-1, 1). */
-MU_EXTERN int mu_tensor_random(const char *name, uint32_t rank,
-                               const uint64_t *dims, uint64_t seed,
-                               mu_tensor_t **out);
 
 /* ---- stages ---- */
 
@@ -151,6 +56,8 @@ MU_EXTERN int mu_stage_load_range(const char *dir, int i, int n, int first,
 MU_EXTERN int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *inputs,
                                mu_tensor_list_t *out, char *err,
                                size_t errlen);
+/* OpenBLAS threads of its forwards; see mu_model_set_threads. */
+MU_EXTERN int mu_stage_set_threads(mu_stage_t *s, int threads);
 /* The stage's description as JSON text (the INFO message's body). */
 MU_EXTERN const char *mu_stage_describe(const mu_stage_t *s);
 MU_EXTERN void mu_stage_free(mu_stage_t *s);
@@ -158,6 +65,7 @@ MU_EXTERN void mu_stage_free(mu_stage_t *s);
 typedef struct mu_stage_server_s mu_stage_server_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_stage_server_opts_init */
 	const char *host;        /* default "127.0.0.1" */
 	int port;                /* default 0: any free port */
 	unsigned long requests;  /* stop after this many forwards; 0: never */
@@ -178,11 +86,15 @@ typedef struct {
 	mu_budget_t budget;      /* what each client may make the server hold
 	                          * (replies it has not read, the message it is
 	                          * sending) */
+	mu_metrics_t *metrics;   /* count into this registry (muster_stage_*,
+	                          * docs/metrics.md); NULL (default): nothing.
+	                          * It must outlive the server */
 	const mu_secure_t *sec;  /* TLS / shared secret (muster/stream.h);
 	                          * NULL: plain TCP. Must outlive the server */
 } mu_stage_server_opts_t;
 
-MU_EXTERN void mu_stage_server_opts_init(mu_stage_server_opts_t *o);
+MU_EXTERN void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size);
+#define mu_stage_server_opts_init(o) mu_stage_server_opts_init_size((o), sizeof(*(o)))
 /*
  * Serve a loaded stage (borrowed; keep it until the server is freed).
  * Returns once bound: the stage is resident, so this is when to announce.
@@ -213,9 +125,12 @@ MU_EXTERN void mu_stage_server_free(mu_stage_server_t *srv);
 typedef struct mu_device_s mu_device_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_device_opts_init */
 	const char *key;            /* the tracker key it registers under */
 	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
-	int threads;                /* OpenBLAS threads per forward; default 1 */
+	int threads;                /* threads per forward, default 1: OpenBLAS
+	                               for a graph stage (mu_stage_set_threads),
+	                               the kernels' pool for an LLM stage */
 	const char *const *models;  /* models held here: graph model
 	                               directories, or decoder LLM checkpoints
 	                               (GGUF, HF directory, llama2.c) */
@@ -225,9 +140,12 @@ typedef struct {
 	const char *cache_dir;      /* where streamed LLM tensors are kept under
 	                               their SHA-256 for later runs; NULL: a
 	                               private directory per session, removed */
+	mu_metrics_t *metrics;      /* its metadata agent counts here
+	                               (muster_md_*); NULL: nothing */
 } mu_device_opts_t;
 
-MU_EXTERN void mu_device_opts_init(mu_device_opts_t *o);
+MU_EXTERN void mu_device_opts_init_size(mu_device_opts_t *o, size_t size);
+#define mu_device_opts_init(o) mu_device_opts_init_size((o), sizeof(*(o)))
 /* Opens each held model once (to know its digest); loads nothing. */
 MU_EXTERN int mu_device_new(const mu_device_opts_t *o, mu_device_t **out,
                             char *err, size_t errlen);
@@ -239,13 +157,26 @@ MU_EXTERN int mu_device_new(const mu_device_opts_t *o, mu_device_t **out,
  * and, when the environment configures one (MUSTER_ETCD_ENDPOINTS, ...),
  * the store. Call it before the server registers (mu_server_opts_t's
  * defer_register), so no coordinator is granted a device whose metadata
- * is not there yet. The JSON: {"key", "address", "mem_budget", "threads",
+ * is not there yet: mu_device_start does it all in that order. The JSON: {"key", "address", "mem_budget", "threads",
  * "models": [{"dir", "digest", "param_bytes"}], "muster", "md_address"};
  * md_address is the P2P listener as others dial it (ADDR's host when
  * md_host is a wildcard).
  */
 MU_EXTERN int mu_device_publish(mu_device_t *d, const char *addr, char *err,
                                 size_t errlen);
+/*
+ * Serve the device: start a session server with the options o (the
+ * device's handler replaces o's on_session and ud, and registration is
+ * held back), publish the device (mu_device_publish) at the address the
+ * tracker will hand out (mu_server_host's, and the bound port), and only
+ * then register, so that no coordinator is granted the device before its
+ * metadata is there. *out is the running server: wait on it, stop and
+ * free it before the device. On failure nothing is left running, *out is
+ * NULL, and err says which step failed: mu_server_start's codes (MU_EBIND
+ * ...) or mu_device_publish's. Any thread.
+ */
+MU_EXTERN int mu_device_start(mu_device_t *d, const mu_server_opts_t *o,
+                              mu_server_t **out, char *err, size_t errlen);
 MU_EXTERN const char *mu_device_describe(const mu_device_t *d);
 MU_EXTERN void mu_device_session(mu_session_t *s, void *device);
 MU_EXTERN void mu_device_free(mu_device_t *d);
@@ -257,6 +188,7 @@ MU_EXTERN uint64_t mu_mem_available(void);
 typedef struct mu_coord_s mu_coord_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_coord_opts_init */
 	int connect_timeout_ms;  /* retrying each stage's connect; 10000 */
 	int io_timeout_ms;       /* each read/write's progress; 60000 */
 	uint64_t max_frame_bytes;/* largest reply accepted; default 1 GiB */
@@ -264,7 +196,8 @@ typedef struct {
 	                          * devices (muster/stream.h); NULL: plain */
 } mu_coord_opts_t;
 
-MU_EXTERN void mu_coord_opts_init(mu_coord_opts_t *o);
+MU_EXTERN void mu_coord_opts_init_size(mu_coord_opts_t *o, size_t size);
+#define mu_coord_opts_init(o) mu_coord_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Connect to the stage servers addrs[0..n) ("host:port", in stage order),
@@ -329,6 +262,7 @@ typedef enum {
 } mu_weights_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_cluster_opts_init */
 	const char *tracker_host;  /* default "127.0.0.1" */
 	int tracker_port;          /* default 9190 */
 	const char *key;           /* device key (required) */
@@ -337,13 +271,15 @@ typedef struct {
 	int request_timeout_ms;    /* to get each device; default 30000 */
 	mu_weights_t weights;
 	int max_replacements;      /* devices lost mid-run replaced; default 3 */
-	mu_coord_opts_t coord;
+	const mu_coord_opts_t *coord; /* the coordinator's; NULL: defaults.
+	                           * A pointer, so mu_coord_opts_t may grow */
 	/* narration of each step (may be NULL), one line at a time */
 	void (*say)(void *ud, const char *line);
 	void *ud;
 } mu_cluster_opts_t;
 
-MU_EXTERN void mu_cluster_opts_init(mu_cluster_opts_t *o);
+MU_EXTERN void mu_cluster_opts_init_size(mu_cluster_opts_t *o, size_t size);
+#define mu_cluster_opts_init(o) mu_cluster_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Request the devices, fetch their capabilities (md), split the model so

@@ -28,6 +28,7 @@
 #include <stddef.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 #include "muster/stream.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,7 @@ typedef struct mu_session_s mu_session_t;
 typedef void (*mu_session_cb)(mu_session_t *s, void *ud);
 
 typedef struct {
+	size_t struct_size;       /* set by mu_server_opts_init */
 	const char *host;         /* address to listen on; default "0.0.0.0" */
 	int port;                 /* default 9090; 0 = any */
 	int port_end;             /* exclusive; default 9199 */
@@ -73,6 +75,11 @@ typedef struct {
 	double retry_max;         /* backoff cap when the tracker is gone; 8 s */
 	int defer_register;       /* bind and serve, but register only once
 	                           * mu_server_register is called */
+	mu_session_cb on_session; /* required */
+	void *ud;
+	/* Count into this registry (muster_server_*, docs/metrics.md); NULL
+	 * (the default): count nothing. It must outlive the server. */
+	mu_metrics_t *metrics;
 	/* TLS and/or the shared secret for every session (NULL: plain TCP);
 	 * must outlive the server. */
 	const mu_secure_t *sec;
@@ -80,11 +87,10 @@ typedef struct {
 	 * (docs/internals/budgets.md); a session's stream holds back at most
 	 * MU_STREAM_MAX_BACK besides. Default: mu_budget_init's. */
 	mu_budget_t budget;
-	mu_session_cb on_session; /* required */
-	void *ud;
 } mu_server_opts_t;
 
-MU_EXTERN void mu_server_opts_init(mu_server_opts_t *o);
+MU_EXTERN void mu_server_opts_init_size(mu_server_opts_t *o, size_t size);
+#define mu_server_opts_init(o) mu_server_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Bind (TVM's port search), start serving and registering. Returns once

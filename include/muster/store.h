@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,7 @@ extern "C" {
 typedef struct mu_store_server_s mu_store_server_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_store_server_opts_init */
 	const char *host;       /* default "::" (IPv6 and IPv4 both) */
 	int port;               /* default 29500; 0 = any */
 	size_t max_key_bytes;   /* default 64 KiB */
@@ -45,9 +47,13 @@ typedef struct {
 	size_t max_watches;     /* v1 WATCH_KEY registrations per connection;
 	                         * default 1024 (more closes the connection) */
 	size_t max_watches_total; /* ... of all connections; default 65536 */
+	/* Count into this registry (muster_store_* series, docs/metrics.md);
+	 * NULL (the default): count nothing. It must outlive the server. */
+	mu_metrics_t *metrics;
 } mu_store_server_opts_t;
 
-MU_EXTERN void mu_store_server_opts_init(mu_store_server_opts_t *o);
+MU_EXTERN void mu_store_server_opts_init_size(mu_store_server_opts_t *o, size_t size);
+#define mu_store_server_opts_init(o) mu_store_server_opts_init_size((o), sizeof(*(o)))
 
 /* Bind, listen and serve on a new thread. MU_EBIND, MU_ERESOLVE, -errno. */
 MU_EXTERN int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **out);
@@ -70,6 +76,7 @@ typedef enum {
 } mu_store_dialect_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_store_client_opts_init */
 	const char *host;
 	int port;
 	mu_store_dialect_t dialect;
@@ -89,7 +96,8 @@ typedef struct {
 	int connect_timeout_ms;
 } mu_store_client_opts_t;
 
-MU_EXTERN void mu_store_client_opts_init(mu_store_client_opts_t *o);
+MU_EXTERN void mu_store_client_opts_init_size(mu_store_client_opts_t *o, size_t size);
+#define mu_store_client_opts_init(o) mu_store_client_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Connect (and for v2, VALIDATE + PING). 0, -ETIMEDOUT, MU_ERESOLVE,

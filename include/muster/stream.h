@@ -47,6 +47,7 @@ MU_EXTERN const char *mu_stream_peer(const mu_stream_t *s);
 MU_EXTERN const char *mu_stream_kind(const mu_stream_t *s);
 
 typedef struct {
+	size_t struct_size;  /* set by mu_secure_opts_init (muster/common.h) */
 	/* A file holding the shared secret (at least 16 bytes; a trailing
 	 * newline is not part of it). NULL: no shared-secret handshake. */
 	const char *secret_file;
@@ -66,7 +67,8 @@ typedef struct {
 
 typedef struct mu_secure_s mu_secure_t;
 
-MU_EXTERN void mu_secure_opts_init(mu_secure_opts_t *o);
+MU_EXTERN void mu_secure_opts_init_size(mu_secure_opts_t *o, size_t size);
+#define mu_secure_opts_init(o) mu_secure_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Read the secret and certificates now, so that a bad file fails here and

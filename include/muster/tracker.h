@@ -17,6 +17,7 @@
 #define MUSTER_TRACKER_H
 
 #include "muster/common.h"
+#include "muster/metrics.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,6 +26,7 @@ extern "C" {
 typedef struct mu_tracker_s mu_tracker_t;
 
 typedef struct {
+	size_t struct_size;       /* set by mu_tracker_opts_init */
 	const char *host;   /* address to bind; default "0.0.0.0" */
 	int port;           /* first port to try; default 9190; 0 = any */
 	int port_end;       /* end of the search, exclusive; default 9199 */
@@ -51,10 +53,15 @@ typedef struct {
 	unsigned max_keys_per_conn; /* distinct device keys one connection
 	                             * holds resources or requests on; 64 */
 	mu_budget_t budget;    /* what each peer may make the tracker hold */
+	/* Count into this registry (muster_tracker_* series,
+	 * docs/metrics.md); NULL (the default): count nothing. It must
+	 * outlive the tracker. */
+	mu_metrics_t *metrics;
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */
-MU_EXTERN void mu_tracker_opts_init(mu_tracker_opts_t *o);
+MU_EXTERN void mu_tracker_opts_init_size(mu_tracker_opts_t *o, size_t size);
+#define mu_tracker_opts_init(o) mu_tracker_opts_init_size((o), sizeof(*(o)))
 
 /*
  * Bind, listen and start serving on a new thread. On success *out is the

@@ -8,11 +8,13 @@
     tracker.terminate()
 """
 
-from ._lib import MusterError, version as _version
+from ._lib import (MusterConnectionError, MusterConnectionRefusedError, MusterError,
+                   MusterTimeoutError, version as _version)
 from . import md
 from .store import StoreClient, StoreServer
 from .tracker import Session, Tracker, TrackerSession, connect, connect_tracker
 
 __version__ = _version().decode()
-__all__ = ["md", "MusterError", "Session", "StoreClient", "StoreServer", "Tracker",
+__all__ = ["md", "MusterConnectionError", "MusterConnectionRefusedError", "MusterError",
+           "MusterTimeoutError", "Session", "StoreClient", "StoreServer", "Tracker",
            "TrackerSession", "connect", "connect_tracker"]

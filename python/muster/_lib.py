@@ -7,9 +7,12 @@ an installed copy of this package (PREFIX/lib), and where the dynamic loader
 finds it.
 """
 
+import atexit
 import ctypes
 import ctypes.util
+import errno as _errno
 import glob
+import logging
 import os
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -53,25 +56,31 @@ class Budget(ctypes.Structure):
 
 
 class TrackerOpts(ctypes.Structure):
-    """mu_tracker_opts_t (include/muster/tracker.h); field order matters."""
-    _fields_ = [("host", c_char_p), ("port", c_int), ("port_end", c_int),
+    """mu_tracker_opts_t (include/muster/tracker.h); field order matters.
+
+    Options structs mirrored here are sized (include/muster/common.h): the
+    library reads only the fields this binding knows, so a library with
+    fields added since still works with it; check_layouts() below makes
+    sure every field mirrored here is where the library has it."""
+    _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("port_end", c_int),
                 ("silent", c_int), ("reuse_addr", c_int), ("timeout", c_double),
                 ("max_frame", c_uint), ("max_keys", c_uint),
                 ("max_per_conn", c_uint), ("max_keys_per_conn", c_uint),
-                ("budget", Budget)]
+                ("budget", Budget), ("metrics", c_void_p)]
 
 
 class StoreServerOpts(ctypes.Structure):
     """mu_store_server_opts_t (include/muster/store.h)."""
-    _fields_ = [("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
+    _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("max_key_bytes", c_size_t),
                 ("max_value_bytes", c_size_t), ("max_keys", c_size_t),
                 ("request_timeout", c_double), ("silent", c_int), ("budget", Budget),
-                ("max_watches", c_size_t), ("max_watches_total", c_size_t)]
+                ("max_watches", c_size_t), ("max_watches_total", c_size_t),
+                ("metrics", c_void_p)]
 
 
 class StoreClientOpts(ctypes.Structure):
     """mu_store_client_opts_t (include/muster/store.h)."""
-    _fields_ = [("host", c_char_p), ("port", c_int), ("dialect", c_int),
+    _fields_ = [("struct_size", c_size_t), ("host", c_char_p), ("port", c_int), ("dialect", c_int),
                 ("timeout_ms", c_int), ("raw_keys", c_int),
                 ("max_value_bytes", c_size_t), ("connect_timeout_ms", c_int)]
 
@@ -83,15 +92,14 @@ class StoreValue(ctypes.Structure):
 
 class MdOpts(ctypes.Structure):
     """mu_md_opts_t (include/muster/md.h)."""
-    _fields_ = [("name", c_char_p), ("listen", c_int), ("listen_host", c_char_p),
+    _fields_ = [("struct_size", c_size_t), ("name", c_char_p), ("listen", c_int), ("listen_host", c_char_p),
                 ("listen_port", c_int), ("etcd_endpoints", c_char_p),
                 ("etcd_namespace", c_char_p), ("tcpstore_endpoint", c_char_p),
                 ("no_env", c_int), ("etcd_watch_timeout", c_double),
                 ("lease_ttl", c_double), ("store_timeout", c_double),
                 ("op_timeout", c_double), ("listen_budget", Budget),
                 ("on_event", c_void_p), ("ud", c_void_p),
-                ("errbuf", c_void_p), ("errbuf_len", c_size_t),
-                ("remote_cache_max", c_size_t)]
+                ("remote_cache_max", c_size_t), ("metrics", c_void_p)]
 
 
 class MdPeer(ctypes.Structure):
@@ -117,7 +125,14 @@ free = _fn("mu_free", None, c_void_p)
 log_set_sink = _fn("mu_log_set_sink", None, c_void_p, c_void_p, c_int)
 log_stderr_sink = ctypes.cast(lib.mu_log_stderr_sink, c_void_p)
 
-tracker_opts_init = _fn("mu_tracker_opts_init", None, P(TrackerOpts))
+def _sized_init(name, cls):
+    """mu_X_opts_init(o) is a C macro: call what it expands to, with this
+    binding's size of the struct, so the library fills only that much."""
+    f = _fn(name, None, P(cls), c_size_t)
+    return lambda o: f(ctypes.byref(o), ctypes.sizeof(o))
+
+
+tracker_opts_init = _sized_init("mu_tracker_opts_init_size", TrackerOpts)
 tracker_start = _fn("mu_tracker_start", c_int, P(TrackerOpts), P(c_void_p))
 tracker_port = _fn("mu_tracker_port", c_int, c_void_p)
 tracker_stop_key = _fn("mu_tracker_stop_key", c_char_p, c_void_p)
@@ -127,6 +142,7 @@ tracker_free = _fn("mu_tracker_free", None, c_void_p)
 client_connect = _fn("mu_tracker_client_connect", c_int, c_char_p, c_int, c_int,
                      P(c_void_p))
 client_close = _fn("mu_tracker_client_close", None, c_void_p)
+client_stop = _fn("mu_tracker_client_stop", c_int, c_void_p, c_char_p, c_int)
 client_summary = _fn("mu_tracker_client_summary", c_int, c_void_p, c_int,
                      P(c_void_p))
 summary_text = _fn("mu_tracker_summary_text", c_int, c_char_p, P(c_void_p))
@@ -143,11 +159,11 @@ session_peer = _fn("mu_session_peer", c_char_p, c_void_p)
 session_server_key = _fn("mu_session_server_key", c_char_p, c_void_p)
 session_close = _fn("mu_session_close", None, c_void_p)
 
-store_server_opts_init = _fn("mu_store_server_opts_init", None, P(StoreServerOpts))
+store_server_opts_init = _sized_init("mu_store_server_opts_init_size", StoreServerOpts)
 store_server_start = _fn("mu_store_server_start", c_int, P(StoreServerOpts), P(c_void_p))
 store_server_port = _fn("mu_store_server_port", c_int, c_void_p)
 store_server_free = _fn("mu_store_server_free", None, c_void_p)
-store_client_opts_init = _fn("mu_store_client_opts_init", None, P(StoreClientOpts))
+store_client_opts_init = _sized_init("mu_store_client_opts_init_size", StoreClientOpts)
 store_client_connect = _fn("mu_store_client_connect", c_int, P(StoreClientOpts), P(c_void_p))
 store_client_close = _fn("mu_store_client_close", None, c_void_p)
 store_client_dialect = _fn("mu_store_client_dialect", c_int, c_void_p)
@@ -166,8 +182,8 @@ store_multi_get = _fn("mu_store_multi_get", c_int, c_void_p, _KEYS, c_size_t, P(
 store_multi_set = _fn("mu_store_multi_set", c_int, c_void_p, _KEYS, P(StoreValue), c_size_t)
 
 _U64P = P(ctypes.c_uint64)
-md_opts_init = _fn("mu_md_opts_init", None, P(MdOpts))
-md_agent_new = _fn("mu_md_agent_new", c_int, P(MdOpts), P(c_void_p))
+md_opts_init = _sized_init("mu_md_opts_init_size", MdOpts)
+md_agent_new = _fn("mu_md_agent_new", c_int, P(MdOpts), P(c_void_p), c_char_p, c_size_t)
 md_agent_free = _fn("mu_md_agent_free", None, c_void_p)
 md_listen_port = _fn("mu_md_listen_port", c_int, c_void_p)
 md_backend_name = _fn("mu_md_backend_name", c_char_p, c_void_p)
@@ -192,13 +208,51 @@ md_strv_free = _fn("mu_md_strv_free", None, P(c_char_p))
 md_blob_make = _fn("mu_md_blob_make", c_int, c_char_p, c_char_p, c_size_t, P(c_void_p),
                    P(c_size_t))
 md_blob_name = _fn("mu_md_blob_name", c_int, c_char_p, c_size_t, c_char_p, c_size_t)
-md_blob_payload = _fn("mu_md_blob_payload", c_int, c_char_p, c_size_t, P(c_void_p),
+md_blob_payload = _fn("mu_md_blob_payload", c_int, c_void_p, c_size_t, P(c_void_p),
                       P(c_size_t))
 
-# Codes of include/muster/common.h that callers branch on.
-MU_EBIND = -1008
-MU_EMISMATCH = -1006
+layout_size = _fn("mu_layout_size", c_size_t, c_char_p)
+layout_field = _fn("mu_layout_field", c_int, c_char_p, c_char_p, P(c_size_t), P(c_size_t))
 
+# Every C struct this binding mirrors: (ctypes class, C type, sized). A
+# sized options struct may be shorter here than in the library (fields
+# added since keep their defaults); a plain data struct must match whole.
+MIRRORED = [(Budget, "mu_budget_t", False), (TrackerOpts, "mu_tracker_opts_t", True),
+            (StoreServerOpts, "mu_store_server_opts_t", True),
+            (StoreClientOpts, "mu_store_client_opts_t", True),
+            (StoreValue, "mu_store_value_t", False), (MdOpts, "mu_md_opts_t", True),
+            (MdPeer, "mu_md_peer_t", False), (MdEvent, "mu_md_event_t", False)]
+
+
+def check_layouts(mirrored=None, library=None):
+    """Raise ImportError, naming the struct, the field and both layouts,
+    when a structure mirrored here does not match the library loaded:
+    calls with it would read or write the wrong bytes."""
+    where = f"libmuster {version().decode()} ({library or lib._name})"
+    for cls, cname, sized in MIRRORED if mirrored is None else mirrored:
+        size = layout_size(cname.encode())
+        if size == 0:
+            raise ImportError(f"the muster binding mirrors {cname}, which {where} does not "
+                              "describe: use the binding that came with the library")
+        for field, _ in cls._fields_:
+            off, n = c_size_t(), c_size_t()
+            mine = getattr(cls, field)
+            if layout_field(cname.encode(), field.encode(), ctypes.byref(off),
+                            ctypes.byref(n)) != 0:
+                raise ImportError(f"the muster binding has {cname}.{field}, which {where} "
+                                  "lacks: use the binding that came with the library")
+            if (off.value, n.value) != (mine.offset, mine.size):
+                raise ImportError(
+                    f"{cname}.{field} is at offset {mine.offset} ({mine.size} bytes) in the "
+                    f"muster binding but at {off.value} ({n.value} bytes) in {where}: use "
+                    "the binding that came with the library")
+        if not sized and ctypes.sizeof(cls) != size:
+            raise ImportError(f"{cname} is {ctypes.sizeof(cls)} bytes in the muster binding "
+                              f"but {size} in {where}: use the binding that came with the "
+                              "library")
+
+
+check_layouts()
 
 def take_string(ptr):
     """Copy a char * the library handed over, then free it with mu_free."""
@@ -211,16 +265,97 @@ def take_string(ptr):
 
 
 class MusterError(RuntimeError):
-    """A libmuster call failed; .code is the negative error code, .detail
-    the library's own words on why (or None when it gave none)."""
+    """A libmuster call failed; .code is the negative error code, .errno
+    the errno it carries (None for muster's own codes), .detail the
+    library's own words on why (or None when it gave none).
+
+    Failures Python has a class for are raised as subclasses that are
+    also that class: a timeout is a TimeoutError, a refused or lost
+    connection a ConnectionError (see error())."""
 
     def __init__(self, what, code, detail=None):
         text = strerror(code).decode()
         super().__init__(f"{what}: {detail} ({text})" if detail else f"{what}: {text}")
         self.code = code
         self.detail = detail or None
+        # -errno codes lie above muster's own range (include/muster/common.h)
+        self.errno = -code if MU_ECODE_MAX < code < 0 else None
+
+
+class MusterTimeoutError(MusterError, TimeoutError):
+    """A call ran out of time (-ETIMEDOUT)."""
+
+
+class MusterConnectionError(MusterError, ConnectionError):
+    """The peer is gone: the connection was reset or closed under the call
+    (-ECONNRESET, -EPIPE, -ECONNABORTED, -ENOTCONN, MU_EEOF)."""
+
+
+class MusterConnectionRefusedError(MusterConnectionError, ConnectionRefusedError):
+    """Nothing accepts connections at the address (-ECONNREFUSED)."""
+
+
+# Codes of include/muster/common.h that callers branch on.
+MU_EEOF = -1004
+MU_EFAIL = -1005
+MU_EMISMATCH = -1006
+MU_EBIND = -1008
+MU_ECODE_MIN, MU_ECODE_MAX = -1099, -1000  # muster's own codes
+
+_CLASSES = {-_errno.ETIMEDOUT: MusterTimeoutError,
+            -_errno.ECONNREFUSED: MusterConnectionRefusedError,
+            -_errno.ECONNRESET: MusterConnectionError,
+            -_errno.ECONNABORTED: MusterConnectionError,
+            -_errno.EPIPE: MusterConnectionError,
+            -_errno.ENOTCONN: MusterConnectionError,
+            MU_EEOF: MusterConnectionError}
+
+
+def error(what, code, detail=None):
+    """The exception for a failed call's code: a MusterError, of the
+    subclass that matches the code when there is one."""
+    return _CLASSES.get(code, MusterError)(what, code, detail)
 
 
 def check(what, rc, detail=None):
     if rc != 0:
-        raise MusterError(what, rc, detail)
+        raise error(what, rc, detail)
+
+
+# ---- the library's log lines go to Python's logging ----------------------
+#
+# Once, here at import: the sink is one setting for the whole process
+# (include/muster/common.h), so no object of the binding installs its own.
+# A line of the library's module M goes to the logger "muster.M" (a
+# tracker's to "muster.tracker") at the matching level; lines past INFO
+# are not even formatted unless route_logs(LOG_DEBUG) asks for them.
+# Handlers, levels and format are the application's, as for any library.
+
+LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = 0, 1, 2, 3
+_LEVELS = (logging.ERROR, logging.WARNING, logging.INFO, logging.DEBUG)
+_SINK_T = ctypes.CFUNCTYPE(None, c_int, c_char_p, c_char_p, c_void_p)
+
+
+def _log_to_python(level, module, msg, ud):
+    # called on the library's threads; an exception must not reach C
+    try:
+        logger = logging.getLogger("muster." + module.decode(errors="replace"))
+        lvl = _LEVELS[level] if 0 <= level < len(_LEVELS) else logging.DEBUG
+        if logger.isEnabledFor(lvl):
+            logger.log(lvl, "%s", msg.decode(errors="replace"))
+    except Exception:  # noqa: BLE001 - interpreter shutting down, say
+        pass
+
+
+_sink = _SINK_T(_log_to_python)  # kept alive as long as the module
+
+
+def route_logs(max_level=LOG_INFO):
+    """Send the library's lines up to max_level (LOG_*) to logging."""
+    log_set_sink(ctypes.cast(_sink, c_void_p), None, max_level)
+
+
+route_logs()
+# Threads of the library that outlive the interpreter must not call into
+# it: drop the sink before Python goes away.
+atexit.register(log_set_sink, None, None, LOG_ERROR)

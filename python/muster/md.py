@@ -51,7 +51,7 @@ class Agent:
         listen_budget: a dict with any of conn_bytes, total_bytes, grace
         (mu_budget_t) for the listener; the rest keep their defaults."""
         o = _lib.MdOpts()
-        _lib.md_opts_init(ctypes.byref(o))
+        _lib.md_opts_init(o)
         self._keep = [_enc(name), _enc(listen_host), _enc(etcd_endpoints),
                       _enc(etcd_namespace), _enc(tcpstore_endpoint)]
         (o.name, o.listen_host, o.etcd_endpoints, o.etcd_namespace,
@@ -67,10 +67,8 @@ class Agent:
         for field, value in (listen_budget or {}).items():
             setattr(o.listen_budget, field, value)
         err = ctypes.create_string_buffer(512)
-        o.errbuf = ctypes.cast(err, ctypes.c_void_p)
-        o.errbuf_len = len(err)
         h = ctypes.c_void_p()
-        rc = _lib.md_agent_new(ctypes.byref(o), ctypes.byref(h))
+        rc = _lib.md_agent_new(ctypes.byref(o), ctypes.byref(h), err, len(err))
         # the reason in the library's words (both stores configured, a bad
         # endpoint, a port in use), not only the code's generic text
         check(f"cannot create agent {name}", rc, err.value.decode(errors="replace"))
@@ -133,13 +131,12 @@ class Agent:
         return self._op("invalidate_local", _lib.md_invalidate_local, p[0] if p else None)
 
     def wait(self, op, timeout=None):
-        """The status of op (0 or a negative muster code); TimeoutError."""
+        """The status of op (0 or a negative muster code). Raises
+        MusterTimeoutError (a TimeoutError) when op is not done in time."""
         st = ctypes.c_int()
         rc = _lib.md_wait(self._h, op, -1 if timeout is None else int(timeout * 1000),
                           ctypes.byref(st))
-        if rc == -110:
-            raise TimeoutError(f"operation {op} not finished")
-        check("wait", rc)
+        check(f"wait for operation {op}", rc)
         return st.value
 
     @property
@@ -203,11 +200,13 @@ def blob_name(blob):
 
 
 def blob_payload(blob):
+    # the payload points into the blob: into a ctypes buffer of ours,
+    # alive until it is copied out
     b = bytes(blob)
+    buf = ctypes.create_string_buffer(b, len(b))
     ptr, n = ctypes.c_void_p(), ctypes.c_size_t()
-    check("blob_payload", _lib.md_blob_payload(b, len(b), ctypes.byref(ptr), ctypes.byref(n)))
-    base = ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value
-    return b[ptr.value - base:ptr.value - base + n.value] if n.value else b""
+    check("blob_payload", _lib.md_blob_payload(buf, len(b), ctypes.byref(ptr), ctypes.byref(n)))
+    return ctypes.string_at(ptr.value, n.value) if n.value else b""
 
 
 __all__ = ["Agent", "MusterError", "blob_make", "blob_name", "blob_payload"]

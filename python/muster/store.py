@@ -33,7 +33,7 @@ class StoreClient:
 
     def __init__(self, host, port, dialect="auto", timeout=300.0, raw_keys=False):
         opts = _lib.StoreClientOpts()
-        _lib.store_client_opts_init(ctypes.byref(opts))
+        _lib.store_client_opts_init(opts)
         self._host = host.encode()
         opts.host = self._host
         opts.port = port
@@ -100,10 +100,8 @@ class StoreClient:
     def wait(self, keys, timeout=None):
         arr, n = _keys(keys)
         ms = -1 if timeout is None else int(_seconds(timeout) * 1000)
-        rc = _lib.store_wait(self._h, arr, n, ms)
-        if rc == -110:  # -ETIMEDOUT
-            raise TimeoutError(f"wait timeout for keys {keys}")
-        check("wait", rc)
+        # a timeout raises MusterTimeoutError, a TimeoutError as torch's is
+        check(f"wait for keys {keys}", _lib.store_wait(self._h, arr, n, ms))
 
     def delete_key(self, key):
         deleted = ctypes.c_int()
@@ -142,7 +140,7 @@ class StoreServer:
 
     def __init__(self, host="::", port=29500, max_value_bytes=None, silent=True):
         opts = _lib.StoreServerOpts()
-        _lib.store_server_opts_init(ctypes.byref(opts))
+        _lib.store_server_opts_init(opts)
         self._host = host.encode()
         opts.host = self._host
         opts.port = port

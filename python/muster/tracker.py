@@ -16,13 +16,11 @@ import ctypes
 import json
 import logging
 import socket
-import struct
 
 from . import _lib
 from ._lib import MusterError, check
 
-_TRACKER_MAGIC = 0x2F271
-_STOP = 2
+_STOP_TIMEOUT_MS = 5000
 
 logger = logging.getLogger("muster.tracker")
 
@@ -33,13 +31,14 @@ class Tracker:
     Parameters are TVM's: host, port (first port tried), port_end (the
     search stops before it), silent (warnings only), reuse_addr
     (SO_REUSEADDR), timeout (seconds a peer may take to finish its handshake
-    or a message; None keeps muster's default of 60).
+    or a message; None keeps muster's default of 60). The tracker logs to
+    the "muster.tracker" logger, as TVM's logs to "RPCTracker".
     """
 
     def __init__(self, host="0.0.0.0", port=9190, port_end=9199, silent=False,
                  reuse_addr=True, timeout=None):
         opts = _lib.TrackerOpts()
-        _lib.tracker_opts_init(ctypes.byref(opts))
+        _lib.tracker_opts_init(opts)
         self._host_bytes = host.encode()  # kept alive while C reads it
         opts.host = self._host_bytes
         opts.port = port
@@ -48,8 +47,6 @@ class Tracker:
         opts.reuse_addr = 1 if reuse_addr else 0
         if timeout is not None:
             opts.timeout = float(timeout)
-        if not silent:
-            _lib.log_set_sink(_lib.log_stderr_sink, None, 2)
         handle = ctypes.c_void_p()
         rc = _lib.tracker_start(ctypes.byref(opts), ctypes.byref(handle))
         if rc == _lib.MU_EBIND:
@@ -70,18 +67,19 @@ class Tracker:
         return self.host
 
     def _stop_tracker(self):
-        """STOP with the key over the protocol, as TVM's terminate() does."""
-        with socket.create_connection((self._stop_host(), self.port),
-                                      timeout=5) as sock:
-            sock.sendall(struct.pack("<i", _TRACKER_MAGIC))
-            if _recvall(sock, 4) != struct.pack("<i", _TRACKER_MAGIC):
-                raise RuntimeError("not a tracker")
-            body = json.dumps([_STOP, self.stop_key]).encode()
-            sock.sendall(struct.pack("<i", len(body)) + body)
-            size = struct.unpack("<i", _recvall(sock, 4))[0]
-            reply = json.loads(_recvall(sock, size))
-            if reply != 0:
-                raise RuntimeError(f"the tracker answered STOP with {reply!r}")
+        """STOP with the key over the protocol, as TVM's terminate() does
+        (mu_tracker_client_stop)."""
+        client = ctypes.c_void_p()
+        check(f"cannot reach the tracker on port {self.port}",
+              _lib.client_connect(self._stop_host().encode(), self.port, _STOP_TIMEOUT_MS,
+                                  ctypes.byref(client)))
+        try:
+            rc = _lib.client_stop(client, self.stop_key.encode(), _STOP_TIMEOUT_MS)
+        finally:
+            _lib.client_close(client)
+        if rc == _lib.MU_EFAIL:
+            raise MusterError("the tracker refused STOP (it answered -1: not its key)", rc)
+        check("STOP", rc)
 
     def terminate(self):
         """Stop the tracker; safe to call more than once, never raises.
@@ -97,7 +95,7 @@ class Tracker:
             self._stop_tracker()
         except ConnectionRefusedError:
             pass  # already stopped by a STOP from elsewhere
-        except (OSError, RuntimeError, ValueError) as exc:
+        except MusterError as exc:
             logger.warning("STOP to the tracker on port %d failed (%s); "
                            "stopping it directly", self.port, exc)
         _lib.tracker_free(handle)  # stops it if STOP did not, and joins
@@ -110,16 +108,6 @@ class Tracker:
 
     def __exit__(self, *exc):
         self.terminate()
-
-
-def _recvall(sock, n):
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise OSError("tracker closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def _ms(timeout):
@@ -237,9 +225,10 @@ class TrackerSession:
             self._addr[0].encode(), self._addr[1], key.encode(), float(priority),
             float(session_timeout), max_retry, None,
             -1 if timeout is None else int(timeout * 1000), ctypes.byref(handle))
-        if rc != 0:
-            raise RuntimeError(f"Cannot request {key} after {max_retry} retry, "
-                               f"last_error:{_lib.strerror(rc).decode()}")
+        # TVM's words, in a MusterError (a RuntimeError, as TVM raises),
+        # of the class that says why: TimeoutError when no device came in
+        # time, ConnectionError when the tracker is unreachable
+        check(f"Cannot request {key} after {max_retry} retry", rc)
         return Session(handle)
 
 

@@ -46,6 +46,7 @@ static mu_md_agent_t *bench_agent(const mdb_t *b, const char *name, int listen)
 {
 	mu_md_opts_t o;
 	mu_md_agent_t *a;
+	char why[512] = "";
 	int rc;
 
 	mu_md_opts_init(&o);
@@ -64,9 +65,10 @@ static mu_md_agent_t *bench_agent(const mdb_t *b, const char *name, int listen)
 		o.listen_host = "127.0.0.1";
 		o.listen_port = 0;
 	}
-	rc = mu_md_agent_new(&o, &a);
+	rc = mu_md_agent_new(&o, &a, why, sizeof(why));
 	if (rc != 0) {
-		fprintf(stderr, "bench md: agent %s: %s\n", name, mu_strerror(rc));
+		fprintf(stderr, "muster bench md: cannot create agent %s: %s\n", name,
+		        why[0] != '\0' ? why : mu_strerror(rc));
 		return NULL;
 	}
 	return a;
@@ -123,6 +125,9 @@ static int fetch_mode(mdb_t *b, const char *blob)
 	uint64_t op;
 	int i, rc = pub == NULL || f == NULL || all == NULL ? 1 : 0;
 
+	if (pub != NULL && (f == NULL || all == NULL))
+		fprintf(stderr, "muster bench md: out of memory\n");
+
 	if (rc == 0)
 		rc = publish(b, pub, blob, &op);
 	if (rc == 0 && op != 0)
@@ -164,8 +169,9 @@ static int fetch_mode(mdb_t *b, const char *blob)
 			printf("%s, %d-byte blob, %d fetcher(s): %zu fetches, %.0f/s, p50 %.3f ms, p99 %.3f ms\n",
 			       b->backend, b->bytes, b->fetchers, n, (double)n / secs,
 			       (double)all[n / 2] / 1000.0, (double)all[(size_t)((double)(n - 1) * 0.99)] / 1000.0);
-	} else {
-		fprintf(stderr, "bench md: %s\n", mu_strerror(rc));
+	} else if (rc != 1) { /* 1: bench_agent or the allocation said why */
+		fprintf(stderr, "muster bench md: %s%s%s: %s\n", b->backend,
+		        b->endpoint ? " at " : "", b->endpoint ? b->endpoint : "", mu_strerror(rc));
 	}
 	free(f);
 	free(all);
@@ -179,8 +185,12 @@ static int all_to_all(mdb_t *b, const char *blob)
 	uint64_t *ops = calloc((size_t)n * (size_t)n, sizeof(*ops));
 	int64_t t0, t1, t2;
 
-	if (ag == NULL || ops == NULL)
+	if (ag == NULL || ops == NULL) {
+		fprintf(stderr, "muster bench md: out of memory\n");
+		free(ag);
+		free(ops);
 		return 1;
+	}
 	for (i = 0; rc == 0 && i < n; i++) {
 		char name[32];
 
@@ -214,7 +224,9 @@ static int all_to_all(mdb_t *b, const char *blob)
 	free(ag);
 	free(ops);
 	if (rc != 0) {
-		fprintf(stderr, "bench md: all-to-all: %s\n", mu_strerror(rc));
+		if (rc != 1) /* 1: bench_agent said why */
+			fprintf(stderr, "muster bench md: all-to-all through %s at %s: %s\n",
+			        b->backend, b->endpoint, mu_strerror(rc));
 		return 1;
 	}
 	if (b->json)
@@ -271,8 +283,10 @@ int bench_md(int argc, char **argv)
 		return 2;
 	}
 	blob = malloc((size_t)b.bytes + 1);
-	if (blob == NULL)
+	if (blob == NULL) {
+		fprintf(stderr, "muster bench md: no memory for a %d-byte blob\n", b.bytes);
 		return 1;
+	}
 	memset(blob, 'm', (size_t)b.bytes);
 	rc = b.agents > 0 ? all_to_all(&b, blob) : fetch_mode(&b, blob);
 	free(blob);

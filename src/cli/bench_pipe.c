@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `muster bench pipeline`: three measurements, each against its own
+ * `muster bench pipeline`: four measurements, each against its own
  * yardstick taken in the same run.
  *
  *  frame     a large tensor sent as an rlx frame between two processes over
@@ -10,7 +10,11 @@
  *            against the ideal rate the stages' own compute times allow on
  *            this machine's cores;
  *  executor  a large MLP forward through the executor, against the same
- *            sequence of OpenBLAS calls made directly.
+ *            sequence of OpenBLAS calls made directly;
+ *  resnet18  torchvision's resnet18 (a model directory tools/torchbench.py
+ *            exports) through the executor, against torch's own forward
+ *            of the same model and image on the same thread count (one),
+ *            which tools/torchbench.py times in a child process.
  */
 #include <errno.h>
 #include <poll.h>
@@ -31,6 +35,7 @@
 #include "core/secure_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
+#include "model/fixture_int.h"
 
 static double now_s(void)
 {
@@ -118,12 +123,17 @@ static int bench_frame(int mib, int rounds)
 	char *block;
 
 	mu_tensor_list_init(&l);
-	if (mu_tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0)
+	if (mu__tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
+		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB tensor\n", mib);
 		return 1;
+	}
 	bytes = mu_frame_size(&l);
 	block = calloc(1, bytes);
-	if (block == NULL)
+	if (block == NULL) {
+		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB frame\n", mib);
+		mu_tensor_list_free(&l);
 		return 1;
+	}
 	memcpy(block, t->data, t->numel * 4); /* the same bytes, touched */
 	tr = transfer(1, bytes, rounds, NULL, block, NULL, NULL);
 	tf = transfer(0, bytes, rounds, &l, NULL, NULL, NULL);
@@ -165,7 +175,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 {
 	uint64_t w[257];
 	int layers = nstages * per_stage, rc = 0, ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	char err[1024], addr[16][32];
+	char err[1024] = "", addr[16][32];
 	const char *addrs[16];
 	mu_stage_t *st[16] = {0};
 	mu_stage_server_t *srv[16] = {0};
@@ -179,7 +189,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu_model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
+	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
 	for (int i = 0; rc == 0 && i < nstages; i++) {
 		mu_stage_server_opts_t o;
 
@@ -193,7 +203,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		}
 	}
 	mu_tensor_list_init(&in);
-	if (rc == 0 && (rc = mu_tensor_random("x", 2, xd, 2, &x)) == 0)
+	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 2, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_coord_connect(addrs, nstages, NULL, &c, err, sizeof(err));
@@ -260,7 +270,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 	       "   every core, whichever is slower. A stage's own compute per forward grows\n"
 	       "   when stages share the cores' caches and memory bandwidth.)\n\n");
 	if (rc != 0)
-		fprintf(stderr, "muster bench pipeline: %s\n", err);
+		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	mu_coord_close(c);
 	for (int i = 0; i < nstages; i++) {
 		mu_stage_server_free(srv[i]);
@@ -278,7 +288,7 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 	mu_model_t *m = NULL;
 	mu_tensor_list_t in, weights;
 	mu_tensor_t *x;
-	char err[1024], path[4096];
+	char err[1024] = "", path[4096];
 	double te = 1e30, td = 1e30;
 	float *a, *b;
 	int rc;
@@ -287,20 +297,21 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu_model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
+	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
 	if (rc == 0)
 		rc = mu_model_open(tmp, &m, err, sizeof(err));
 	mu_tensor_list_init(&in);
 	mu_tensor_list_init(&weights);
 	snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-	if (rc == 0 && (rc = mu_tensor_random("x", 2, xd, 4, &x)) == 0)
+	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 4, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_safetensors_read(path, &weights, err, sizeof(err));
 	a = calloc((size_t)batch * (size_t)width, sizeof(float));
 	b = calloc((size_t)batch * (size_t)width, sizeof(float));
 	if (rc != 0 || a == NULL || b == NULL) {
-		fprintf(stderr, "muster bench pipeline: %s\n", rc ? err : "out of memory");
+		fprintf(stderr, "muster bench pipeline: %s\n",
+		        rc == 0 ? "out of memory" : err[0] != '\0' ? err : mu_strerror(rc));
 		mu_model_close(m);
 		return 1;
 	}
@@ -350,7 +361,7 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		printf("  OpenBLAS directly    %8.2f ms\n", td * 1e3);
 		printf("  ratio executor/direct %7.3f\n", te / td);
 	} else {
-		fprintf(stderr, "muster bench pipeline: %s\n", err);
+		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	}
 	free(a);
 	free(b);
@@ -360,14 +371,101 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 	return rc == 0 ? 0 : 1;
 }
 
+/* ---- resnet18: the executor against torch's own forward ---- */
+
+/* Run `python script time dir --threads 1 --forwards n` and read torch's
+ * forwards/s from its output; -1 when it fails. */
+static double torch_rate(const char *python, const char *script, const char *dir, int forwards)
+{
+	char nf[16], line[512];
+	int pfd[2], status;
+	double rate = -1;
+	FILE *f;
+	pid_t pid;
+
+	snprintf(nf, sizeof(nf), "%d", forwards);
+	if (pipe(pfd) != 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		close(pfd[1]);
+		execl(python, python, script, "time", dir, "--threads", "1", "--forwards", nf,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	f = pid > 0 ? fdopen(pfd[0], "r") : NULL;
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+		const char *p = strstr(line, "torch forwards/s ");
+
+		if (p != NULL)
+			rate = strtod(p + strlen("torch forwards/s "), NULL);
+	}
+	if (f != NULL)
+		fclose(f);
+	else
+		close(pfd[0]);
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) != 0)
+		return -1;
+	return rate;
+}
+
+static int bench_resnet(const char *dir, const char *python, const char *script, int forwards)
+{
+	mu_tensor_list_t in;
+	mu_model_t *m = NULL;
+	char err[1024], path[4096];
+	double best = 1e30, rate;
+	int rc;
+
+	mu_tensor_list_init(&in);
+	snprintf(path, sizeof(path), "%s/input.safetensors", dir);
+	rc = mu_model_open(dir, &m, err, sizeof(err));
+	if (rc == 0)
+		rc = mu_safetensors_read(path, &in, err, sizeof(err));
+	for (int r = 0; rc == 0 && r <= forwards; r++) { /* round 0 warms up */
+		mu_tensor_list_t out;
+		double t0 = now_s(), t;
+
+		mu_tensor_list_init(&out);
+		rc = mu_model_run(m, &in, &out, err, sizeof(err)); /* one OpenBLAS thread */
+		t = now_s() - t0;
+		mu_tensor_list_free(&out);
+		if (r > 0 && t < best)
+			best = t;
+	}
+	mu_tensor_list_free(&in);
+	mu_model_close(m);
+	if (rc != 0) {
+		fprintf(stderr, "muster bench pipeline: resnet18 in %s: %s\n", dir, err);
+		return 1;
+	}
+	rate = torch_rate(python, script, dir, forwards);
+	printf("resnet18: %s, one thread, best of %d forwards\n", dir, forwards);
+	printf("  muster executor      %8.2f forwards/s %9.2f ms\n", 1.0 / best, best * 1e3);
+	if (rate <= 0) {
+		fprintf(stderr, "muster bench pipeline: torch's timing (%s %s time %s) failed\n",
+		        python, script, dir);
+		return 1;
+	}
+	printf("  torch, 1 thread      %8.2f forwards/s %9.2f ms\n", rate, 1e3 / rate);
+	printf("  ratio muster/torch    %7.3f\n", 1.0 / best / rate);
+	return 0;
+}
+
 int bench_pipeline(int argc, char **argv)
 {
 	int mib = 64, rounds = 8, stages = 4, width = 1024, per_stage = 4, batch = 16, forwards = 64,
 	    ex_width = 2048, ex_layers = 8, ex_batch = 64, npos, rc;
-	const char *only = NULL;
+	const char *only = NULL, *resnet = NULL, *script = "tools/torchbench.py", *python = "/usr/bin/python3";
+	int rn_forwards = 8;
 	char tmp[] = "/tmp/muster-bench-XXXXXX", cmd[128];
 	cli_opt_t opts[] = {
-		{"only", OPT_STR, &only, "frame|pipeline|executor", "run one part (default: all three)"},
+		{"only", OPT_STR, &only, "frame|pipeline|executor|resnet18",
+		 "run one part (default: all; resnet18 only with --resnet18)"},
 		{"frame-mib", OPT_INT, &mib, "N", "size of the frame's tensor (default 64)"},
 		{"rounds", OPT_INT, &rounds, "N", "frames sent per measurement (default 8)"},
 		{"stages", OPT_INT, &stages, "N", "pipeline: equal stages (default 4)"},
@@ -378,20 +476,36 @@ int bench_pipeline(int argc, char **argv)
 		{"exec-width", OPT_INT, &ex_width, "W", "executor: layer width (default 2048)"},
 		{"exec-layers", OPT_INT, &ex_layers, "L", "executor: layers (default 8)"},
 		{"exec-batch", OPT_INT, &ex_batch, "B", "executor: rows (default 64)"},
+		{"resnet18", OPT_STR, &resnet, "DIR", "resnet18: the model directory `tools/torchbench.py export DIR` made"},
+		{"torch-bench", OPT_STR, &script, "FILE", "resnet18: tools/torchbench.py, which times torch (default: that path)"},
+		{"python", OPT_STR, &python, "FILE", "resnet18: the python with torch (default /usr/bin/python3)"},
+		{"resnet-forwards", OPT_INT, &rn_forwards, "N", "resnet18: forwards timed on each side (default 8)"},
 	};
 	cli_cmd_t cmd_ = {
 		"muster bench pipeline [--only frame|pipeline|executor] [options]",
-		"Measure the pipeline's three costs, each against a yardstick from the same run:\n"
+		"Measure the pipeline's costs, each against a yardstick from the same run:\n"
 		"the tensor wire against raw loopback sockets, pipelined stages against the\n"
-		"ideal their compute allows, the executor against OpenBLAS called directly.",
+		"ideal their compute allows, the executor against OpenBLAS called directly,\n"
+		"and (with --resnet18 DIR) resnet18's forwards/s against torch's own forward\n"
+		"on the same thread count.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&cmd_, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (mib < 1 || rounds < 1 || stages < 1 || stages > 16 || width < 1 || per_stage < 1 ||
-	    batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 || ex_layers > 64 || ex_batch < 1) {
-		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, exec-layers <= 64)\n");
+	    stages * per_stage > 256 || batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 ||
+	    ex_layers > 64 || ex_batch < 1 || rn_forwards < 1 ||
+	    (only != NULL && strcmp(only, "resnet18") == 0 && resnet == NULL)) {
+		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, "
+		        "stages * layers-per-stage <= 256, exec-layers <= 64); "
+		        "--only resnet18 needs --resnet18 DIR\n");
+		return 2;
+	}
+	if (only != NULL && strcmp(only, "frame") != 0 && strcmp(only, "pipeline") != 0 &&
+	    strcmp(only, "executor") != 0 && strcmp(only, "resnet18") != 0) {
+		fprintf(stderr, "muster bench pipeline: --only %s is not frame, pipeline, executor or "
+		        "resnet18\n", only);
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -405,6 +519,8 @@ int bench_pipeline(int argc, char **argv)
 		rc = bench_stages(stages, width, per_stage, batch, forwards, tmp);
 	if (rc == 0 && (only == NULL || strcmp(only, "executor") == 0))
 		rc = bench_executor(ex_width, ex_layers, ex_batch, 5, tmp);
+	if (rc == 0 && resnet != NULL && (only == NULL || strcmp(only, "resnet18") == 0))
+		rc = bench_resnet(resnet, python, script, rn_forwards);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
 	if (system(cmd) != 0)
 		fprintf(stderr, "muster bench pipeline: could not remove %s\n", tmp);

@@ -655,11 +655,17 @@ int bench_store(int argc, char **argv)
 		fprintf(stderr, "muster bench store: need --target HOST:PORT, a mix of set,get,add and positive counts (see --help)\n");
 		return 2;
 	}
+	if (strcmp(dialect, "v1") != 0 && strcmp(dialect, "v2") != 0) {
+		fprintf(stderr, "muster bench store: --dialect %s is not v1 or v2\n", dialect);
+		return 2;
+	}
 	b.d = strcmp(dialect, "v2") == 0 ? MU_STORE_V2 : MU_STORE_V1;
 	b.vbytes = (size_t)vbytes;
 	b.value = malloc(b.vbytes + 1);
-	if (b.value == NULL)
+	if (b.value == NULL) {
+		fprintf(stderr, "muster bench store: no memory for a %d-byte value\n", vbytes);
 		return 1;
+	}
 	memset(b.value, 'v', b.vbytes);
 	b.rdv_n = rdv;
 	mu__raise_nofile_limit();
@@ -668,6 +674,6 @@ int bench_store(int argc, char **argv)
 		free(b.lat[i]);
 	free(b.value);
 	if (rc != 0)
-		fprintf(stderr, "muster bench store: %s\n", mu_strerror(rc));
+		fprintf(stderr, "muster bench store: %s: %s\n", target, mu_strerror(rc));
 	return rc == 0 ? 0 : 1;
 }

@@ -378,6 +378,6 @@ int bench_tracker(int argc, char **argv)
 	}
 	free(b.lat_us);
 	if (rc != 0)
-		fprintf(stderr, "muster bench tracker: %s\n", mu_strerror(rc));
+		fprintf(stderr, "muster bench tracker: %s: %s\n", target, mu_strerror(rc));
 	return rc == 0 ? 0 : 1;
 }

@@ -45,6 +45,12 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
  * the thread of cli_on_signal ever receives them.
  */
 void cli_block_signals(void);
+/*
+ * Call fn(ud) from the signal thread on every SIGHUP (servers reopen their
+ * log file). Only before the first cli_block_signals; without it SIGHUP
+ * keeps its default action.
+ */
+void cli_on_hup(void (*fn)(void *), void *ud);
 /* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
 void cli_on_signal(void (*fn)(void *), void *ud);
 /* The signal that ran the callback (0 before one came), for an exit
@@ -99,6 +105,10 @@ void cli_secure_init(cli_secure_t *cs);
 /* *sec from cs (NULL when nothing is asked for): 0, or 2 after saying why. */
 int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec);
 
+/* Print the report o (cJSON_Print's layout), then free it. */
+struct cJSON;
+void cli_print_json(struct cJSON *o);
+
 /* `muster run`'s table of a cluster run (also the demo's). */
 struct mu_cluster_s;
 void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int forwards,
@@ -106,6 +116,7 @@ void cli_print_cluster(struct mu_cluster_s *c, int json, double wall_ms, int for
 
 int cmd_tracker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_request(int argc, char **argv);

@@ -112,7 +112,7 @@ static void print_json(const gen_run_t *r, out_t *o, const mu__gen_stats_t *st)
 	s = cJSON_PrintUnformatted(j);
 	if (s != NULL)
 		printf("%s\n", s);
-	free(s);
+	cJSON_free(s);
 	cJSON_Delete(j);
 }
 
@@ -146,6 +146,8 @@ static int run(gen_run_t *r, const char *prompt, size_t plen, const char *dump)
 	if (dump != NULL) {
 		if ((o.logits = fopen(dump, "wb")) == NULL) {
 			fprintf(stderr, "muster generate: cannot write %s: %s\n", dump, strerror(errno));
+			cJSON_Delete(o.ids);
+			mu__buf_free(&o.text);
 			return 1;
 		}
 		r->g.on_logits = on_logits;

@@ -47,8 +47,6 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 
 	mu_md_opts_init(&o);
 	o.name = name;
-	o.errbuf = why;
-	o.errbuf_len = sizeof(why);
 	o.etcd_endpoints = a->etcd;
 	o.etcd_namespace = a->ns;
 	o.tcpstore_endpoint = a->tcpstore;
@@ -61,7 +59,7 @@ static mu_md_agent_t *make_agent(md_args_t *a, const char *name)
 		o.listen_port = a->listen_port;
 		o.listen_budget = a->budget;
 	}
-	rc = mu_md_agent_new(&o, &ag);
+	rc = mu_md_agent_new(&o, &ag, why, sizeof(why));
 	if (rc != 0) {
 		if (why[0] != '\0') /* it names the agent and what is wrong */
 			fprintf(stderr, "muster md: cannot create the agent: %s\n", why);
@@ -77,7 +75,8 @@ static int parse_peer(md_args_t *a)
 {
 	if (a->peer == NULL)
 		return 0;
-	if (mu__split_hostport(a->peer, a->peer_ip, sizeof(a->peer_ip), &a->p.port) != 0) {
+	if (mu__split_hostport(a->peer, a->peer_ip, sizeof(a->peer_ip), &a->p.port) != 0 ||
+	    a->p.port == 0) {
 		fprintf(stderr, "muster md: --peer %s is not IP:PORT\n", a->peer);
 		return 2;
 	}
@@ -85,8 +84,23 @@ static int parse_peer(md_args_t *a)
 	return 0;
 }
 
-/* Wait for op; print the failure with its cause. */
-static int finish(mu_md_agent_t *ag, uint64_t op, double timeout, const char *what)
+#define STORE_HELP "--etcd or --tcpstore (or MUSTER_/NIXL_ETCD_ENDPOINTS, " \
+	"MUSTER_/NIXL_TCPSTORE_ENDPOINT)"
+
+/* publish, fetch and invalidate go to one peer or to a store: 0, or 2
+ * after saying that neither was given. */
+static int need_target(const md_args_t *a, mu_md_agent_t *ag, const char *use)
+{
+	if (a->peer != NULL || mu_md_store_endpoint(ag) != NULL)
+		return 0;
+	fprintf(stderr, "muster md %s: needs --peer IP:PORT or a store: " STORE_HELP "\n", use);
+	return 2;
+}
+
+/* Wait for op; print the failure with its cause. who (may be NULL) gets
+ * the remote agent the completion names (a fetch: whose blob was loaded). */
+static int finish(mu_md_agent_t *ag, uint64_t op, double timeout, const char *what,
+                  char *who, size_t wl)
 {
 	mu_md_event_t ev;
 	int st = 0, rc = mu_md_wait(ag, op, (int)(timeout * 1000) + 2000, &st);
@@ -95,11 +109,17 @@ static int finish(mu_md_agent_t *ag, uint64_t op, double timeout, const char *wh
 		fprintf(stderr, "muster md: %s: no result: %s\n", what, mu_strerror(rc));
 		return 1;
 	}
-	while (mu_md_next_event(ag, &ev) == 0)
-		if (ev.op == op && ev.status != 0) {
-			fprintf(stderr, "muster md: %s failed: %s\n", what, ev.detail);
+	while (mu_md_next_event(ag, &ev) == 0) {
+		if (ev.op != op)
+			continue;
+		if (ev.status != 0) {
+			fprintf(stderr, "muster md: %s failed: %s\n", what,
+			        ev.detail[0] != '\0' ? ev.detail : mu_strerror(ev.status));
 			return 1;
 		}
+		if (who != NULL)
+			snprintf(who, wl, "%s", ev.name);
+	}
 	if (st != 0) {
 		fprintf(stderr, "muster md: %s failed: %s\n", what, mu_strerror(st));
 		return 1;
@@ -147,22 +167,26 @@ static int md_publish(md_args_t *a)
 		fprintf(stderr, "muster md publish: needs --name and one of --value or --file\n");
 		return 2;
 	}
+	errno = 0;
 	data = a->file ? read_file(a->file, &n) : strdup(a->value);
 	if (data == NULL) {
-		fprintf(stderr, "muster md publish: cannot read %s\n", a->file ? a->file : "value");
+		fprintf(stderr, "muster md publish: cannot read %s: %s\n",
+		        a->file ? a->file : "the value", strerror(errno != 0 ? errno : ENOMEM));
 		return 1;
 	}
 	if (a->value != NULL)
 		n = strlen(a->value);
 	ag = make_agent(a, a->name);
-	rc = ag == NULL ? 1 : mu_md_set_local(ag, a->label, data, n);
+	rc = ag == NULL ? 1 : need_target(a, ag, "publish");
+	if (rc == 0)
+		rc = mu_md_set_local(ag, a->label, data, n);
 	free(data);
 	if (rc == 0)
 		rc = mu_md_send_local(ag, a->peer ? &a->p : NULL, a->label, &op);
-	if (rc != 0 && ag != NULL)
+	if (rc < 0)
 		fprintf(stderr, "muster md publish: %s\n", mu_strerror(rc));
 	if (rc == 0)
-		rc = finish(ag, op, a->timeout, "publish");
+		rc = finish(ag, op, a->timeout, "publish", NULL, 0);
 	if (rc == 0)
 		fprintf(stderr, "muster md: published %s%s%s through %s\n", a->name,
 		        a->label ? " label " : "", a->label ? a->label : "",
@@ -180,6 +204,11 @@ static int md_publish(md_args_t *a)
 	return rc == 0 ? 0 : rc == 2 ? 2 : 1;
 }
 
+/*
+ * Over P2P whoever listens at the address answers and is loaded, as in
+ * NIXL (its fetch ignores the name). The user asked for `name`, so another
+ * agent's metadata is not printed as name's: the answer is named instead.
+ */
 static int md_fetch(md_args_t *a, const char *name)
 {
 	mu_md_agent_t *ag = make_agent(a, "muster-md-cli");
@@ -187,24 +216,43 @@ static int md_fetch(md_args_t *a, const char *name)
 	const void *p;
 	size_t n, pn;
 	uint64_t op;
+	char who[256] = "";
 	int rc;
 
 	if (ag == NULL)
 		return 1;
+	if ((rc = need_target(a, ag, "fetch")) != 0) {
+		mu_md_agent_free(ag);
+		return rc;
+	}
 	rc = mu_md_fetch_remote(ag, name, a->peer ? &a->p : NULL, a->label, &op);
 	if (rc != 0)
-		fprintf(stderr, "muster md fetch: %s\n", mu_strerror(rc));
+		fprintf(stderr, "muster md fetch: cannot fetch '%s': %s\n", name,
+		        rc == MU_EARG ? "not a name this command can fetch (empty, longer than "
+		                        "255 bytes, or its own: muster-md-cli)" : mu_strerror(rc));
 	else
-		rc = finish(ag, op, a->timeout, "fetch");
-	if (rc == 0)
-		rc = mu_md_get_remote(ag, name, a->label, &blob, &n);
+		rc = finish(ag, op, a->timeout, "fetch", who, sizeof(who));
+	if (rc == 0 && a->peer != NULL && strcmp(who, name) != 0) {
+		fprintf(stderr, "muster md fetch: the agent at %s is '%s', not '%s' (over P2P "
+		        "whoever listens there answers; `muster md fetch '%s' --peer %s` prints "
+		        "its metadata)\n", a->peer, who, name, who, a->peer);
+		rc = 1;
+	}
+	if (rc == 0 && (rc = mu_md_get_remote(ag, name, a->label, &blob, &n)) != 0)
+		fprintf(stderr, "muster md fetch: '%s' sent no metadata under label '%s'%s\n", name,
+		        a->label ? a->label : MU_MD_DEFAULT_LABEL,
+		        a->peer ? " (over P2P a fetch gets the full blob, as NIXL's SEND)" : "");
 	if (rc == 0) {
 		/* a muster blob prints its payload; anything else (NIXL's) raw */
 		if (!a->raw && mu_md_blob_payload(blob, n, &p, &pn) == 0)
 			fwrite(p, 1, pn, stdout);
 		else
 			fwrite(blob, 1, n, stdout);
-		fflush(stdout);
+		if (fflush(stdout) != 0) {
+			fprintf(stderr, "muster md fetch: cannot write the metadata: %s\n",
+			        strerror(errno));
+			rc = 1;
+		}
 	}
 	mu_free(blob);
 	mu_md_agent_free(ag);
@@ -224,21 +272,25 @@ static int md_invalidate(md_args_t *a)
 	ag = make_agent(a, a->name);
 	if (ag == NULL)
 		return 1;
+	if ((rc = need_target(a, ag, "invalidate")) != 0) {
+		mu_md_agent_free(ag);
+		return rc;
+	}
 	/* a store invalidate only deletes what this agent published: publish
 	 * an empty marker first, so a fresh process can withdraw a name; and
 	 * the label's key, which a TCPStore invalidate would otherwise leave
 	 * (etcd's deletes the agent's whole prefix anyway) */
 	if (a->peer == NULL && mu_md_set_local(ag, NULL, "", 0) == 0 &&
 	    mu_md_send_local(ag, NULL, NULL, &op) == 0)
-		finish(ag, op, a->timeout, "announce");
+		finish(ag, op, a->timeout, "announce", NULL, 0);
 	if (a->peer == NULL && a->label != NULL &&
 	    strcmp(mu_md_backend_name(ag), "TCPStore") == 0 &&
 	    mu_md_set_local(ag, a->label, "", 0) == 0 &&
 	    mu_md_send_local(ag, NULL, a->label, &op) == 0)
-		finish(ag, op, a->timeout, "announce");
+		finish(ag, op, a->timeout, "announce", NULL, 0);
 	rc = mu_md_invalidate_local(ag, a->peer ? &a->p : NULL, &op);
 	if (rc == 0)
-		rc = finish(ag, op, a->timeout, "invalidate");
+		rc = finish(ag, op, a->timeout, "invalidate", NULL, 0);
 	else
 		fprintf(stderr, "muster md invalidate: %s\n", mu_strerror(rc));
 	mu_md_agent_free(ag);
@@ -372,8 +424,7 @@ static int md_list(md_args_t *a)
 		rc = 1; /* make_agent has refused already */
 #endif
 	} else {
-		fprintf(stderr, "muster md list: needs a store: --etcd or --tcpstore (or "
-		        "MUSTER_/NIXL_ETCD_ENDPOINTS, MUSTER_/NIXL_TCPSTORE_ENDPOINT)\n");
+		fprintf(stderr, "muster md list: needs a store: " STORE_HELP "\n");
 		rc = 2;
 	}
 	mu_md_agent_free(ag);
@@ -427,16 +478,32 @@ int cmd_md(int argc, char **argv)
 		fprintf(stderr, "muster md: --cache-limit %s is not a size (try 64M)\n", a.cache_limit);
 		return 2;
 	}
-	/* failures reach the user through make_agent() (the agent's errbuf)
+	/* failures reach the user through make_agent() (mu_md_agent_new's err)
 	 * and finish() (the event's detail): the log would repeat them */
-	if (strcmp(argv[0], "publish") == 0 && npos == 1)
+	if (a.label != NULL && strlen(a.label) > 255) {
+		fprintf(stderr, "muster md: --label is longer than 255 bytes\n");
+		return 2;
+	}
+	if (strcmp(argv[0], "fetch") == 0) {
+		if (npos == 2)
+			return md_fetch(&a, argv[1]);
+		fprintf(stderr, "muster md fetch: needs the agent's NAME, and only that "
+		        "(muster md fetch NAME [options])\n");
+		return 2;
+	}
+	if (strcmp(argv[0], "publish") != 0 && strcmp(argv[0], "invalidate") != 0 &&
+	    strcmp(argv[0], "list") != 0) {
+		fprintf(stderr, "muster md: unknown use '%s' (see muster md --help)\n", argv[0]);
+		return 2;
+	}
+	if (npos != 1) {
+		fprintf(stderr, "muster md %s: takes options only, not '%s' (see muster md "
+		        "--help)\n", argv[0], argv[1]);
+		return 2;
+	}
+	if (strcmp(argv[0], "publish") == 0)
 		return md_publish(&a);
-	if (strcmp(argv[0], "fetch") == 0 && npos == 2)
-		return md_fetch(&a, argv[1]);
-	if (strcmp(argv[0], "invalidate") == 0 && npos == 1)
+	if (strcmp(argv[0], "invalidate") == 0)
 		return md_invalidate(&a);
-	if (strcmp(argv[0], "list") == 0 && npos == 1)
-		return md_list(&a);
-	fprintf(stderr, "muster md: unknown use '%s' (see muster md --help)\n", argv[0]);
-	return 2;
+	return md_list(&a);
 }

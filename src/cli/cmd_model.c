@@ -12,8 +12,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "muster/pipeline.h"
+#include "muster/model.h"
 #include "cli/cli_int.h"
+#include "model/fixture_int.h"
 
 static int parse_widths(const char *s, uint64_t *w, int max)
 {
@@ -40,7 +41,7 @@ static int model_gen(int argc, char **argv)
 	const char *out = NULL, *widths = NULL, *size = NULL, *act = "relu";
 	int layers = 8, batch = 1, seed = 1, npos, rc, n;
 	uint64_t w[1025], bytes;
-	char err[512], b[32];
+	char err[512] = "", b[32];
 	cli_opt_t opts[] = {
 		{"out", OPT_STR, &out, "DIR", "where to write model.json and model.safetensors"},
 		{"widths", OPT_STR, &widths, "W0,W1,...", "layer widths from input to output (e.g. 784,512,512,10)"},
@@ -83,10 +84,10 @@ static int model_gen(int argc, char **argv)
 		for (int i = 0; i <= layers; i++)
 			w[i] = side > 0 ? side : 1;
 	}
-	rc = mu_model_generate_mlp(out, w, layers, (uint64_t)batch, act, (uint64_t)seed, err,
+	rc = mu__model_generate_mlp(out, w, layers, (uint64_t)batch, act, (uint64_t)seed, err,
 	                           sizeof(err));
 	if (rc != 0) {
-		fprintf(stderr, "muster model gen: %s\n", err);
+		fprintf(stderr, "muster model gen: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		return 1;
 	}
 	bytes = 0;
@@ -103,7 +104,7 @@ static int model_input(int argc, char **argv)
 {
 	const char *dir = NULL, *out = NULL;
 	int seed = 1, npos, rc;
-	char err[512];
+	char err[512] = "";
 	mu_model_t *m = NULL;
 	mu_tensor_list_t l;
 	cli_opt_t opts[] = {
@@ -114,7 +115,8 @@ static int model_input(int argc, char **argv)
 	cli_cmd_t cmd = {
 		"muster model input --model DIR --out FILE [--seed S]",
 		"Write random values in [-1, 1) for every input the model declares, with its\n"
-		"declared shape: an input file for `muster run --input FILE`.",
+		"declared shape and dtype (integer and BOOL inputs, token ids and masks, are\n"
+		"zeros): an input file for `muster run --input FILE`.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	rc = cli_parse(&cmd, argc, argv, &npos);
@@ -133,7 +135,8 @@ static int model_input(int argc, char **argv)
 		mu_tensor_t *t;
 
 		mu_model_input(m, i, &name, &rank, dims);
-		rc = mu_tensor_random(name, rank, dims, (uint64_t)seed + (uint64_t)i, &t);
+		rc = mu__tensor_random_typed(name, mu_model_input_dtype(m, i), rank, dims,
+		                            (uint64_t)seed + (uint64_t)i, &t);
 		if (rc == 0 && (rc = mu_tensor_list_push(&l, t)) != 0)
 			mu_tensor_free(t);
 		if (rc != 0)
@@ -142,7 +145,7 @@ static int model_input(int argc, char **argv)
 	if (rc == 0 && (rc = mu_safetensors_write(out, &l)) != 0)
 		snprintf(err, sizeof(err), "cannot write %s: %s", out, mu_strerror(rc));
 	if (rc != 0)
-		fprintf(stderr, "muster model input: %s\n", err);
+		fprintf(stderr, "muster model input: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 	else
 		printf("wrote %s: %zu input%s\n", out, l.n, l.n == 1 ? "" : "s");
 	mu_tensor_list_free(&l);

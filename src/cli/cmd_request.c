@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,6 +18,8 @@
 #include "core/net_int.h"
 #include "core/stream_int.h"
 
+/* Copy stdin to the session and the session to stdout; 0 when the device
+ * ends the session, 1 after saying what broke. */
 static int relay(mu_session_t *s)
 {
 	mu_stream_t *st = mu_session_stream(s);
@@ -31,6 +34,7 @@ static int relay(mu_session_t *s)
 		if (poll(pfd, 2, held ? 0 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
+			fprintf(stderr, "muster request: poll: %s\n", strerror(errno));
 			return 1;
 		}
 		if (in_open && pfd[0].revents != 0) {
@@ -40,7 +44,9 @@ static int relay(mu_session_t *s)
 				in_open = 0;
 				pfd[0].fd = -1;
 				mu_session_shutdown(s);
-			} else if (mu_session_send(s, buf, (size_t)r, 30000) != 0) {
+			} else if ((rc = mu_session_send(s, buf, (size_t)r, 30000)) != 0) {
+				fprintf(stderr, "muster request: cannot send to %s: %s\n",
+				        mu_session_peer(s), mu_strerror(rc));
 				return 1;
 			}
 		}
@@ -50,9 +56,11 @@ static int relay(mu_session_t *s)
 				continue; /* TLS records that carried no data */
 			if (rc != 0 || n == 0)
 				return 0;
-			if (fwrite(buf, 1, n, stdout) != n)
+			if (fwrite(buf, 1, n, stdout) != n || fflush(stdout) != 0) {
+				fprintf(stderr, "muster request: cannot write to stdout: %s\n",
+				        strerror(errno));
 				return 1;
-			fflush(stdout);
+			}
 		}
 	}
 }
@@ -86,8 +94,19 @@ int cmd_request(int argc, char **argv)
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	snprintf(host, sizeof(host), "%s", (env = getenv("TVM_TRACKER_HOST")) ? env : "127.0.0.1");
-	port = (env = getenv("TVM_TRACKER_PORT")) ? (int)strtol(env, NULL, 10) : 9190;
+	env = getenv("TVM_TRACKER_HOST");
+	snprintf(host, sizeof(host), "%s", env != NULL && env[0] != '\0' ? env : "127.0.0.1");
+	port = 9190;
+	if (tracker == NULL && (env = getenv("TVM_TRACKER_PORT")) != NULL && env[0] != '\0') {
+		char *end;
+		long p = strtol(env, &end, 10);
+
+		if (*end != '\0' || p <= 0 || p > 65535) {
+			fprintf(stderr, "muster request: TVM_TRACKER_PORT=%s is not a port\n", env);
+			return 2;
+		}
+		port = (int)p;
+	}
 	if (tracker != NULL && mu__split_hostport(tracker, host, sizeof(host), &port) != 0) {
 		fprintf(stderr, "muster request: --tracker %s is not HOST:PORT\n", tracker);
 		return 2;

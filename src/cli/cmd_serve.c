@@ -13,11 +13,12 @@
 #include "muster/common.h"
 #include "cli/cli_int.h"
 #include "cli/gen_int.h"
+#include "cli/svc_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
 #include "serve/api_int.h"
 
-#define SERVE_OPTS 5
+#define SERVE_OPTS (5 + CLI_SVC_NOPTS)
 
 typedef struct {
 	const char *listen, *name, *max_body, *chat_template;
@@ -69,7 +70,7 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 	return k;
 }
 
-static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
+static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_svc_t *sv)
 {
 	mu__srv_opts_t o = {0};
 	mu__chat_tmpl_t probe;
@@ -99,6 +100,7 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
 	o.ignore_eos = a->ignore_eos;
 	o.chat_template = sa->chat_template;
 	o.where = r->where;
+	o.metrics = sv->reg;
 	if (sa->chat_template != NULL && mu__chat_by_name(sa->chat_template, "", "", &probe) != 0) {
 		fprintf(stderr, "muster serve: --chat-template is one of chatml, qwen3, llama3, "
 		        "llama3.1, llama2, mistral\n");
@@ -115,12 +117,19 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa)
 		mu__eng_free(e);
 		return 1;
 	}
+	if ((rc = cli_svc_listen(sv, "muster serve", mu__srv_loop(srv))) != 0) {
+		mu__srv_free(srv);
+		mu__eng_free(e);
+		return rc;
+	}
 	printf("muster serve: listening on http://%s:%d (model %s, %d in flight, context %d, %s)\n",
 	       host, mu__srv_port(srv), o.model_name, a->parallel, o.ctx, r->where);
 	fflush(stdout);
 	cli_on_signal(stop_server, srv);
+	cli_svc_ready(sv, "serving HTTP");
 	mu__srv_run(srv);
 	cli_signal_disarm();
+	cli_svc_stop(sv); /* its endpoint is on srv's loop */
 	mu__srv_free(srv);
 	mu__eng_free(e);
 	return 0;
@@ -132,6 +141,7 @@ int cmd_serve(int argc, char **argv)
 	gen_args_t a;
 	gen_run_t r;
 	int npos, rc;
+	cli_svc_t sv;
 	cli_opt_t opts[SERVE_OPTS + GEN_MAX_OPTS] = {
 		{"listen", OPT_STR, &sa.listen, "HOST:PORT", "where to take HTTP requests (default "
 		 "127.0.0.1:8080; port 0 picks a free one, printed)"},
@@ -143,6 +153,7 @@ int cmd_serve(int argc, char **argv)
 		 "gets 413)"},
 		{"chat-template", OPT_STR, &sa.chat_template, "NAME", "render chats as chatml, qwen3, "
 		 "llama3, llama3.1, llama2 or mistral, whatever the model's template is"},
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster serve --model DIR|FILE.gguf|FILE.bin [--stages H:P,...] [--listen HOST:PORT] "
@@ -155,13 +166,14 @@ int cmd_serve(int argc, char **argv)
 		"the model's chat template (ChatML/Qwen, Llama 3 and 3.1+, Llama 2, Mistral [INST]).\n"
 		"Sampling options are the defaults of requests that do not set them. One line per\n"
 		"request goes to stderr; SIGINT or SIGTERM stops it after cancelling what runs.",
-		opts, 5, 0, 0};
+		opts, SERVE_OPTS, 0, 0};
 
 	gen_args_default(&a);
 	a.prog = "muster serve";
 	a.max_tokens = 0;
 	a.parallel = 4;
-	cmd.nopts += gen_opts(&a, opts + 5);
+	cli_svc_init(&sv);
+	cmd.nopts += gen_opts(&a, opts + SERVE_OPTS);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -169,12 +181,16 @@ int cmd_serve(int argc, char **argv)
 		fprintf(stderr, "muster serve: --parallel must be 1 or more\n");
 		return 2;
 	}
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster serve", MU_LOG_INFO)) != 0)
+		return rc;
 	/* Before any thread starts, so only cli_on_signal's thread sees them. */
 	cli_block_signals();
-	if ((rc = gen_run_open(&a, &r)) != 0)
+	if ((rc = gen_run_open(&a, &r)) != 0) {
+		cli_svc_stop(&sv);
 		return rc;
-	rc = serve(&r, &a, &sa);
+	}
+	rc = serve(&r, &a, &sa, &sv);
 	gen_run_close(&r);
+	cli_svc_stop(&sv);
 	return rc;
 }

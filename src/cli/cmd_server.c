@@ -14,8 +14,14 @@
 #include "muster/pipeline.h"
 #include "muster/server.h"
 #include "cli/cli_int.h"
+#include "cli/svc_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+
+static void wait_server(void *ud)
+{
+	mu_server_wait(ud);
+}
 
 static void stop_server(void *ud)
 {
@@ -27,7 +33,7 @@ int cmd_server(int argc, char **argv)
 	mu_server_opts_t o;
 	mu_server_t *s;
 	const char *tracker = NULL, *mem = NULL, *models = NULL, *cache_dir = NULL;
-	char thost[256], err[1024], addr[300];
+	char thost[256], err[1024] = "";
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
 	mu_device_t *dev = NULL;
@@ -36,6 +42,7 @@ int cmd_server(int argc, char **argv)
 	mu_secure_t *sec = NULL;
 	const char *dirs[64];
 	char *list = NULL;
+	cli_svc_t sv;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to listen on (default 0.0.0.0)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9090; 0 = any)"},
@@ -53,6 +60,7 @@ int cmd_server(int argc, char **argv)
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
 		CLI_BUDGET_OPTS(cb),
 		CLI_SECURE_OPTS(cs),
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster server [--tracker HOST:PORT --key KEY] [--host H] [--port P] [--port-end E]",
@@ -73,6 +81,7 @@ int cmd_server(int argc, char **argv)
 	mu_server_opts_init(&o);
 	cli_budget_init(&cb);
 	cli_secure_init(&cs);
+	cli_svc_init(&sv);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -120,52 +129,47 @@ int cmd_server(int argc, char **argv)
 			dirs[dopt.nmodels++] = t;
 		dopt.models = dirs;
 	}
-	mu_log_set_sink(mu_log_stderr_sink, NULL, o.silent ? MU_LOG_WARN : MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster server", o.silent ? MU_LOG_WARN : MU_LOG_INFO)) != 0) {
+		free(list);
+		return rc;
+	}
+	dopt.metrics = sv.reg;
+	o.metrics = sv.reg;
 	rc = mu_device_new(&dopt, &dev, err, sizeof(err));
 	free(list);
 	if (rc != 0) {
-		fprintf(stderr, "muster server: %s\n", err);
+		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
+		cli_svc_stop(&sv);
 		return 1;
 	}
-	o.on_session = mu_device_session;
-	o.ud = dev;
-	/* bind, publish, then register: a coordinator the tracker grants this
-	 * device to finds its metadata already there */
-	o.defer_register = 1;
 	if ((rc = cli_secure_apply("muster server", &cs, &sec)) != 0) {
 		mu_device_free(dev);
+		cli_svc_stop(&sv);
 		return rc;
 	}
 	o.sec = sec;
 	cli_block_signals();
-	rc = mu_server_start(&o, &s);
-	if (rc != 0) {
-		if (rc == MU_EBIND)
-			fprintf(stderr, "muster server: cannot bind to any port in [%d, %d)\n",
-			        o.port, o.port_end);
-		else
-			fprintf(stderr, "muster server: cannot start: %s\n", mu_strerror(rc));
+	if ((rc = cli_svc_listen(&sv, "muster server", NULL)) != 0) {
 		mu_device_free(dev);
 		mu_secure_free(sec);
-		return 1;
+		cli_svc_stop(&sv);
+		return rc;
 	}
-	/* an address others can dial, never the wildcard bound to */
-	mu__hostport_text(mu_server_host(s), mu_server_port(s), addr, sizeof(addr));
-	rc = mu_device_publish(dev, addr, err, sizeof(err));
-	if (rc == 0 && (rc = mu_server_register(s)) != 0)
-		snprintf(err, sizeof(err), "cannot register: %s", mu_strerror(rc));
+	rc = mu_device_start(dev, &o, &s, err, sizeof(err));
 	if (rc != 0) {
-		fprintf(stderr, "muster server: %s\n", err);
-		mu_server_free(s);
+		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		mu_device_free(dev);
 		mu_secure_free(sec);
+		cli_svc_stop(&sv);
 		return 1;
 	}
 	cli_on_signal(stop_server, s);
-	mu_server_wait(s); /* returns once a signal has stopped it */
+	cli_svc_ready(&sv, "registered, serving sessions");
+	cli_svc_wait(&sv, wait_server, s); /* returns once a signal has stopped it */
 	cli_signal_disarm();
 	mu_server_free(s);
 	mu_device_free(dev);
 	mu_secure_free(sec);
+	cli_svc_stop(&sv);
 	return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "core/log_int.h"
 #include "cli/stage_serve_int.h"
 #include "pipeline/llm_cluster_int.h"
 #include "pipeline/pipeline_int.h"
@@ -50,8 +51,8 @@ static void announce(mu_stage_t *s, int index, int of)
 	          sizeof(rb));
 	cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "rss_bytes")), rss,
 	          sizeof(rss));
-	fprintf(stderr, "muster stage %d/%d: layers %d..%d of %d%s%s, %s of weights, RSS %s, "
-	        "loaded in %.0f ms\n", index, of,
+	mu__log(MU_LOG_INFO, "stage", "muster stage %d/%d: layers %d..%d of %d%s%s, %s of weights, RSS %s, "
+	        "loaded in %.0f ms", index, of,
 	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "first")),
 	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "last")) - 1,
 	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "layers")),
@@ -115,7 +116,6 @@ int cmd_stage_llm(int argc, char **argv)
 		index = 0;
 	if (of < 1)
 		of = 1;
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
 	cli_block_signals();
 	rc = mu__stage_open_llm(path, tok, index, of, first, last, &lo, &s, err, sizeof(err));
 	if (rc != 0) {

@@ -11,11 +11,18 @@
 
 #include "muster/store.h"
 #include "cli/cli_int.h"
+#include "cli/svc_int.h"
 #include "core/net_int.h"
 
 static void stop_store(void *ud)
 {
+	cli_svc_stopping();
 	mu_store_server_stop(ud);
+}
+
+static void wait_store(void *ud)
+{
+	mu_store_server_wait(ud);
 }
 
 int cmd_store(int argc, char **argv)
@@ -24,6 +31,7 @@ int cmd_store(int argc, char **argv)
 	mu_store_server_t *s;
 	int npos, rc, max_key, max_value, max_keys, max_watches, max_watches_total;
 	cli_budget_t cb;
+	cli_svc_t sv;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default ::, which takes IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "port (default 29500, torch's; 0 = any)"},
@@ -35,6 +43,7 @@ int cmd_store(int argc, char **argv)
 		{"max-watches-total", OPT_INT, &max_watches_total, "N", "... all connections together (default 65536)"},
 		CLI_BUDGET_OPTS(cb),
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster store [--host H] [--port P] [--max-value-bytes N] [--max-key-bytes N]",
@@ -57,6 +66,7 @@ int cmd_store(int argc, char **argv)
 	max_watches = (int)o.max_watches;
 	max_watches_total = (int)o.max_watches_total;
 	cli_budget_init(&cb);
+	cli_svc_init(&sv);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -74,19 +84,29 @@ int cmd_store(int argc, char **argv)
 	o.max_key_bytes = (size_t)max_key;
 	o.max_value_bytes = (size_t)max_value;
 	o.max_keys = (size_t)max_keys;
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster store", MU_LOG_INFO)) != 0)
+		return rc;
 	mu__raise_nofile_limit();
 	cli_block_signals();
+	o.metrics = sv.reg;
+	if ((rc = cli_svc_listen(&sv, "muster store", NULL)) != 0) {
+		cli_svc_stop(&sv);
+		return rc;
+	}
 	rc = mu_store_server_start(&o, &s);
+	if (rc != 0)
+		cli_svc_stop(&sv);
 	if (rc != 0) {
 		fprintf(stderr, "muster store: cannot listen on %s port %d: %s\n", o.host,
 		        o.port, rc == MU_EBIND ? "address in use" : mu_strerror(rc));
 		return 1;
 	}
 	cli_on_signal(stop_store, s);
-	mu_store_server_wait(s);
+	cli_svc_ready(&sv, "serving keys");
+	cli_svc_wait(&sv, wait_store, s);
 	cli_signal_disarm();
 	mu_store_server_free(s);
+	cli_svc_stop(&sv);
 	return 0;
 }
 
@@ -122,8 +142,18 @@ static int run_op(mu_store_client_t *c, int n, char **a)
 		rc = mu_store_get(c, a[1], &v);
 		return rc != 0 ? rc : print_value(&v);
 	} else if (strcmp(op, "add") == 0) {
+		char *end;
+		long long by;
+
 		NEED(2);
-		rc = mu_store_add(c, a[1], strtoll(a[2], NULL, 10), &r);
+		errno = 0;
+		by = strtoll(a[2], &end, 10);
+		if (errno != 0 || end == a[2] || *end != '\0') {
+			fprintf(stderr, "muster store-cli: add %s %s: %s is not an integer\n", a[1],
+			        a[2], a[2]);
+			return 2;
+		}
+		rc = mu_store_add(c, a[1], (int64_t)by, &r);
 		if (rc == 0)
 			printf("%" PRId64 "\n", r);
 		return rc;
@@ -131,9 +161,12 @@ static int run_op(mu_store_client_t *c, int n, char **a)
 		NEED(3);
 		rc = mu_store_compare_set(c, a[1], a[2], strlen(a[2]), a[3], strlen(a[3]), &v);
 		return rc != 0 ? rc : print_value(&v);
-	} else if (strcmp(op, "wait") == 0 && n >= 2) {
+	} else if ((strcmp(op, "wait") == 0 || strcmp(op, "check") == 0) && n < 2) {
+		fprintf(stderr, "muster store-cli: %s takes at least 1 key\n", op);
+		return 2;
+	} else if (strcmp(op, "wait") == 0) {
 		return mu_store_wait(c, (const char *const *)a + 1, (size_t)n - 1, -1);
-	} else if (strcmp(op, "check") == 0 && n >= 2) {
+	} else if (strcmp(op, "check") == 0) {
 		rc = mu_store_check(c, (const char *const *)a + 1, (size_t)n - 1, &flag);
 		if (rc == 0)
 			printf("%s\n", flag ? "ready" : "not ready");
@@ -193,6 +226,11 @@ int cmd_store_cli(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	if (mu__split_hostport(argv[0], host, sizeof(host), &o.port) != 0) {
 		fprintf(stderr, "muster store-cli: %s is not HOST:PORT\n", argv[0]);
+		return 2;
+	}
+	if (strcmp(dialect, "auto") != 0 && strcmp(dialect, "v1") != 0 &&
+	    strcmp(dialect, "v2") != 0) {
+		fprintf(stderr, "muster store-cli: --dialect %s is not auto, v1 or v2\n", dialect);
 		return 2;
 	}
 	o.host = host;

@@ -7,10 +7,17 @@
 
 #include "muster/tracker.h"
 #include "cli/cli_int.h"
+#include "cli/svc_int.h"
 #include "core/net_int.h"
+
+static void wait_tracker(void *ud)
+{
+	mu_tracker_wait(ud);
+}
 
 static void stop_tracker(void *ud)
 {
+	cli_svc_stopping();
 	mu_tracker_stop(ud);
 }
 
@@ -20,6 +27,7 @@ int cmd_tracker(int argc, char **argv)
 	mu_tracker_t *t;
 	int no_reuse = 0, npos, rc, max_frame, max_keys, max_per_conn, max_keys_per_conn;
 	cli_budget_t cb;
+	cli_svc_t sv;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &o.host, "HOST", "address to bind (default 0.0.0.0; :: for IPv4 and IPv6)"},
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9190; 0 = any free port)"},
@@ -32,6 +40,7 @@ int cmd_tracker(int argc, char **argv)
 		{"max-per-conn", OPT_INT, &max_per_conn, "N", "free devices one connection may offer, and requests it may have waiting (default 1024 each)"},
 		{"max-keys-per-conn", OPT_INT, &max_keys_per_conn, "N", "device keys one connection may offer or request at once (default 64)"},
 		CLI_BUDGET_OPTS(cb),
+		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
 		"muster tracker [--host H] [--port P] [--port-end E] [--silent] [--no-reuse-addr] [--timeout S]",
@@ -48,6 +57,7 @@ int cmd_tracker(int argc, char **argv)
 	mu_tracker_opts_init(&o);
 	max_frame = (int)o.max_frame;
 	cli_budget_init(&cb);
+	cli_svc_init(&sv);
 	max_keys = (int)o.max_keys;
 	max_per_conn = (int)o.max_per_conn;
 	max_keys_per_conn = (int)o.max_keys_per_conn;
@@ -68,12 +78,20 @@ int cmd_tracker(int argc, char **argv)
 	o.max_per_conn = (unsigned)max_per_conn;
 	o.max_keys_per_conn = (unsigned)max_keys_per_conn;
 	o.reuse_addr = !no_reuse;
-	mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_INFO);
+	if ((rc = cli_svc_start(&sv, "muster tracker", MU_LOG_INFO)) != 0)
+		return rc;
 	mu__raise_nofile_limit();
 	/* Signals are blocked from here on, so the tracker thread inherits
 	 * that and only the signal thread sees SIGINT/SIGTERM. */
 	cli_block_signals();
+	o.metrics = sv.reg;
+	if ((rc = cli_svc_listen(&sv, "muster tracker", NULL)) != 0) {
+		cli_svc_stop(&sv);
+		return rc;
+	}
 	rc = mu_tracker_start(&o, &t);
+	if (rc != 0)
+		cli_svc_stop(&sv);
 	if (rc == MU_EBIND) {
 		fprintf(stderr, "muster tracker: cannot bind to any port in [%d, %d): all in use\n",
 		        o.port, o.port_end);
@@ -85,8 +103,11 @@ int cmd_tracker(int argc, char **argv)
 		return 1;
 	}
 	cli_on_signal(stop_tracker, t);
-	mu_tracker_wait(t); /* until a signal, or a STOP with the key */
+	cli_svc_ready(&sv, "tracking devices");
+	/* until a signal, or a STOP with the key */
+	cli_svc_wait(&sv, wait_tracker, t);
 	cli_signal_disarm();
 	mu_tracker_free(t);
+	cli_svc_stop(&sv);
 	return 0;
 }

@@ -110,7 +110,7 @@ static void report(gen_run_t *r, par_seq_t *p, int n, double wall_ms, mu__eng_t 
 		char *s = cJSON_PrintUnformatted(j);
 
 		printf("%s\n", s != NULL ? s : "[]");
-		free(s);
+		cJSON_free(s);
 		cJSON_Delete(j);
 	}
 	fprintf(stderr, "%d sequences (%d in flight), %d new tokens in %.1f ms: %.2f tok/s in all "
@@ -219,7 +219,7 @@ static void report_one(gen_run_t *r, par_seq_t *p, mu__eng_t *e)
 		gen_run_json(r, j);
 		s = cJSON_PrintUnformatted(j);
 		printf("%s\n", s != NULL ? s : "{}");
-		free(s);
+		cJSON_free(s);
 		cJSON_Delete(j);
 		return;
 	}

@@ -99,6 +99,7 @@ static int fail(const gen_args_t *a, const char *what, const char *why)
 static int check_args(const gen_args_t *a)
 {
 	const char *bad = NULL;
+	uint64_t size;
 
 	if (a->model == NULL)
 		bad = "--model PATH is required (see --help)";
@@ -131,6 +132,8 @@ static int check_args(const gen_args_t *a)
 		bad = "--io-timeout must be 1 to 86400 seconds";
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
 		bad = "--seed must be a non-negative integer";
+	else if (a->replay_mem != NULL && cli_parse_size(a->replay_mem, &size) != 0)
+		bad = "--replay-mem is not a size (try 256M)"; /* even unused: never ignored */
 	if (bad != NULL)
 		fprintf(stderr, "%s: %s\n", a->prog, bad);
 	return bad != NULL ? 2 : 0;

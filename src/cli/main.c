@@ -15,6 +15,7 @@ static const struct {
 } commands[] = {
 	{"tracker", cmd_tracker, "run a TVM-compatible RPC tracker (device pool)"},
 	{"query", cmd_query, "show a tracker's servers and queues"},
+	{"top", cmd_top, "a live table: devices, keys, queues, per-stage load"},
 	{"server", cmd_server, "run on a device: register with a tracker, serve sessions"},
 	{"request", cmd_request, "get a device from a tracker and open a session on it"},
 	{"store", cmd_store, "run a TCPStore-compatible rendezvous store (torch 1.13 and 2.x)"},

@@ -141,6 +141,8 @@ static sigset_t sig_set;
 static pthread_t sig_tid;
 static volatile sig_atomic_t sig_armed;
 static volatile sig_atomic_t sig_caught;
+static void (*hup_fn)(void *);
+static void *hup_ud;
 
 /*
  * Threads that libraries start before main (OpenBLAS starts its pool from
@@ -164,8 +166,14 @@ static void *sig_thread(void *arg)
 	int sig;
 
 	(void)arg;
-	if (sigwait(&sig_set, &sig) != 0)
-		return NULL;
+	for (;;) {
+		if (sigwait(&sig_set, &sig) != 0)
+			return NULL;
+		if (sig != SIGHUP)
+			break;
+		/* hup_fn is set before the thread starts and never changes. */
+		hup_fn(hup_ud);
+	}
 	pthread_mutex_lock(&sig_lock);
 	sig_caught = sig;
 	if (sig_fn != NULL)
@@ -189,18 +197,30 @@ void cli_block_signals(void)
 	sigemptyset(&sig_set);
 	sigaddset(&sig_set, SIGINT);
 	sigaddset(&sig_set, SIGTERM);
+	if (hup_fn != NULL)
+		sigaddset(&sig_set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = forward_signal;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	if (hup_fn != NULL)
+		sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	if (!sig_armed && pthread_create(&th, NULL, sig_thread, NULL) == 0) {
 		sig_tid = th;
 		sig_armed = 1;
 		pthread_detach(th);
 	}
+}
+
+void cli_on_hup(void (*fn)(void *), void *ud)
+{
+	if (sig_armed)
+		return; /* too late: the signal thread waits without SIGHUP */
+	hup_fn = fn;
+	hup_ud = ud;
 }
 
 void cli_on_signal(void (*fn)(void *), void *ud)

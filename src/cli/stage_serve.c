@@ -10,6 +10,7 @@
 
 #include "cli/cli_int.h"
 #include "cli/stage_serve_int.h"
+#include "core/log_int.h"
 
 void cli_stage_args_init(cli_stage_args_t *a, int io_timeout)
 {
@@ -17,6 +18,7 @@ void cli_stage_args_init(cli_stage_args_t *a, int io_timeout)
 	mu_stage_server_opts_init(&a->o);
 	cli_budget_init(&a->cb);
 	cli_secure_init(&a->cs);
+	cli_svc_init(&a->sv);
 	a->io_timeout = io_timeout;
 	a->silent_timeout = 30;
 	a->max_conns = 64;
@@ -36,6 +38,7 @@ int cli_stage_args_opts(cli_stage_args_t *a, cli_opt_t *out)
 		{"max-frame-bytes", OPT_STR, &a->max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 		CLI_BUDGET_OPTS(a->cb),
 		CLI_SECURE_OPTS(a->cs),
+		CLI_SVC_OPTS(a->sv),
 	};
 
 	snprintf(a->io_help, sizeof(a->io_help), "close a peer that stalls mid-message this long "
@@ -64,11 +67,17 @@ int cli_stage_args_apply(cli_stage_args_t *a, const char *cmd)
 	a->o.silent_timeout_ms = a->silent_timeout * 1000;
 	a->o.max_conns = a->max_conns;
 	a->o.max_frame_bytes = mf;
-	return 0;
+	return cli_svc_start(&a->sv, cmd, MU_LOG_INFO);
+}
+
+static void wait_stage(void *srv)
+{
+	mu_stage_server_wait(srv);
 }
 
 static void stop_stage(void *srv)
 {
+	cli_svc_stopping();
 	mu_stage_server_stop(srv);
 }
 
@@ -80,8 +89,17 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 
 	snprintf(a->name, sizeof(a->name), "stage %d/%d", index, of);
 	a->o.name = a->name;
+	a->o.metrics = a->sv.reg;
+	rc = cli_svc_listen(&a->sv, "muster stage", NULL);
+	if (rc != 0) {
+		cli_svc_stop(&a->sv);
+		mu_stage_free(s);
+		mu_secure_free(a->sec);
+		return rc;
+	}
 	rc = mu_stage_server_start(s, &a->o, &srv);
 	if (rc != 0) {
+		cli_svc_stop(&a->sv);
 		fprintf(stderr, "muster stage: cannot listen on %s port %d: %s\n", a->o.host, a->o.port,
 		        rc == MU_EBIND ? "address in use" : mu_strerror(rc));
 		mu_stage_free(s);
@@ -93,12 +111,14 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 	       mu_stage_server_port(srv));
 	fflush(stdout);
 	cli_on_signal(stop_stage, srv);
-	mu_stage_server_wait(srv);
+	cli_svc_ready(&a->sv, "serving the stage");
+	cli_svc_wait(&a->sv, wait_stage, srv);
 	cli_signal_disarm();
-	fprintf(stderr, "muster stage %d/%d: served %lu forwards\n", index, of,
+	mu__log(MU_LOG_INFO, "stage", "muster stage %d/%d: served %lu forwards", index, of,
 	        mu_stage_server_forwards(srv));
 	mu_stage_server_free(srv);
 	mu_stage_free(s);
 	mu_secure_free(a->sec);
+	cli_svc_stop(&a->sv);
 	return 0;
 }

@@ -8,14 +8,16 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "cli/svc_int.h"
 
-#define CLI_STAGE_NOPTS 14
+#define CLI_STAGE_NOPTS (14 + CLI_SVC_NOPTS)
 
 typedef struct {
 	mu_stage_server_opts_t o;
 	cli_budget_t cb;
 	cli_secure_t cs;
 	mu_secure_t *sec;        /* from cs; freed by cli_stage_serve */
+	cli_svc_t sv;
 	int io_timeout, silent_timeout, max_conns, requests;
 	const char *max_frame;
 	char name[64];
@@ -26,7 +28,8 @@ typedef struct {
 void cli_stage_args_init(cli_stage_args_t *a, int io_timeout);
 /* The CLI_STAGE_NOPTS server options into out; returns how many. */
 int cli_stage_args_opts(cli_stage_args_t *a, cli_opt_t *out);
-/* Check and apply them after cli_parse: 0, or the exit status after
+/* Check and apply them after cli_parse, and start the service side (the
+ * log sink: call before cli_block_signals): 0, or the exit status after
  * printing why. */
 int cli_stage_args_apply(cli_stage_args_t *a, const char *cmd);
 /*

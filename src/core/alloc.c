@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
 #ifdef MU_HAVE_MALLOC_TRIM
 #include <malloc.h>
 #endif
@@ -25,11 +24,21 @@ static void *(*malloc_fn)(size_t) = malloc;
 static void *(*realloc_fn)(void *, size_t) = realloc;
 static void (*free_fn)(void *) = free;
 
+/*
+ * cJSON's hooks are not set here. libmuster links the system's shared
+ * libcjson, whose hooks (cJSON_InitHooks) are one setting for the whole
+ * process: a host program that uses cJSON itself, with hooks of its own or
+ * none, would have them replaced behind its back, and its cJSON memory
+ * freed with our allocator's free. cJSON has no per-call allocator, so
+ * its memory stays cJSON's: the library frees it with cJSON_Delete and
+ * cJSON_free, and copies into mu__ memory what it hands on. The cost is
+ * that fault injection through mu_set_allocator does not reach inside
+ * cJSON; the unit tests, being the host program, set cJSON's hooks
+ * themselves (tests/unit/mu_test.h).
+ */
 void mu_set_allocator(void *(*m)(size_t), void *(*r)(void *, size_t),
                       void (*f)(void *))
 {
-	cJSON_Hooks hooks;
-
 	if (m == NULL || r == NULL || f == NULL) {
 		m = malloc;
 		r = realloc;
@@ -38,9 +47,6 @@ void mu_set_allocator(void *(*m)(size_t), void *(*r)(void *, size_t),
 	malloc_fn = m;
 	realloc_fn = r;
 	free_fn = f;
-	hooks.malloc_fn = m;
-	hooks.free_fn = f;
-	cJSON_InitHooks(&hooks);
 }
 
 void mu__mem_trim(void)

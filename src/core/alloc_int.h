@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The allocator every file of libmuster goes through, so that
- * mu_set_allocator() reaches all of it (cJSON included) and tests can fail the
- * Nth allocation. Nothing here ever aborts: callers check for NULL.
+ * mu_set_allocator() reaches all of it and tests can fail the Nth
+ * allocation. Nothing here ever aborts: callers check for NULL. What cJSON
+ * allocates is cJSON's (see alloc.c): freed with cJSON_Delete/cJSON_free,
+ * and copied into memory of ours before it is handed on.
  */
 #ifndef MU_CORE_ALLOC_INT_H
 #define MU_CORE_ALLOC_INT_H

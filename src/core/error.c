@@ -62,7 +62,12 @@ const char *mu_strerror(int err)
 
 const char *mu_version(void)
 {
-	return MU_VERSION;
+	return MU_VERSION_STRING;
+}
+
+int mu_version_num(void)
+{
+	return MU_VERSION_NUM;
 }
 
 int mu__why(char *why, size_t wl, int rc, const char *fmt, ...)

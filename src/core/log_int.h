@@ -13,4 +13,19 @@ int mu__log_enabled(mu_log_level_t level);
 void mu__log(mu_log_level_t level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Room for any line mu__log_format makes of one mu__log message. */
+#define MU_LOG_LINE_MAX 4096
+
+/*
+ * One log line into buf[0..n), newline and NUL included, its length
+ * returned (0 when n is too small to hold a line). Text:
+ * "YYYY-mm-dd HH:MM:SS.mmm LEVEL component: message" in local time (the
+ * stamp and level TVM's Python tools print). JSON (json != 0), one object
+ * per line: {"time": RFC 3339 UTC with milliseconds, "level": "error" |
+ * "warning" | "info" | "debug", "component", "msg"}. A message too long for
+ * buf is cut, never the line's end.
+ */
+size_t mu__log_format(char *buf, size_t n, int json, mu_log_level_t level,
+                      const char *module, const char *msg);
+
 #endif

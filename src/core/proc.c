@@ -39,3 +39,17 @@ void mu__pages_release(const void *p, uint64_t n)
 	if (e > b)
 		madvise((void *)b, e - b, MADV_DONTNEED);
 }
+
+uint64_t mu__self_rss(void)
+{
+	long kib = mu__proc_status_kib(0, "VmRSS");
+
+	return kib > 0 ? (uint64_t)kib * 1024 : 0;
+}
+
+uint64_t mu__self_peak_rss(void)
+{
+	long kib = mu__proc_status_kib(0, "VmHWM");
+
+	return kib > 0 ? (uint64_t)kib * 1024 : 0;
+}

@@ -14,6 +14,13 @@ long mu__proc_status_kib(int pid, const char *field);
 
 #include <stdint.h>
 
+/* VmRSS of this process in bytes (0 when unknown). */
+uint64_t mu__self_rss(void);
+/* This process's peak resident set since it started (VmHWM; unlike
+ * getrusage's ru_maxrss it does not carry over the high-water mark of the
+ * process that forked it). */
+uint64_t mu__self_peak_rss(void);
+
 /*
  * The whole pages inside [p, p + n) of a private file mapping leave this
  * process's resident set (MADV_DONTNEED); the file stays in the page

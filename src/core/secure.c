@@ -21,6 +21,7 @@
 #include "core/alloc_int.h"
 #include "core/auth_int.h"
 #include "core/log_int.h"
+#include "core/opts_int.h"
 #include "core/secure_int.h"
 #include "core/tls_int.h"
 
@@ -34,9 +35,13 @@ struct mu_secure_s {
 	SSL_CTX *client;     /* NULL: connections made in the clear */
 };
 
-void mu_secure_opts_init(mu_secure_opts_t *o)
+void mu_secure_opts_init_size(mu_secure_opts_t *o, size_t size)
 {
-	memset(o, 0, sizeof(*o));
+	mu_secure_opts_t d;
+
+	memset(&d, 0, sizeof(d));
+	d.struct_size = sizeof(d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int say(char *err, size_t len, int rc, const char *fmt, ...)
@@ -156,15 +161,19 @@ static int make_tls(mu_secure_t *sec, const mu_secure_opts_t *o, char *err, size
 	return rc;
 }
 
-int mu_secure_new(const mu_secure_opts_t *o, mu_secure_t **out, char *err,
+int mu_secure_new(const mu_secure_opts_t *uo, mu_secure_t **out, char *err,
                   size_t errlen)
 {
+	mu_secure_opts_t oo, *o = &oo;
 	mu_secure_t *sec;
 	int rc = 0;
 
 	*out = NULL;
-	if (o == NULL)
-		return MU_EARG;
+	memset(o, 0, sizeof(*o));
+	if (mu__opts_read(o, sizeof(*o), uo) != 0)
+		return say(err, errlen, MU_EARG, "security options not made by "
+		           "mu_secure_opts_init, or asking for what this library (%s) lacks",
+		           mu_version());
 	if (o->secret_file == NULL && o->tls_cert == NULL && o->tls_key == NULL &&
 	    o->tls_ca == NULL)
 		return 0; /* plain TCP: NULL says so */

@@ -9,11 +9,13 @@
 #include <string.h>
 
 #include <curl/curl.h>
+#include <uv.h>
 
 #include "muster/etcd.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/list_int.h"
+#include "core/opts_int.h"
 #include "core/time_int.h"
 #include "etcd/proto_int.h"
 
@@ -55,21 +57,39 @@ struct mu_etcd_watch_s {
 	void *ud;
 };
 
-static int curl_ready;
+/*
+ * libcurl's global init is not thread-safe (before 7.84) and must run
+ * once: uv_once runs it on the first mu_etcd_new of any thread, and the
+ * others wait for it. Its result is kept for every later call.
+ */
+static uv_once_t curl_once = UV_ONCE_INIT;
+static CURLcode curl_init_rc;
 
-/* libcurl's global init is not thread-safe; do it once, before threads. */
-static int global_init(void)
+static void curl_init_once(void)
 {
-	if (!curl_ready && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		return MU_ENOMEM;
-	curl_ready = 1;
-	return 0;
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-void mu_etcd_opts_init(mu_etcd_opts_t *o)
+static int global_init(void)
 {
+	uv_once(&curl_once, curl_init_once);
+	return curl_init_rc == CURLE_OK ? 0 : MU_ENOMEM;
+}
+
+static void etcd_defaults(mu_etcd_opts_t *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->endpoints = NULL;
 	o->timeout_ms = 5000;
+}
+
+void mu_etcd_opts_init_size(mu_etcd_opts_t *o, size_t size)
+{
+	mu_etcd_opts_t d;
+
+	etcd_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 const char *mu_etcd_last_error(const mu_etcd_t *e)
@@ -101,14 +121,16 @@ static int add_endpoint(mu_etcd_t *e, const char *p, size_t n)
 	return 0;
 }
 
-int mu_etcd_new(const mu_etcd_opts_t *o, mu_etcd_t **out)
+int mu_etcd_new(const mu_etcd_opts_t *uo, mu_etcd_t **out)
 {
+	mu_etcd_opts_t oo, *o = &oo;
 	mu_etcd_t *e;
 	const char *p, *q;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->endpoints == NULL || o->timeout_ms <= 0)
+	etcd_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 || o->endpoints == NULL || o->timeout_ms <= 0)
 		return MU_EARG;
 	rc = global_init();
 	if (rc != 0)

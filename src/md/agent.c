@@ -17,22 +17,24 @@
 #include "muster/md.h"
 #include "core/alloc_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
+#include "core/opts_int.h"
 #include "md/md_int.h"
 
 #define EVENTS_MAX 4096
 
 /* Log why creation failed and, unless said already, tell the caller. */
-static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
+static void say(char *err, size_t el, int *said, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
 
-static void say(const mu_md_opts_t *o, int *said, const char *fmt, va_list ap)
+static void say(char *err, size_t el, int *said, const char *fmt, va_list ap)
 {
 	char text[512];
 
 	vsnprintf(text, sizeof(text), fmt, ap);
 	mu__log(MU_LOG_ERROR, "md", "%s", text);
-	if (!*said && o->errbuf != NULL && o->errbuf_len > 0)
-		snprintf(o->errbuf, o->errbuf_len, "%s", text);
+	if (!*said && err != NULL && el > 0)
+		snprintf(err, el, "%s", text);
 	*said = 1;
 }
 
@@ -41,21 +43,21 @@ void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	say(&a->o, &a->setup_said, fmt, ap);
+	say(a->setup_err, a->setup_errlen, &a->setup_said, fmt, ap);
 	va_end(ap);
 }
 
 /* The same, before there is an agent; returns rc. */
-static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+static int early_error(char *err, size_t el, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
-static int early_error(const mu_md_opts_t *o, int rc, const char *fmt, ...)
+static int early_error(char *err, size_t el, int rc, const char *fmt, ...)
 {
 	va_list ap;
 	int said = 0;
 
 	va_start(ap, fmt);
-	say(o, &said, fmt, ap);
+	say(err, el, &said, fmt, ap);
 	va_end(ap);
 	return rc;
 }
@@ -74,25 +76,48 @@ static void agent_destroy(mu_md_agent_t *a)
 	mu__free(a);
 }
 
-int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
+static void metrics_init(mu_md_agent_t *a, mu_metrics_t *m)
 {
+	a->m_sent = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_publishes_total",
+	                              "Metadata published (sent), by backend.", "backend", NULL, 0);
+	a->m_fetched = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_fetches_total",
+	                                 "Remote metadata fetched, by backend.", "backend", NULL, 0);
+	a->m_invalidated = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_invalidations_total",
+	                                     "Metadata invalidated, by backend.", "backend", NULL,
+	                                     0);
+	a->m_failed = mu__metric_family(m, MU_METRIC_COUNTER, "muster_md_failures_total",
+	                                "Publishes, fetches and invalidations that failed, by "
+	                                "backend.", "backend", NULL, 0);
+}
+
+int mu_md_agent_new(const mu_md_opts_t *uo, mu_md_agent_t **out, char *err, size_t el)
+{
+	mu_md_opts_t oo, *o = &oo;
 	mu_md_agent_t *a;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL)
-		return MU_EARG;
-	if (o->errbuf != NULL && o->errbuf_len > 0)
-		o->errbuf[0] = '\0';
+	if (err == NULL)
+		el = 0;
+	if (el > 0)
+		err[0] = '\0';
+	mu__md_opts_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0)
+		return early_error(err, el, MU_EARG, "agent options not made by mu_md_opts_init, or "
+		                   "asking for what this library (%s) does not have", mu_version());
 	if (o->name == NULL || o->name[0] == '\0' || strlen(o->name) > MU_MD_NAME_MAX)
-		return early_error(o, MU_EARG, "an agent needs a name of 1 to %d bytes",
+		return early_error(err, el, MU_EARG, "an agent needs a name of 1 to %d bytes",
 		                   MU_MD_NAME_MAX);
 	a = mu__calloc(1, sizeof(*a));
 	if (a == NULL)
-		return early_error(o, MU_ENOMEM, "agent %.64s: %s", o->name, mu_strerror(MU_ENOMEM));
+		return early_error(err, el, MU_ENOMEM, "agent %.64s: %s", o->name,
+		                   mu_strerror(MU_ENOMEM));
 	memcpy(a->name, o->name, strlen(o->name) + 1);
+	a->setup_err = err;
+	a->setup_errlen = el;
 	a->o = *o;
 	a->o.name = a->name;
+	metrics_init(a, o->metrics);
 	a->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	uv_mutex_init(&a->lock);
 	uv_cond_init(&a->work_cond);
@@ -124,8 +149,8 @@ int mu_md_agent_new(const mu_md_opts_t *o, mu_md_agent_t **out)
 		agent_destroy(a);
 		return rc;
 	}
-	a->o.errbuf = NULL; /* the caller's, for this call only */
-	a->o.errbuf_len = 0;
+	a->setup_err = NULL; /* the caller's, for this call only */
+	a->setup_errlen = 0;
 	*out = a;
 	return 0;
 }
@@ -202,6 +227,10 @@ int mu_md_set_local_blob(mu_md_agent_t *a, const char *label, const void *blob,
 	rc = mu__strmap_put(&a->local, label, strlen(label), b, &old);
 	uv_mutex_unlock(&a->lock);
 	mu__free(rc == 0 ? old : b);
+	/* Over P2P, setting it is publishing it (peers fetch from our
+	 * listener); a store backend publishes when its send completes. */
+	if (rc == 0 && a->store == NULL)
+		mu__metric_add(a->m_sent, mu_md_backend_name(a), 1);
 	return rc;
 }
 
@@ -352,6 +381,9 @@ void mu__md_complete(mu_md_agent_t *a, mu__md_op_t *op, int status,
 	mu_md_event_t ev;
 	done_t *d = mu__malloc(sizeof(*d));
 
+	mu__metric_add(status != 0 ? a->m_failed : op->kind == MU_MD_SENT ? a->m_sent
+	               : op->kind == MU_MD_FETCHED ? a->m_fetched : a->m_invalidated,
+	               mu_md_backend_name(a), 1);
 	if (status != 0)
 		mu__log(MU_LOG_WARN, "md", "agent %s: %s failed: %s", a->name,
 		        op->kind == MU_MD_SENT ? "send" : op->kind == MU_MD_FETCHED ? "fetch" : "invalidate",

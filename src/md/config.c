@@ -13,12 +13,14 @@
 #include <string.h>
 
 #include "core/alloc_int.h"
+#include "core/opts_int.h"
 #include "muster/md.h"
 #include "md/md_int.h"
 
-void mu_md_opts_init(mu_md_opts_t *o)
+void mu__md_opts_defaults(mu_md_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->listen_host = "0.0.0.0";
 	o->listen_port = 8888;
 	o->etcd_watch_timeout = 5;
@@ -26,6 +28,14 @@ void mu_md_opts_init(mu_md_opts_t *o)
 	o->store_timeout = 0; /* resolved by timeout_of */
 	o->op_timeout = 0;
 	mu_budget_init(&o->listen_budget);
+}
+
+void mu_md_opts_init_size(mu_md_opts_t *o, size_t size)
+{
+	mu_md_opts_t d;
+
+	mu__md_opts_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 /*

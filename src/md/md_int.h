@@ -95,13 +95,17 @@ typedef struct {
 
 struct mu_md_agent_s {
 	char name[MU_MD_NAME_MAX + 1];
-	mu_md_opts_t o;                 /* strings point at the copies below;
-	                                 * errbuf only while being created */
+	mu_md_opts_t o;                 /* strings point at the copies below */
+	char *setup_err;                /* the caller's err, while being created */
+	size_t setup_errlen;
 	int setup_said;                 /* creation failed and said why */
 	char listen_host[64];
 	char etcd_endpoints[1024];
 	char etcd_namespace[256];
 	char tcpstore_endpoint[256];
+
+	/* docs/metrics.md, by backend; NULL without a registry */
+	struct mu__metric_s *m_sent, *m_fetched, *m_invalidated, *m_failed;
 
 	uv_mutex_t lock;
 	mu__strmap_t local;             /* label -> mu__md_blob_t */
@@ -133,7 +137,7 @@ struct mu_md_agent_s {
 
 /*
  * Creation failed (from mu_md_agent_new and the backends' open): log why
- * and copy it to the caller's o.errbuf. Keeps the first reason given.
+ * and copy it to the caller's err. Keeps the first reason given.
  */
 void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -142,6 +146,8 @@ void mu__md_setup_error(mu_md_agent_t *a, const char *fmt, ...)
  * endpoint copies, a->store), checking each backend's table; says why on
  * failure (mu__md_setup_error). */
 int mu__md_configure(mu_md_agent_t *a, const mu_md_opts_t *o);
+/* Fill o with this build's defaults (mu_md_opts_init's, at full size). */
+void mu__md_opts_defaults(mu_md_opts_t *o);
 /* 0, or -ENOTSUP (said why) for a table of another version or one that
  * lacks a required method. */
 int mu__md_backend_check(mu_md_agent_t *a, const mu__md_backend_t *b);

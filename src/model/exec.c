@@ -78,9 +78,9 @@ static int run_node(const mu__node_t *n, mu__strmap_t *env, const mu__strmap_t *
 		}
 		mu__shape_of(in[j], &si[j]);
 	}
-	rc = n->op->shape(n, si, so, why, wl);
+	rc = mu__op_shape(n, si, so, why, wl);
 	for (j = 0; rc == 0 && j < n->nout; j++)
-		rc = mu_tensor_new(n->out[j], so[j].rank, so[j].dims, &out[j]);
+		rc = mu_tensor_new_typed(n->out[j], so[j].dtype, so[j].rank, so[j].dims, &out[j]);
 	if (rc == 0) {
 		rc = n->op->run(n, in, out);
 		if (rc != 0)
@@ -146,8 +146,9 @@ int mu__exec_run(const mu__graph_t *g, int first, int last,
 		if (v->owned) {
 			t = v->t;
 			v->owned = 0;
-		} else if ((rc = mu_tensor_new(v->t->name, v->t->rank, v->t->dims, &t)) == 0) {
-			memcpy(t->data, v->t->data, t->numel * 4); /* an input passed through */
+		} else if ((rc = mu_tensor_new_typed(v->t->name, v->t->dtype, v->t->rank, v->t->dims,
+		                                     &t)) == 0 && t->numel > 0) {
+			memcpy(t->raw, v->t->raw, mu_tensor_nbytes(t)); /* an input passed through */
 		}
 		val_free(v);
 		if (rc == 0 && (rc = mu_tensor_list_push(out, t)) != 0)
@@ -171,6 +172,7 @@ int mu__graph_shapes(const mu__graph_t *g, const mu__strmap_t *param_shapes,
 		if (s == NULL)
 			return MU_ENOMEM;
 		s->rank = g->inputs[i].rank;
+		s->dtype = g->inputs[i].dtype;
 		memcpy(s->dims, g->inputs[i].dims, sizeof(s->dims));
 		rc = mu__strmap_put(shapes, g->inputs[i].name, strlen(g->inputs[i].name), s, NULL);
 		if (rc != 0)
@@ -192,7 +194,7 @@ int mu__graph_shapes(const mu__graph_t *g, const mu__strmap_t *param_shapes,
 			}
 			si[j] = *s;
 		}
-		rc = n->op->shape(n, si, so, why, wl);
+		rc = mu__op_shape(n, si, so, why, wl);
 		if (node_flops != NULL && rc == 0)
 			node_flops[i] = n->op->flops(n, si, so);
 		for (j = 0; rc == 0 && j < n->nout; j++) {

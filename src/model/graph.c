@@ -58,11 +58,15 @@ static void free_names(char **v, int n)
 static int parse_input(const cJSON *o, mu__io_t *io)
 {
 	const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape"), *d;
+	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
 
 	io->name = name_of(cJSON_GetObjectItemCaseSensitive(o, "name"));
 	if (io->name == NULL || !cJSON_IsArray(shape) ||
 	    cJSON_GetArraySize(shape) > MU_TENSOR_MAX_RANK)
 		return MU_EPROTO;
+	if (dt != NULL && (!cJSON_IsString(dt) || mu_dtype_from_name(dt->valuestring) < 0))
+		return MU_EPROTO;
+	io->dtype = dt != NULL ? (mu_dtype_t)mu_dtype_from_name(dt->valuestring) : MU_DTYPE_F32;
 	cJSON_ArrayForEach(d, shape) {
 		if (!mu__json_is_int(d, 0, 1e15))
 			return MU_EPROTO;
@@ -92,7 +96,8 @@ static int parse_node(const cJSON *o, int idx, mu__node_t *n, char *why, size_t 
 		rc = name_list(cJSON_GetObjectItemCaseSensitive(o, "outputs"), &n->out, &n->nout, MU_NODE_MAX_IO);
 	if (rc != 0)
 		return mu__why(why, wl, rc, "node %.100s: inputs and outputs must be lists of names%.0s", n->name, "");
-	if (n->nin < n->op->min_in || n->nin > n->op->max_in || n->nout != n->op->nout)
+	if (n->nin < n->op->min_in || n->nin > n->op->max_in || n->nout > n->op->nout ||
+	    n->nout < (n->op->min_out ? n->op->min_out : n->op->nout))
 		return mu__why(why, wl, MU_EPROTO, "node %.100s: wrong number of inputs or outputs for %.100s",
 		            n->name, n->op->name);
 	if (attrs != NULL && !cJSON_IsObject(attrs))
@@ -200,7 +205,7 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 		rc = parse_input(it, &g->inputs[g->ninputs]);
 		g->ninputs++;
 		if (rc != 0)
-			mu__why(why, wl, rc, "each graph input needs a name and a shape%.0s%.0s", "", "");
+			mu__why(why, wl, rc, "each graph input needs a name and a shape (and a known dtype)%.0s%.0s", "", "");
 	}
 	cJSON_ArrayForEach(it, nodes) {
 		if (rc != 0)
@@ -216,30 +221,6 @@ int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why, siz
 		rc = resolve(g, why, wl);
 	if (rc != 0)
 		mu__graph_free(g);
-	return rc;
-}
-
-int mu__graph_load(const char *path, mu__graph_t *g, char *why, size_t wl)
-{
-	mu__buf_t b;
-	char tmp[65536];
-	size_t n;
-	FILE *f = fopen(path, "rb");
-	int rc = 0;
-
-	memset(g, 0, sizeof(*g));
-	if (f == NULL)
-		return mu__why(why, wl, -errno, "cannot open %.200s%.0s", path, "");
-	mu__buf_init(&b, MU_GRAPH_MAX_BYTES);
-	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-		rc = mu__buf_append(&b, tmp, n);
-	fclose(f);
-	if (rc != 0) {
-		mu__buf_free(&b);
-		return mu__why(why, wl, rc, "%.200s is over %.100s", path, "64 MiB");
-	}
-	rc = mu__graph_parse(b.data ? b.data : "", b.len, g, why, wl);
-	mu__buf_free(&b);
 	return rc;
 }
 

@@ -14,8 +14,10 @@
  *
  * Nodes are in topological order (checked). A node input is a graph
  * input, an earlier node's output, or else a weight ("param"), looked up
- * by name in the safetensors file. All tensors are f32; integer-valued
- * inputs (token ids) are carried as f32.
+ * by name in the safetensors file. Every value has a dtype (mu_dtype_t):
+ * a graph input's is declared ("dtype", F32 when absent), a weight's is
+ * the file's (F16 and BF16 load as F32), a node output's is its op's.
+ * Most ops compute in F32 only; the typed ones say which dtypes they take.
  */
 #ifndef MU_MODEL_INT_H
 #define MU_MODEL_INT_H
@@ -48,6 +50,7 @@ typedef struct {
 	char *name;
 	uint32_t rank;
 	uint64_t dims[MU_TENSOR_MAX_RANK];
+	mu_dtype_t dtype;
 } mu__io_t;
 
 typedef struct {
@@ -61,24 +64,34 @@ typedef struct {
 	int nparams;
 } mu__graph_t;
 
-/* Parse and validate a graph. why names the node and the rule. */
+/* Parse and validate a graph (model.json's text, which pipeline/model.c
+ * reads once per model). why names the node and the rule. */
 int mu__graph_parse(const char *json, size_t len, mu__graph_t *g, char *why,
                     size_t wl);
-int mu__graph_load(const char *path, mu__graph_t *g, char *why, size_t wl);
 void mu__graph_free(mu__graph_t *g);
 int mu__graph_is_param(const mu__graph_t *g, const char *name);
 
 /* ---- ops ---- */
 
+/* A value's shape and dtype ({0} is a rank-0 F32). */
 typedef struct {
 	uint32_t rank;
 	uint64_t dims[MU_TENSOR_MAX_RANK];
+	mu_dtype_t dtype;
 } mu__shape_t;
 
 /*
  * One operation. check validates attrs and arity at load; shape computes
  * output shapes from input shapes (the executor allocates from it, the
  * planner estimates from it); run computes; flops estimates work.
+ *
+ * typed: 0 for an op that computes in F32 only: every input must be F32
+ * and its outputs are (mu__op_shape checks and sets that, so its shape
+ * function need not). 1: the shape function checks the inputs' dtypes and
+ * sets every output's.
+ *
+ * A node has from min_out (0: nout) to nout outputs; shape and run fill
+ * the node's n->nout of them.
  */
 struct mu__op_s {
 	const char *name;
@@ -88,9 +101,16 @@ struct mu__op_s {
 	             char *why, size_t wl);
 	int (*run)(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out);
 	double (*flops)(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out);
+	int typed;
+	int min_out;
 };
 
 const mu__op_t *mu__op_find(const char *name);
+
+/* n's output shapes and dtypes from its inputs', dtypes checked: what the
+ * executor and the planner call (never op->shape directly). */
+int mu__op_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                 char *why, size_t wl);
 
 /* attribute helpers (defaults when absent; check() validates types) */
 int64_t mu__attr_int(const mu__node_t *n, const char *k, int64_t dflt);

@@ -2,14 +2,15 @@
 /*
  * Linear algebra and normalization: matmul (numpy semantics, batch dims
  * broadcast) and gemm (ONNX: alpha * A' * B' + beta * C) through OpenBLAS;
- * layernorm, rmsnorm, softmax and the last-axis or any-axis reductions,
- * accumulated in index order.
+ * layernorm, rmsnorm, batchnorm, instance_norm and lrn, accumulated in
+ * index order; det (LU in double). All F32.
  */
 #include <math.h>
 #include <string.h>
 
 #include <cblas.h>
 
+#include "core/alloc_int.h"
 #include "model/ops_int.h"
 
 /* ---- attribute checks (at load: a wrong type is an error, never a
@@ -126,7 +127,7 @@ static double matmul_flops(const mu__node_t *n, const mu__shape_t *in, const mu_
 	return 2.0 * (double)k * (double)mu__shape_numel(&out[0]);
 }
 
-const mu__op_t mu__op_matmul = {"matmul", 2, 2, 1, NULL, matmul_shape, matmul_run, matmul_flops};
+const mu__op_t mu__op_matmul = {"matmul", 2, 2, 1, NULL, matmul_shape, matmul_run, matmul_flops, 0, 0};
 
 /* ---- gemm ---- */
 
@@ -204,19 +205,9 @@ static double gemm_flops(const mu__node_t *n, const mu__shape_t *in, const mu__s
 	return 2.0 * (double)in[0].dims[ta ? 0 : 1] * (double)mu__shape_numel(&out[0]);
 }
 
-const mu__op_t mu__op_gemm = {"gemm", 2, 3, 1, gemm_check, gemm_shape, gemm_run, gemm_flops};
+const mu__op_t mu__op_gemm = {"gemm", 2, 3, 1, gemm_check, gemm_shape, gemm_run, gemm_flops, 0, 0};
 
 /* ---- normalization ---- */
-
-static int same_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
-                      char *why, size_t wl)
-{
-	(void)n;
-	(void)why;
-	(void)wl;
-	out[0] = in[0];
-	return 0;
-}
 
 /* The split of x into [outer, inner] at axis (inner = dims from axis on). */
 static int split(const mu__node_t *n, const mu_tensor_t *x, int64_t dflt,
@@ -314,149 +305,197 @@ static int norm_check(const mu__node_t *n, char *why, size_t wl)
 	return rc == 0 ? want_num(n, "epsilon", why, wl) : rc;
 }
 
-const mu__op_t mu__op_layernorm = {"layernorm", 2, 3, 1, norm_check, norm_shape, layernorm_run, norm_flops};
-const mu__op_t mu__op_rmsnorm = {"rmsnorm", 2, 2, 1, norm_check, norm_shape, rmsnorm_run, norm_flops};
+const mu__op_t mu__op_layernorm = {"layernorm", 2, 3, 1, norm_check, norm_shape, layernorm_run, norm_flops,
+                                   0, 0};
+const mu__op_t mu__op_rmsnorm = {"rmsnorm", 2, 2, 1, norm_check, norm_shape, rmsnorm_run, norm_flops, 0, 0};
 
-/* ---- softmax over one axis ---- */
+/* ---- batchnorm (inference): (x - mean) / sqrt(var + eps) * scale + b per
+ * channel (dim 1); instance_norm: the same with each (n, c)'s own mean and
+ * biased variance over the spatial dims ---- */
 
-static int softmax_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
-                         char *why, size_t wl)
+static int bn_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
+                    size_t wl)
 {
-	if (mu__axis(mu__attr_int(n, "axis", -1), in[0].rank) < 0)
-		return mu__fail(why, wl, "node %.100s: axis out of range for %.100s", n->name, n->in[0]);
-	return same_shape(n, in, out, why, wl);
+	uint64_t c = in[0].rank >= 2 ? in[0].dims[1] : 0;
+
+	if (in[0].rank < 2)
+		return mu__fail(why, wl, "node %.100s: %.100s needs a channel dim", n->name, n->in[0]);
+	for (int j = 1; j < n->nin; j++)
+		if (mu__shape_numel(&in[j]) != c)
+			return mu__fail(why, wl, "node %.100s: %.100s must have one value per channel", n->name,
+			                n->in[j]);
+	out[0] = in[0];
+	return 0;
 }
 
-static int softmax_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+static int batchnorm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	float eps = (float)mu__attr_num(n, "epsilon", 1e-5);
+	const mu_tensor_t *x = in[0];
+	uint64_t c = x->dims[1], inner = c ? x->numel / x->dims[0] / c : 0;
+
+	for (uint64_t i = 0; i < x->dims[0]; i++)
+		for (uint64_t k = 0; k < c; k++) {
+			const float *p = x->data + (i * c + k) * inner;
+			float *q = out[0]->data + (i * c + k) * inner;
+			float a = in[1]->data[k] / sqrtf(in[4]->data[k] + eps);
+			float mean = in[3]->data[k], b = in[2]->data[k];
+
+			for (uint64_t j = 0; j < inner; j++)
+				q[j] = (p[j] - mean) * a + b;
+		}
+	return 0;
+}
+
+static int instnorm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	float eps = (float)mu__attr_num(n, "epsilon", 1e-5);
+	const mu_tensor_t *x = in[0];
+	uint64_t c = x->dims[1], inner = c ? x->numel / x->dims[0] / c : 0;
+
+	for (uint64_t i = 0; i < x->dims[0]; i++)
+		for (uint64_t k = 0; k < c; k++) {
+			const float *p = x->data + (i * c + k) * inner;
+			float *q = out[0]->data + (i * c + k) * inner, mean = 0, var = 0;
+
+			for (uint64_t j = 0; j < inner; j++)
+				mean += p[j];
+			mean /= (float)inner;
+			for (uint64_t j = 0; j < inner; j++)
+				var += (p[j] - mean) * (p[j] - mean);
+			var /= (float)inner;
+			for (uint64_t j = 0; j < inner; j++)
+				q[j] = (p[j] - mean) / sqrtf(var + eps) * in[1]->data[k] + in[2]->data[k];
+		}
+	return 0;
+}
+
+static int eps_check(const mu__node_t *n, char *why, size_t wl)
+{
+	return want_num(n, "epsilon", why, wl);
+}
+
+const mu__op_t mu__op_batchnorm = {"batchnorm", 5, 5, 1, eps_check, bn_shape, batchnorm_run, norm_flops, 0, 0};
+const mu__op_t mu__op_instance_norm = {"instance_norm", 3, 3, 1, eps_check, bn_shape, instnorm_run,
+                                       norm_flops, 0, 0};
+
+
+
+/* ---- lrn: x / (bias + alpha / size * sum of squares over the channels
+ * around c)^beta (ONNX LRN) ---- */
+
+static int lrn_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int rc = mu__want_int(n, "size", 0, why, wl);
+
+	if (rc == 0 && mu__attr_int(n, "size", 0) < 1)
+		return mu__fail(why, wl, "node %.100s: lrn needs \"size\" >= 1%.0s", n->name, "");
+	if (rc == 0)
+		rc = want_num(n, "alpha", why, wl);
+	if (rc == 0)
+		rc = want_num(n, "beta", why, wl);
+	return rc == 0 ? want_num(n, "bias", why, wl) : rc;
+}
+
+static int lrn_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
+                     size_t wl)
+{
+	if (in[0].rank < 2)
+		return mu__fail(why, wl, "node %.100s: %.100s needs a channel dim", n->name, n->in[0]);
+	out[0] = in[0];
+	return 0;
+}
+
+static int lrn_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
 {
 	const mu_tensor_t *x = in[0];
-	int axis = mu__axis(mu__attr_int(n, "axis", -1), x->rank);
-	uint64_t outer = 1, len, inner = 1;
+	int64_t size = mu__attr_int(n, "size", 1), lo = (size - 1) / 2, hi = size - 1 - lo;
+	float alpha = (float)mu__attr_num(n, "alpha", 1e-4), beta = (float)mu__attr_num(n, "beta", 0.75);
+	float bias = (float)mu__attr_num(n, "bias", 1.0);
+	uint64_t c = x->dims[1], inner = c ? x->numel / x->dims[0] / c : 0;
 
-	if (axis < 0)
-		return MU_EPROTO;
-	for (int i = 0; i < axis; i++)
-		outer *= x->dims[i];
-	len = x->dims[axis];
-	for (uint32_t i = (uint32_t)axis + 1; i < x->rank; i++)
-		inner *= x->dims[i];
-	for (uint64_t o = 0; o < outer; o++)
-		for (uint64_t j = 0; j < inner; j++) {
-			const float *p = x->data + o * len * inner + j;
-			float *q = out[0]->data + o * len * inner + j, mx = -INFINITY, sum = 0;
+	for (uint64_t b = 0; b < x->dims[0]; b++)
+		for (int64_t k = 0; k < (int64_t)c; k++)
+			for (uint64_t j = 0; j < inner; j++) {
+				float ss = 0;
 
-			for (uint64_t i = 0; i < len; i++)
-				mx = p[i * inner] > mx ? p[i * inner] : mx;
-			for (uint64_t i = 0; i < len; i++) {
-				q[i * inner] = expf(p[i * inner] - mx);
-				sum += q[i * inner];
+				for (int64_t q = k - lo; q <= k + hi; q++)
+					if (q >= 0 && q < (int64_t)c) {
+						float v = x->data[(b * c + (uint64_t)q) * inner + j];
+
+						ss += v * v;
+					}
+				out[0]->data[(b * c + (uint64_t)k) * inner + j] =
+				    x->data[(b * c + (uint64_t)k) * inner + j] / powf(bias + alpha / (float)size * ss, beta);
 			}
-			for (uint64_t i = 0; i < len; i++)
-				q[i * inner] /= sum;
+	return 0;
+}
+
+const mu__op_t mu__op_lrn = {"lrn", 1, 1, 1, lrn_check, lrn_shape, lrn_run, norm_flops, 0, 0};
+
+/* ---- det: the determinant of each [.., M, M] matrix, by LU with partial
+ * pivoting in double ---- */
+
+static int det_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
+                     size_t wl)
+{
+	if (in[0].rank < 2 || in[0].dims[in[0].rank - 1] != in[0].dims[in[0].rank - 2] ||
+	    in[0].dims[in[0].rank - 1] > 4096)
+		return mu__fail(why, wl, "node %.100s: %.100s is not a stack of square matrices (M <= 4096)",
+		                n->name, n->in[0]);
+	out[0] = in[0];
+	out[0].rank -= 2;
+	return 0;
+}
+
+static int det_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	uint64_t m = in[0]->dims[in[0]->rank - 1];
+	double *a = mu__malloc((size_t)(m * m + 1) * sizeof(double));
+
+	(void)n;
+	if (a == NULL)
+		return MU_ENOMEM;
+	for (uint64_t k = 0; k < out[0]->numel; k++) {
+		double det = 1;
+
+		for (uint64_t i = 0; i < m * m; i++)
+			a[i] = in[0]->data[k * m * m + i];
+		for (uint64_t c = 0; c < m && det != 0; c++) {
+			uint64_t p = c;
+
+			for (uint64_t r = c + 1; r < m; r++)
+				if (fabs(a[r * m + c]) > fabs(a[p * m + c]))
+					p = r;
+			if (p != c) {
+				for (uint64_t j = 0; j < m; j++) {
+					double t = a[c * m + j];
+
+					a[c * m + j] = a[p * m + j];
+					a[p * m + j] = t;
+				}
+				det = -det;
+			}
+			det *= a[c * m + c];
+			for (uint64_t r = c + 1; det != 0 && r < m; r++) {
+				double f = a[r * m + c] / a[c * m + c];
+
+				for (uint64_t j = c; j < m; j++)
+					a[r * m + j] -= f * a[c * m + j];
+			}
 		}
+		out[0]->data[k] = (float)det;
+	}
+	mu__free(a);
 	return 0;
 }
 
-static int softmax_check(const mu__node_t *n, char *why, size_t wl)
+static double det_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
 {
-	return mu__want_int(n, "axis", 0, why, wl);
+	double m = (double)in[0].dims[in[0].rank - 1];
+
+	(void)n;
+	return (double)mu__shape_numel(&out[0]) * m * m * m * 2.0 / 3.0;
 }
 
-const mu__op_t mu__op_softmax = {"softmax", 1, 1, 1, softmax_check, softmax_shape, softmax_run, norm_flops};
-
-/* ---- reductions ---- */
-
-typedef enum { R_MEAN, R_SUM, R_MAX } rop_t;
-
-/* Which axes are reduced (all when "axes" is absent). */
-static int reduced(const mu__node_t *n, uint32_t rank, int *mask)
-{
-	int64_t axes[MU_TENSOR_MAX_RANK];
-	int na = mu__attr_ints(n, "axes", axes, MU_TENSOR_MAX_RANK);
-
-	for (uint32_t i = 0; i < rank; i++)
-		mask[i] = na < 0;
-	for (int i = 0; i < na; i++) {
-		int a = mu__axis(axes[i], rank);
-
-		if (a < 0)
-			return MU_EPROTO;
-		mask[a] = 1;
-	}
-	return na == -2 ? MU_EPROTO : 0;
-}
-
-static int reduce_check(const mu__node_t *n, char *why, size_t wl)
-{
-	int rc = mu__want_int(n, "axes", 1, why, wl);
-
-	return rc == 0 ? mu__want_int(n, "keepdims", 0, why, wl) : rc;
-}
-
-static int reduce_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
-                        char *why, size_t wl)
-{
-	int mask[MU_TENSOR_MAX_RANK], keep = mu__attr_int(n, "keepdims", 1) != 0;
-
-	if (reduced(n, in[0].rank, mask) != 0)
-		return mu__fail(why, wl, "node %.100s: axes out of range for %.100s", n->name, n->in[0]);
-	out[0].rank = 0;
-	for (uint32_t i = 0; i < in[0].rank; i++)
-		if (!mask[i])
-			out[0].dims[out[0].rank++] = in[0].dims[i];
-		else if (keep)
-			out[0].dims[out[0].rank++] = 1;
-	return 0;
-}
-
-static int reduce_run(rop_t op, const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
-{
-	const mu_tensor_t *x = in[0];
-	int mask[MU_TENSOR_MAX_RANK];
-	uint64_t ost[MU_TENSOR_MAX_RANK], idx[MU_TENSOR_MAX_RANK] = {0}, stride = 1, o = 0;
-	uint64_t count = out[0]->numel ? x->numel / out[0]->numel : 0;
-
-	if (reduced(n, x->rank, mask) != 0)
-		return MU_EPROTO;
-	/* output strides in terms of the input's dims (0 where reduced) */
-	for (int i = (int)x->rank - 1; i >= 0; i--) {
-		ost[i] = mask[i] ? 0 : stride;
-		if (!mask[i])
-			stride *= x->dims[i];
-	}
-	for (uint64_t i = 0; i < out[0]->numel; i++)
-		out[0]->data[i] = op == R_MAX ? -INFINITY : 0.0f;
-	for (uint64_t i = 0; i < x->numel; i++) { /* input order: deterministic */
-		float v = x->data[i];
-
-		if (op == R_MAX)
-			out[0]->data[o] = v > out[0]->data[o] ? v : out[0]->data[o];
-		else
-			out[0]->data[o] += v;
-		for (int d = (int)x->rank - 1; d >= 0; d--) {
-			idx[d]++;
-			o += ost[d];
-			if (idx[d] < x->dims[d])
-				break;
-			o -= ost[d] * idx[d];
-			idx[d] = 0;
-		}
-	}
-	if (op == R_MEAN)
-		for (uint64_t i = 0; i < out[0]->numel; i++)
-			out[0]->data[i] /= (float)count;
-	return 0;
-}
-
-#define REDUCE(NAME, OP)                                                       \
-	static int run_##NAME(const mu__node_t *n, mu_tensor_t *const *in,     \
-	                      mu_tensor_t **out)                               \
-	{                                                                      \
-		return reduce_run(OP, n, in, out);                             \
-	}                                                                      \
-	const mu__op_t mu__op_##NAME = {#NAME, 1, 1, 1, reduce_check,          \
-	                                reduce_shape, run_##NAME, mu__flops_numel}
-
-REDUCE(reduce_mean, R_MEAN);
-REDUCE(reduce_sum, R_SUM);
-REDUCE(reduce_max, R_MAX);
+const mu__op_t mu__op_det = {"det", 1, 1, 1, NULL, det_shape, det_run, det_flops, 0, 0};

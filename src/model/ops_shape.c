@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Shape ops (reshape, flatten, transpose, concat, slice) and embedding
- * lookup. Reshape and flatten copy (a tensor owns its storage); the others
- * move elements by index arithmetic.
+ * Shape ops on any dtype: reshape, flatten, transpose, concat, slice,
+ * expand and tile. Reshape and flatten copy (a tensor owns its storage);
+ * the others move elements by index arithmetic.
  */
 #include <math.h>
 #include <string.h>
@@ -13,11 +13,11 @@ static int copy_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 {
 	(void)n;
 	if (out[0]->numel > 0)
-		memcpy(out[0]->data, in[0]->data, out[0]->numel * 4);
+		memcpy(out[0]->raw, in[0]->raw, mu_tensor_nbytes(out[0]));
 	return 0;
 }
 
-static double no_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
+double mu__no_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
 {
 	(void)n;
 	(void)in;
@@ -25,19 +25,22 @@ static double no_flops(const mu__node_t *n, const mu__shape_t *in, const mu__sha
 	return 0;
 }
 
+#define no_flops mu__no_flops
+
 static int axis_check(const mu__node_t *n, char *why, size_t wl)
 {
 	return mu__want_int(n, "axis", 0, why, wl);
 }
 
-/* ---- reshape: "shape" with 0 = keep that dim, -1 = whatever is left ---- */
+/* ---- reshape: "shape" with 0 = keep that dim (a 0 when "allowzero" is
+ * 1, as ONNX), -1 = whatever is left ---- */
 
 static int reshape_check(const mu__node_t *n, char *why, size_t wl)
 {
 	int64_t s[MU_TENSOR_MAX_RANK];
 	int k = mu__attr_ints(n, "shape", s, MU_TENSOR_MAX_RANK), minus = 0;
 
-	if (k < 0 || mu__want_int(n, "shape", 1, NULL, 0) != 0)
+	if (k < 0 || mu__want_int(n, "shape", 1, NULL, 0) != 0 || mu__want_int(n, "allowzero", 0, NULL, 0) != 0)
 		return mu__fail(why, wl, "node %.100s: reshape needs \"shape\", at most 8 integers%.0s", n->name, "");
 	for (int i = 0; i < k; i++)
 		if (s[i] < -1 || (s[i] == -1 && minus++))
@@ -50,10 +53,16 @@ static int reshape_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t
 {
 	int64_t s[MU_TENSOR_MAX_RANK];
 	int k = mu__attr_ints(n, "shape", s, MU_TENSOR_MAX_RANK), infer = -1;
+	int keep0 = mu__attr_int(n, "allowzero", 0) == 0;
 	uint64_t known = 1, total = mu__shape_numel(&in[0]);
 
 	out[0].rank = (uint32_t)k;
 	for (int i = 0; i < k; i++) {
+		if (s[i] == 0 && !keep0) {
+			out[0].dims[i] = 0;
+			known = 0;
+			continue;
+		}
 		if (s[i] == 0 && (uint32_t)i >= in[0].rank)
 			return mu__fail(why, wl, "node %.100s: 0 in the shape of %.100s has no dim to keep", n->name, n->in[0]);
 		out[0].dims[i] = s[i] == 0 ? in[0].dims[i] : s[i] == -1 ? 1 : (uint64_t)s[i];
@@ -66,10 +75,11 @@ static int reshape_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t
 		out[0].dims[infer] = total / known;
 	if (mu__shape_numel(&out[0]) != total)
 		return mu__fail(why, wl, "node %.100s: cannot reshape %.100s to that many elements", n->name, n->in[0]);
+	out[0].dtype = in[0].dtype;
 	return 0;
 }
 
-const mu__op_t mu__op_reshape = {"reshape", 1, 1, 1, reshape_check, reshape_shape, copy_run, no_flops};
+const mu__op_t mu__op_reshape = {"reshape", 1, 1, 1, reshape_check, reshape_shape, copy_run, no_flops, 1, 0};
 
 /* ---- flatten: [prod(dims < axis), prod(dims >= axis)] ---- */
 
@@ -87,10 +97,11 @@ static int flatten_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t
 	out[0].dims[1] = 1;
 	for (uint32_t i = 0; i < in[0].rank; i++)
 		out[0].dims[(int64_t)i < axis ? 0 : 1] *= in[0].dims[i];
+	out[0].dtype = in[0].dtype;
 	return 0;
 }
 
-const mu__op_t mu__op_flatten = {"flatten", 1, 1, 1, axis_check, flatten_shape, copy_run, no_flops};
+const mu__op_t mu__op_flatten = {"flatten", 1, 1, 1, axis_check, flatten_shape, copy_run, no_flops, 1, 0};
 
 /* ---- transpose ---- */
 
@@ -121,7 +132,7 @@ static int transpose_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape
 
 	if (perm_of(n, in[0].rank, perm) != 0)
 		return mu__fail(why, wl, "node %.100s: perm is not a permutation of the dims of %.100s", n->name, n->in[0]);
-	out[0].rank = in[0].rank;
+	out[0] = in[0];
 	for (uint32_t i = 0; i < in[0].rank; i++)
 		out[0].dims[i] = in[0].dims[perm[i]];
 	return 0;
@@ -133,6 +144,7 @@ static int transpose_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_
 	int perm[MU_TENSOR_MAX_RANK];
 	uint64_t st[MU_TENSOR_MAX_RANK], pst[MU_TENSOR_MAX_RANK], idx[MU_TENSOR_MAX_RANK] = {0};
 	uint64_t s = 1, off = 0;
+	size_t es = mu_dtype_size((int)x->dtype);
 
 	if (perm_of(n, x->rank, perm) != 0)
 		return MU_EPROTO;
@@ -143,7 +155,7 @@ static int transpose_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_
 	for (uint32_t i = 0; i < x->rank; i++)
 		pst[i] = st[perm[i]]; /* input stride of output dim i */
 	for (uint64_t o = 0; o < out[0]->numel; o++) {
-		out[0]->data[o] = x->data[off];
+		mu__ecopy(out[0]->raw, o, x->raw, off, es);
 		for (int d = (int)x->rank - 1; d >= 0; d--) {
 			idx[d]++;
 			off += pst[d];
@@ -161,7 +173,8 @@ static int transpose_check(const mu__node_t *n, char *why, size_t wl)
 	return mu__want_int(n, "perm", 1, why, wl);
 }
 
-const mu__op_t mu__op_transpose = {"transpose", 1, 1, 1, transpose_check, transpose_shape, transpose_run, no_flops};
+const mu__op_t mu__op_transpose = {"transpose", 1, 1, 1, transpose_check, transpose_shape, transpose_run,
+                                   no_flops, 1, 0};
 
 /* ---- concat along one axis ---- */
 
@@ -174,8 +187,8 @@ static int concat_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t 
 		return mu__fail(why, wl, "node %.100s: concat axis out of range for %.100s", n->name, n->in[0]);
 	out[0] = in[0];
 	for (int j = 1; j < n->nin; j++) {
-		if (in[j].rank != in[0].rank)
-			return mu__fail(why, wl, "node %.100s: %.100s has another rank", n->name, n->in[j]);
+		if (in[j].rank != in[0].rank || in[j].dtype != in[0].dtype)
+			return mu__fail(why, wl, "node %.100s: %.100s has another rank or dtype", n->name, n->in[j]);
 		for (uint32_t i = 0; i < in[0].rank; i++)
 			if ((int)i != axis && in[j].dims[i] != in[0].dims[i])
 				return mu__fail(why, wl, "node %.100s: %.100s differs off the concat axis", n->name, n->in[j]);
@@ -188,6 +201,7 @@ static int concat_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 {
 	int axis = mu__axis(mu__attr_int(n, "axis", 0), in[0]->rank);
 	uint64_t outer = 1, inner = 1, off = 0;
+	size_t es = mu_dtype_size((int)in[0]->dtype);
 
 	for (int i = 0; i < axis; i++)
 		outer *= in[0]->dims[i];
@@ -195,15 +209,17 @@ static int concat_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 		inner *= in[0]->dims[i];
 	for (uint64_t o = 0; o < outer; o++)
 		for (int j = 0; j < n->nin; j++) {
-			uint64_t chunk = in[j]->dims[axis] * inner;
+			uint64_t chunk = in[j]->dims[axis] * inner * es;
 
-			memcpy(out[0]->data + off, in[j]->data + o * chunk, chunk * 4);
+			if (chunk > 0)
+				memcpy((char *)out[0]->raw + off, (const char *)in[j]->raw + o * chunk, chunk);
 			off += chunk;
 		}
 	return 0;
 }
 
-const mu__op_t mu__op_concat = {"concat", 1, MU_NODE_MAX_IO, 1, axis_check, concat_shape, concat_run, no_flops};
+const mu__op_t mu__op_concat = {"concat", 1, MU_NODE_MAX_IO, 1, axis_check, concat_shape, concat_run,
+                                no_flops, 1, 0};
 
 /* ---- slice: starts, ends[, axes, steps]; ONNX clamping, steps >= 1 ---- */
 
@@ -259,6 +275,7 @@ static int slice_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **
 	mu__shape_t s, o;
 	slicing_t sl;
 	uint64_t st[MU_TENSOR_MAX_RANK], idx[MU_TENSOR_MAX_RANK] = {0}, stride = 1, off = 0;
+	size_t es = mu_dtype_size((int)x->dtype);
 
 	mu__shape_of(x, &s);
 	if (slice_plan(n, &s, &o, &sl) != 0)
@@ -273,7 +290,7 @@ static int slice_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **
 
 		for (uint32_t d = 0; d < x->rank; d++)
 			src += idx[d] * sl.step[d] * st[d];
-		out[0]->data[k] = x->data[src];
+		mu__ecopy(out[0]->raw, k, x->raw, src, es);
 		for (int d = (int)x->rank - 1; d >= 0; d--) {
 			if (++idx[d] < o.dims[d])
 				break;
@@ -307,34 +324,108 @@ static int slice_check(const mu__node_t *n, char *why, size_t wl)
 	return 0;
 }
 
-const mu__op_t mu__op_slice = {"slice", 1, 1, 1, slice_check, slice_shape, slice_run, no_flops};
+const mu__op_t mu__op_slice = {"slice", 1, 1, 1, slice_check, slice_shape, slice_run, no_flops, 1, 0};
 
-/* ---- embedding: table [V, D] gathered by ids (f32 holding integers) ---- */
+/* ---- expand: numpy broadcasting of x to "shape" (both ways, as ONNX) ---- */
 
-static int embedding_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
-                           char *why, size_t wl)
+static int expand_check(const mu__node_t *n, char *why, size_t wl)
 {
-	if (in[0].rank != 2 || in[1].rank >= MU_TENSOR_MAX_RANK)
-		return mu__fail(why, wl, "node %.100s: embedding needs a 2-D table %.100s", n->name, n->in[0]);
-	out[0] = in[1];
-	out[0].dims[out[0].rank++] = in[0].dims[1];
+	int64_t s[MU_TENSOR_MAX_RANK];
+	int k = mu__attr_ints(n, "shape", s, MU_TENSOR_MAX_RANK);
+
+	if (k < 0 || mu__want_int(n, "shape", 1, NULL, 0) != 0)
+		return mu__fail(why, wl, "node %.100s: expand needs \"shape\", at most 8 integers%.0s", n->name, "");
+	for (int i = 0; i < k; i++)
+		if (s[i] < 0)
+			return mu__fail(why, wl, "node %.100s: expand to a negative dim%.0s", n->name, "");
 	return 0;
 }
 
-static int embedding_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+static int expand_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                        char *why, size_t wl)
 {
-	uint64_t vocab = in[0]->dims[0], dim = in[0]->dims[1];
+	int64_t s[MU_TENSOR_MAX_RANK];
+	mu__shape_t to = {0};
+
+	to.rank = (uint32_t)mu__attr_ints(n, "shape", s, MU_TENSOR_MAX_RANK);
+	for (uint32_t i = 0; i < to.rank; i++)
+		to.dims[i] = (uint64_t)s[i];
+	if (mu__broadcast(&in[0], &to, &out[0]) != 0)
+		return mu__fail(why, wl, "node %.100s: %.100s does not broadcast to that shape", n->name, n->in[0]);
+	out[0].dtype = in[0].dtype;
+	return 0;
+}
+
+static int expand_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	size_t es = mu_dtype_size((int)in[0]->dtype);
+	mu__shape_t s, so;
+	mu__bwalk_t w;
 
 	(void)n;
-	for (uint64_t i = 0; i < in[1]->numel; i++) {
-		float id = in[1]->data[i];
+	mu__shape_of(in[0], &s);
+	mu__shape_of(out[0], &so);
+	mu__bwalk_init(&w, &so, &s, 1);
+	for (uint64_t r = 0; r < w.rows; r++, mu__bwalk_next(&w))
+		for (uint64_t j = 0; j < w.inner; j++)
+			mu__ecopy(out[0]->raw, r * w.inner + j, in[0]->raw, w.off[0] + j * w.sin[0], es);
+	return 0;
+}
 
-		/* compared as doubles first: casting 1e30 or inf is undefined */
-		if (!(id >= 0) || id != floorf(id) || (double)id >= (double)vocab)
-			return MU_EPROTO; /* an id outside the table */
-		memcpy(out[0]->data + i * dim, in[0]->data + (uint64_t)id * dim, dim * 4);
+const mu__op_t mu__op_expand = {"expand", 1, 1, 1, expand_check, expand_shape, expand_run, no_flops, 1, 0};
+
+/* ---- tile: each dim repeated "repeats" times ---- */
+
+static int tile_check(const mu__node_t *n, char *why, size_t wl)
+{
+	int64_t r[MU_TENSOR_MAX_RANK];
+	int k = mu__attr_ints(n, "repeats", r, MU_TENSOR_MAX_RANK);
+
+	if (k < 0 || mu__want_int(n, "repeats", 1, NULL, 0) != 0)
+		return mu__fail(why, wl, "node %.100s: tile needs \"repeats\", at most 8 integers%.0s", n->name, "");
+	for (int i = 0; i < k; i++)
+		if (r[i] < 0)
+			return mu__fail(why, wl, "node %.100s: a negative repeat%.0s", n->name, "");
+	return 0;
+}
+
+static int tile_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out,
+                      char *why, size_t wl)
+{
+	int64_t r[MU_TENSOR_MAX_RANK];
+
+	if (mu__attr_ints(n, "repeats", r, MU_TENSOR_MAX_RANK) != (int)in[0].rank)
+		return mu__fail(why, wl, "node %.100s: repeats must have one entry per dim of %.100s", n->name,
+		                n->in[0]);
+	out[0] = in[0];
+	for (uint32_t i = 0; i < in[0].rank; i++) {
+		if (r[i] != 0 && in[0].dims[i] > ((uint64_t)1 << 50) / (uint64_t)r[i])
+			return mu__fail(why, wl, "node %.100s: tiling %.100s makes too many elements", n->name, n->in[0]);
+		out[0].dims[i] = in[0].dims[i] * (uint64_t)r[i];
 	}
 	return 0;
 }
 
-const mu__op_t mu__op_embedding = {"embedding", 2, 2, 1, NULL, embedding_shape, embedding_run, no_flops};
+static int tile_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	const mu_tensor_t *x = in[0];
+	size_t es = mu_dtype_size((int)x->dtype);
+	uint64_t idx[MU_TENSOR_MAX_RANK] = {0};
+
+	(void)n;
+	for (uint64_t o = 0; o < out[0]->numel; o++) {
+		uint64_t src = 0;
+
+		for (uint32_t d = 0; d < x->rank; d++)
+			src = src * x->dims[d] + idx[d] % x->dims[d];
+		mu__ecopy(out[0]->raw, o, x->raw, src, es);
+		for (int d = (int)x->rank - 1; d >= 0; d--) {
+			if (++idx[d] < out[0]->dims[d])
+				break;
+			idx[d] = 0;
+		}
+	}
+	return 0;
+}
+
+const mu__op_t mu__op_tile = {"tile", 1, 1, 1, tile_check, tile_shape, tile_run, no_flops, 1, 0};

@@ -28,6 +28,7 @@ static const struct {
 	{"F32", MU_DT_F32, 4}, {"F16", MU_DT_F16, 2}, {"BF16", MU_DT_BF16, 2},
 	{"F64", MU_DT_F64, 8}, {"I64", MU_DT_I64, 8}, {"I32", MU_DT_I32, 4},
 	{"I16", MU_DT_I16, 2}, {"I8", MU_DT_I8, 1}, {"U8", MU_DT_U8, 1},
+	{"U16", MU_DT_U16, 2}, {"U32", MU_DT_U32, 4}, {"U64", MU_DT_U64, 8},
 	{"BOOL", MU_DT_BOOL, 1}, {"F8_E4M3", MU_DT_F8_E4M3, 1},
 	{"F8_E5M2", MU_DT_F8_E5M2, 1},
 };
@@ -241,7 +242,6 @@ static float half_to_float(uint16_t h)
 	return f;
 }
 
-
 /* Fault the pages of [p, p+n) in now: a stage is resident before it says so. */
 static void make_resident(const void *p, uint64_t n)
 {
@@ -256,38 +256,72 @@ static void make_resident(const void *p, uint64_t n)
 	(void)sink;
 }
 
+int mu__st_loaded_dtype(const mu__st_entry_t *e)
+{
+	if (e->dtype == MU_DT_F16 || e->dtype == MU_DT_BF16)
+		return MU_DTYPE_F32;
+	return e->dtype == MU_DT_F8_E4M3 || e->dtype == MU_DT_F8_E5M2 ? -1 : (int)e->dtype;
+}
+
+uint64_t mu__st_loaded_bytes(const mu__st_entry_t *e)
+{
+	int dt = mu__st_loaded_dtype(e);
+
+	return dt < 0 ? 0 : e->numel * mu_dtype_size(dt);
+}
+
+/* F16 and BF16 into F32, exactly */
+static void widen(const mu__st_entry_t *e, const unsigned char *src, float *dst)
+{
+	for (uint64_t i = 0; i < e->numel; i++) {
+		uint16_t h = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+		uint32_t bits = (uint32_t)h << 16;
+
+		if (e->dtype == MU_DT_BF16)
+			memcpy(&dst[i], &bits, 4);
+		else
+			dst[i] = half_to_float(h); /* exact, NaN payloads too */
+	}
+}
+
+/* little-endian elements of w bytes into host order */
+static void copy_le(const unsigned char *src, unsigned char *dst, uint64_t n, size_t w)
+{
+	for (uint64_t i = 0; i < n; i++)
+		for (size_t k = 0; k < w; k++)
+			dst[i * w + k] = src[i * w + (MU_BIG_ENDIAN_HOST ? w - 1 - k : k)];
+}
+
 static int load(const mu__st_file_t *f, const mu__st_entry_t *e, int resident,
                 mu_tensor_t **out)
 {
 	const unsigned char *src = f->data + e->begin;
+	int dt = resident < 0 ? (mu__st_loaded_dtype(e) < 0 ? -1 : (int)e->dtype)
+	                      : mu__st_loaded_dtype(e);
+	size_t w = dt < 0 ? 0 : mu_dtype_size(dt);
 	mu_tensor_t *t;
-	uint64_t i;
 	int rc;
 
 	*out = NULL;
-	if (e->dtype == MU_DT_F32 && ((uintptr_t)src & 3) == 0 && !MU_BIG_ENDIAN_HOST) {
-		if (resident)
-			make_resident(src, e->end - e->begin);
-		return mu_tensor_wrap(e->name, e->rank, e->dims, (float *)(uintptr_t)src, out);
-	}
-	if (e->dtype != MU_DT_F32 && e->dtype != MU_DT_F16 && e->dtype != MU_DT_BF16)
+	if (dt < 0)
 		return MU_EPROTO;
-	rc = mu_tensor_new(e->name, e->rank, e->dims, &t);
+	/* a BOOL is a byte that is 0 or 1: ops may rely on it */
+	for (uint64_t i = 0; e->dtype == MU_DT_BOOL && i < e->numel; i++)
+		if (src[i] > 1)
+			return MU_EPROTO;
+	if ((int)e->dtype == dt && ((uintptr_t)src & (w - 1)) == 0 && !MU_BIG_ENDIAN_HOST) {
+		if (resident > 0)
+			make_resident(src, e->end - e->begin);
+		return mu_tensor_wrap_typed(e->name, (mu_dtype_t)dt, e->rank, e->dims,
+		                            (void *)(uintptr_t)src, out);
+	}
+	rc = mu_tensor_new_typed(e->name, (mu_dtype_t)dt, e->rank, e->dims, &t);
 	if (rc != 0)
 		return rc;
-	for (i = 0; i < e->numel; i++) {
-		uint32_t bits;
-
-		if (e->dtype == MU_DT_F32) {
-			bits = mu_le32_get(src + 4 * i);
-			memcpy(&t->data[i], &bits, 4);
-		} else if (e->dtype == MU_DT_BF16) {
-			bits = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
-			memcpy(&t->data[i], &bits, 4);
-		} else {
-			t->data[i] = half_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-		}
-	}
+	if ((int)e->dtype == dt)
+		copy_le(src, t->raw, e->numel, w);
+	else
+		widen(e, src, t->data);
 	mu__pages_release(src, e->end - e->begin);
 	*out = t;
 	return 0;
@@ -298,6 +332,12 @@ int mu__st_load(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **o
 	return load(f, e, 1, out);
 }
 
+/* (resident -1: exact, and not faulted in: the caller copies it) */
+int mu__st_load_exact(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out)
+{
+	return load(f, e, -1, out);
+}
+
 int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **out)
 {
 	return load(f, e, 0, out);
@@ -306,68 +346,4 @@ int mu__st_view(const mu__st_file_t *f, const mu__st_entry_t *e, mu_tensor_t **o
 void mu__st_drop(const mu__st_file_t *f, const mu__st_entry_t *e)
 {
 	mu__pages_release(f->data + e->begin, e->end - e->begin);
-}
-
-int mu__st_write(const char *path, const mu_tensor_list_t *l)
-{
-	mu__buf_t h;
-	uint64_t off = 0;
-	unsigned char len[8];
-	size_t i;
-	FILE *fp;
-	int rc;
-
-	mu__buf_init(&h, MU_ST_MAX_HEADER);
-	rc = mu__buf_appendc(&h, '{');
-	for (i = 0; rc == 0 && i < l->n; i++) {
-		const mu_tensor_t *t = l->t[i];
-
-		rc = mu__buf_printf(&h, "%s", i ? "," : "");
-		if (rc == 0)
-			rc = mu__json_dump_string(&h, t->name);
-		if (rc == 0)
-			rc = mu__buf_appends(&h, ":{\"dtype\":\"F32\",\"shape\":[");
-		for (uint32_t d = 0; rc == 0 && d < t->rank; d++)
-			rc = mu__buf_printf(&h, "%s%llu", d ? "," : "", (unsigned long long)t->dims[d]);
-		if (rc == 0)
-			rc = mu__buf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-			                    (unsigned long long)(off + t->numel * 4));
-		off += t->numel * 4;
-	}
-	if (rc == 0)
-		rc = mu__buf_appendc(&h, '}');
-	while (rc == 0 && h.len % 8 != 0) /* the data area starts 8-aligned */
-		rc = mu__buf_appendc(&h, ' ');
-	if (rc != 0) {
-		mu__buf_free(&h);
-		return rc;
-	}
-	fp = fopen(path, "wb");
-	if (fp == NULL) {
-		mu__buf_free(&h);
-		return -errno;
-	}
-	mu_le64_put(len, h.len);
-	rc = fwrite(len, 1, 8, fp) == 8 && fwrite(h.data, 1, h.len, fp) == h.len ? 0 : -EIO;
-	for (i = 0; rc == 0 && i < l->n; i++) {
-		const mu_tensor_t *t = l->t[i];
-
-#if MU_BIG_ENDIAN_HOST
-		for (uint64_t k = 0; rc == 0 && k < t->numel; k++) {
-			unsigned char b[4];
-			uint32_t v;
-
-			memcpy(&v, &t->data[k], 4);
-			mu_le32_put(b, v);
-			rc = fwrite(b, 1, 4, fp) == 4 ? 0 : -EIO;
-		}
-#else
-		if (t->numel > 0 && fwrite(t->data, 4, t->numel, fp) != t->numel)
-			rc = -EIO;
-#endif
-	}
-	if (fclose(fp) != 0 && rc == 0)
-		rc = -EIO;
-	mu__buf_free(&h);
-	return rc;
 }

@@ -11,7 +11,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/rand_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -38,27 +38,35 @@ typedef struct {
 
 struct mu_cluster_s {
 	mu_model_t *m;
-	mu_cluster_opts_t o;
+	mu_cluster_opts_t o;    /* o.coord points at co */
+	mu_coord_opts_t co;
 	mu__devpool_t pool;     /* the tracker, the key, the md agent */
 	mu_plan_t *plan;
 	mu_coord_t *coord;
 	placed_t *placed;
 	int n;
 	int replacements;
-	char *graph;            /* model.json's text, for streaming */
-	size_t graph_len;
 };
 
-void mu_cluster_opts_init(mu_cluster_opts_t *o)
+static void cluster_defaults(mu_cluster_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->tracker_host = "127.0.0.1";
 	o->tracker_port = 9190;
 	o->devices = 1;
 	o->request_timeout_ms = 30000;
 	o->weights = MU_WEIGHTS_AUTO;
 	o->max_replacements = 3;
-	mu_coord_opts_init(&o->coord);
+	o->coord = NULL;
+}
+
+void mu_cluster_opts_init_size(mu_cluster_opts_t *o, size_t size)
+{
+	mu_cluster_opts_t d;
+
+	cluster_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 /* ---- one device ---- */
@@ -84,7 +92,7 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 		if (rc != 0)
 			break;
 		if (e != NULL) {
-			bytes += e->numel * 4;
+			bytes += mu__st_loaded_bytes(e);
 			if (ns < 4096)
 				sent[ns++] = e;
 		}
@@ -109,7 +117,7 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 {
 	mu_stage_info_t si;
-	cJSON *o = cJSON_CreateObject(), *shapes;
+	cJSON *o = cJSON_CreateObject(), *shapes, *dtypes;
 	mu__msg_t m = {MU_MSG_ASSIGN, 0, 2, 0, 0, 0};
 	mu__chan_t ch;
 	char hex[20], *body = NULL, *reply = NULL;
@@ -132,8 +140,9 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 	cJSON_AddNumberToObject(o, "param_bytes", (double)si.param_bytes);
 	cJSON_AddStringToObject(o, "weights", stream ? "stream" : "local");
 	if (stream) {
-		cJSON_AddItemToObject(o, "graph", cJSON_CreateString(c->graph));
+		cJSON_AddItemToObject(o, "graph", cJSON_CreateString(c->m->text));
 		shapes = cJSON_AddObjectToObject(o, "input_shapes");
+		dtypes = cJSON_AddObjectToObject(o, "input_dtypes");
 		for (int k = 0; k < si.ninputs; k++) {
 			const mu__shape_t *sh = mu__strmap_get(&c->m->shapes, si.inputs[k], strlen(si.inputs[k]));
 			cJSON *a = cJSON_CreateArray();
@@ -141,6 +150,8 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 			for (uint32_t j = 0; sh != NULL && j < sh->rank; j++)
 				cJSON_AddItemToArray(a, cJSON_CreateNumber((double)sh->dims[j]));
 			cJSON_AddItemToObject(shapes, si.inputs[k], a);
+			if (sh != NULL && sh->dtype != MU_DTYPE_F32) /* F32 when absent */
+				cJSON_AddStringToObject(dtypes, si.inputs[k], mu_dtype_name((int)sh->dtype));
 		}
 	}
 	mu__buf_init(&b, MU_MSG_MAX_TEXT);
@@ -152,8 +163,8 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 		snprintf(err, el, "the stage's description is over 64 MiB");
 		return rc;
 	}
-	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, c->o.coord.io_timeout_ms,
-	              c->o.coord.max_frame_bytes);
+	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, c->co.io_timeout_ms,
+	              c->co.max_frame_bytes);
 	rc = mu__device_exchange(&ch, &m, body, MU_MSG_READY, &reply, err, el, d->addr);
 	mu__free(body);
 	if (rc == 0 && stream) {
@@ -183,29 +194,6 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 
 /* ---- the run ---- */
 
-static int read_graph(mu_cluster_t *c, char *err, size_t el)
-{
-	char path[4096], tmp[65536];
-	mu__buf_t b;
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/model.json", c->m->dir);
-	if ((f = fopen(path, "rb")) == NULL) {
-		snprintf(err, el, "cannot read %s: %s", path, strerror(errno));
-		return -errno;
-	}
-	mu__buf_init(&b, MU_GRAPH_MAX_BYTES);
-	while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-		if (mu__buf_append(&b, tmp, n) != 0)
-			break;
-	fclose(f);
-	c->graph_len = b.len;
-	c->graph = mu__buf_take(&b, NULL);
-	mu__buf_free(&b);
-	return c->graph != NULL ? 0 : MU_ENOMEM;
-}
-
 void mu_cluster_close(mu_cluster_t *c)
 {
 	if (c == NULL)
@@ -214,17 +202,16 @@ void mu_cluster_close(mu_cluster_t *c)
 	mu_plan_free(c->plan);
 	mu__devpool_free(&c->pool);
 	mu__free(c->placed);
-	mu__free(c->graph);
 	mu__free(c);
 }
 
-int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **out, char *err,
+int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *uo, mu_cluster_t **out, char *err,
                      size_t el)
 {
+	mu_cluster_opts_t oo, *o = &oo;
+	mu_coord_opts_t co;
+	mu__devpool_opts_t po;
 	mu_cluster_t *c;
-	mu__devpool_opts_t po = {o->tracker_host, o->key, o->tracker_port, o->priority,
-	                         o->request_timeout_ms, o->coord.io_timeout_ms,
-	                         o->coord.max_frame_bytes, o->coord.sec, o->say, o->ud};
 	mu__device_t *devs = NULL;
 	uint64_t *budget = NULL;
 	int *device = NULL, got = 0, rc;
@@ -232,19 +219,32 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
+	cluster_defaults(o);
+	mu__coord_defaults(&co);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 ||
+	    (o->coord != NULL && mu__opts_read(&co, sizeof(co), o->coord) != 0)) {
+		snprintf(err, el, "cluster options not made by mu_cluster_opts_init, or asking for "
+		         "what this library (%s) does not have", mu_version());
+		return MU_EARG;
+	}
 	if (o->devices < 1 || o->key == NULL || o->tracker_host == NULL) {
 		snprintf(err, el, "a cluster run needs a tracker, a key and at least one device");
 		return MU_EARG;
 	}
+	po = (mu__devpool_opts_t){o->tracker_host, o->key, o->tracker_port, o->priority,
+	                          o->request_timeout_ms, co.io_timeout_ms, co.max_frame_bytes,
+	                          co.sec, o->say, o->ud};
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL)
 		return MU_ENOMEM;
 	c->m = m;
 	c->o = *o;
+	c->co = co;
+	c->o.coord = &c->co;
 	devs = mu__calloc((size_t)o->devices, sizeof(*devs));
 	budget = mu__calloc((size_t)o->devices, sizeof(*budget));
 	device = mu__calloc((size_t)o->devices, sizeof(*device));
-	rc = devs == NULL || budget == NULL || device == NULL ? MU_ENOMEM : read_graph(c, err, el);
+	rc = devs == NULL || budget == NULL || device == NULL ? MU_ENOMEM : 0;
 	if (rc == 0)
 		rc = mu__devpool_init(&c->pool, &po, err, el);
 	if (rc == 0)
@@ -269,7 +269,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *o, mu_cluster_t **o
 	if (rc == 0) {
 		c->n = mu_plan_stages(c->plan);
 		c->placed = mu__calloc((size_t)c->n, sizeof(*c->placed));
-		rc = c->placed == NULL ? MU_ENOMEM : mu__coord_new(c->n, &o->coord, &c->coord);
+		rc = c->placed == NULL ? MU_ENOMEM : mu__coord_new(c->n, &c->co, &c->coord);
 	}
 	if (rc == 0)
 		mu__devpool_say(&c->pool, "the model (%.1f MiB of weights, %d nodes) is cut into %d stage%s:",

@@ -22,6 +22,7 @@
 #include "core/json_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
@@ -49,14 +50,24 @@ struct mu_coord_s {
 	int nmodel_out;
 	uint64_t next_id;
 	int failed_stage;      /* whose connection broke in the last call; -1 */
-	pthread_mutex_t lock;  /* ids, timings and pools while pipelining */
+	uv_mutex_t lock;  /* ids, timings and pools while pipelining */
 };
 
-void mu_coord_opts_init(mu_coord_opts_t *o)
+void mu__coord_defaults(mu_coord_opts_t *o)
 {
+	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->connect_timeout_ms = 10000;
 	o->io_timeout_ms = 60000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
+}
+
+void mu_coord_opts_init_size(mu_coord_opts_t *o, size_t size)
+{
+	mu_coord_opts_t d;
+
+	mu__coord_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static void free_names(char **v, int n)
@@ -243,20 +254,27 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 	return rc;
 }
 
-int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *o, mu_coord_t **out,
+int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *uo, mu_coord_t **out,
                      char *err, size_t el)
 {
+	mu_coord_opts_t o;
 	mu_coord_t *c;
 	int rc = 0;
 
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
+	mu__coord_defaults(&o);
+	if (uo != NULL && mu__opts_read(&o, sizeof(o), uo) != 0) {
+		snprintf(err, el, "coordinator options not made by mu_coord_opts_init, or asking for "
+		         "what this library (%s) does not have", mu_version());
+		return MU_EARG;
+	}
 	if (n < 1) {
 		snprintf(err, el, "no stages given");
 		return MU_EARG;
 	}
-	rc = mu__coord_new(n, o, &c);
+	rc = mu__coord_new(n, &o, &c);
 	for (int i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
 	if (rc == 0)
@@ -316,7 +334,7 @@ void mu_coord_close(mu_coord_t *c)
 		mu__free(s->desc);
 	}
 	free_names(c->model_out, c->nmodel_out);
-	pthread_mutex_destroy(&c->lock);
+	uv_mutex_destroy(&c->lock);
 	mu__free(c->s);
 	mu__free(c);
 }
@@ -347,7 +365,7 @@ static uint64_t list_bytes(const mu_tensor_list_t *l)
 	uint64_t b = 0;
 
 	for (size_t i = 0; i < l->n; i++)
-		b += l->t[i]->numel * 4;
+		b += mu_tensor_nbytes(l->t[i]);
 	return b;
 }
 
@@ -368,7 +386,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 	mu_tensor_list_init(&send);
 	mu_tensor_list_init(&got);
 	if (locked)
-		pthread_mutex_lock(&c->lock);
+		uv_mutex_lock(&c->lock);
 	m.id = ++c->next_id;
 	for (int j = 0; rc == 0 && j < s->nin; j++) {
 		mu_tensor_t *t = mu_tensor_list_find(pool, s->in[j]);
@@ -384,7 +402,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 		}
 	}
 	if (locked)
-		pthread_mutex_unlock(&c->lock);
+		uv_mutex_unlock(&c->lock);
 	t0 = mu__clock_ms();
 	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &send)) != 0)
 		stage_error(c, k, rc, err, el, "sending a forward");
@@ -393,7 +411,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 	if (rc == 0 && (rc = mu__msg_recv_frame(&s->c, &m, &got)) != 0)
 		stage_error(c, k, rc, err, el, "reading a forward's result");
 	if (locked)
-		pthread_mutex_lock(&c->lock);
+		uv_mutex_lock(&c->lock);
 	if (rc == 0) {
 		s->t.forward_ms += mu__clock_ms() - t0;
 		s->t.compute_ms += (double)m.aux / 1e6;
@@ -416,7 +434,7 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 		}
 	}
 	if (locked)
-		pthread_mutex_unlock(&c->lock);
+		uv_mutex_unlock(&c->lock);
 	for (size_t j = 0; j < got.n; j++)
 		mu_tensor_free(got.t[j]);
 	list_release(&got);
@@ -479,11 +497,11 @@ typedef struct {
 	int *failed;
 	char *err;
 	size_t el;
-	pthread_cond_t *cond;
-	pthread_t thr;
+	uv_cond_t *cond;
+	uv_thread_t thr;
 } worker_t;
 
-static void *stage_worker(void *arg)
+static void stage_worker(void *arg)
 {
 	worker_t *w = arg;
 	mu_coord_t *c = w->c;
@@ -492,28 +510,27 @@ static void *stage_worker(void *arg)
 	for (int j = 0; j < w->m; j++) {
 		int rc;
 
-		pthread_mutex_lock(&c->lock);
+		uv_mutex_lock(&c->lock);
 		while (!*w->failed &&
 		       ((w->k > 0 && w->done[w->k - 1] <= j) ||
 		        (w->k == 0 && j - w->done[c->n - 1] >= c->n)))
-			pthread_cond_wait(w->cond, &c->lock);
-		pthread_mutex_unlock(&c->lock);
+			uv_cond_wait(w->cond, &c->lock);
+		uv_mutex_unlock(&c->lock);
 		if (*w->failed)
 			break;
 		rc = run_stage(c, w->k, &w->inputs[j], &w->pools[j], 1, why, sizeof(why));
-		pthread_mutex_lock(&c->lock);
+		uv_mutex_lock(&c->lock);
 		if (rc != 0 && !*w->failed) {
 			*w->failed = rc;
 			snprintf(w->err, w->el, "%s", why);
 		}
 		if (rc == 0)
 			w->done[w->k] = j + 1;
-		pthread_cond_broadcast(w->cond);
-		pthread_mutex_unlock(&c->lock);
+		uv_cond_broadcast(w->cond);
+		uv_mutex_unlock(&c->lock);
 		if (rc != 0)
 			break;
 	}
-	return NULL;
 }
 
 int mu_coord_forward_many(mu_coord_t *c, const mu_tensor_list_t *inputs, int m,
@@ -522,7 +539,7 @@ int mu_coord_forward_many(mu_coord_t *c, const mu_tensor_list_t *inputs, int m,
 	worker_t *w;
 	mu_tensor_list_t *pools;
 	int *done, failed = 0, started = 0, rc = 0;
-	pthread_cond_t cond;
+	uv_cond_t cond;
 
 	if (err == NULL)
 		el = 0;
@@ -538,28 +555,28 @@ int mu_coord_forward_many(mu_coord_t *c, const mu_tensor_list_t *inputs, int m,
 		mu__free(done);
 		return MU_ENOMEM;
 	}
-	pthread_cond_init(&cond, NULL);
+	uv_cond_init(&cond);
 	for (int k = 0; k < c->n; k++) {
 		w[k] = (worker_t){c, k, m, inputs, pools, done, &failed, err, el, &cond, 0};
-		if (pthread_create(&w[k].thr, NULL, stage_worker, &w[k]) != 0) {
-			pthread_mutex_lock(&c->lock);
+		if (uv_thread_create(&w[k].thr, stage_worker, &w[k]) != 0) {
+			uv_mutex_lock(&c->lock);
 			failed = MU_ENOMEM;
 			snprintf(err, el, "cannot start a thread per stage");
-			pthread_cond_broadcast(&cond);
-			pthread_mutex_unlock(&c->lock);
+			uv_cond_broadcast(&cond);
+			uv_mutex_unlock(&c->lock);
 			break;
 		}
 		started++;
 	}
 	for (int k = 0; k < started; k++)
-		pthread_join(w[k].thr, NULL);
+		uv_thread_join(&w[k].thr);
 	rc = failed;
 	for (int j = 0; j < m; j++) {
 		if (rc == 0)
 			rc = collect(c, &pools[j], &out[j], err, el);
 		pool_free(&pools[j]);
 	}
-	pthread_cond_destroy(&cond);
+	uv_cond_destroy(&cond);
 	mu__free(w);
 	mu__free(pools);
 	mu__free(done);
@@ -578,11 +595,11 @@ int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out)
 		return n < 1 ? MU_EARG : MU_ENOMEM;
 	}
 	c->n = n;
-	if (o != NULL)
+	if (o != NULL) /* a full struct of this build (internal callers) */
 		c->o = *o;
 	else
-		mu_coord_opts_init(&c->o);
-	pthread_mutex_init(&c->lock, NULL);
+		mu__coord_defaults(&c->o);
+	uv_mutex_init(&c->lock);
 	c->failed_stage = -1;
 	for (int i = 0; i < n; i++)
 		c->s[i].fd = NULL;

@@ -17,14 +17,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "muster/md.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "pipeline/pipeline_int.h"
 #include "core/time_int.h"
 
@@ -50,6 +49,7 @@ struct mu_device_s {
 	char *caps;         /* the capabilities JSON */
 	char *info;         /* INFO reply before a stage: caps + md address */
 	char *cache_dir;
+	mu_metrics_t *metrics;
 };
 
 const char *mu__device_cache_dir(const mu_device_t *d)
@@ -111,11 +111,20 @@ uint64_t mu_mem_available(void)
 	return (uint64_t)kb * 1024;
 }
 
-void mu_device_opts_init(mu_device_opts_t *o)
+static void device_defaults(mu_device_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->threads = 1;
 	o->md_host = "0.0.0.0";
+}
+
+void mu_device_opts_init_size(mu_device_opts_t *o, size_t size)
+{
+	mu_device_opts_t d;
+
+	device_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 void mu_device_free(mu_device_t *d)
@@ -134,14 +143,21 @@ void mu_device_free(mu_device_t *d)
 	mu__free(d);
 }
 
-int mu_device_new(const mu_device_opts_t *o, mu_device_t **out, char *err, size_t el)
+int mu_device_new(const mu_device_opts_t *uo, mu_device_t **out, char *err, size_t el)
 {
+	mu_device_opts_t oo, *o = &oo;
 	mu_device_t *d;
 	int rc = 0;
 
 	*out = NULL;
 	if (err == NULL)
 		el = 0;
+	device_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0) {
+		snprintf(err, el, "device options not made by mu_device_opts_init, or asking for "
+		         "what this library (%s) does not have", mu_version());
+		return MU_EARG;
+	}
 	if (o->threads < 1 || o->nmodels < 0) {
 		snprintf(err, el, "a device needs at least one thread");
 		return MU_EARG;
@@ -152,6 +168,7 @@ int mu_device_new(const mu_device_opts_t *o, mu_device_t **out, char *err, size_
 	d->mem = o->mem_budget != 0 ? o->mem_budget : mu_mem_available();
 	d->threads = o->threads;
 	d->md_port = o->md_port;
+	d->metrics = o->metrics;
 	d->key = mu__strdup(o->key != NULL ? o->key : "muster");
 	d->md_host = mu__strdup(o->md_host != NULL ? o->md_host : "0.0.0.0");
 	d->models = mu__calloc((size_t)o->nmodels + 1, sizeof(*d->models));
@@ -230,7 +247,7 @@ static void md_address(const mu_device_t *d, const char *addr, char *out, size_t
 int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 {
 	mu_md_opts_t mo;
-	char name[300], mdaddr[300];
+	char name[300], mdaddr[300], why[512];
 	uint64_t op;
 	int rc, status = 0;
 	cJSON *info, *caps;
@@ -245,12 +262,13 @@ int mu_device_publish(mu_device_t *d, const char *addr, char *err, size_t el)
 	mo.listen = 1;
 	mo.listen_host = d->md_host;
 	mo.listen_port = d->md_port;
+	mo.metrics = d->metrics;
 	mu_md_agent_free(d->md);
 	d->md = NULL;
-	rc = mu_md_agent_new(&mo, &d->md);
+	rc = mu_md_agent_new(&mo, &d->md, why, sizeof(why));
 	if (rc != 0) {
 		snprintf(err, el, "cannot start the metadata agent on %s port %d: %s", d->md_host,
-		         d->md_port, mu_strerror(rc));
+		         d->md_port, why);
 		return rc;
 	}
 	md_address(d, addr, mdaddr, sizeof(mdaddr));
@@ -295,9 +313,14 @@ const char *mu_device_describe(const mu_device_t *d)
 
 /* ---- a session ---- */
 
-static void ready(mu__serve_ctx_t *ctx, uint64_t id, mu_stage_t *s, mu__reply_t *r)
+/* A graph stage's forwards use the device's OpenBLAS threads (an LLM
+ * stage's own kernel pool got as many when it was opened). */
+static void ready(mu__serve_ctx_t *ctx, const mu_device_t *d, uint64_t id, mu_stage_t *s,
+                  mu__reply_t *r)
 {
 	ctx->stage = s;
+	if (s->llm == NULL)
+		mu_stage_set_threads(s, d->threads);
 	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0, 0};
 	r->text = (char *)mu_stage_describe(s);
 }
@@ -360,7 +383,6 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		                "device's budget is %llu", idx, of, need, (unsigned long long)d->mem);
 		return;
 	}
-	openblas_set_num_threads(d->threads);
 	if (strcmp(w->valuestring, "local") == 0) {
 		const held_t *h = NULL;
 
@@ -375,11 +397,12 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		} else {
 			mu__log(MU_LOG_INFO, LOG, "stage %d/%d (nodes %d..%d) loaded from %s", idx, of, first,
 			        last - 1, h->dir);
-			ready(ctx, m->id, s, r);
+			ready(ctx, d, m->id, s, r);
 		}
 	} else if (strcmp(w->valuestring, "stream") == 0 && cJSON_IsString(g)) {
 		rc = mu__stage_new(g->valuestring, strlen(g->valuestring), first, last, idx, of, digest,
-		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"), &s, err, sizeof(err));
+		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"),
+		                   cJSON_GetObjectItemCaseSensitive(o, "input_dtypes"), &s, err, sizeof(err));
 		if (rc != 0) {
 			mu__reply_error(r, m->id, rc, 1, "stage %d/%d: %s", idx, of, err);
 		} else {
@@ -408,7 +431,7 @@ static void weights(mu__device_sess_t *ss, const mu__msg_t *m, mu_tensor_list_t 
 	for (size_t i = 0; i < in->n; i++) {
 		mu_tensor_t *t = in->t[i];
 
-		ss->received += t->numel * 4;
+		ss->received += mu_tensor_nbytes(t);
 		if (ss->received > ss->d->mem) {
 			mu__reply_error(r, m->id, MU_ETOOBIG, 1, "the weights sent pass this device's budget "
 			                "of %llu bytes", (unsigned long long)ss->d->mem);
@@ -459,7 +482,7 @@ static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
 		mu__log(MU_LOG_INFO, LOG, "stage %d/%d (nodes %d..%d) built from %llu streamed bytes",
 		        ss->pending->index, ss->pending->of, ss->pending->plan.s[0].first,
 		        ss->pending->plan.s[0].last - 1, (unsigned long long)ss->received);
-		ready(ctx, m->id, ss->pending, r);
+		ready(ctx, ss->d, m->id, ss->pending, r);
 		ss->pending = NULL;
 		return;
 	default:

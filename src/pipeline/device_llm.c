@@ -206,7 +206,7 @@ static char *need_json(const mu__llm_pending_t *p)
 {
 	cJSON *o = cJSON_CreateObject(), *a;
 	uint64_t cached = 0;
-	char *s;
+	char *s, *text;
 
 	cJSON_AddStringToObject(o, "weights", "stream");
 	a = cJSON_AddArrayToObject(o, "need");
@@ -217,8 +217,11 @@ static char *need_json(const mu__llm_pending_t *p)
 			cached += p->bytes[i];
 	}
 	cJSON_AddNumberToObject(o, "cached_bytes", (double)cached);
-	s = cJSON_PrintUnformatted(o);
+	text = cJSON_PrintUnformatted(o);
 	cJSON_Delete(o);
+	/* the reply frees it with mu__free: a copy in our memory, not cJSON's */
+	s = text != NULL ? mu__strdup(text) : NULL;
+	cJSON_free(text);
 	return s;
 }
 

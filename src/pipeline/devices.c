@@ -62,10 +62,8 @@ int mu__devpool_init(mu__devpool_t *p, const mu__devpool_opts_t *o, char *err, s
 	snprintf(name, sizeof(name), "muster-coordinator/%ld/%s", (long)getpid(), tag);
 	mu_md_opts_init(&mo);
 	mo.name = name;
-	rc = mu_md_agent_new(&mo, &p->md);
+	rc = mu_md_agent_new(&mo, &p->md, err, el);
 	if (rc != 0) {
-		snprintf(err, el, "cannot start a metadata agent: %s (are both an etcd and a "
-		         "TCPStore configured?)", mu_strerror(rc));
 		mu__devpool_free(p);
 	}
 	return rc;

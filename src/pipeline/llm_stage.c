@@ -37,7 +37,22 @@ struct mu__llm_stage_s {
 	int32_t *tok;         /* token ids of the chunk being run */
 	double load_ms;
 	mu_stage_t *stage;    /* the stage this is the LLM of */
+	uint64_t kv_now;      /* atomic: mu__dec_kv_reserved after the last change */
+	int seqs_now;         /* atomic: mu__dec_seqs ... */
 };
+
+/* Under s->lock, after sequences opened or closed. */
+static void usage_changed(mu__llm_stage_t *s)
+{
+	__atomic_store_n(&s->kv_now, mu__dec_kv_reserved(s->dec), __ATOMIC_RELAXED);
+	__atomic_store_n(&s->seqs_now, mu__dec_seqs(s->dec), __ATOMIC_RELAXED);
+}
+
+void mu__llm_stage_usage(mu__llm_stage_t *s, uint64_t *kv_bytes, int *seqs)
+{
+	*kv_bytes = __atomic_load_n(&s->kv_now, __ATOMIC_RELAXED);
+	*seqs = __atomic_load_n(&s->seqs_now, __ATOMIC_RELAXED);
+}
 
 void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
 {
@@ -113,7 +128,7 @@ static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size
 	int rc = st == NULL ? MU_ENOMEM : 0;
 
 	if (st != NULL) {
-		pthread_mutex_init(&st->lock, NULL);
+		uv_mutex_init(&st->lock);
 		mu__strmap_init(&st->in_shapes);
 		mu__strmap_init(&st->params);
 		st->llm = s;
@@ -215,6 +230,7 @@ void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner)
 
 	uv_mutex_lock(&s->lock);
 	n = mu__dec_seq_close_owner(s->dec, owner);
+	usage_changed(s);
 	uv_mutex_unlock(&s->lock);
 	if (n > 0)
 		mu__log(MU_LOG_INFO, LOG, "stage %d/%d: freed %d sequence%s of a closed connection",
@@ -261,6 +277,7 @@ static void seq_open(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, con
 	}
 	uv_mutex_lock(&s->lock);
 	rc = mu__dec_seq_open(s->dec, owner, m->aux, (int32_t)ctx->valuedouble, why, sizeof(why));
+	usage_changed(s);
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
@@ -277,6 +294,7 @@ static void seq_close(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, mu
 
 	uv_mutex_lock(&s->lock);
 	rc = mu__dec_seq_close(s->dec, owner, m->aux);
+	usage_changed(s);
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: sequence %llu is not open here",
@@ -420,6 +438,7 @@ static void seq_run(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
 		return;
 	}
 	r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
+	r->positions = n;
 }
 
 /* INFO: the description with the sequences held right now. */

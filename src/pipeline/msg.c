@@ -55,6 +55,13 @@ void mu__msg_encode(const mu__msg_t *m, unsigned char *h)
 	mu_le64_put(h + 32, m->len);
 }
 
+void mu__msg_encode_frame(const mu__msg_t *m, const mu_tensor_list_t *l, unsigned char *h)
+{
+	mu__msg_encode(m, h);
+	if (mu__frame_typed(l))
+		mu_le16_put(h + 4, MU_MSG_VERSION_TYPED);
+}
+
 int mu__msg_is_frame(int type)
 {
 	return type == MU_MSG_FORWARD || type == MU_MSG_RESULT || type == MU_MSG_WEIGHTS ||
@@ -65,11 +72,15 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 {
 	uint64_t limit;
 
+	uint16_t version;
+
 	if (memcmp(h, MU_MSG_MAGIC, 4) != 0)
 		return MU_EBADMAGIC;
-	if (mu_le16_get(h + 4) != MU_MSG_VERSION)
-		return MU_EPROTO;
+	version = mu_le16_get(h + 4);
 	m->type = mu_le16_get(h + 6);
+	if (version != MU_MSG_VERSION &&
+	    (version != MU_MSG_VERSION_TYPED || !mu__msg_is_frame(m->type)))
+		return MU_EPROTO;
 	m->status = (int32_t)mu_le32_get(h + 8);
 	m->arg = mu_le32_get(h + 12);
 	m->id = mu_le64_get(h + 16);
@@ -243,7 +254,7 @@ int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l)
 	unsigned char h[MU_MSG_HEADER];
 
 	m->len = mu_frame_size(l);
-	mu__msg_encode(m, h);
+	mu__msg_encode_frame(m, l, h);
 	return mu__frame_sendv(c->st, h, sizeof(h), l, MU_NO_DEADLINE, c->io_ms);
 }
 

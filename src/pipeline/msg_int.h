@@ -4,7 +4,8 @@
  * is a 40-byte little-endian header and a body:
  *
  *   0  magic    "MUPL"
- *   4  u16      version (1)
+ *   4  u16      version: 1, or 2 for a frame body holding a tensor that
+ *                is not F32 (a typed frame; version 1 bodies are rlx's)
  *   6  u16      type (mu__msg_type_t)
  *   8  i32      status: 0, or a muster/errno code (ERROR)
  *   12 u32      arg: SEQ_FORWARD's position; else 0
@@ -31,7 +32,8 @@
 #include "muster/tensor.h"
 
 #define MU_MSG_MAGIC "MUPL"
-#define MU_MSG_VERSION 1
+#define MU_MSG_VERSION 1       /* every body rlx could read */
+#define MU_MSG_VERSION_TYPED 2 /* a frame with non-F32 tensors */
 #define MU_MSG_HEADER 40
 #define MU_MSG_MAX_TEXT ((uint64_t)64 << 20) /* JSON and error bodies */
 
@@ -95,8 +97,14 @@ const char *mu__msg_type_name(int type);
 /* Does a message of this type carry a frame? */
 int mu__msg_is_frame(int type);
 
+/* A header of version 1. */
 void mu__msg_encode(const mu__msg_t *m, unsigned char *hdr);
-/* MU_EBADMAGIC, MU_EPROTO (version, type), MU_ETOOBIG (length vs limit). */
+/* The header of a message whose body is frame l: version 2 when l holds a
+ * tensor that is not F32, else 1, so a peer of before typed tensors reads
+ * every F32 frame and refuses a typed one by its version. */
+void mu__msg_encode_frame(const mu__msg_t *m, const mu_tensor_list_t *l, unsigned char *hdr);
+/* MU_EBADMAGIC, MU_EPROTO (version, type), MU_ETOOBIG (length vs limit).
+ * Version 2 is taken only for frame types. */
 int mu__msg_decode(const unsigned char *hdr, uint64_t max_frame, mu__msg_t *m);
 
 /* Send a header and a body of bytes (len in m is set here). */

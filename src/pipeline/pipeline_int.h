@@ -1,39 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the pipeline's files share: the model (model.c), the stage
- * (stage.c), the serving loop (serve.c) and the coordinator (coord.c).
+ * What the pipeline's files share: the stage (stage.c), the serving loop
+ * (serve.c) and the coordinator (coord.c). The model and plan objects
+ * they build on are the model layer's (model/model_api_int.h).
  */
 #ifndef MU_PIPELINE_PIPELINE_INT_H
 #define MU_PIPELINE_PIPELINE_INT_H
 
-#include <pthread.h>
+#include <uv.h>
 #include <stdint.h>
 
 #include "muster/md.h"
 #include "muster/pipeline.h"
+#include "core/proc_int.h"
 #include "core/strmap_int.h"
 #include "model/llm_int.h"
+#include "model/model_api_int.h"
 #include "model/model_int.h"
 #include "model/plan_int.h"
 #include "model/safetensors_int.h"
 #include "pipeline/msg_int.h"
-
-struct mu_model_s {
-	char *dir;
-	mu__graph_t g;
-	mu__st_file_t st;
-	mu__strmap_t pbytes;   /* param -> uint64_t f32 bytes */
-	mu__strmap_t pshapes;  /* param -> mu__shape_t */
-	mu__strmap_t shapes;   /* every value -> mu__shape_t */
-	double *flops;         /* per node */
-	uint64_t param_bytes;
-	uint64_t digest;
-	mu__strmap_t loaded;   /* mu_model_run's weights: name -> tensor */
-};
-
-struct mu_plan_s {
-	mu__plan_t p;
-};
 
 struct mu_stage_s {
 	mu_model_t *model;     /* owned, when loaded from a directory */
@@ -48,33 +34,20 @@ struct mu_stage_s {
 	uint64_t rss;          /* the process's resident set after loading */
 	double load_ms;
 	char *desc;            /* JSON */
-	pthread_mutex_t lock;  /* one forward at a time */
+	uv_mutex_t lock;  /* one forward at a time */
+	int threads;           /* OpenBLAS threads of its forwards; 1 */
 	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
 };
 
-
-/* FNV-1a, 64 bits, continued from h (start with MU_FNV_INIT). */
-#define MU_FNV_INIT 0xcbf29ce484222325ULL
-uint64_t mu__fnv(uint64_t h, const void *p, size_t n);
-
-/* "[1, 2400]" */
-void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len);
-
-/* VmRSS of this process in bytes (0 when unknown). */
-uint64_t mu__self_rss(void);
-/* This process's peak resident set since it started (VmHWM; unlike
- * getrusage's ru_maxrss it does not carry over the high-water mark of the
- * process that forked it). */
-uint64_t mu__self_peak_rss(void);
-
 /*
  * A stage to be filled over a session: the graph's JSON text, the node
- * range and the input shapes (name -> shape JSON object, may be NULL).
+ * range, the input shapes (name -> shape JSON object, may be NULL) and
+ * the dtypes of those that are not F32 (name -> "I64" ..., may be NULL).
  * Then mu__stage_add_param for each weight and mu__stage_finish.
  */
 int mu__stage_new(const char *graph_json, size_t len, int first, int last,
                   int index, int of, uint64_t digest, const cJSON *in_shapes,
-                  mu_stage_t **out, char *err, size_t errlen);
+                  const cJSON *in_dtypes, mu_stage_t **out, char *err, size_t errlen);
 /* Take t as one of the stage's weights (checked: wanted, not seen yet). */
 int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t errlen);
 /* Every weight is there: record figures, describe. */
@@ -96,6 +69,7 @@ typedef struct {
 	int text_owned;
 	mu_tensor_list_t out;   /* body for RESULT */
 	int fatal;              /* close once it is sent */
+	int64_t positions;      /* SEQ_FORWARD/SEQ_BATCH's RESULT: positions run (metrics) */
 } mu__reply_t;
 
 struct mu__serve_ctx_s {
@@ -162,6 +136,9 @@ void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m
                           const char *body, mu_tensor_list_t *in, mu__reply_t *r);
 /* The connection owner has gone: free its sequences. Any thread. */
 void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner);
+/* KV cache bytes reserved and sequences open, as of the last change.
+ * Any thread, and never waits for a forward (metrics read it). */
+void mu__llm_stage_usage(mu__llm_stage_t *s, uint64_t *kv_bytes, int *seqs);
 
 /* Into t: why a message was cut short after got of its `of` bytes of
  * `what` ("header", "FORWARD body", ...): a stall of stall_ms when rc is
@@ -258,6 +235,8 @@ int mu__device_threads(const mu_device_t *d);
  * forward call (-1: none; a stage's own ERROR is not a broken connection).
  */
 int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out);
+/* Fill o with this build's coordinator defaults (full size). */
+void mu__coord_defaults(mu_coord_opts_t *o);
 int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
                   const char *desc, char *err, size_t el);
 int mu__coord_check(const mu_coord_t *c, char *err, size_t el);

@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
+#include "model/blas_int.h"
 #include "pipeline/pipeline_int.h"
 
 static void tensor_free(void *t)
@@ -30,8 +30,19 @@ static mu_stage_t *stage_alloc(void)
 		return NULL;
 	mu__strmap_init(&s->in_shapes);
 	mu__strmap_init(&s->params);
-	pthread_mutex_init(&s->lock, NULL);
+	uv_mutex_init(&s->lock);
+	s->threads = 1;
 	return s;
+}
+
+int mu_stage_set_threads(mu_stage_t *s, int threads)
+{
+	if (s == NULL || threads < 1)
+		return MU_EARG;
+	uv_mutex_lock(&s->lock); /* not under a forward */
+	s->threads = threads;
+	uv_mutex_unlock(&s->lock);
+	return 0;
 }
 
 void mu_stage_free(mu_stage_t *s)
@@ -46,7 +57,7 @@ void mu_stage_free(mu_stage_t *s)
 	mu_model_close(s->model);
 	mu__free(s->desc);
 	mu__llm_stage_free(s->llm);
-	pthread_mutex_destroy(&s->lock);
+	uv_mutex_destroy(&s->lock);
 	mu__free(s);
 }
 
@@ -78,8 +89,8 @@ static int cut(mu_stage_t *s, int first, int last, const mu__strmap_t *bytes,
 }
 
 int mu__stage_new(const char *graph_json, size_t len, int first, int last, int index, int of,
-                  uint64_t digest, const cJSON *in_shapes, mu_stage_t **out, char *err,
-                  size_t el)
+                  uint64_t digest, const cJSON *in_shapes, const cJSON *in_dtypes,
+                  mu_stage_t **out, char *err, size_t el)
 {
 	char why[512] = "";
 	mu_stage_t *s = stage_alloc();
@@ -102,11 +113,19 @@ int mu__stage_new(const char *graph_json, size_t len, int first, int last, int i
 	s->g = &s->own;
 	rc = cut(s, first, last, NULL, NULL, err, el);
 	cJSON_ArrayForEach(it, in_shapes) {
+		const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in_dtypes, it->string);
 		mu__shape_t sh = {0};
 		const cJSON *d;
 
 		if (rc != 0)
 			break;
+		if (dt != NULL && (!cJSON_IsString(dt) || mu_dtype_from_name(dt->valuestring) < 0)) {
+			snprintf(err, el, "the dtype of %.200s is not one muster knows", it->string);
+			rc = MU_EPROTO;
+			break;
+		}
+		if (dt != NULL)
+			sh.dtype = (mu_dtype_t)mu_dtype_from_name(dt->valuestring);
 		if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) > MU_TENSOR_MAX_RANK) {
 			snprintf(err, el, "the shape of %.200s is not a list of at most 8 dims", it->string);
 			rc = MU_EPROTO;
@@ -151,7 +170,7 @@ int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t el)
 	}
 	if (mu__strmap_put(&s->params, t->name, strlen(t->name), t, NULL) != 0)
 		return MU_ENOMEM;
-	s->resident += t->numel * 4;
+	s->resident += mu_tensor_nbytes(t);
 	return 0;
 }
 
@@ -245,7 +264,6 @@ static int load(const char *dir, int i, int n, int first, int last, mu_stage_t *
 		snprintf(err, el, "stage %d of %d does not exist (stages count from 0)", i, n);
 		return MU_EARG;
 	}
-	openblas_set_num_threads(1);
 	if ((s = stage_alloc()) == NULL)
 		return MU_ENOMEM;
 	s->index = i;
@@ -344,6 +362,11 @@ static int check_inputs(mu_stage_t *s, const mu_tensor_list_t *in, char *err, si
 			snprintf(err, el, "input %.200s has shape %s; the stage takes %s", t->name, a, b);
 			return MU_EPROTO;
 		}
+		if (sh != NULL && sh->dtype != t->dtype) {
+			snprintf(err, el, "input %.200s is %s; the stage takes %s", t->name,
+			         mu_dtype_name((int)t->dtype), mu_dtype_name((int)sh->dtype));
+			return MU_EPROTO;
+		}
 	}
 	for (int k = 0; k < io->ninputs; k++)
 		if (mu_tensor_list_find(in, io->inputs[k]) == NULL) {
@@ -365,10 +388,12 @@ int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *in, mu_tensor_list_t
 	rc = check_inputs(s, in, err, el);
 	if (rc != 0)
 		return rc;
-	pthread_mutex_lock(&s->lock);
+	uv_mutex_lock(&s->lock);
+	mu__blas_enter(s->threads);
 	rc = mu__exec_run(s->g, io->first, io->last, &s->params, in, io->outputs, io->noutputs,
 	                  out, why, sizeof(why));
-	pthread_mutex_unlock(&s->lock);
+	mu__blas_leave();
+	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		snprintf(err, el, "%s", why);
 	return rc;

@@ -25,11 +25,13 @@
 #include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
 #include "core/service_int.h"
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
 #include "core/endian_int.h"
+#include "core/opts_int.h"
 #include "tensor/frame_int.h"
 
 #define LOG "stage"
@@ -85,6 +87,9 @@ struct mu_stage_server_s {
 	uint64_t serials;         /* connections accepted so far */
 	uv_mutex_t join_lock;
 	int joined;
+	/* docs/metrics.md; each NULL without a registry */
+	mu__metric_t *m_open, *m_conns, *m_cut, *m_msgs, *m_fwd, *m_tok, *m_in, *m_out,
+		*m_compute, *m_kv, *m_seqs;
 };
 
 static void sc_reset(sconn_t *sc);
@@ -115,6 +120,8 @@ static void fail_conn(sconn_t *sc, int code, const char *fmt, ...)
 	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
 	mu__log(MU_LOG_WARN, LOG, "%s: closing %s: %s", sc->srv->name, sc->conn.peer, text);
+	mu__metric_add(sc->srv->m_cut, code == -ETIMEDOUT ? "timeout" : code == MU_ETOOBIG ? "limit"
+	                               : "protocol", 1);
 	uncount(sc);
 	m.len = strlen(text);
 	mu__msg_encode(&m, h);
@@ -191,7 +198,7 @@ static int send_result(sconn_t *sc)
 		return MU_ENOMEM;
 	}
 	sc->reply.m.len = mu_frame_size(l);
-	mu__msg_encode(&sc->reply.m, w->hdrs);
+	mu__msg_encode_frame(&sc->reply.m, l, w->hdrs);
 	mu_le32_put(w->hdrs + MU_MSG_HEADER, (uint32_t)l->n);
 	w->bufs[n++] = uv_buf_init((char *)w->hdrs, MU_MSG_HEADER + 4);
 	off = MU_MSG_HEADER + 4;
@@ -202,7 +209,7 @@ static int send_result(sconn_t *sc)
 		w->bufs[n++] = uv_buf_init((char *)w->hdrs + off, (unsigned)h);
 		off += h;
 		if (l->t[i]->numel > 0)
-			w->bufs[n++] = uv_buf_init((char *)l->t[i]->data, (unsigned)(l->t[i]->numel * 4));
+			w->bufs[n++] = uv_buf_init((char *)l->t[i]->raw, (unsigned)mu_tensor_nbytes(l->t[i]));
 	}
 	/* charged with what this write keeps besides the tensors' bytes */
 	rc = mu__conn_sendv(&sc->conn, w->bufs, n,
@@ -210,6 +217,8 @@ static int send_result(sconn_t *sc)
 	                    result_sent, w);
 	if (rc != 0)
 		wres_free(w);
+	else
+		mu__metric_add(sc->srv->m_out, NULL, (double)(MU_MSG_HEADER + sc->reply.m.len));
 	return rc;
 }
 
@@ -230,11 +239,33 @@ static int send_text(sconn_t *sc)
 	r->m.len = r->text != NULL ? strlen(r->text) : 0;
 	mu__msg_encode(&r->m, h);
 	rc = mu__conn_send(&sc->conn, h, sizeof(h), r->text, r->m.len, own ? free_cb : NULL, own);
+	if (rc == 0)
+		mu__metric_add(sc->srv->m_out, NULL, (double)(sizeof(h) + r->m.len));
 	if (rc == 0 && own != NULL) {
 		r->text = NULL;
 		r->text_owned = 0;
 	}
 	return rc;
+}
+
+/* A reply is ready: what it computed goes to the metrics. */
+static void count_reply(mu_stage_server_t *srv, const mu__reply_t *r)
+{
+	uint64_t kv;
+	int seqs;
+
+	if (srv->m_msgs == NULL)
+		return;
+	if (r->m.type == MU_MSG_RESULT) {
+		mu__metric_add(srv->m_fwd, NULL, 1);
+		mu__metric_add(srv->m_tok, NULL, (double)r->positions);
+		mu__metric_observe(srv->m_compute, NULL, (double)r->m.aux / 1e9);
+	}
+	if (srv->stage != NULL && srv->stage->llm != NULL) {
+		mu__llm_stage_usage(srv->stage->llm, &kv, &seqs);
+		mu__metric_set(srv->m_kv, NULL, (double)kv);
+		mu__metric_set(srv->m_seqs, NULL, (double)seqs);
+	}
 }
 
 /* The reply is ready (loop thread): send it, then read the next message. */
@@ -243,6 +274,7 @@ static void replied(sconn_t *sc)
 	mu__reply_t *r = &sc->reply;
 	int rc = 0;
 
+	count_reply(sc->srv, r);
 	if (r->m.type == MU_MSG_RESULT)
 		rc = send_result(sc);
 	else if (r->m.type != 0)
@@ -292,6 +324,8 @@ static void dispatch(sconn_t *sc)
 
 	sc->state = SC_BUSY;
 	sc->nmsgs++;
+	mu__metric_add(sc->srv->m_msgs, mu__msg_type_name(sc->m.type), 1);
+	mu__metric_add(sc->srv->m_in, NULL, (double)(MU_MSG_HEADER + sc->m.len));
 	mu__conn_hold(&sc->conn, 1);
 	mu__conn_timer(&sc->conn, 0);
 	/* Compute, and anything that waits for the compute's lock, runs off
@@ -587,6 +621,9 @@ static void sc_close(mu__conn_t *c, int err)
 	mu__list_remove(&sc->node);
 	if (!sc->uncounted)
 		sc->srv->nconns--;
+	mu__metric_add(sc->srv->m_open, NULL, -1);
+	if (err == -ENOBUFS)
+		mu__metric_add(sc->srv->m_cut, "budget", 1);
 	if (sc->srv->stage != NULL && sc->srv->stage->llm != NULL)
 		release_seqs(sc->srv, sc->serial);
 }
@@ -654,6 +691,8 @@ static void on_connection(mu__listener_t *l, mu_stream_t *st)
 	mu__reply_init(&sc->reply);
 	mu__list_insert_tail(&srv->conns, &sc->node);
 	srv->nconns++;
+	mu__metric_add(srv->m_conns, NULL, 1);
+	mu__metric_add(srv->m_open, NULL, 1); /* sc_close takes it back, even on failure */
 	if (mu__conn_accept(&sc->conn, &srv->svc.loop, st, &sc_ops, 2 * sizeof(srv->scratch), srv->scratch,
 	                    sizeof(srv->scratch), &srv->budget) != 0)
 		return;
@@ -675,9 +714,10 @@ static void service_stop_cb(mu__service_t *svc)
 		mu__conn_close(&mu__container_of(it, sconn_t, node)->conn, 0);
 }
 
-void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
+static void stage_server_defaults(mu_stage_server_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "127.0.0.1";
 	o->max_conns = 64;
 	o->io_timeout_ms = 30000;
@@ -686,6 +726,14 @@ void mu_stage_server_opts_init(mu_stage_server_opts_t *o)
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->name = "stage";
 	mu_budget_init(&o->budget);
+}
+
+void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size)
+{
+	mu_stage_server_opts_t d;
+
+	stage_server_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int stage_listen(mu_stage_server_t *srv)
@@ -701,14 +749,56 @@ static int stage_listen(mu_stage_server_t *srv)
 	return 0;
 }
 
-int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
+static void metrics_init(mu_stage_server_t *srv, mu_metrics_t *m)
+{
+	srv->m_open = mu__metric_family(m, MU_METRIC_GAUGE, "muster_stage_connections_open",
+	                                "Connections open now.", NULL, NULL, 0);
+	srv->m_conns = mu__metric_family(m, MU_METRIC_COUNTER, "muster_stage_connections_total",
+	                                 "Connections accepted.", NULL, NULL, 0);
+	srv->m_cut = mu__metric_family(m, MU_METRIC_COUNTER,
+	                               "muster_stage_connections_refused_total",
+	                               "Connections the stage closed on a client, by reason: "
+	                               "protocol, limit, timeout, budget.", "reason", NULL, 0);
+	srv->m_msgs = mu__metric_family(m, MU_METRIC_COUNTER, "muster_stage_messages_total",
+	                                "Whole messages received, by type.", "type", NULL, 0);
+	srv->m_fwd = mu__metric_family(m, MU_METRIC_COUNTER, "muster_stage_forwards_total",
+	                               "Forwards answered with a RESULT (FORWARD, SEQ_FORWARD, "
+	                               "SEQ_BATCH).", NULL, NULL, 0);
+	srv->m_tok = mu__metric_family(m, MU_METRIC_COUNTER, "muster_stage_tokens_total",
+	                               "Positions (tokens) a decoder LLM stage ran.", NULL, NULL, 0);
+	srv->m_in = mu__metric_family(m, MU_METRIC_COUNTER, "muster_stage_received_bytes_total",
+	                              "Bytes of whole messages received.", NULL, NULL, 0);
+	srv->m_out = mu__metric_family(m, MU_METRIC_COUNTER, "muster_stage_sent_bytes_total",
+	                               "Bytes of replies queued to send.", NULL, NULL, 0);
+	srv->m_compute = mu__metric_family(m, MU_METRIC_HISTOGRAM, "muster_stage_compute_seconds",
+	                                   "Compute time of each forward on this stage.", NULL,
+	                                   mu__metric_seconds, mu__metric_nseconds);
+	srv->m_kv = mu__metric_family(m, MU_METRIC_GAUGE, "muster_stage_kv_bytes",
+	                              "KV cache bytes reserved by open sequences.", NULL, NULL, 0);
+	srv->m_seqs = mu__metric_family(m, MU_METRIC_GAUGE, "muster_stage_sequences_open",
+	                                "Sequences open on this stage.", NULL, NULL, 0);
+	mu__metric_touch(srv->m_open, NULL);
+	mu__metric_touch(srv->m_conns, NULL);
+	mu__metric_touch(srv->m_fwd, NULL);
+	mu__metric_touch(srv->m_in, NULL);
+	mu__metric_touch(srv->m_out, NULL);
+	if (srv->stage != NULL && srv->stage->llm != NULL) {
+		mu__metric_touch(srv->m_tok, NULL);
+		mu__metric_touch(srv->m_kv, NULL);
+		mu__metric_touch(srv->m_seqs, NULL);
+	}
+}
+
+int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *uo,
                           mu_stage_server_t **out)
 {
+	mu_stage_server_opts_t oo, *o = &oo;
 	mu_stage_server_t *srv;
 	int rc;
 
 	*out = NULL;
-	if (s == NULL || o == NULL || o->max_conns < 1 || o->io_timeout_ms < 1 ||
+	stage_server_defaults(o);
+	if (s == NULL || mu__opts_read(o, sizeof(*o), uo) != 0 || o->max_conns < 1 || o->io_timeout_ms < 1 ||
 	    mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	srv = mu__calloc(1, sizeof(*srv));
@@ -724,6 +814,7 @@ int mu_stage_server_start(mu_stage_t *s, const mu_stage_server_opts_t *o,
 	srv->ctx.name = srv->name;
 	mu__list_init(&srv->conns);
 	mu__budget_init(&srv->budget, &o->budget, "stage");
+	metrics_init(srv, o->metrics);
 	uv_mutex_init(&srv->lock);
 	uv_mutex_init(&srv->join_lock);
 	rc = mu__service_init(&srv->svc, service_stop_cb);

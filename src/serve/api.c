@@ -349,6 +349,26 @@ static void setup_chat(mu__srv_t *s)
 		mu__log(MU_LOG_INFO, LOG, "/v1/chat/completions is unavailable: %s", s->chat_why);
 }
 
+static void metrics_init(mu__srv_t *s, mu_metrics_t *m)
+{
+	s->m_reqs = mu__metric_family(m, MU_METRIC_COUNTER, "muster_serve_requests_total",
+	                              "Completion and chat requests answered, by HTTP status "
+	                              "(499: the client went away).", "status", NULL, 0);
+	s->m_secs = mu__metric_family(m, MU_METRIC_HISTOGRAM, "muster_serve_request_seconds",
+	                              "Time to answer a completion or chat request.", NULL,
+	                              mu__metric_seconds, mu__metric_nseconds);
+	s->m_prompt = mu__metric_family(m, MU_METRIC_COUNTER, "muster_serve_prompt_tokens_total",
+	                                "Prompt tokens of answered requests.", NULL, NULL, 0);
+	s->m_completion = mu__metric_family(m, MU_METRIC_COUNTER,
+	                                    "muster_serve_completion_tokens_total",
+	                                    "Tokens generated.", NULL, NULL, 0);
+	s->m_running = mu__metric_family(m, MU_METRIC_GAUGE, "muster_serve_requests_running",
+	                                 "Requests being generated now.", NULL, NULL, 0);
+	mu__metric_touch(s->m_prompt, NULL);
+	mu__metric_touch(s->m_completion, NULL);
+	mu__metric_touch(s->m_running, NULL);
+}
+
 int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu__srv_t **out,
                 char *why, size_t wl)
 {
@@ -366,6 +386,7 @@ int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu_
 	s->eng = e;
 	s->tok = tok;
 	s->started = (int64_t)time(NULL);
+	metrics_init(s, o->metrics);
 	mu__list_init(&s->dirty);
 	mu__list_init(&s->gens);
 	if ((rc = uv_loop_init(&s->loop)) != 0) {
@@ -384,6 +405,11 @@ int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu_
 	uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
 	*out = s;
 	return 0;
+}
+
+uv_loop_t *mu__srv_loop(mu__srv_t *s)
+{
+	return &s->loop;
 }
 
 int mu__srv_port(const mu__srv_t *s)

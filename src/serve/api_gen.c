@@ -126,8 +126,18 @@ static void gen_free(gen_t *g)
 	                   : g->finish;
 
 	mu__srv_log(g->what, g->gone ? 499 : g->status, g->nprompt, g->ntok, g->t0, note);
+	if (s->m_reqs != NULL) {
+		char code[16];
+
+		snprintf(code, sizeof(code), "%d", g->gone ? 499 : g->status);
+		mu__metric_add(s->m_reqs, code, 1);
+		mu__metric_observe(s->m_secs, NULL, (mu__clock_ms() - g->t0) / 1000.0);
+		mu__metric_add(s->m_prompt, NULL, g->nprompt);
+		mu__metric_add(s->m_completion, NULL, g->ntok);
+	}
 	mu__list_remove(&g->node);
 	s->ngens--;
+	mu__metric_set(s->m_running, NULL, s->ngens);
 	mu__textout_free(&g->to);
 	mu__stopscan_free(&g->scan);
 	mu__buf_free(&g->inbox);
@@ -452,6 +462,7 @@ void mu__gen_start(mu__srv_t *s, h2o_req_t *req, const mu__gen_ask_t *a, double 
 	*g->slot = g;
 	mu__list_insert_tail(&s->gens, &g->node);
 	s->ngens++;
+	mu__metric_set(s->m_running, NULL, s->ngens);
 	if (!g->stream)
 		return;
 	g->status = 200;

@@ -27,6 +27,7 @@
 #include "core/list_int.h"
 #include "model/tok_int.h"
 #include "pipeline/llm_engine_int.h"
+#include "core/metrics_int.h"
 #include "serve/chat_int.h"
 #include "serve/http_int.h"
 #include "serve/oai_int.h"
@@ -46,6 +47,7 @@ typedef struct {
 	int no_bos, ignore_eos;
 	const char *chat_template; /* force a family; NULL: recognise the model's */
 	const char *where;         /* "this process, 2 threads" / "3 stages", for /health */
+	mu_metrics_t *metrics;     /* muster_serve_* (docs/metrics.md); NULL: none */
 } mu__srv_opts_t;
 
 typedef struct mu__srv_s mu__srv_t;
@@ -55,6 +57,9 @@ typedef struct mu__srv_s mu__srv_t;
 int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu__srv_t **out,
                 char *why, size_t wl);
 int mu__srv_port(const mu__srv_t *s);
+/* The server's loop (the main thread runs it in mu__srv_run): others may
+ * add handles there before mu__srv_run, and close them before mu__srv_free. */
+uv_loop_t *mu__srv_loop(mu__srv_t *s);
 /* Serve until mu__srv_stop, then end every request and connection. */
 int mu__srv_run(mu__srv_t *s);
 /* Ask mu__srv_run to return (any thread, async-signal context excluded). */
@@ -86,6 +91,8 @@ struct mu__srv_s {
 	char last_error[300];      /* the last generation that failed: why */
 	uint64_t served, next_id;
 	int64_t started;
+	/* docs/metrics.md; each NULL without a registry */
+	mu__metric_t *m_reqs, *m_secs, *m_prompt, *m_completion, *m_running;
 };
 
 /* What a generation request asks for, ready for the engine. */

@@ -28,8 +28,11 @@
 #include "core/buf_int.h"
 #include "core/conn_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/rand_int.h"
+#include "core/time_int.h"
 #include "server/handshake_int.h"
 #include "server/server_int.h"
 #include "server/session_int.h"
@@ -100,6 +103,8 @@ static void session_done_cb(uv_async_t *a)
 		return;
 	uv_thread_join(&s->active_thread);
 	SLOG(s, MU_LOG_INFO, "Session with %s ended", mu_session_peer(s->active));
+	mu__metric_set(s->m_active, NULL, 0);
+	mu__metric_observe(s->m_duration, NULL, (mu__clock_ms() - s->session_start) / 1000.0);
 	mu__session_free(s->active);
 	s->active = NULL;
 	release_slot(s, 1);
@@ -145,6 +150,9 @@ static void hand_off(hs_conn_t *c)
 		return;
 	}
 	SLOG(s, MU_LOG_INFO, "Session with %s started", s->active->peer);
+	s->session_start = mu__clock_ms();
+	mu__metric_add(s->m_sessions, NULL, 1);
+	mu__metric_set(s->m_active, NULL, 1);
 	if (c->timeout > 0)
 		uv_timer_start(&s->session_timer, session_timeout_cb,
 		               (uint64_t)(c->timeout * 1000.0), 0);
@@ -336,9 +344,10 @@ static void service_stop_cb(mu__service_t *svc)
 
 /* ---- public API ---- */
 
-void mu_server_opts_init(mu_server_opts_t *o)
+static void server_defaults(mu_server_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "0.0.0.0";
 	o->port = 9090;
 	o->port_end = 9199;
@@ -347,6 +356,14 @@ void mu_server_opts_init(mu_server_opts_t *o)
 	o->poll_period = 2;
 	o->retry_max = 8;
 	mu_budget_init(&o->budget);
+}
+
+void mu_server_opts_init_size(mu_server_opts_t *o, size_t size)
+{
+	mu_server_opts_t d;
+
+	server_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int server_init(mu_server_t *s, const mu_server_opts_t *o)
@@ -429,13 +446,15 @@ static int start_registrar(mu_server_t *s)
 	return rc;
 }
 
-int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
+int mu_server_start(const mu_server_opts_t *uo, mu_server_t **out)
 {
+	mu_server_opts_t oo, *o = &oo;
 	mu_server_t *s;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL)
+	server_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0)
 		return MU_EARG;
 	s = mu__calloc(1, sizeof(*s));
 	if (s == NULL)
@@ -443,6 +462,17 @@ int mu_server_start(const mu_server_opts_t *o, mu_server_t **out)
 	rc = server_init(s, o);
 	if (rc == 0)
 		rc = mu__service_init(&s->svc, service_stop_cb);
+	s->m_sessions = mu__metric_family(o->metrics, MU_METRIC_COUNTER,
+	                                  "muster_server_sessions_total", "Sessions served.",
+	                                  NULL, NULL, 0);
+	s->m_active = mu__metric_family(o->metrics, MU_METRIC_GAUGE, "muster_server_session_active",
+	                                "1 while a session runs (one at a time).", NULL, NULL, 0);
+	s->m_duration = mu__metric_family(o->metrics, MU_METRIC_HISTOGRAM,
+	                                  "muster_server_session_seconds",
+	                                  "How long sessions lasted.", NULL, mu__metric_seconds,
+	                                  mu__metric_nseconds);
+	mu__metric_touch(s->m_sessions, NULL);
+	mu__metric_touch(s->m_active, NULL);
 	if (rc != 0) {
 		mu__free(s);
 		return rc;

@@ -56,6 +56,9 @@ struct mu_server_s {
 	int registrar_started;
 	uv_mutex_t join_lock;
 	int joined;              /* join_lock */
+	/* docs/metrics.md; NULL without a registry */
+	struct mu__metric_s *m_sessions, *m_active, *m_duration;
+	double session_start;    /* loop thread: when the active one began */
 };
 
 /* Registrar thread body (register.c). */

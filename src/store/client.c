@@ -23,6 +23,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/endian_int.h"
+#include "core/opts_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "store/client_int.h"
@@ -42,14 +43,23 @@ struct mu_store_client_s {
 	                         * never redialed, never judged idle */
 };
 
-void mu_store_client_opts_init(mu_store_client_opts_t *o)
+static void store_client_defaults(mu_store_client_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "127.0.0.1";
 	o->port = 29500;
 	o->dialect = MU_STORE_AUTO;
 	o->timeout_ms = 300000;
 	o->max_value_bytes = 64u << 20;
+}
+
+void mu_store_client_opts_init_size(mu_store_client_opts_t *o, size_t size)
+{
+	mu_store_client_opts_t d;
+
+	store_client_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 mu_store_dialect_t mu_store_client_dialect(const mu_store_client_t *c)
@@ -135,14 +145,16 @@ static int reconnect_within(mu_store_client_t *c, int timeout_ms)
 	}
 }
 
-int mu_store_client_connect(const mu_store_client_opts_t *o,
+int mu_store_client_connect(const mu_store_client_opts_t *uo,
                             mu_store_client_t **out)
 {
+	mu_store_client_opts_t oo, *o = &oo;
 	mu_store_client_t *c;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->host == NULL || strlen(o->host) >= sizeof(c->host))
+	store_client_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 || o->host == NULL || strlen(o->host) >= sizeof(c->host))
 		return MU_EARG;
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL)

@@ -20,7 +20,9 @@
 #include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/service_int.h"
 #include "store/kv_int.h"
 #include "store/proto_int.h"
@@ -54,6 +56,8 @@ struct mu_store_server_s {
 	int port;
 	uv_mutex_t join_lock;
 	int joined;
+	/* docs/metrics.md; each NULL without a registry */
+	mu__metric_t *m_open, *m_conns, *m_cut, *m_ops, *m_keys, *m_watches;
 	char scratch[READ_CHUNK];
 };
 
@@ -133,6 +137,7 @@ static int serve_one(sconn_t *sc)
 	mu_store_server_t *s = sc->s;
 	mu__store_req_t req;
 	size_t used = 0;
+	uint64_t t0;
 	int rc;
 
 	if (sc->conn.in.len < sc->need)
@@ -147,10 +152,15 @@ static int serve_one(sconn_t *sc)
 		                     : rc == MU_ETOOBIG ? "a length or count over the limit"
 		                                        : mu_strerror(rc),
 		     (unsigned)(unsigned char)sc->conn.in.data[0]);
+		mu__metric_add(s->m_cut, rc == MU_ETOOBIG ? "limit" : "protocol", 1);
 		mu__conn_close(&sc->conn, rc);
 		return 0;
 	}
+	t0 = uv_hrtime();
 	rc = mu__store_exec(&s->kv, &sc->peer, &req, &s->lim);
+	mu__metric_observe(s->m_ops, mu__store_op_name(req.op), (double)(uv_hrtime() - t0) / 1e9);
+	mu__metric_set(s->m_keys, NULL, (double)s->kv.data.count);
+	mu__metric_set(s->m_watches, NULL, (double)s->kv.nwatches);
 	/* its waits and watches count against its budget */
 	mu__conn_own(&sc->conn, sc->peer.held);
 	if (rc != 0 && rc == MU_ETOOBIG && req.op == MU_SOP_WATCH_KEY) {
@@ -166,6 +176,8 @@ static int serve_one(sconn_t *sc)
 		                                              : mu_strerror(rc));
 	}
 	if (rc != 0) {
+		if (rc != -ENOBUFS) /* on_close counts those */
+			mu__metric_add(s->m_cut, rc == MU_ETOOBIG ? "limit" : "protocol", 1);
 		mu__store_req_free(&req);
 		mu__conn_close(&sc->conn, rc);
 		return 0;
@@ -206,6 +218,7 @@ static void on_timeout(mu__conn_t *c)
 
 	SLOG(sc->s, MU_LOG_WARN, "%s: request not completed within %g s, closing",
 	     c->peer, sc->s->opts.request_timeout);
+	mu__metric_add(sc->s->m_cut, "timeout", 1);
 	mu__conn_close(c, -ETIMEDOUT);
 }
 
@@ -218,6 +231,10 @@ static void on_close(mu__conn_t *c, int err)
 		mu__list_remove(&sc->doomed_node);
 	mu__store_peer_release(&sc->s->kv, &sc->peer);
 	mu__conn_own(c, 0);
+	mu__metric_add(sc->s->m_open, NULL, -1);
+	mu__metric_set(sc->s->m_watches, NULL, (double)sc->s->kv.nwatches);
+	if (err == -ENOBUFS)
+		mu__metric_add(sc->s->m_cut, "budget", 1);
 	if (err == 0)
 		SLOG(sc->s, MU_LOG_INFO, "%s disconnected", c->peer);
 }
@@ -245,6 +262,8 @@ static void on_connection(mu__listener_t *l, mu_stream_t *st)
 	mu__store_peer_init(&sc->peer, MU_STORE_V1);
 	mu__list_init(&sc->doomed_node);
 	mu__list_insert_tail(&s->conns, &sc->node);
+	mu__metric_add(s->m_conns, NULL, 1);
+	mu__metric_add(s->m_open, NULL, 1); /* on_close takes it back, even on failure */
 	if (mu__conn_accept(&sc->conn, &s->svc.loop, st, &conn_ops,
 	                    s->lim.max_request + READ_CHUNK, s->scratch,
 	                    sizeof(s->scratch), &s->budget) == 0)
@@ -264,12 +283,13 @@ static void service_stop_cb(mu__service_t *svc)
 		mu__conn_close(&mu__container_of(it, sconn_t, node)->conn, 0);
 }
 
-void mu_store_server_opts_init(mu_store_server_opts_t *o)
+static void store_server_defaults(mu_store_server_opts_t *o)
 {
 	mu__store_limits_t l;
 
 	mu__store_limits_init(&l);
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "::";
 	o->port = 29500;
 	o->max_key_bytes = l.max_key;
@@ -279,6 +299,14 @@ void mu_store_server_opts_init(mu_store_server_opts_t *o)
 	mu_budget_init(&o->budget);
 	o->max_watches = l.max_watches;
 	o->max_watches_total = l.max_watches_total;
+}
+
+void mu_store_server_opts_init_size(mu_store_server_opts_t *o, size_t size)
+{
+	mu_store_server_opts_t d;
+
+	store_server_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 /* "::" without IPv6 on this host ends up on 0.0.0.0 (core/net.c): say so. */
@@ -310,13 +338,37 @@ static int store_listen(mu_store_server_t *s)
 	return rc;
 }
 
-int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **out)
+static void metrics_init(mu_store_server_t *s, mu_metrics_t *m)
 {
+	s->m_open = mu__metric_family(m, MU_METRIC_GAUGE, "muster_store_connections_open",
+	                              "Connections open now.", NULL, NULL, 0);
+	s->m_conns = mu__metric_family(m, MU_METRIC_COUNTER, "muster_store_connections_total",
+	                               "Connections accepted.", NULL, NULL, 0);
+	s->m_cut = mu__metric_family(m, MU_METRIC_COUNTER, "muster_store_connections_refused_total",
+	                             "Connections the store closed on a client, by reason: "
+	                             "protocol, limit, timeout, budget.", "reason", NULL, 0);
+	s->m_ops = mu__metric_family(m, MU_METRIC_HISTOGRAM, "muster_store_op_seconds",
+	                             "Time to serve a request, by operation (a wait that "
+	                             "blocks counts until it is queued).", "op",
+	                             mu__metric_seconds, mu__metric_nseconds);
+	s->m_keys = mu__metric_family(m, MU_METRIC_GAUGE, "muster_store_keys",
+	                              "Keys stored now.", NULL, NULL, 0);
+	s->m_watches = mu__metric_family(m, MU_METRIC_GAUGE, "muster_store_watches",
+	                                 "v1 watches registered now.", NULL, NULL, 0);
+	mu__metric_touch(s->m_open, NULL);
+	mu__metric_touch(s->m_conns, NULL);
+	mu__metric_touch(s->m_keys, NULL);
+}
+
+int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **out)
+{
+	mu_store_server_opts_t oo, *o = &oo;
 	mu_store_server_t *s;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->max_key_bytes == 0 || o->max_value_bytes == 0 ||
+	store_server_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 || o->max_key_bytes == 0 || o->max_value_bytes == 0 ||
 	    o->max_keys == 0 || o->request_timeout < 0 ||
 	    o->max_value_bytes > ((size_t)1 << 40) || mu_budget_check(&o->budget) != 0 ||
 	    o->max_watches == 0 || o->max_watches_total < o->max_watches)
@@ -334,6 +386,7 @@ int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_server_t **o
 	s->lim.max_watches = o->max_watches;
 	s->lim.max_watches_total = o->max_watches_total;
 	mu__budget_init(&s->budget, &o->budget, "store");
+	metrics_init(s, o->metrics);
 	mu__list_init(&s->conns);
 	mu__list_init(&s->doomed);
 	mu__store_init(&s->kv, kv_send, s);

@@ -20,20 +20,23 @@
 #include "tensor/frame_int.h"
 
 
-/* Wire order <-> host order for a run of f32 (a no-op on little-endian). */
-static void swap_f32(float *d, uint64_t n)
+/* Wire order <-> host order for a tensor's elements (a no-op on
+ * little-endian hosts). */
+static void swap_elems(mu_tensor_t *t)
 {
 #if MU_BIG_ENDIAN_HOST
-	for (uint64_t i = 0; i < n; i++) {
-		uint32_t v;
+	size_t w = mu_dtype_size((int)t->dtype);
+	unsigned char *b = t->raw;
 
-		memcpy(&v, &d[i], 4);
-		v = __builtin_bswap32(v);
-		memcpy(&d[i], &v, 4);
-	}
+	for (uint64_t i = 0; w > 1 && i < t->numel; i++, b += w)
+		for (size_t k = 0; k < w / 2; k++) {
+			unsigned char c = b[k];
+
+			b[k] = b[w - 1 - k];
+			b[w - 1 - k] = c;
+		}
 #else
-	(void)d;
-	(void)n;
+	(void)t;
 #endif
 }
 
@@ -87,6 +90,7 @@ static void next_tensor(mu__frame_reader_t *r)
 static int start_data(mu__frame_reader_t *r, uint64_t numel)
 {
 	uint64_t prod = 1;
+	size_t w = mu_dtype_size((int)r->dtype);
 	uint32_t i;
 	int rc;
 
@@ -97,10 +101,10 @@ static int start_data(mu__frame_reader_t *r, uint64_t numel)
 	}
 	if (prod != numel)
 		return MU_EPROTO;
-	if (numel > (r->lim.max_bytes - r->bytes) / 4)
+	if (numel > (r->lim.max_bytes - r->bytes) / w)
 		return MU_ETOOBIG;
-	r->bytes += numel * 4;
-	rc = mu_tensor_new(r->name, r->rank, r->dims, &r->cur);
+	r->bytes += numel * w;
+	rc = mu_tensor_new_typed(r->name, r->dtype, r->rank, r->dims, &r->cur);
 	mu__free(r->name);
 	r->name = NULL;
 	if (rc != 0)
@@ -148,12 +152,20 @@ static int field_done(mu__frame_reader_t *r)
 			return MU_EPROTO;
 		expect(r, FR_RANK, 4);
 		return 0;
-	case FR_RANK:
-		r->rank = mu_le32_get(r->field);
-		if (r->rank > MU_TENSOR_MAX_RANK)
+	case FR_RANK: {
+		uint32_t word = mu_le32_get(r->field);
+
+		/* rank in the low byte, a dtype other than F32 in the next
+		 * (rlx's frames are all F32: their rankword is the rank) */
+		r->rank = word & 0xFF;
+		r->dtype = (mu_dtype_t)(word >> 8 & 0xFF);
+		if ((word >> 16) != 0 || r->rank > MU_TENSOR_MAX_RANK)
 			return MU_ETOOBIG;
+		if (r->dtype >= MU_DTYPE_COUNT)
+			return MU_EPROTO;
 		expect(r, r->rank ? FR_DIMS : FR_NUMEL, r->rank ? 8u * r->rank : 8);
 		return 0;
+	}
 	case FR_DIMS:
 		for (uint32_t i = 0; i < r->rank; i++)
 			r->dims[i] = mu_le64_get(r->field + 8 * i);
@@ -174,9 +186,9 @@ void *mu__frame_reader_space(mu__frame_reader_t *r, size_t *n)
 		*n = 0;
 		return NULL;
 	}
-	left = r->cur->numel * 4 - r->data_have;
+	left = mu_tensor_nbytes(r->cur) - r->data_have;
 	*n = left > SIZE_MAX ? SIZE_MAX : (size_t)left;
-	return (char *)r->cur->data + r->data_have;
+	return (char *)r->cur->raw + r->data_have;
 }
 
 int mu__frame_reader_wrote(mu__frame_reader_t *r, size_t n)
@@ -184,9 +196,9 @@ int mu__frame_reader_wrote(mu__frame_reader_t *r, size_t n)
 	int rc;
 
 	r->data_have += n;
-	if (r->data_have < r->cur->numel * 4)
+	if (r->data_have < mu_tensor_nbytes(r->cur))
 		return 0;
-	swap_f32(r->cur->data, r->cur->numel);
+	swap_elems(r->cur);
 	rc = mu_tensor_list_push(&r->got, r->cur);
 	if (rc != 0)
 		return rc;
@@ -267,11 +279,24 @@ void mu__frame_header(const mu_tensor_t *t, unsigned char *h)
 	mu_le32_put(h, (uint32_t)n);
 	memcpy(h + 4, t->name, n);
 	off = 4 + n;
-	mu_le32_put(h + off, t->rank);
+	mu_le32_put(h + off, mu__frame_rankword(t));
 	off += 4;
 	for (i = 0; i < t->rank; i++, off += 8)
 		mu_le64_put(h + off, t->dims[i]);
 	mu_le64_put(h + off, t->numel);
+}
+
+int mu__frame_typed(const mu_tensor_list_t *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->t[i]->dtype != MU_DTYPE_F32)
+			return 1;
+	return 0;
+}
+
+uint32_t mu__frame_rankword(const mu_tensor_t *t)
+{
+	return t->rank | (uint32_t)t->dtype << 8; /* F32: the rank alone, as rlx */
 }
 
 uint64_t mu_frame_size(const mu_tensor_list_t *l)
@@ -280,7 +305,7 @@ uint64_t mu_frame_size(const mu_tensor_list_t *l)
 	size_t i;
 
 	for (i = 0; i < l->n; i++)
-		n += mu__frame_header_size(l->t[i]) + l->t[i]->numel * 4;
+		n += mu__frame_header_size(l->t[i]) + mu_tensor_nbytes(l->t[i]);
 	return n;
 }
 
@@ -301,12 +326,15 @@ int mu_frame_encode(const mu_tensor_list_t *l, void **buf, size_t *len)
 	for (i = 0; i < l->n; i++) {
 		const mu_tensor_t *t = l->t[i];
 
+		mu_tensor_t wire = *t;
+
 		mu__frame_header(t, p + off);
 		off += mu__frame_header_size(t);
 		if (t->numel > 0) /* an empty borrowed tensor may have no data */
-			memcpy(p + off, t->data, t->numel * 4);
-		swap_f32((float *)(void *)(p + off), t->numel);
-		off += t->numel * 4;
+			memcpy(p + off, t->raw, mu_tensor_nbytes(t));
+		wire.raw = p + off;
+		swap_elems(&wire);
+		off += mu_tensor_nbytes(t);
 	}
 	*buf = p;
 	*len = (size_t)size;
@@ -385,8 +413,8 @@ int mu__frame_sendv(mu_stream_t *fd, const void *head, size_t head_len,
 		iov[n++].iov_len = h;
 		off += h;
 		if (t->numel > 0) { /* straight from the tensor's memory */
-			iov[n].iov_base = t->data;
-			iov[n++].iov_len = t->numel * 4;
+			iov[n].iov_base = t->raw;
+			iov[n++].iov_len = mu_tensor_nbytes(t);
 		}
 	}
 	rc = mu__sock_sendv(fd, iov, n, deadline, idle_ms);

@@ -28,6 +28,7 @@ typedef struct {
 	size_t have, need;
 	char *name;
 	uint32_t name_len, rank;
+	mu_dtype_t dtype;       /* from the rankword's second byte */
 	uint64_t dims[MU_TENSOR_MAX_RANK];
 	mu_tensor_t *cur;       /* receiving its data */
 	uint64_t data_have;
@@ -62,6 +63,11 @@ int mu__frame_reader_take(mu__frame_reader_t *r, mu_tensor_list_t *out);
  */
 size_t mu__frame_header_size(const mu_tensor_t *t);
 void mu__frame_header(const mu_tensor_t *t, unsigned char *hdr);
+/* The rank field: the rank, and the dtype's code in the second byte (0,
+ * so the rank alone, for F32). */
+uint32_t mu__frame_rankword(const mu_tensor_t *t);
+/* Does l hold a tensor that is not F32 (a frame rlx cannot read)? */
+int mu__frame_typed(const mu_tensor_list_t *l);
 
 /*
  * Send head (head_len bytes, may be 0) and then l as one frame in one

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Tensors and tensor lists.
+ * Tensors, their dtypes, and tensor lists.
  */
 #include <stdint.h>
 #include <string.h>
@@ -9,6 +9,39 @@
 #include "muster/tensor.h"
 #include "core/alloc_int.h"
 
+static const struct {
+	const char *name;
+	size_t size;
+} dtypes[MU_DTYPE_COUNT] = {
+	[MU_DTYPE_F32] = {"F32", 4}, [MU_DTYPE_F16] = {"F16", 2},
+	[MU_DTYPE_BF16] = {"BF16", 2}, [MU_DTYPE_F64] = {"F64", 8},
+	[MU_DTYPE_I8] = {"I8", 1}, [MU_DTYPE_I16] = {"I16", 2},
+	[MU_DTYPE_I32] = {"I32", 4}, [MU_DTYPE_I64] = {"I64", 8},
+	[MU_DTYPE_U8] = {"U8", 1}, [MU_DTYPE_U16] = {"U16", 2},
+	[MU_DTYPE_U32] = {"U32", 4}, [MU_DTYPE_U64] = {"U64", 8},
+	[MU_DTYPE_BOOL] = {"BOOL", 1},
+};
+
+size_t mu_dtype_size(int dtype)
+{
+	return dtype >= 0 && dtype < MU_DTYPE_COUNT ? dtypes[dtype].size : 0;
+}
+
+const char *mu_dtype_name(int dtype)
+{
+	return dtype >= 0 && dtype < MU_DTYPE_COUNT ? dtypes[dtype].name : "?";
+}
+
+int mu_dtype_from_name(const char *name)
+{
+	for (int i = 0; name != NULL && i < MU_DTYPE_COUNT; i++)
+		if (strcmp(dtypes[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* Every element count is capped so that its bytes, in the widest dtype,
+ * fit a uint64_t: numel * 8 never overflows anywhere. */
 static int shape(mu_tensor_t *t, uint32_t rank, const uint64_t *dims)
 {
 	uint64_t n = 1;
@@ -17,7 +50,7 @@ static int shape(mu_tensor_t *t, uint32_t rank, const uint64_t *dims)
 	if (rank > MU_TENSOR_MAX_RANK)
 		return MU_ETOOBIG;
 	for (i = 0; i < rank; i++) {
-		if (dims[i] != 0 && n > UINT64_MAX / 4 / dims[i])
+		if (dims[i] != 0 && n > UINT64_MAX / 8 / dims[i])
 			return MU_ETOOBIG;
 		n *= dims[i];
 		t->dims[i] = dims[i];
@@ -56,30 +89,33 @@ static void huge_pages(void *p, size_t n)
 		madvise((void *)b, e - b, MADV_HUGEPAGE);
 }
 
-int mu_tensor_new(const char *name, uint32_t rank, const uint64_t *dims,
-                  mu_tensor_t **out)
+int mu_tensor_new_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
+                        const uint64_t *dims, mu_tensor_t **out)
 {
-	mu_tensor_t *t = named(name);
+	mu_tensor_t *t;
 	size_t bytes;
 	int rc;
 
 	*out = NULL;
-	if (t == NULL)
+	if (mu_dtype_size((int)dtype) == 0)
+		return MU_EARG;
+	if ((t = named(name)) == NULL)
 		return MU_ENOMEM;
+	t->dtype = dtype;
 	rc = shape(t, rank, dims);
-	if (rc == 0 && t->numel * 4 > SIZE_MAX - 64)
+	if (rc == 0 && mu_tensor_nbytes(t) > SIZE_MAX - 64)
 		rc = MU_ETOOBIG;
 	if (rc == 0) {
 		/* 64-byte alignment for the BLAS kernels, from the hooked
 		 * allocator (so tests can fail it) */
-		bytes = (size_t)t->numel * 4;
+		bytes = (size_t)mu_tensor_nbytes(t);
 		t->mem = mu__calloc(1, bytes + 64);
 		if (t->mem == NULL)
 			rc = MU_ENOMEM;
 		else
-			t->data = (float *)(void *)(((uintptr_t)t->mem + 63) & ~(uintptr_t)63);
+			t->raw = (void *)(((uintptr_t)t->mem + 63) & ~(uintptr_t)63);
 		if (t->mem != NULL && bytes >= HUGE_MIN)
-			huge_pages(t->data, bytes);
+			huge_pages(t->raw, bytes);
 	}
 	if (rc != 0) {
 		mu_tensor_free(t);
@@ -89,23 +125,43 @@ int mu_tensor_new(const char *name, uint32_t rank, const uint64_t *dims,
 	return 0;
 }
 
-int mu_tensor_wrap(const char *name, uint32_t rank, const uint64_t *dims,
-                   float *data, mu_tensor_t **out)
+int mu_tensor_new(const char *name, uint32_t rank, const uint64_t *dims,
+                  mu_tensor_t **out)
 {
-	mu_tensor_t *t = named(name);
+	return mu_tensor_new_typed(name, MU_DTYPE_F32, rank, dims, out);
+}
+
+int mu_tensor_wrap_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
+                         const uint64_t *dims, void *data, mu_tensor_t **out)
+{
+	mu_tensor_t *t;
 	int rc;
 
 	*out = NULL;
-	if (t == NULL)
+	if (mu_dtype_size((int)dtype) == 0)
+		return MU_EARG;
+	if ((t = named(name)) == NULL)
 		return MU_ENOMEM;
+	t->dtype = dtype;
 	rc = shape(t, rank, dims);
 	if (rc != 0) {
 		mu_tensor_free(t);
 		return rc;
 	}
-	t->data = data;
+	t->raw = data;
 	*out = t;
 	return 0;
+}
+
+int mu_tensor_wrap(const char *name, uint32_t rank, const uint64_t *dims,
+                   float *data, mu_tensor_t **out)
+{
+	return mu_tensor_wrap_typed(name, MU_DTYPE_F32, rank, dims, data, out);
+}
+
+uint64_t mu_tensor_nbytes(const mu_tensor_t *t)
+{
+	return t->numel * mu_dtype_size((int)t->dtype);
 }
 
 void mu_tensor_free(mu_tensor_t *t)

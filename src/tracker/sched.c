@@ -18,6 +18,7 @@
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
+#include "core/time_int.h"
 #include "tracker/sched_int.h"
 
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct {
 	double priority;
 	uint64_t seq;
 	size_t heap_idx;
+	double since;      /* mu__clock_ms() when queued */
 } mu__sched_req_t;
 
 struct mu__sched_queue_s {
@@ -53,6 +55,20 @@ void mu__sched_init(mu__sched_t *s, mu__sched_deliver_cb deliver, void *ud)
 	s->refused = MU_SCHED_REFUSED_NONE;
 	s->deliver = deliver;
 	s->ud = ud;
+	s->observe = NULL;
+	s->waited_ms = 0;
+}
+
+/* q's counts may have changed: tell the observer. */
+static void notify(const mu__sched_queue_t *q)
+{
+	if (q->sched->observe != NULL)
+		q->sched->observe(q->sched->ud, q->key, q->nfree, q->nheap);
+}
+
+const char *mu__sched_res_key(const mu__sched_res_t *r)
+{
+	return r->queue->key;
 }
 
 static void queue_destroy(mu__sched_t *s, mu__sched_queue_t *q)
@@ -194,6 +210,7 @@ static void req_unlink(mu__sched_req_t *r)
 	r->owner->nrequests--;
 	owner_unref(r->owner, q);
 	queue_lost(q);
+	notify(q);
 }
 
 /* ---- resources ---- */
@@ -206,6 +223,7 @@ static void res_destroy(mu__sched_res_t *r)
 	r->owner->nresources--;
 	owner_unref(r->owner, r->queue);
 	queue_lost(r->queue);
+	notify(r->queue);
 	mu__free(r->addr);
 	mu__free(r->port);
 	mu__free(r->matchkey);
@@ -220,6 +238,7 @@ static void match(mu__sched_t *s, mu__sched_queue_t *q)
 		mu__sched_req_t *req = q->heap[0];
 		mu__sched_owner_t *requester = req->owner;
 
+		s->waited_ms = mu__clock_ms() - req->since;
 		req_unlink(req);
 		mu__free(req);
 		if (s->deliver(s->ud, requester, res) == 0) {
@@ -339,6 +358,7 @@ int mu__sched_put(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
 	mu__list_insert_tail(&o->resources, &r->owner_node);
 	q->nfree++;
 	o->nresources++;
+	notify(q);
 	match(s, q);
 	return 0;
 }
@@ -373,11 +393,13 @@ int mu__sched_request(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
 	r->queue = q;
 	r->priority = priority;
 	r->seq = q->next_seq++;
+	r->since = mu__clock_ms();
 	queue_gains(q);
 	mu__list_insert_tail(&o->requests, &r->owner_node);
 	o->nrequests++;
 	heap_set(q, q->nheap++, r);
 	sift_up(q, r->heap_idx);
+	notify(q);
 	match(s, q);
 	return 0;
 }

@@ -82,6 +82,11 @@ typedef struct {
 	mu__sched_refused_t refused; /* why the last MU_ETOOBIG */
 	mu__sched_deliver_cb deliver;
 	void *ud;
+	/* Optional (metrics): called with ud whenever a queue's counts of
+	 * free resources or waiting requests may have changed. Must not call
+	 * back into the scheduler. */
+	void (*observe)(void *ud, const char *key, size_t nfree, size_t nwaiting);
+	double waited_ms; /* in deliver: how long the granted request waited */
 } mu__sched_t;
 
 /* Defaults (muster tracker --help shows them). */
@@ -109,6 +114,9 @@ int mu__sched_put(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
 /* Queue a request and run the matching. 0, MU_ETOOBIG or MU_ENOMEM. */
 int mu__sched_request(mu__sched_t *s, mu__sched_owner_t *o, const char *key,
                       double priority);
+
+/* The device key of a resource's queue (valid while the resource is). */
+const char *mu__sched_res_key(const mu__sched_res_t *r);
 
 /* Into buf, in words: the limit the last MU_ETOOBIG met, with its value. */
 void mu__sched_refusal(const mu__sched_t *s, char *buf, size_t len);

@@ -27,7 +27,9 @@
 #include "core/json_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
+#include "core/opts_int.h"
 #include "core/rand_int.h"
 #include "core/service_int.h"
 #include "tracker/proto_int.h"
@@ -71,6 +73,9 @@ struct mu_tracker_s {
 	uv_mutex_t join_lock;
 	int joined; /* under join_lock */
 	char stop_key[64];
+	/* docs/metrics.md; each NULL without a registry */
+	mu__metric_t *m_open, *m_conns, *m_cut, *m_grants, *m_wait, *m_waiting, *m_free,
+		*m_refused;
 	char scratch[READ_CHUNK]; /* libuv reads land here, then go to conn.in */
 };
 
@@ -97,6 +102,9 @@ static void on_close(mu__conn_t *cc, int err)
 	 * peer cut off for its budget is logged there */
 	if (err != 0 && !c->logged && err != -ENOBUFS)
 		TLOG(c->t, MU_LOG_WARN, "%s: %s, closing", cc->peer, mu_strerror(err));
+	mu__metric_add(c->t->m_open, NULL, -1);
+	if (err == -ENOBUFS)
+		mu__metric_add(c->t->m_cut, "budget", 1);
 	mu__list_remove(&c->node);
 	mu__sched_owner_release(&c->t->sched, &c->owner);
 	TLOG(c->t, MU_LOG_INFO, "End session %s", cc->peer);
@@ -188,9 +196,12 @@ static int deliver(void *ud, mu__sched_owner_t *o, const mu__sched_res_t *res)
 	    !cJSON_AddItemToArray(v, cJSON_CreateString(res->matchkey)))
 		goto out;
 	rc = reply_json(c, reply);
-	if (rc == 0)
+	if (rc == 0) {
 		TLOG(t, MU_LOG_INFO, "Offering matchkey %s at %s:%s to %s",
 		     res->matchkey, res->addr, res->port, c->conn.peer);
+		mu__metric_add(t->m_grants, mu__sched_res_key(res), 1);
+		mu__metric_observe(t->m_wait, mu__sched_res_key(res), t->sched.waited_ms / 1000.0);
+	}
 out:
 	cJSON_Delete(reply);
 	return rc;
@@ -216,6 +227,7 @@ static int refuse(conn_t *c, const mu__tracker_msg_t *m)
 
 	mu__sched_refusal(&c->t->sched, why, sizeof(why));
 	c->refused++;
+	mu__metric_add(c->t->m_refused, m->code == MU_TC_PUT ? "put" : "request", 1);
 	if ((c->refused & (c->refused - 1)) == 0)
 		TLOG(c->t, MU_LOG_WARN, "%s: %s of key %s refused: %s (%u refused so far)",
 		     c->conn.peer, m->code == MU_TC_PUT ? "PUT" : "REQUEST", m->key, why, c->refused);
@@ -368,6 +380,7 @@ static int handle_frame(conn_t *c, const char *body, size_t len)
 	if (rc != 0) {
 		TLOG(c->t, MU_LOG_WARN, "%s: bad message: %s, closing", c->conn.peer,
 		     rc == MU_ENOMEM ? "out of memory" : why);
+		mu__metric_add(c->t->m_cut, "protocol", 1);
 		return rc;
 	}
 	switch (m.code) {
@@ -413,6 +426,7 @@ static void on_timeout(mu__conn_t *cc)
 	TLOG(c->t, MU_LOG_WARN, "%s: %s, closing", cc->peer,
 	     c->state == CONN_HANDSHAKE ? "no handshake within the timeout"
 	                                : "frame not completed within the timeout");
+	mu__metric_add(c->t->m_cut, "timeout", 1);
 	conn_close(c);
 }
 
@@ -437,6 +451,7 @@ static int do_handshake(conn_t *c)
 		TLOG(c->t, MU_LOG_WARN,
 		     "%s: invalid magic 0x%x (not a TVM tracker client), closing",
 		     c->conn.peer, (unsigned)magic);
+		mu__metric_add(c->t->m_cut, "protocol", 1);
 		return MU_EBADMAGIC;
 	}
 	mu__buf_init(&out, 4);
@@ -470,6 +485,7 @@ static void on_data(mu__conn_t *cc)
 			     "%s: invalid message size %d (limit %u), closing",
 			     cc->peer, (int)mu_le32_get_signed(in->data),
 			     c->t->opts.max_frame);
+			mu__metric_add(c->t->m_cut, "limit", 1);
 			conn_close(c);
 			return;
 		}
@@ -517,6 +533,8 @@ static void on_connection(mu__listener_t *l, mu_stream_t *st)
 	c->logged = 1; /* a peer that left before we looked is no news */
 	mu__sched_owner_init(&c->owner);
 	mu__list_insert_tail(&t->conns, &c->node);
+	mu__metric_add(t->m_conns, NULL, 1);
+	mu__metric_add(t->m_open, NULL, 1); /* on_close takes it back, even on failure */
 	if (mu__conn_accept(&c->conn, &t->svc.loop, st, &conn_ops,
 	                    4 + (size_t)t->opts.max_frame + READ_CHUNK, t->scratch,
 	                    sizeof(t->scratch), &t->budget) != 0)
@@ -554,9 +572,10 @@ static void tracker_stop_by_peer(conn_t *c)
 
 /* ---- public API ---- */
 
-void mu_tracker_opts_init(mu_tracker_opts_t *o)
+static void tracker_defaults(mu_tracker_opts_t *o)
 {
 	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
 	o->host = "0.0.0.0";
 	o->port = 9190;
 	o->port_end = 9199;
@@ -567,6 +586,14 @@ void mu_tracker_opts_init(mu_tracker_opts_t *o)
 	o->max_per_conn = MU_SCHED_MAX_PER_OWNER;
 	o->max_keys_per_conn = MU_SCHED_MAX_KEYS_PER_OWNER;
 	mu_budget_init(&o->budget);
+}
+
+void mu_tracker_opts_init_size(mu_tracker_opts_t *o, size_t size)
+{
+	mu_tracker_opts_t d;
+
+	tracker_defaults(&d);
+	mu__opts_fill(o, size, &d, sizeof(d));
 }
 
 static int tracker_listen(mu_tracker_t *t)
@@ -588,13 +615,55 @@ static int tracker_listen(mu_tracker_t *t)
 	return 0;
 }
 
-int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
+/* The scheduler's queues changed: the per-key gauges follow. */
+static void observe_queue(void *ud, const char *key, size_t nfree, size_t nwaiting)
 {
+	mu_tracker_t *t = ud;
+
+	mu__metric_set(t->m_free, key, (double)nfree);
+	mu__metric_set(t->m_waiting, key, (double)nwaiting);
+}
+
+static void metrics_init(mu_tracker_t *t, mu_metrics_t *m)
+{
+	t->m_open = mu__metric_family(m, MU_METRIC_GAUGE, "muster_tracker_connections_open",
+	                              "Connections open now.", NULL, NULL, 0);
+	t->m_conns = mu__metric_family(m, MU_METRIC_COUNTER, "muster_tracker_connections_total",
+	                               "Connections accepted.", NULL, NULL, 0);
+	t->m_cut = mu__metric_family(m, MU_METRIC_COUNTER,
+	                             "muster_tracker_connections_refused_total",
+	                             "Connections the tracker closed on a peer, by reason: "
+	                             "protocol, limit, timeout, budget.", "reason", NULL, 0);
+	t->m_grants = mu__metric_family(m, MU_METRIC_COUNTER, "muster_tracker_grants_total",
+	                                "Devices granted to requests, by device key.", "key",
+	                                NULL, 0);
+	t->m_wait = mu__metric_family(m, MU_METRIC_HISTOGRAM, "muster_tracker_wait_seconds",
+	                              "How long granted requests waited, by device key.", "key",
+	                              mu__metric_seconds, mu__metric_nseconds);
+	t->m_waiting = mu__metric_family(m, MU_METRIC_GAUGE, "muster_tracker_queue_depth",
+	                                 "Requests waiting for a device, by device key.", "key",
+	                                 NULL, 0);
+	t->m_free = mu__metric_family(m, MU_METRIC_GAUGE, "muster_tracker_free_devices",
+	                              "Devices registered and free, by device key.", "key",
+	                              NULL, 0);
+	t->m_refused = mu__metric_family(m, MU_METRIC_COUNTER, "muster_tracker_refused_total",
+	                                 "PUTs and REQUESTs refused for a limit, by op.", "op",
+	                                 NULL, 0);
+	mu__metric_touch(t->m_open, NULL);
+	mu__metric_touch(t->m_conns, NULL);
+	if (m != NULL)
+		t->sched.observe = observe_queue;
+}
+
+int mu_tracker_start(const mu_tracker_opts_t *uo, mu_tracker_t **out)
+{
+	mu_tracker_opts_t oo, *o = &oo;
 	mu_tracker_t *t;
 	int rc;
 
 	*out = NULL;
-	if (o == NULL || o->timeout < 0 || o->max_frame == 0 || mu_budget_check(&o->budget) != 0)
+	tracker_defaults(o);
+	if (mu__opts_read(o, sizeof(*o), uo) != 0 || o->timeout < 0 || o->max_frame == 0 || mu_budget_check(&o->budget) != 0)
 		return MU_EARG;
 	t = mu__calloc(1, sizeof(*t));
 	if (t == NULL)
@@ -605,6 +674,7 @@ int mu_tracker_start(const mu_tracker_opts_t *o, mu_tracker_t **out)
 	mu__list_init(&t->conns);
 	mu__sched_init(&t->sched, deliver, t);
 	mu__budget_init(&t->budget, &t->opts.budget, "tracker");
+	metrics_init(t, o->metrics);
 	t->sched.max_queues = o->max_keys ? o->max_keys : MU_SCHED_MAX_QUEUES;
 	t->sched.max_per_owner = o->max_per_conn ? o->max_per_conn : MU_SCHED_MAX_PER_OWNER;
 	t->sched.max_keys_per_owner =

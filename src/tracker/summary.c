@@ -4,6 +4,9 @@
  * TrackerSession.text_summary() returns (spec §11), so scripts that scrape
  * `query_rpc_tracker` output keep working with `muster query`.
  *
+ * The address column follows TVM since v0.24.0 (f"{addr:21s}", left-aligned);
+ * v0.9.0 to v0.23.0 wrote "%21s" % addr, which right-aligns.
+ *
  * Widths are counted in characters (code points), as Python does, not
  * bytes. Where TVM's code would raise (an info key without ':'), we print an
  * empty key field instead.
@@ -41,17 +44,6 @@ static int pad_right(mu__buf_t *b, const char *s, size_t width)
 	while (rc == 0 && n++ < width)
 		rc = mu__buf_appendc(b, ' ');
 	return rc;
-}
-
-/* Python's "%21s": the address is right-aligned, and a longer one is not cut */
-static int pad_left(mu__buf_t *b, const char *s, size_t width)
-{
-	size_t n = utf8_chars(s);
-	int rc = 0;
-
-	while (rc == 0 && n++ < width)
-		rc = mu__buf_appendc(b, ' ');
-	return rc != 0 ? rc : mu__buf_appends(b, s);
 }
 
 static int cmp_rows(const void *a, const void *b)
@@ -119,8 +111,10 @@ static int server_list(mu__buf_t *b, row_t *rows, int n)
 			if (rc == 0)
 				rc = py_str(&addr, e);
 		}
+		/* TVM writes f"{addr:21s}": a str is left-aligned in its 21
+		 * columns, and a longer one is not cut */
 		if (rc == 0)
-			rc = pad_left(b, addr.data != NULL ? addr.data : "", 21);
+			rc = pad_right(b, addr.data != NULL ? addr.data : "", 21);
 		if (rc == 0)
 			rc = mu__buf_printf(b, "    %s\n", rows[i].key);
 	}

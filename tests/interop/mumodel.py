@@ -29,7 +29,11 @@ Evaluator
     the bit: compare with `assert_close` (|a - b| <= tol * (1 + |b|)).
     Attributes are checked as the ops' check functions do: one of the
     wrong type (a lone number where a list is due, a fraction where an
-    integer is) is an error, never a silent default.
+    integer is) is an error, never a silent default. Values have dtypes
+    as in muster: graph inputs their declared one, weights their file's
+    (F16 and BF16 widened to F32, as muster loads them); the typed ops
+    (cast, gather, where, comparisons, logic, and arithmetic and data
+    movement on non-F32 tensors) keep them, the rest compute in F32.
     `stage_io` computes a node range's boundary the way src/model/plan.c
     does.
 
@@ -62,6 +66,7 @@ DTYPES = {
     "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),
     "F64": ("<f8", 8), "I64": ("<i8", 8), "I32": ("<i4", 4),
     "I16": ("<i2", 2), "I8": ("i1", 1), "U8": ("u1", 1), "BOOL": ("?", 1),
+    "U16": ("<u2", 2), "U32": ("<u4", 4), "U64": ("<u8", 8),
 }
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 
@@ -116,12 +121,23 @@ def _header_bytes(entries, metadata):
     return text + b" " * (-len(text) % 8)
 
 
+def dtype_of(array):
+    """The safetensors dtype that holds a numpy array as it is."""
+    kind = np.asarray(array).dtype
+    for name, (code, _) in DTYPES.items():
+        if name != "BF16" and np.dtype(code) == kind.newbyteorder("<"):
+            return name
+    raise ValueError(f"no safetensors dtype holds {kind}")
+
+
 def write_safetensors(path, tensors, metadata=None, dtype="F32"):
     """Write `tensors` (a mapping or a list of (name, array)) to `path`,
-    every tensor as `dtype` (F32 by default), in the given order."""
+    every tensor as `dtype` (F32 by default; "auto": each in the dtype
+    that holds it as it is, int64 as I64 ...), in the given order."""
     items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
-    encoded = [(name, _encode(np.asarray(arr), dtype)) for name, arr in items]
-    header = _header_bytes([(n, dtype, np.shape(a), a.nbytes) for n, a in encoded],
+    dts = [dtype_of(arr) if dtype == "auto" else dtype for _, arr in items]
+    encoded = [(name, _encode(np.asarray(arr), dt)) for (name, arr), dt in zip(items, dts)]
+    header = _header_bytes([(n, dt, np.shape(a), a.nbytes) for (n, a), dt in zip(encoded, dts)],
                            metadata)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header)))
@@ -695,31 +711,140 @@ ARITY.update({op: (1, 1) for op in ("softmax", "reduce_mean", "reduce_sum", "red
 ARITY.update({"gemm": (2, 3), "layernorm": (2, 3), "rmsnorm": (2, 2), "concat": (1, 64)})
 
 
+# ---- typed ops: on any dtype, as ops_math.c, ops_index.c, ops_unary.c ----
+
+MU_NP = {"F32": F32, "F16": np.float16, "F64": np.float64, "I8": np.int8, "I16": np.int16,
+         "I32": np.int32, "I64": np.int64, "U8": np.uint8, "U16": np.uint16, "U32": np.uint32,
+         "U64": np.uint64, "BOOL": np.bool_}
+
+
+def _int_div(a, b):
+    q = np.where(b == 0, 0, np.abs(a) // np.where(b == 0, 1, np.abs(b)))
+    return (q * np.sign(a) * np.sign(b)).astype(a.dtype)
+
+
+def _typed_binary(name):
+    fns = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _int_div,
+           "pow": np.power, "min": np.minimum, "max": np.maximum}
+
+    def run(node, a, b):
+        if a.dtype != b.dtype:
+            raise EvalError(f"{name} of {a.dtype} and {b.dtype}")
+        return fns[name](a, b).astype(a.dtype)
+    return run
+
+
+def _compare(fn):
+    def run(node, a, b):
+        if a.dtype != b.dtype:
+            raise EvalError(f"comparing {a.dtype} and {b.dtype}")
+        return fn(a, b)
+    return run
+
+
+def _cast(node, x):
+    to = node.get("attrs", {}).get("to")
+    if to not in MU_NP:
+        raise EvalError(f"cast to {to!r}")
+    if to in ("I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64") and x.dtype.kind == "f":
+        x = np.trunc(x)
+    return x.astype(MU_NP[to])
+
+
+def _gather(node, x, idx):
+    axis = _axis(_int(node.get("attrs", {}), "axis", 0), x.ndim)
+    if idx.dtype not in (np.int64, np.int32):
+        raise EvalError("gather indices must be I64 or I32")
+    d = x.shape[axis]
+    idx = np.where(idx < 0, idx + d, idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= d):
+        raise EvalError("an index outside the dim")
+    return np.take(x, idx, axis=axis)
+
+
+def _where(node, c, x, y):
+    if c.dtype != np.bool_ or x.dtype != y.dtype:
+        raise EvalError("where needs a BOOL condition and choices of one dtype")
+    return np.where(c, x, y)
+
+
+def _expand(node, x):
+    shape = _ints(node.get("attrs", {}), "shape")
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))).copy()
+
+
+def _trilu(node, x):
+    attrs = node.get("attrs", {})
+    fn = np.triu if _int(attrs, "upper", 1) else np.tril
+    return fn(x, _int(attrs, "k", 0))
+
+
+TYPED = {
+    "cast": _cast, "gather": _gather, "where": _where, "expand": _expand, "trilu": _trilu,
+    "equal": _compare(np.equal), "less": _compare(np.less), "greater": _compare(np.greater),
+    "less_equal": _compare(np.less_equal), "greater_equal": _compare(np.greater_equal),
+    "and": _compare(np.logical_and), "or": _compare(np.logical_or),
+    "xor": _compare(np.logical_xor), "not": lambda n, x: np.logical_not(x),
+}
+# ops that move elements: any dtype, kept
+MOVES = {"reshape", "flatten", "transpose", "concat", "slice"}
+ARITY.update({op: (2, 2) for op in ("gather", "equal", "less", "greater", "less_equal",
+                                    "greater_equal", "and", "or", "xor")})
+ARITY.update({op: (1, 1) for op in ("cast", "expand", "trilu", "not")})
+ARITY["where"] = (3, 3)
+
+
 def run_node(node, args):
-    """One node on float32 arrays; returns its (single) output array."""
+    """One node; returns its (single) output array. F32-only ops take and
+    give float32; typed ones keep their operands' dtypes."""
     op = node["op"]
-    if op not in OPS:
+    if op not in OPS and op not in TYPED:
         raise EvalError(f"node {node.get('name')}: unknown op {op}")
     lo, hi = ARITY[op]
     if not lo <= len(args) <= hi:
         raise EvalError(f"node {node.get('name')}: {len(args)} inputs for {op}")
     try:
         with np.errstate(all="ignore"):
+            if op in TYPED:
+                return np.asarray(TYPED[op](node, *args))
+            if op in MOVES:
+                return np.asarray(OPS[op](node, *args))
+            if any(a.dtype != F32 for a in args):
+                if op in ("add", "sub", "mul", "div", "pow") or (op in ("relu", "neg")
+                                                                 and args[0].dtype != F32):
+                    return np.asarray(_typed_binary(op)(node, *args) if len(args) == 2
+                                      else (np.maximum(args[0], 0) if op == "relu"
+                                            else -args[0]))
+                raise EvalError(f"{op} computes in F32; got "
+                                + ", ".join(str(a.dtype) for a in args))
             return np.asarray(OPS[op](node, *args), dtype=F32)
     except EvalError as exc:
         raise EvalError(f"node {node.get('name')} ({op}): {exc}") from None
 
 
+def _weight(weights, x):
+    """A weight as muster loads it: float dtypes as F32, others as stored."""
+    if isinstance(weights, SafetensorsFile):
+        if weights.dtype(x) in FLOAT_DTYPES:
+            return np.asarray(weights[x], dtype=F32)
+        return np.asarray(weights.raw(x))
+    a = np.asarray(weights[x])
+    return a.astype(F32) if a.dtype.kind == "f" else a
+
+
 def evaluate(graph, weights, inputs, first=0, last=None, want=None):
     """Run nodes [first, last) (default: all). `weights` maps param names
     to arrays (a SafetensorsFile will do); `inputs` maps what the range
-    reads from outside (model inputs, boundary tensors) to arrays.
-    Returns {name: float32 array} for `want` (default: the model's
+    reads from outside (model inputs, boundary tensors) to arrays: a graph
+    input is taken in its declared dtype (F32 by default), anything else
+    as given. Returns {name: array} for `want` (default: the model's
     outputs)."""
     nodes = graph["nodes"]
     last = len(nodes) if last is None else last
     want = list(graph["outputs"]) if want is None else list(want)
-    env = {k: np.asarray(v, dtype=F32) for k, v in inputs.items()}
+    declared = {spec["name"]: spec.get("dtype", "F32") for spec in graph["inputs"]}
+    env = {k: np.asarray(v, dtype=MU_NP[declared[k]]) if k in declared else np.asarray(v)
+           for k, v in inputs.items()}
     if first == 0:
         for spec in graph["inputs"]:
             if spec["name"] in env and list(env[spec["name"]].shape) != list(spec["shape"]):
@@ -731,7 +856,7 @@ def evaluate(graph, weights, inputs, first=0, last=None, want=None):
             if x in env:
                 args.append(env[x])
             elif x in weights:
-                args.append(np.asarray(weights[x], dtype=F32))
+                args.append(_weight(weights, x))
             else:
                 raise EvalError(f"node {node.get('name')}: {x} is missing")
         out = node["outputs"]

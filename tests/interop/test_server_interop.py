@@ -255,7 +255,7 @@ def test_registration_with_muster_tracker(tracker, muster_server, muster_bin):
                              "--port", str(tracker.port)],
                             capture_output=True, text=True, timeout=10)
     assert result.returncode == 0, result.stderr
-    assert f"{HOST}:{server.port}".rjust(21) + "    server:rasp" \
+    assert f"{HOST}:{server.port}".ljust(21) + "    server:rasp" \
         in result.stdout
 
 

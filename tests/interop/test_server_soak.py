@@ -270,7 +270,7 @@ def test_soak(muster_tracker, muster_server, muster_bin, tmp_path):
     assert f"{KEY}   {SERVERS}      {SERVERS}     0      " in text.stdout, \
         text.stdout
     for server in servers:
-        assert f"{HOST}:{server.port}".rjust(21) + f"    server:{KEY}" \
+        assert f"{HOST}:{server.port}".ljust(21) + f"    server:{KEY}" \
             in text.stdout
 
     fds_end = {s.pid: min(s.fd_count() for _ in range(3)) for s in servers}

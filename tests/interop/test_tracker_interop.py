@@ -538,7 +538,7 @@ def test_port_search_exhausted_fails(muster_bin):
 # --- log lines (issue: "logs like the seed's", silent mode quiet) ----------
 
 LOG_LINE_RE = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR|DEBUG) (.*)$")
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR|DEBUG) tracker: (.*)$")
 
 # Every info line a PUT / REQUEST / session cycle makes the tracker print.
 INFO_PHRASES = ["Bind to", "New session from", "Handshake with",
@@ -558,7 +558,7 @@ def request_session(muster_bin, key, tracker_addr, data):
 
 def info_messages(text):
     """The INFO messages of a muster log, in order; every line must be a
-    well-formed "DATE TIME.ms LEVEL message" line."""
+    well-formed "DATE TIME.ms LEVEL tracker: message" line."""
     messages = []
     for raw in text.splitlines():
         match = LOG_LINE_RE.match(raw)

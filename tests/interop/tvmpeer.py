@@ -134,9 +134,10 @@ def text_summary(summary):
 
     Server rows are sorted by info key (stable, so ties keep server_info
     order); the address column is str() of each addr item joined by ':',
-    right-aligned in 21 columns ("%21s"). `total` counts server_info entries by field 1
-    of their key split on ':' (so `server:a:b` counts under `a`; a key with
-    no ':' raises IndexError). Queue rows appear only when total or pending
+    left-aligned in 21 columns as TVM's f"{addr:21s}" pads it (TVM v0.9 to
+    v0.23 wrote "%21s", which right-aligns). `total` counts server_info
+    entries by field 1 of their key split on ':' (so `server:a:b` counts
+    under `a`; a key with no ':' raises IndexError). Queue rows appear only when total or pending
     is non-zero. The queue dash lines are as long as the title line
     including its newline."""
     dashes = "-" * 30 + "\n"
@@ -145,7 +146,7 @@ def text_summary(summary):
     total = collections.Counter()
     for item in sorted(summary["server_info"], key=lambda e: e["key"]):
         addr = ":".join(str(x) for x in item["addr"])
-        out.append("%21s    " % addr + item["key"] + "\n")
+        out.append(f"{addr:21s}    " + item["key"] + "\n")
         total[item["key"].split(":")[1]] += 1
     out += [dashes, "\n", "Queue Status\n"]
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "muster/common.h"
@@ -38,10 +39,17 @@ static void *mu_test_realloc(void *p, size_t n)
 	return realloc(p, n);
 }
 
-/* From now on, let n allocations succeed and fail every later one. */
+/*
+ * From now on, let n allocations succeed and fail every later one: the
+ * library's, and cJSON's, whose hooks the library leaves to the host
+ * program (this test) to set.
+ */
 static inline void mu_test_fail_after(long n)
 {
+	cJSON_Hooks hooks = {mu_test_malloc, free};
+
 	mu_set_allocator(mu_test_malloc, mu_test_realloc, free);
+	cJSON_InitHooks(&hooks);
 	mu_test_allocs_left = n;
 }
 
@@ -49,6 +57,7 @@ static inline void mu_test_alloc_reset(void)
 {
 	mu_test_allocs_left = -1;
 	mu_set_allocator(malloc, realloc, free);
+	cJSON_InitHooks(NULL);
 }
 
 #endif

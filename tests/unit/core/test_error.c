@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for src/core/error.c: mu_strerror and mu__why. */
+/* Unit tests for src/core/error.c: mu_strerror, mu__why and mu_version. */
 #include <errno.h>
 #include <stdio.h>
 
@@ -100,6 +100,22 @@ static void test_why(void **state)
 	assert_int_equal(mu__why(NULL, 0, MU_EJSON, "x"), MU_EJSON);
 }
 
+/* mu_version: the numbers of version.h, as text and as one number */
+static void test_version(void **state)
+{
+	char want[32];
+
+	(void)state;
+	snprintf(want, sizeof(want), "%d.%d.%d", MU_VERSION_MAJOR, MU_VERSION_MINOR,
+	         MU_VERSION_PATCH);
+	assert_string_equal(mu_version(), want);
+	assert_string_equal(MU_VERSION_STRING, want);
+	assert_int_equal(mu_version_num(), MU_VERSION_NUM);
+	assert_int_equal(MU_VERSION_NUM, (MU_VERSION_MAJOR << 16) | (MU_VERSION_MINOR << 8) |
+	                 MU_VERSION_PATCH);
+	assert_true(MU_VERSION_NUM >= MU_VERSION_AT(0, 1, 0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -107,6 +123,7 @@ int main(void)
 		cmocka_unit_test(test_errno_and_others),
 		cmocka_unit_test(test_text_outlives_later_calls),
 		cmocka_unit_test(test_why),
+		cmocka_unit_test(test_version),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Unit tests for src/core/log.c: the sink, level filtering, message text. */
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "mu_test.h"
 
@@ -119,7 +122,7 @@ static void test_long_line_is_cut_not_lost(void **state)
 	assert_int_equal(s.msg[0][len - 1], 'a');
 }
 
-/* The stderr sink's line: "YYYY-mm-dd HH:MM:SS.mmm LEVEL message\n". */
+/* The stderr sink's line: "YYYY-mm-dd HH:MM:SS.mmm LEVEL component: message\n". */
 static void test_stderr_sink_format(void **state)
 {
 	static const struct {
@@ -159,7 +162,7 @@ static void test_stderr_sink_format(void **state)
 		assert_int_equal(n, 9);
 		assert_true(y >= 2000 && mo >= 1 && mo <= 12 && ms >= 0 && ms < 1000);
 		assert_string_equal(level, cases[i].name);
-		assert_string_equal(rest, "hello world");
+		assert_string_equal(rest, "t: hello world");
 		assert_int_equal(line[strlen(line) - 1], '\n');
 		/* fixed-width stamp: "2026-01-02 03:04:05.006 " is 24 chars */
 		assert_int_equal(line[10], ' ');
@@ -171,6 +174,68 @@ static void test_stderr_sink_format(void **state)
 	unlink(path);
 }
 
+/* No component, no "component: " prefix. */
+static void test_text_without_component(void **state)
+{
+	char line[MU_LOG_LINE_MAX];
+	size_t n;
+
+	(void)state;
+	n = mu__log_format(line, sizeof(line), 0, MU_LOG_INFO, "", "bare");
+	assert_true(n > 0 && n == strlen(line));
+	assert_string_equal(line + 24, "INFO bare\n");
+	assert_int_equal(mu__log_format(line, 100, 0, MU_LOG_INFO, "x", "y"), 0);
+}
+
+/* --log-format json: one object per line, escapes, fixed fields. */
+static void test_json_line(void **state)
+{
+	char line[MU_LOG_LINE_MAX];
+	cJSON *v;
+	size_t n;
+	int y, mo, d, h, mi, sec, ms;
+	char z;
+
+	(void)state;
+	n = mu__log_format(line, sizeof(line), 1, MU_LOG_WARN, "store",
+	                   "a \"quoted\" \\ path\nand\ta \x01 control");
+	assert_int_equal(n, strlen(line));
+	assert_int_equal(line[n - 1], '\n');
+	assert_null(memchr(line, '\n', n - 1)); /* one line */
+	v = cJSON_Parse(line);
+	assert_non_null(v);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(v, "level")), "warning");
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(v, "component")), "store");
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(v, "msg")),
+	                    "a \"quoted\" \\ path\nand\ta \x01 control");
+	assert_int_equal(sscanf(cJSON_GetStringValue(cJSON_GetObjectItem(v, "time")),
+	                        "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi, &sec, &ms,
+	                        &z), 8);
+	assert_int_equal(z, 'Z');
+	assert_int_equal(cJSON_GetArraySize(v), 4);
+	cJSON_Delete(v);
+}
+
+/* A message that needs escaping past the buffer is cut; the line still
+ * parses and ends where it must. */
+static void test_json_long_message_is_cut_whole(void **state)
+{
+	static char msg[6000];
+	char line[1024];
+	cJSON *v;
+	size_t n;
+
+	(void)state;
+	memset(msg, '"', sizeof(msg) - 1);
+	n = mu__log_format(line, sizeof(line), 1, MU_LOG_ERROR, "tracker", msg);
+	assert_true(n > 0 && n < sizeof(line));
+	assert_int_equal(line[n - 1], '\n');
+	v = cJSON_Parse(line);
+	assert_non_null(v);
+	assert_true(strlen(cJSON_GetStringValue(cJSON_GetObjectItem(v, "msg"))) > 100);
+	cJSON_Delete(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -179,6 +244,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_message_module_and_ud, teardown),
 		cmocka_unit_test_teardown(test_long_line_is_cut_not_lost, teardown),
 		cmocka_unit_test_teardown(test_stderr_sink_format, teardown),
+		cmocka_unit_test(test_text_without_component),
+		cmocka_unit_test(test_json_line),
+		cmocka_unit_test(test_json_long_message_is_cut_whole),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

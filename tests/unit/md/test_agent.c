@@ -35,7 +35,7 @@ static mu_md_agent_t *agent_on(const char *name, int listen, int port,
 	o.etcd_watch_timeout = 2;
 	o.store_timeout = 2;
 	o.lease_ttl = 2;
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, NULL, 0), 0);
 	return a;
 }
 
@@ -156,6 +156,8 @@ static void test_both_stores_is_an_error(void **state)
 	mu_md_opts_t o;
 	mu_md_agent_t *a;
 	char why[256];
+	char *eb = NULL;
+	size_t ebl = 0;
 
 	(void)state;
 	mu_md_opts_init(&o);
@@ -163,10 +165,10 @@ static void test_both_stores_is_an_error(void **state)
 	o.no_env = 1;
 	o.etcd_endpoints = "http://127.0.0.1:1";
 	o.tcpstore_endpoint = "127.0.0.1:2";
-	o.errbuf = why;
-	o.errbuf_len = sizeof(why);
+	eb = why;
+	ebl = sizeof(why);
 	/* the caller is told why, not only MU_EARG */
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_null(a);
 	assert_non_null(strstr(why, "mutually exclusive"));
 	assert_non_null(strstr(why, "etcd_endpoints"));
@@ -180,61 +182,61 @@ static void test_both_stores_is_an_error(void **state)
 	o.no_env = 0;
 	o.etcd_endpoints = NULL;
 	o.tcpstore_endpoint = NULL;
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_string_equal(why, ""); /* cleared on success */
 	assert_string_equal(mu_md_backend_name(a), "TCPStore");
 	mu_md_agent_free(a);
 	setenv("NIXL_ETCD_ENDPOINTS", "http://127.0.0.1:1", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* both NIXL_ */
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG); /* both NIXL_ */
 	assert_non_null(strstr(why, "NIXL_ETCD_ENDPOINTS"));
 	assert_non_null(strstr(why, "NIXL_TCPSTORE_ENDPOINT"));
 	assert_non_null(strstr(why, "mutually exclusive"));
 	/* the API's store: NIXL_'s are not looked at */
 	o.etcd_endpoints = "http://127.0.0.1:3";
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_string_equal(mu_md_backend_name(a), "ETCD");
 	mu_md_agent_free(a);
 	o.etcd_endpoints = NULL;
 	o.tcpstore_endpoint = "127.0.0.1:4";
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_string_equal(mu_md_backend_name(a), "TCPStore");
 	mu_md_agent_free(a);
 	o.tcpstore_endpoint = NULL;
 	/* a MUSTER_ store: NIXL_'s are not looked at either */
 	setenv("MUSTER_ETCD_ENDPOINTS", "http://127.0.0.1:1", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_string_equal(mu_md_backend_name(a), "ETCD");
 	mu_md_agent_free(a);
 	unsetenv("MUSTER_ETCD_ENDPOINTS");
 	setenv("MUSTER_TCPSTORE_ENDPOINT", "127.0.0.1:5", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_string_equal(mu_md_backend_name(a), "TCPStore");
 	mu_md_agent_free(a);
 	setenv("MUSTER_ETCD_ENDPOINTS", "", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* both MUSTER_ */
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG); /* both MUSTER_ */
 	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS"));
 	assert_non_null(strstr(why, "MUSTER_TCPSTORE_ENDPOINT"));
 	assert_non_null(strstr(why, "mutually exclusive"));
 	unsetenv("MUSTER_TCPSTORE_ENDPOINT");
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG); /* empty */
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG); /* empty */
 	assert_non_null(strstr(why, "MUSTER_ETCD_ENDPOINTS is set but empty"));
 	unsetenv("MUSTER_ETCD_ENDPOINTS");
 	unsetenv("NIXL_ETCD_ENDPOINTS");
 	unsetenv("NIXL_TCPSTORE_ENDPOINT");
 	/* a bad endpoint, a missing name: said too; a short buffer truncates */
 	o.tcpstore_endpoint = "127.0.0.1:abc";
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_non_null(strstr(why, "not host:port"));
-	o.errbuf_len = 8;
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	ebl = 8;
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_int_equal(strlen(why), 7);
-	o.errbuf_len = sizeof(why);
+	ebl = sizeof(why);
 	o.name = NULL;
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_non_null(strstr(why, "name"));
 	/* without a buffer it still fails the same way */
-	o.errbuf = NULL;
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	eb = NULL;
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 }
 
 /* The TCPStore timeouts: the API's, else MUSTER_, else NIXL_ variables
@@ -244,54 +246,56 @@ static void test_tcpstore_timeouts(void **state)
 	mu_md_opts_t o;
 	mu_md_agent_t *a;
 	char why[256];
+	char *eb = NULL;
+	size_t ebl = 0;
 
 	(void)state;
 	mu_md_opts_init(&o);
 	o.name = "A";
 	o.tcpstore_endpoint = "127.0.0.1:2";
-	o.errbuf = why;
-	o.errbuf_len = sizeof(why);
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	eb = why;
+	ebl = sizeof(why);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_true(a->o.store_timeout == 30 && a->o.op_timeout == 5);
 	mu_md_agent_free(a);
 	setenv("NIXL_TCPSTORE_TIMEOUT_MS", "1500", 1);
 	setenv("NIXL_TCPSTORE_OP_TIMEOUT_MS", "250", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_true(a->o.store_timeout == 1.5 && a->o.op_timeout == 0.25);
 	mu_md_agent_free(a);
 	setenv("MUSTER_TCPSTORE_OP_TIMEOUT_MS", "750", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_true(a->o.store_timeout == 1.5 && a->o.op_timeout == 0.75);
 	mu_md_agent_free(a);
 	o.store_timeout = 7; /* the API's value wins */
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_true(a->o.store_timeout == 7 && a->o.op_timeout == 0.75);
 	mu_md_agent_free(a);
 	o.no_env = 1;
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_true(a->o.store_timeout == 7 && a->o.op_timeout == 5);
 	mu_md_agent_free(a);
 	o.no_env = 0;
 	/* not a TCPStore: the variables do not apply */
 	o.tcpstore_endpoint = NULL;
 	o.etcd_endpoints = "http://127.0.0.1:1";
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), 0);
 	assert_true(a->o.op_timeout == 5);
 	mu_md_agent_free(a);
 	o.etcd_endpoints = NULL;
 	o.tcpstore_endpoint = "127.0.0.1:2";
 	/* a bad value is refused, naming the variable */
 	setenv("MUSTER_TCPSTORE_OP_TIMEOUT_MS", "5s", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_non_null(strstr(why, "MUSTER_TCPSTORE_OP_TIMEOUT_MS=\"5s\""));
 	unsetenv("MUSTER_TCPSTORE_OP_TIMEOUT_MS");
 	setenv("NIXL_TCPSTORE_OP_TIMEOUT_MS", "0", 1);
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_non_null(strstr(why, "NIXL_TCPSTORE_OP_TIMEOUT_MS"));
 	unsetenv("NIXL_TCPSTORE_OP_TIMEOUT_MS");
 	unsetenv("NIXL_TCPSTORE_TIMEOUT_MS");
 	o.op_timeout = -1;
-	assert_int_equal(mu_md_agent_new(&o, &a), MU_EARG);
+	assert_int_equal(mu_md_agent_new(&o, &a, eb, ebl), MU_EARG);
 	assert_non_null(strstr(why, "op_timeout must be >= 0"));
 }
 
@@ -325,8 +329,8 @@ static void test_backend_table_checked(void **state)
 	char why[256];
 
 	(void)state;
-	a->o.errbuf = why;
-	a->o.errbuf_len = sizeof(why);
+	a->setup_err = why;
+	a->setup_errlen = sizeof(why);
 	assert_int_equal(mu__md_backend_check(a, &b), 0);
 	assert_int_equal(mu__md_backend_check(a, &mu__md_backend_p2p), 0);
 	assert_int_equal(mu__md_backend_check(a, &mu__md_backend_tcpstore), 0);
@@ -338,8 +342,8 @@ static void test_backend_table_checked(void **state)
 	b.fetch = NULL;
 	a->setup_said = 0;
 	assert_int_equal(mu__md_backend_check(a, &b), -ENOTSUP);
-	a->o.errbuf = NULL;
-	a->o.errbuf_len = 0;
+	a->setup_err = NULL;
+	a->setup_errlen = 0;
 	mu_md_agent_free(a);
 }
 
@@ -349,6 +353,8 @@ static void test_listen_port_in_use_says_so(void **state)
 	mu_md_agent_t *a = agent("A", 1, NULL, NULL), *b;
 	mu_md_opts_t o;
 	char why[256], want[64];
+	char *eb = NULL;
+	size_t ebl = 0;
 
 	(void)state;
 	mu_md_opts_init(&o);
@@ -357,9 +363,9 @@ static void test_listen_port_in_use_says_so(void **state)
 	o.listen = 1;
 	o.listen_host = "127.0.0.1";
 	o.listen_port = mu_md_listen_port(a);
-	o.errbuf = why;
-	o.errbuf_len = sizeof(why);
-	assert_int_equal(mu_md_agent_new(&o, &b), MU_EBIND);
+	eb = why;
+	ebl = sizeof(why);
+	assert_int_equal(mu_md_agent_new(&o, &b, eb, ebl), MU_EBIND);
 	snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%d", o.listen_port);
 	assert_non_null(strstr(why, want));
 	mu_md_agent_free(a);
@@ -511,7 +517,7 @@ static mu_md_agent_t *agent_cb(const char *name, seen_t *s)
 	o.no_env = 1;
 	o.on_event = seen_cb;
 	o.ud = s;
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, NULL, 0), 0);
 	return a;
 }
 

@@ -28,7 +28,7 @@ static mu_md_agent_t *agent(size_t limit)
 	o.name = "me";
 	o.no_env = 1;
 	o.remote_cache_max = limit;
-	assert_int_equal(mu_md_agent_new(&o, &a), 0);
+	assert_int_equal(mu_md_agent_new(&o, &a, NULL, 0), 0);
 	return a;
 }
 

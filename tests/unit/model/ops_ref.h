@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "muster/tensor.h"
+#include "model/dtype_int.h"
 #include "model/model_int.h"
 
 static uint64_t ref_rng = 88172645463325252ull;
@@ -65,6 +66,53 @@ static inline mu_tensor_t *ref_values(const char *name, const char *shape, const
 
 	memcpy(t->data, v, t->numel * 4);
 	return t;
+}
+
+/* A tensor of dtype dt and the given shape, its elements v[i] written
+ * with the dtype's own conversion (mu__put_f); v NULL: zeros. */
+static inline mu_tensor_t *ref_typed(const char *name, mu_dtype_t dt, const char *shape,
+                                     const double *v)
+{
+	uint64_t dims[MU_TENSOR_MAX_RANK];
+	uint32_t r = ref_parse_shape(shape, dims);
+	mu_tensor_t *t;
+
+	assert_int_equal(mu_tensor_new_typed(name, dt, r, dims, &t), 0);
+	for (uint64_t i = 0; v != NULL && i < t->numel; i++)
+		mu__put_f(dt, t->raw, i, v[i]);
+	return t;
+}
+
+/* The same from integers (exact for 64-bit values). */
+static inline mu_tensor_t *ref_ints(const char *name, mu_dtype_t dt, const char *shape,
+                                    const int64_t *v)
+{
+	mu_tensor_t *t = ref_typed(name, dt, shape, NULL);
+
+	for (uint64_t i = 0; i < t->numel; i++)
+		mu__put_i(dt, t->raw, i, v[i], 0);
+	return t;
+}
+
+/* Every element of t equals want[i] (read as a double / as integer bits). */
+static inline void ref_f_are(const mu_tensor_t *t, const double *want, uint64_t n)
+{
+	assert_int_equal(t->numel, n);
+	for (uint64_t i = 0; i < n; i++) {
+		double g = mu__get_f(t->dtype, t->raw, i);
+
+		if (!(isnan(want[i]) ? isnan(g) : g == want[i]))
+			fail_msg("element %llu: got %.17g, want %.17g", (unsigned long long)i, g, want[i]);
+	}
+}
+
+static inline void ref_i_are(const mu_tensor_t *t, const int64_t *want, uint64_t n)
+{
+	assert_int_equal(t->numel, n);
+	for (uint64_t i = 0; i < n; i++)
+		if (mu__get_i(t->dtype, t->raw, i) != want[i])
+			fail_msg("element %llu: got %lld, want %lld", (unsigned long long)i,
+			         (long long)mu__get_i(t->dtype, t->raw, i), (long long)want[i]);
 }
 
 static inline void ref_shape_is(const mu_tensor_t *t, const char *shape)
@@ -117,12 +165,13 @@ static inline int ref_run(const char *op, const char *attrs, mu_tensor_t *const 
 		rc = n.op->check(&n, why, wl);
 	for (int i = 0; rc == 0 && i < nin; i++) {
 		si[i].rank = in[i]->rank;
+		si[i].dtype = in[i]->dtype;
 		memcpy(si[i].dims, in[i]->dims, sizeof(si[i].dims));
 	}
 	if (rc == 0)
-		rc = n.op->shape(&n, si, so, why, wl);
+		rc = mu__op_shape(&n, si, so, why, wl);
 	if (rc == 0)
-		rc = mu_tensor_new("y", so[0].rank, so[0].dims, out);
+		rc = mu_tensor_new_typed("y", so[0].dtype, so[0].rank, so[0].dims, out);
 	if (rc == 0 && (rc = n.op->run(&n, in, out)) != 0) {
 		mu_tensor_free(*out);
 		*out = NULL;

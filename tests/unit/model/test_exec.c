@@ -332,6 +332,7 @@ static void test_graph_shapes(void **state)
 	mu__strmap_init(&ps);
 	for (size_t i = 0; i < NW; i++) {
 		pshape[i].rank = wt[i]->rank;
+		pshape[i].dtype = wt[i]->dtype;
 		memcpy(pshape[i].dims, wt[i]->dims, sizeof(wt[i]->dims));
 		mu__strmap_put(&ps, weights[i].name, strlen(weights[i].name), &pshape[i], NULL);
 	}

@@ -291,33 +291,6 @@ static void test_reject_sizes(void **state)
 	mu__buf_free(&b);
 }
 
-static void test_load_file(void **state)
-{
-	char path[] = "/tmp/mu_graph_XXXXXX";
-	mu__graph_t g;
-	char why[256] = "";
-	int fd;
-
-	(void)state;
-	fd = mkstemp(path);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, good, strlen(good)), (ssize_t)strlen(good));
-	close(fd);
-	assert_int_equal(mu__graph_load(path, &g, why, sizeof(why)), 0);
-	assert_int_equal(g.nnodes, 4);
-	mu__graph_free(&g);
-	unlink(path);
-	assert_int_equal(mu__graph_load(path, &g, why, sizeof(why)), -ENOENT);
-	assert_non_null(strstr(why, path));
-	/* an empty file is not JSON */
-	memcpy(path + strlen(path) - 6, "XXXXXX", 6);
-	fd = mkstemp(path);
-	assert_true(fd >= 0);
-	close(fd);
-	assert_int_equal(mu__graph_load(path, &g, why, sizeof(why)), MU_EJSON);
-	unlink(path);
-}
-
 static void test_parse_out_of_memory(void **state)
 {
 	mu__graph_t g;
@@ -350,7 +323,6 @@ int main(void)
 		cmocka_unit_test(test_reject_attrs),
 		cmocka_unit_test(test_reject_order_and_names),
 		cmocka_unit_test(test_reject_sizes),
-		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_parse_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

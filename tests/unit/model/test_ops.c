@@ -15,7 +15,7 @@ static char why[512];
 
 static void test_helpers(void **state)
 {
-	mu__shape_t a = {2, {3, 1}}, b = {1, {4}}, c = {0, {0}}, o;
+	mu__shape_t a = {2, {3, 1}, MU_DTYPE_F32}, b = {1, {4}, MU_DTYPE_F32}, c = {0, {0}, MU_DTYPE_F32}, o;
 
 	(void)state;
 	assert_int_equal(mu__broadcast(&a, &b, &o), 0);
@@ -965,7 +965,8 @@ static void test_embedding(void **state)
 static void test_flops(void **state)
 {
 	mu__node_t n;
-	mu__shape_t in[2] = {{3, {2, 3, 4}}, {2, {4, 5}}}, out[1] = {{3, {2, 3, 5}}};
+	mu__shape_t in[2] = {{3, {2, 3, 4}, MU_DTYPE_F32}, {2, {4, 5}, MU_DTYPE_F32}};
+	mu__shape_t out[1] = {{3, {2, 3, 5}, MU_DTYPE_F32}};
 
 	(void)state;
 	memset(&n, 0, sizeof(n));

@@ -433,20 +433,55 @@ static void test_f32_aligned_and_misaligned(void **state)
 	mu__st_close(&f);
 }
 
+/* Integer, BOOL and F64 tensors load as themselves (in place when
+ * aligned, copied when not); the F8 kinds and a BOOL byte that is not 0
+ * or 1 are refused. */
 static void test_load_other_dtypes(void **state)
 {
-	unsigned char data[16] = {0};
+	unsigned char data[40] = {0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 7, 0, 0, 0, 0, 0, 0, 0,
+	                          1, 0, 1, 2, 0x81, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xF0, 0x3F};
 	mu__st_file_t f;
 	mu_tensor_t *t = (mu_tensor_t *)&t;
-	char why[256];
+	char why[256], hdr[1024];
 	const char *p;
 
 	(void)state;
-	p = write_st("i64", "{" T("x", "I64", "[2]", 0, 16) "}", data, 16);
+	snprintf(hdr, sizeof(hdr), "%s", "{" T("x", "I64", "[2]", 0, 16) "," T("b", "BOOL", "[3]", 16, 19) ","
+	         T("bad", "BOOL", "[1]", 19, 20) "," T("u", "U8", "[1]", 20, 21) ","
+	         T("d", "F64", "[1]", 24, 32) "," T("f8", "F8_E4M3", "[1]", 32, 33) ","
+	         T("odd", "I16", "[1]", 21, 23) "}");
+	for (size_t k = strlen(hdr); k % 8 != 0; k++) /* the data area 8-aligned in the map */
+		memcpy(hdr + k, " ", 2);
+	p = write_st("typed", hdr, data, 40);
 	assert_int_equal(mu__st_open(p, &f, why, sizeof(why)), 0);
 	assert_int_equal(f.e[0].dtype, MU_DT_I64);
-	assert_int_equal(mu__st_load(&f, &f.e[0], &t), MU_EPROTO);
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "x"), &t), 0);
+	assert_int_equal(t->dtype, MU_DTYPE_I64);
+	assert_ptr_equal(t->raw, f.data); /* aligned: in place */
+	assert_true(((int64_t *)t->raw)[0] == -2 && ((int64_t *)t->raw)[1] == 7);
+	mu_tensor_free(t);
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "b"), &t), 0);
+	assert_int_equal(t->dtype, MU_DTYPE_BOOL);
+	assert_memory_equal(t->raw, "\1\0\1", 3);
+	mu_tensor_free(t);
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "u"), &t), 0);
+	assert_int_equal(((uint8_t *)t->raw)[0], 0x81);
+	mu_tensor_free(t);
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "odd"), &t), 0); /* misaligned: a copy */
+	assert_non_null(t->mem);
+	assert_int_equal(((int16_t *)t->raw)[0], 0);
+	mu_tensor_free(t);
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "d"), &t), 0);
+	assert_true(((double *)t->raw)[0] == 1.0);
+	assert_int_equal(mu__st_loaded_bytes(mu__st_find(&f, "d")), 8);
+	mu_tensor_free(t);
+	t = (mu_tensor_t *)&t;
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "bad"), &t), MU_EPROTO);
 	assert_null(t);
+	t = (mu_tensor_t *)&t;
+	assert_int_equal(mu__st_load(&f, mu__st_find(&f, "f8"), &t), MU_EPROTO);
+	assert_null(t);
+	assert_int_equal(mu__st_loaded_dtype(mu__st_find(&f, "f8")), -1);
 	mu__st_close(&f);
 }
 

@@ -176,6 +176,34 @@ static void test_header_bytes(void **state)
 	assert_int_equal(d.len, 300);
 }
 
+/* Version 2 marks a frame with a non-F32 tensor: F32 frames go out as
+ * version 1 (what every peer reads), typed ones as 2, which only frame
+ * types may carry. */
+static void test_header_typed_frames(void **state)
+{
+	static const uint64_t d1[] = {1};
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 9, 0, 0, 0}, d;
+	unsigned char h[MU_MSG_HEADER];
+	mu_tensor_list_t l;
+	mu_tensor_t *t;
+
+	(void)state;
+	mu_tensor_list_init(&l);
+	assert_int_equal(mu_tensor_new("x", 1, d1, &t), 0);
+	assert_int_equal(mu_tensor_list_push(&l, t), 0);
+	mu__msg_encode_frame(&m, &l, h);
+	assert_int_equal(h[4], 1);
+	assert_int_equal(mu_tensor_new_typed("ids", MU_DTYPE_I64, 1, d1, &t), 0);
+	assert_int_equal(mu_tensor_list_push(&l, t), 0);
+	mu__msg_encode_frame(&m, &l, h);
+	assert_int_equal(h[4], 2);
+	assert_int_equal(mu__msg_decode(h, 1 << 20, &d), 0);
+	assert_int_equal(d.type, MU_MSG_FORWARD);
+	h[4] = 3;
+	assert_int_equal(mu__msg_decode(h, 1 << 20, &d), MU_EPROTO);
+	mu_tensor_list_free(&l);
+}
+
 static void test_header_rejects(void **state)
 {
 	mu__msg_t m = {MU_MSG_INFO, 0, 1, 0, 0, 0}, d;
@@ -758,6 +786,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_bytes),
 		cmocka_unit_test(test_header_rejects),
+		cmocka_unit_test(test_header_typed_frames),
 		cmocka_unit_test(test_every_split_matches),
 		cmocka_unit_test(test_wrong_order_refused),
 		cmocka_unit_test(test_nobody_listening),

@@ -64,6 +64,18 @@ static void puthdr(bytes_t *w, const char *name, uint32_t rank, const uint64_t *
 	put64(w, numel);
 }
 
+/* The same with a dtype code in the rankword's second byte (and, for
+ * the limit tests, whatever bits above it). */
+static void puthdr_typed(bytes_t *w, const char *name, uint32_t rank, uint32_t high,
+                         const uint64_t *dims, uint64_t numel)
+{
+	putname(w, name);
+	put32(w, rank | high << 8);
+	for (uint32_t i = 0; i < rank; i++)
+		put64(w, dims[i]);
+	put64(w, numel);
+}
+
 /* The reference frame: a scalar "s" = 1.5 and a 2x3 "w" = 0..5. */
 static void two_tensors(bytes_t *w)
 {
@@ -427,6 +439,107 @@ static void test_bad_names(void **state)
 	memcpy(w.b + w.n, "a\0b", 3);
 	w.n += 3;
 	expect_feed(&w, NULL, MU_EPROTO);
+}
+
+/* ---- typed tensors: the rankword's dtype byte (include/muster/tensor.h) ---- */
+
+/* An I64 "ids" [2] = {-1, 5}, a BOOL "m" [3] = {1, 0, 1} and an F32 "x"
+ * [1] = 2.0, by hand: the F32 one as rlx writes it, rankword = rank. */
+static void typed_frame(bytes_t *w)
+{
+	static const uint64_t d2[] = {2}, d3[] = {3}, d1[] = {1};
+
+	w->n = 0;
+	put32(w, 3);
+	puthdr_typed(w, "ids", 1, MU_DTYPE_I64, d2, 2);
+	put64(w, (uint64_t)-1);
+	put64(w, 5);
+	puthdr_typed(w, "m", 1, MU_DTYPE_BOOL, d3, 3);
+	memcpy(w->b + w->n, "\1\0\1", 3);
+	w->n += 3;
+	puthdr(w, "x", 1, d1, 1);
+	putf(w, 2.0f);
+}
+
+static void test_typed_hand_bytes(void **state)
+{
+	static const uint64_t d2[] = {2}, d3[] = {3}, d1[] = {1};
+	mu_tensor_list_t l, back;
+	mu_tensor_t *t;
+	bytes_t w;
+	void *buf;
+	size_t len;
+
+	(void)state;
+	mu_tensor_list_init(&l);
+	assert_int_equal(mu_tensor_new_typed("ids", MU_DTYPE_I64, 1, d2, &t), 0);
+	((int64_t *)t->raw)[0] = -1;
+	((int64_t *)t->raw)[1] = 5;
+	assert_int_equal(mu_tensor_nbytes(t), 16);
+	assert_int_equal(mu_tensor_list_push(&l, t), 0);
+	assert_int_equal(mu_tensor_new_typed("m", MU_DTYPE_BOOL, 1, d3, &t), 0);
+	memcpy(t->raw, "\1\0\1", 3);
+	assert_int_equal(mu_tensor_list_push(&l, t), 0);
+	assert_int_equal(mu_tensor_new("x", 1, d1, &t), 0);
+	t->data[0] = 2.0f;
+	assert_int_equal(mu_tensor_list_push(&l, t), 0);
+	assert_true(mu__frame_typed(&l));
+	typed_frame(&w);
+	assert_int_equal(mu_frame_size(&l), w.n);
+	assert_int_equal(mu_frame_encode(&l, &buf, &len), 0);
+	assert_int_equal(len, w.n);
+	assert_memory_equal(buf, w.b, w.n);
+	mu_free(buf);
+	mu_tensor_list_free(&l);
+
+	mu_tensor_list_init(&back);
+	assert_int_equal(mu_frame_decode(w.b, w.n, NULL, &back), 0);
+	assert_int_equal(back.n, 3);
+	assert_int_equal(back.t[0]->dtype, MU_DTYPE_I64);
+	assert_true(((int64_t *)back.t[0]->raw)[0] == -1 && ((int64_t *)back.t[0]->raw)[1] == 5);
+	assert_int_equal(back.t[1]->dtype, MU_DTYPE_BOOL);
+	assert_memory_equal(back.t[1]->raw, "\1\0\1", 3);
+	assert_int_equal(back.t[2]->dtype, MU_DTYPE_F32);
+	assert_true(back.t[2]->data[0] == 2.0f);
+	assert_false(mu__frame_typed(&(mu_tensor_list_t){back.t + 2, 1, 1}));
+	mu_tensor_list_free(&back);
+}
+
+static void test_typed_limits(void **state)
+{
+	static const uint64_t d3[] = {3};
+	mu_frame_limits_t lim;
+	bytes_t w;
+
+	(void)state;
+	/* a dtype past the table: refused as soon as the rankword is in */
+	w.n = 0;
+	put32(&w, 1);
+	putname(&w, "t");
+	put32(&w, 1 | MU_DTYPE_COUNT << 8);
+	expect_feed(&w, NULL, MU_EPROTO);
+	w.n -= 4;
+	put32(&w, 1 | 0xFF << 8);
+	expect_feed(&w, NULL, MU_EPROTO);
+	/* bits above the dtype byte: a rank rlx would call huge */
+	w.n -= 4;
+	put32(&w, 1 | 1 << 16);
+	expect_feed(&w, NULL, MU_ETOOBIG);
+	/* a rank over 8 with a dtype */
+	w.n -= 4;
+	put32(&w, 9 | MU_DTYPE_I8 << 8);
+	expect_feed(&w, NULL, MU_ETOOBIG);
+	/* the budget counts the dtype's bytes: 3 x I64 = 24 */
+	mu_frame_limits_init(&lim);
+	w.n = 0;
+	put32(&w, 1);
+	puthdr_typed(&w, "t", 1, MU_DTYPE_I64, d3, 3);
+	lim.max_bytes = 23;
+	expect_feed(&w, &lim, MU_ETOOBIG);
+	lim.max_bytes = 24;
+	for (int i = 0; i < 3; i++)
+		put64(&w, (uint64_t)i);
+	expect_feed(&w, &lim, 1);
 }
 
 static void test_truncated_and_trailing(void **state)
@@ -896,6 +1009,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_encode_decode_hand_bytes),
+		cmocka_unit_test(test_typed_hand_bytes),
+		cmocka_unit_test(test_typed_limits),
 		cmocka_unit_test(test_empty_frame_and_numel_zero),
 		cmocka_unit_test(test_utf8_and_empty_names),
 		cmocka_unit_test(test_limit_name),

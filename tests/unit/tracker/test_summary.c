@@ -54,9 +54,9 @@ static void test_servers_and_queues(void **state)
 		"------------------------------\n"
 		"server-address           key\n"
 		"------------------------------\n"
-		"        10.0.0.9:9091    server:gpu\n"
-		"        10.0.0.7:9090    server:rasp\n"
-		"        10.0.0.8:9090    server:rasp\n"
+		"10.0.0.9:9091            server:gpu\n"
+		"10.0.0.7:9090            server:rasp\n"
+		"10.0.0.8:9090            server:rasp\n"
 		"------------------------------\n"
 		"\n"
 		"Queue Status\n"
@@ -72,7 +72,8 @@ static void test_servers_and_queues(void **state)
 static void test_widths_count_characters(void **state)
 {
 	/* "d\u00e9v" is 3 characters, 4 bytes; the long address overflows its
-	 * 21 columns (right-aligned, as Python's %21s) rather than being cut; a null host prints as None */
+	 * 21 columns (left-aligned, as f"{addr:21s}") rather than being cut;
+	 * a null host prints as None */
 	char *t = text_of(
 		"{\"queue_info\": {\"d\\u00e9v\": {\"free\": 0, \"pending\": 1}},"
 		" \"server_info\": [{\"key\": \"server:x\","
@@ -85,7 +86,7 @@ static void test_widths_count_characters(void **state)
 		"------------------------------\n"
 		"server-address           key\n"
 		"------------------------------\n"
-		"               None:1    server:x\n"
+		"None:1                   server:x\n"
 		"fe80::1234:5678:9abc:9090    server:y\n"
 		"------------------------------\n"
 		"\n"

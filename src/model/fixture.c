@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Generated models, for demos, benchmarks and tests: an MLP of gemm +
- * activation layers with seeded pseudo-random weights. The weights are
- * written to disk one tensor at a time, so a model of many GiB is made
- * without holding more than one layer.
+ * Generated models and inputs, for demos, benchmarks and tests (not part
+ * of the public API): an MLP of gemm + activation layers with seeded
+ * pseudo-random weights, written to disk a row at a time, so a model of
+ * many GiB is made without holding more than one row; and random inputs.
  */
 #include <errno.h>
 #include <math.h>
@@ -13,8 +13,10 @@
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
-#include "core/endian_int.h"
-#include "pipeline/pipeline_int.h"
+#include "model/dtype_int.h"
+#include "model/safetensors_int.h"
+#include "model/fixture_int.h"
+#include "model/model_int.h"
 
 static uint64_t next_rand(uint64_t *s)
 {
@@ -32,30 +34,15 @@ static float uniform(uint64_t *s, float scale)
 	return ((float)(next_rand(s) >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * scale;
 }
 
-static int write_all(FILE *f, const void *p, size_t n)
-{
-	return fwrite(p, 1, n, f) == n ? 0 : -errno;
-}
-
-/* n floats as little-endian bytes (in place), then written */
-static int write_floats(FILE *f, float *v, uint64_t n)
-{
-	for (uint64_t i = 0; MU_BIG_ENDIAN_HOST && i < n; i++) {
-		uint32_t bits;
-
-		memcpy(&bits, &v[i], 4);
-		mu_le32_put(&v[i], bits);
-	}
-	return write_all(f, v, n * 4);
-}
-
-int mu_model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
+int mu__model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
                           uint64_t batch, const char *act, uint64_t seed, char *err, size_t el)
 {
-	char path[4096];
-	mu__buf_t g, h;
-	FILE *f = NULL;
-	uint64_t off = 0, s = seed;
+	char path[4096], *names = NULL;
+	mu__buf_t g;
+	FILE *f;
+	mu__st_desc_t *d = NULL;
+	mu__st_writer_t w = {0};
+	uint64_t s = seed, *dims = NULL;
 	float *row = NULL;
 	int rc = 0;
 
@@ -77,7 +64,6 @@ int mu_model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
 	}
 	/* the graph */
 	mu__buf_init(&g, MU_GRAPH_MAX_BYTES);
-	mu__buf_init(&h, MU_ST_MAX_HEADER);
 	rc = mu__buf_printf(&g, "{\"format\": \"muster-graph\", \"version\": 1,\n"
 	                    " \"inputs\": [{\"name\": \"x\", \"shape\": [%llu, %llu]}],\n"
 	                    " \"outputs\": [\"y\"],\n \"nodes\": [\n",
@@ -98,50 +84,44 @@ int mu_model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
 		g.len -= 2; /* the last ",\n" */
 		rc = mu__buf_appends(&g, "\n ]}\n");
 	}
-	/* the weights' header: PyTorch's Linear layout, weight [out, in] */
-	if (rc == 0)
-		rc = mu__buf_appendc(&h, '{');
-	for (int i = 0; rc == 0 && i < layers; i++) {
-		uint64_t in = widths[i], out = widths[i + 1];
-
-		rc = mu__buf_printf(&h, "%s\"fc%d.weight\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu],"
-		                    "\"data_offsets\":[%llu,%llu]},\"fc%d.bias\":{\"dtype\":\"F32\","
-		                    "\"shape\":[%llu],\"data_offsets\":[%llu,%llu]}",
-		                    i ? "," : "", i, (unsigned long long)out, (unsigned long long)in,
-		                    (unsigned long long)off, (unsigned long long)(off + in * out * 4), i,
-		                    (unsigned long long)out, (unsigned long long)(off + in * out * 4),
-		                    (unsigned long long)(off + in * out * 4 + out * 4));
-		off += in * out * 4 + out * 4;
-	}
-	if (rc == 0)
-		rc = mu__buf_appendc(&h, '}');
-	while (rc == 0 && h.len % 8 != 0) /* keep the data 8-byte aligned */
-		rc = mu__buf_appendc(&h, ' ');
 	if (rc != 0) {
 		snprintf(err, el, "the model is too large to describe");
 		goto out;
 	}
 	snprintf(path, sizeof(path), "%s/model.json", dir);
-	if ((f = fopen(path, "wb")) == NULL || write_all(f, g.data, g.len) != 0 || fclose(f) != 0) {
-		rc = -errno;
-		snprintf(err, el, "cannot write %s: %s", path, strerror(errno));
-		f = NULL;
-		goto out;
-	}
-	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	if ((f = fopen(path, "wb")) == NULL) {
 		rc = -errno;
-		snprintf(err, el, "cannot write %s: %s", path, strerror(errno));
+	} else {
+		rc = fwrite(g.data, 1, g.len, f) == g.len ? 0 : -EIO;
+		if (fclose(f) != 0 && rc == 0)
+			rc = -EIO;
+	}
+	if (rc != 0) {
+		snprintf(err, el, "cannot write %s: %s", path, mu_strerror(rc));
 		goto out;
 	}
-	{
-		unsigned char len[8];
-
-		mu_le64_put(len, h.len);
-		rc = write_all(f, len, 8);
-		if (rc == 0)
-			rc = write_all(f, h.data, h.len);
+	/* the weights: PyTorch's Linear layout, weight [out, in], then bias */
+	d = mu__calloc((size_t)layers * 2, sizeof(*d));
+	dims = mu__calloc((size_t)layers * 3, sizeof(*dims));
+	names = mu__calloc((size_t)layers * 2, 32);
+	if (d == NULL || dims == NULL || names == NULL) {
+		rc = MU_ENOMEM;
+		snprintf(err, el, "out of memory");
+		goto out;
 	}
+	for (int i = 0; i < layers; i++) {
+		char *wn = names + (size_t)i * 64, *bn = wn + 32;
+
+		dims[3 * i] = widths[i + 1];
+		dims[3 * i + 1] = widths[i];
+		dims[3 * i + 2] = widths[i + 1];
+		snprintf(wn, 32, "fc%d.weight", i);
+		snprintf(bn, 32, "fc%d.bias", i);
+		d[2 * i] = (mu__st_desc_t){wn, MU_DTYPE_F32, 2, &dims[3 * i]};
+		d[2 * i + 1] = (mu__st_desc_t){bn, MU_DTYPE_F32, 1, &dims[3 * i + 2]};
+	}
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	rc = mu__st_writer_open(&w, path, d, (size_t)layers * 2);
 	for (int i = 0; rc == 0 && i < layers; i++) {
 		uint64_t in = widths[i], out = widths[i + 1];
 		/* scaled so activations keep their size through deep stacks */
@@ -156,28 +136,52 @@ int mu_model_generate_mlp(const char *dir, const uint64_t *widths, int layers,
 		for (uint64_t r = 0; rc == 0 && r < out; r++) {
 			for (uint64_t k = 0; k < in; k++)
 				row[k] = uniform(&s, scale);
-			rc = write_floats(f, row, in);
+			rc = mu__st_writer_put(&w, row, in, sizeof(float));
 		}
 		for (uint64_t k = 0; rc == 0 && k < out; k++)
 			row[k] = uniform(&s, scale);
 		if (rc == 0)
-			rc = write_floats(f, row, out);
+			rc = mu__st_writer_put(&w, row, out, sizeof(float));
 	}
-	if (fclose(f) != 0 && rc == 0)
-		rc = -errno;
-	f = NULL;
+	if (w.f != NULL) {
+		int crc = mu__st_writer_close(&w);
+
+		rc = rc != 0 ? rc : crc;
+	}
 	if (rc != 0)
 		snprintf(err, el, "cannot write %s: %s", path, mu_strerror(rc));
 out:
-	if (f != NULL)
-		fclose(f);
 	mu__free(row);
+	mu__free(d);
+	mu__free(dims);
+	mu__free(names);
 	mu__buf_free(&g);
-	mu__buf_free(&h);
 	return rc;
 }
 
-int mu_tensor_random(const char *name, uint32_t rank, const uint64_t *dims, uint64_t seed,
+int mu__tensor_random_typed(const char *name, mu_dtype_t dtype, uint32_t rank,
+                           const uint64_t *dims, uint64_t seed, mu_tensor_t **out)
+{
+	mu_tensor_t *f = NULL;
+	int rc;
+
+	if (dtype == MU_DTYPE_F32)
+		return mu__tensor_random(name, rank, dims, seed, out);
+	rc = mu_tensor_new_typed(name, dtype, rank, dims, out);
+	if (rc == 0 && mu__dt_is_float(dtype)) {
+		rc = mu__tensor_random(name, rank, dims, seed, &f);
+		if (rc == 0)
+			mu__convert(MU_DTYPE_F32, f->raw, dtype, (*out)->raw, f->numel);
+		mu_tensor_free(f);
+		if (rc != 0) {
+			mu_tensor_free(*out);
+			*out = NULL;
+		}
+	}
+	return rc;
+}
+
+int mu__tensor_random(const char *name, uint32_t rank, const uint64_t *dims, uint64_t seed,
                      mu_tensor_t **out)
 {
 	uint64_t s = seed;

@@ -9,12 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/error_int.h"
 #include "core/proc_int.h"
-#include "pipeline/pipeline_int.h"
+#include "model/blas_int.h"
+#include "model/model_api_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 {
@@ -25,20 +26,6 @@ uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
 		h *= 0x100000001b3ULL;
 	}
 	return h;
-}
-
-uint64_t mu__self_rss(void)
-{
-	long kib = mu__proc_status_kib(0, "VmRSS");
-
-	return kib > 0 ? (uint64_t)kib * 1024 : 0;
-}
-
-uint64_t mu__self_peak_rss(void)
-{
-	long kib = mu__proc_status_kib(0, "VmHWM");
-
-	return kib > 0 ? (uint64_t)kib * 1024 : 0;
 }
 
 void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)
@@ -53,27 +40,6 @@ void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len)
 		snprintf(buf + off, len - off, "]");
 }
 
-static int read_file(const char *path, mu__buf_t *b, char *err, size_t el)
-{
-	char tmp[65536];
-	size_t n;
-	FILE *f = fopen(path, "rb");
-	int rc = 0;
-
-	mu__buf_init(b, MU_GRAPH_MAX_BYTES);
-	if (f == NULL) {
-		rc = -errno;
-		snprintf(err, el, "cannot open %.300s: %s", path, strerror(-rc));
-		return rc;
-	}
-	while (rc == 0 && (n = fread(tmp, 1, sizeof(tmp), f)) > 0)
-		rc = mu__buf_append(b, tmp, n);
-	fclose(f);
-	if (rc != 0)
-		snprintf(err, el, "%.300s is larger than the graph limit (64 MiB)", path);
-	return rc;
-}
-
 static int check_weights(mu_model_t *m, char *err, size_t el)
 {
 	for (int i = 0; i < m->g.nparams; i++) {
@@ -86,8 +52,8 @@ static int check_weights(mu_model_t *m, char *err, size_t el)
 			snprintf(err, el, "weight %.200s is used by the graph but not in model.safetensors", p);
 			return MU_EPROTO;
 		}
-		if (e->dtype != MU_DT_F32 && e->dtype != MU_DT_F16 && e->dtype != MU_DT_BF16) {
-			snprintf(err, el, "weight %.200s: only F32, F16 and BF16 weights can be loaded", p);
+		if (mu__st_loaded_dtype(e) < 0) {
+			snprintf(err, el, "weight %.200s: F8 weights cannot be loaded", p);
 			return MU_EPROTO;
 		}
 		s = mu__calloc(1, sizeof(*s));
@@ -98,8 +64,9 @@ static int check_weights(mu_model_t *m, char *err, size_t el)
 			return MU_ENOMEM;
 		}
 		s->rank = e->rank;
+		s->dtype = (mu_dtype_t)mu__st_loaded_dtype(e);
 		memcpy(s->dims, e->dims, sizeof(s->dims));
-		*b = e->numel * 4;
+		*b = mu__st_loaded_bytes(e);
 		m->param_bytes += *b;
 		if (mu__strmap_put(&m->pshapes, p, strlen(p), s, NULL) != 0 ||
 		    mu__strmap_put(&m->pbytes, p, strlen(p), b, NULL) != 0) {
@@ -130,14 +97,21 @@ int mu_model_open(const char *dir, mu_model_t **out, char *err, size_t el)
 	mu__strmap_init(&m->pshapes);
 	mu__strmap_init(&m->shapes);
 	mu__strmap_init(&m->loaded);
+	m->threads = 1;
+	/* read once: the text parsed is the text digested, and the text a
+	 * cluster streams to its devices (mu__model_text) */
 	snprintf(path, sizeof(path), "%s/model.json", dir);
-	rc = read_file(path, &text, err, el);
+	rc = mu__buf_read_file(&text, path, MU_GRAPH_MAX_BYTES, why, sizeof(why));
+	if (rc == 0 && text.len == 0)
+		rc = mu__why(why, sizeof(why), MU_EJSON, "the file is empty");
 	if (rc == 0) {
-		m->digest = mu__fnv(MU_FNV_INIT, text.data, text.len);
-		rc = mu__graph_parse(text.data != NULL ? text.data : "", text.len, &m->g, why, sizeof(why));
-		if (rc != 0)
-			snprintf(err, el, "%.300s: %s", path, why);
+		m->text_len = text.len;
+		m->text = mu__buf_take(&text, NULL);
+		m->digest = mu__fnv(MU_FNV_INIT, m->text, m->text_len);
+		rc = mu__graph_parse(m->text, m->text_len, &m->g, why, sizeof(why));
 	}
+	if (rc != 0 && rc != MU_ENOMEM)
+		snprintf(err, el, "%.300s: %s", path, why);
 	mu__buf_free(&text);
 	if (rc == 0) {
 		snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -186,6 +160,7 @@ void mu_model_close(mu_model_t *m)
 	mu__strmap_free(&m->shapes, mu__free);
 	mu__graph_free(&m->g);
 	mu__st_close(&m->st);
+	mu__free(m->text);
 	mu__free(m->flops);
 	mu__free(m->dir);
 	mu__free(m);
@@ -207,6 +182,11 @@ void mu_model_input(const mu_model_t *m, int i, const char **name, uint32_t *ran
 	*name = m->g.inputs[i].name;
 	*rank = m->g.inputs[i].rank;
 	memcpy(dims, m->g.inputs[i].dims, sizeof(uint64_t) * m->g.inputs[i].rank);
+}
+
+mu_dtype_t mu_model_input_dtype(const mu_model_t *m, int i)
+{
+	return m->g.inputs[i].dtype;
 }
 
 uint64_t mu_model_param_bytes(const mu_model_t *m)
@@ -446,7 +426,6 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 
 	if (err == NULL)
 		el = 0;
-	openblas_set_num_threads(1);
 	for (int i = 0; rc == 0 && i < m->g.nparams; i++) {
 		const char *p = m->g.params[i];
 		mu_tensor_t *t;
@@ -471,15 +450,29 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 			mu__dims_text(io->rank, io->dims, b, sizeof(b));
 			snprintf(err, el, "input %.200s has shape %s; the model takes %s", io->name, a, b);
 			rc = MU_EARG;
+		} else if (t->dtype != io->dtype) {
+			snprintf(err, el, "input %.200s is %s; the model takes %s", io->name,
+			         mu_dtype_name((int)t->dtype), mu_dtype_name((int)io->dtype));
+			rc = MU_EARG;
 		}
 	}
 	if (rc == 0) {
+		mu__blas_enter(m->threads);
 		rc = mu__exec_run(&m->g, 0, m->g.nnodes, &m->loaded, inputs, m->g.outputs,
 		                  m->g.noutputs, out, why, sizeof(why));
+		mu__blas_leave();
 		if (rc != 0)
 			snprintf(err, el, "%s", why);
 	}
 	return rc;
+}
+
+int mu_model_set_threads(mu_model_t *m, int threads)
+{
+	if (m == NULL || threads < 1)
+		return MU_EARG;
+	m->threads = threads;
+	return 0;
 }
 
 /* ---- tensors in files ---- */
@@ -500,11 +493,11 @@ int mu_safetensors_read(const char *path, mu_tensor_list_t *out, char *err, size
 	for (size_t i = 0; rc == 0 && i < f.n; i++) {
 		mu_tensor_t *t = NULL, *c = NULL;
 
-		rc = mu__st_load(&f, &f.e[i], &t);
+		rc = mu__st_load_exact(&f, &f.e[i], &t);
 		if (rc == 0 && t->mem == NULL) { /* a view of the map: copy it out */
-			rc = mu_tensor_new(t->name, t->rank, t->dims, &c);
-			if (rc == 0)
-				memcpy(c->data, t->data, t->numel * 4);
+			rc = mu_tensor_new_typed(t->name, t->dtype, t->rank, t->dims, &c);
+			if (rc == 0 && t->numel > 0)
+				memcpy(c->raw, t->raw, mu_tensor_nbytes(t));
 			mu_tensor_free(t);
 			t = c;
 		}
@@ -512,7 +505,8 @@ int mu_safetensors_read(const char *path, mu_tensor_list_t *out, char *err, size
 			mu_tensor_free(t);
 		if (rc != 0)
 			snprintf(err, el, "%.300s: tensor %.200s: %s", path, f.e[i].name,
-			         rc == MU_EPROTO ? "only F32, F16 and BF16 are read" : mu_strerror(rc));
+			         rc == MU_EPROTO ? "F8 tensors and BOOL bytes other than 0 and 1 are not read"
+			                         : mu_strerror(rc));
 	}
 	mu__st_close(&f);
 	return rc;

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What every long-running subcommand (tracker, store, server, stage, serve)
+ * shares as a service: where its log lines go and in which format
+ * (--log-format, --log-file, reopened on SIGHUP for logrotate), and its
+ * Prometheus endpoint (--metrics). Put CLI_SVC_OPTS(sv) in the option
+ * table, then cli_svc_start before cli_block_signals and before starting
+ * any thread, and cli_svc_stop when the server has stopped.
+ */
+#ifndef MU_CLI_SVC_INT_H
+#define MU_CLI_SVC_INT_H
+
+#include <uv.h>
+
+#include "muster/common.h"
+#include "muster/metrics.h"
+#include "cli/cli_int.h"
+
+typedef struct cli_metrics_srv_s cli_metrics_srv_t;
+
+typedef struct {
+	const char *log_format; /* --log-format: "text" (default) or "json" */
+	const char *log_file;   /* --log-file PATH, or NULL for stderr */
+	const char *metrics;    /* --metrics HOST:PORT, or NULL */
+	/* With --metrics, from cli_svc_start: the registry to hand the
+	 * server (opts.metrics); NULL without. */
+	mu_metrics_t *reg;
+	cli_metrics_srv_t *http;
+	char mhost[256];
+	int mport;
+	int lent;               /* the endpoint is on the caller's loop */
+} cli_svc_t;
+
+#define CLI_SVC_NOPTS 3
+#define CLI_SVC_OPTS(sv)                                                                      \
+	{"log-format", OPT_STR, &(sv).log_format, "text|json",                                 \
+	 "log lines as text (\"TIME LEVEL component: message\") or one JSON object per line "  \
+	 "(time, level, component, msg) for log shippers (default text)"},                     \
+	{"log-file", OPT_STR, &(sv).log_file, "PATH",                                          \
+	 "append log lines (and everything else this process writes to stderr) to PATH; "      \
+	 "SIGHUP reopens it, for logrotate (default: stderr)"},                               \
+	{"metrics", OPT_STR, &(sv).metrics, "HOST:PORT",                                       \
+	 "serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free port, "       \
+	 "logged; default: none)"}
+
+void cli_svc_init(cli_svc_t *sv);
+/*
+ * Install the log sink at level (MU_LOG_WARN for --silent), open the log
+ * file and make SIGHUP reopen it; with --metrics, make sv->reg. Starts no
+ * thread. cmd names the command in messages ("muster tracker"). 0, or the
+ * exit status after saying why on stderr.
+ */
+int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level);
+/*
+ * With --metrics: bind the endpoint (on loop, run by the caller, or NULL:
+ * cli_svc_wait runs it) and log "serving metrics on
+ * http://HOST:PORT/metrics". Blocks SIGINT/SIGTERM first. 0, or the exit
+ * status after saying why.
+ */
+int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop);
+/*
+ * Call wait_fn(ud) (it returns when the server has stopped), serving the
+ * metrics meanwhile when cli_svc_listen bound them without a loop.
+ */
+void cli_svc_wait(cli_svc_t *sv, void (*wait_fn)(void *), void *ud);
+/* The server is up: tell systemd (READY=1, with a status line) when the
+ * command runs under a Type=notify unit; a no-op otherwise. */
+void cli_svc_ready(cli_svc_t *sv, const char *status);
+/* The server is stopping (STOPPING=1): systemd waits for the drain. */
+void cli_svc_stopping(void);
+/* Stop serving metrics and free the registry: after the server that
+ * counts into it has stopped. Safe after a failed or no listen. */
+void cli_svc_stop(cli_svc_t *sv);
+
+/* svc_metrics.c: the /metrics endpoint (see there). */
+int cli_metrics_start(mu_metrics_t *m, struct uv_loop_s *loop, const char *host, int port,
+                      cli_metrics_srv_t **out, int *bound, char *why, size_t wl);
+void cli_metrics_run(cli_metrics_srv_t *ms, void (*wait_fn)(void *), void *ud);
+void cli_metrics_stop(cli_metrics_srv_t *ms);
+
+#endif
