@@ -122,6 +122,22 @@ int mu__auth_proof(const void *secret, size_t len, int role,
 	return 0;
 }
 
+int mu__auth_sniff(const mu_stream_t *s, const void *p, size_t n)
+{
+	mu__auth_msg_t m;
+	size_t used = 0;
+
+	if (n < 8 || mu__auth_decode(p, n, &m, &used) == MU_EBADMAGIC)
+		return 0;
+	if (used > 0 && m.type == MU_AUTH_ERROR) {
+		mu__log(MU_LOG_WARN, "auth", "%s refused us: %s", s->peer, m.text);
+		return strstr(m.text, "TLS") != NULL ? MU_ETLS : MU_EAUTH;
+	}
+	mu__log(MU_LOG_WARN, "auth", "%s requires the shared-secret handshake: run this side "
+	        "with --secret-file (or MUSTER_SECRET_FILE)", s->peer);
+	return MU_EAUTH;
+}
+
 /* ---- the state machine ---- */
 
 typedef enum {

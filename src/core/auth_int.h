@@ -72,6 +72,15 @@ int mu__auth_start(mu_stream_t *s, const void *secret, size_t len, int server);
  */
 int mu__auth_step(mu_stream_t *s);
 
+/*
+ * A client that expected its protocol's first bytes and got p[0..n)
+ * instead: when they are this handshake's (the server wants a shared
+ * secret this client does not have, or tells it in the clear that it
+ * speaks TLS), log why with the peer's address and return MU_EAUTH or
+ * MU_ETLS; else 0 (the caller's own error stands).
+ */
+int mu__auth_sniff(const mu_stream_t *s, const void *p, size_t n);
+
 /* Free the handshake state, if any. */
 void mu__auth_free(mu_stream_t *s);
 

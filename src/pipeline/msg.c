@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include "core/alloc_int.h"
+#include "core/auth_int.h"
 #include "core/endian_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
@@ -134,7 +135,7 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 {
 	unsigned char h[MU_MSG_HEADER];
 	size_t n;
-	int rc;
+	int rc, why;
 
 	c->got = 0;
 	rc = chan_read(c, h, 1, &n, wait_ms);
@@ -146,7 +147,10 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 		return MU_EPROTO; /* closed inside a header: a truncated message */
 	if (rc != 0)
 		return rc;
-	return mu__msg_decode(h, c->max_frame, m);
+	rc = mu__msg_decode(h, c->max_frame, m);
+	if (rc == MU_EBADMAGIC && c->st != NULL && (why = mu__auth_sniff(c->st, h, sizeof(h))) != 0)
+		rc = why; /* a stage that wants a secret or TLS we lack */
+	return rc;
 }
 
 int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body)

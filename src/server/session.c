@@ -14,6 +14,7 @@
 #include "muster/server.h"
 #include "muster/tracker.h"
 #include "core/alloc_int.h"
+#include "core/auth_int.h"
 #include "core/log_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
@@ -155,10 +156,12 @@ static int read_reply(mu_stream_t *st, mu__buf_t *in, int64_t deadline, int *suc
 {
 	char tmp[4096];
 	size_t r;
-	int rc;
+	int rc, why;
 
 	for (;;) {
 		rc = mu__rpc_reply_peek(in->data, in->len, success, used);
+		if (rc < 0 && (why = mu__auth_sniff(st, in->data, in->len)) != 0)
+			return why; /* a server that wants a secret or TLS we lack */
 		if (rc != 0)
 			return rc < 0 ? rc : 0;
 		rc = mu__sock_recv_some(st, tmp, sizeof(tmp), &r, deadline);
