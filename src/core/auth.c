@@ -127,11 +127,18 @@ int mu__auth_sniff(const mu_stream_t *s, const void *p, size_t n)
 	mu__auth_msg_t m;
 	size_t used = 0;
 
+	const unsigned char *b = p;
+	char text[MU_AUTH_MAX_TEXT + 1];
+	size_t k = n - 8 < MU_AUTH_MAX_TEXT ? n - 8 : MU_AUTH_MAX_TEXT;
+
 	if (n < 8 || mu__auth_decode(p, n, &m, &used) == MU_EBADMAGIC)
 		return 0;
-	if (used > 0 && m.type == MU_AUTH_ERROR) {
-		mu__log(MU_LOG_WARN, "auth", "%s refused us: %s", s->peer, m.text);
-		return strstr(m.text, "TLS") != NULL ? MU_ETLS : MU_EAUTH;
+	if (b[4] == MU_AUTH_ERROR) {
+		/* the caller read a header's worth: the text may be cut short */
+		memcpy(text, b + 8, k);
+		text[k] = '\0';
+		mu__log(MU_LOG_WARN, "auth", "%s refused us: %s", s->peer, text);
+		return strstr(text, "TLS") != NULL ? MU_ETLS : MU_EAUTH;
 	}
 	mu__log(MU_LOG_WARN, "auth", "%s requires the shared-secret handshake: run this side "
 	        "with --secret-file (or MUSTER_SECRET_FILE)", s->peer);

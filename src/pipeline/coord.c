@@ -231,7 +231,9 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 	/* the stage may still be loading: retry until the deadline */
 	for (;;) {
 		rc = mu__sock_connect(host, port, c->o.sec, deadline, &s->fd);
-		if (rc == 0 || rc == MU_ERESOLVE || mu__remaining_ms(deadline) == 0)
+		/* a refusal (secret, certificate) will not change on retry */
+		if (rc == 0 || rc == MU_ERESOLVE || rc == MU_EAUTH || rc == MU_ETLS ||
+		    mu__remaining_ms(deadline) == 0)
 			break;
 		usleep(50 * 1000);
 	}
