@@ -101,6 +101,9 @@ typedef struct {
 	 "CA that signs the peers' certificates: a client checks the server's (and its "       \
 	 "name), a server asks every client for one (mutual TLS)"}
 
+/* --allow's list, checked before starting: 0, or 2 after saying why. */
+int cli_allow_check(const char *cmd, const char *allow);
+
 void cli_secure_init(cli_secure_t *cs);
 /* *sec from cs (NULL when nothing is asked for): 0, or 2 after saying why. */
 int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec);

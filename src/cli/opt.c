@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli_int.h"
+#include "core/cidr_int.h"
 #include "core/log_int.h"
 
 static void print_help(const cli_cmd_t *cmd)
@@ -349,5 +350,17 @@ int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec)
 	 * it (a certificate, a secret) is logged: show that much */
 	if (*sec != NULL && !mu__log_enabled(MU_LOG_WARN))
 		mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_WARN);
+	return 0;
+}
+
+int cli_allow_check(const char *cmd, const char *allow)
+{
+	mu__allow_t a;
+	char err[256];
+
+	if (mu__allow_parse(allow, &a, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: %s\n", cmd, err);
+		return 2;
+	}
 	return 0;
 }

@@ -33,10 +33,30 @@ static void retry_cb(uv_timer_t *t)
 	uv_poll_start(&l->poll, UV_READABLE, poll_cb);
 }
 
-static void take(mu__listener_t *l, int fd)
+/* Closed at accept: the peer is not on the allow-list. */
+static void refuse(mu__listener_t *l, int fd, const struct sockaddr *sa)
+{
+	char ip[MU_ADDRSTRLEN] = "?", peer[MU_ADDRSTRLEN + 8];
+	int port = 0;
+
+	close(fd);
+	l->refused++;
+	mu__metric_add(l->m_refused, "allow", 1);
+	mu__addr_text(sa, ip, sizeof(ip), &port);
+	mu__hostport_text(ip, port, peer, sizeof(peer));
+	mu__log(MU_LOG_INFO, l->module, "refused %s: not in --allow (%lu refused so far)", peer,
+	        l->refused);
+}
+
+static void take(mu__listener_t *l, int fd, const struct sockaddr *sa)
 {
 	mu_stream_t *s = NULL;
 	int one = 1;
+
+	if (l->allow != NULL && !mu__allow_match(l->allow, sa)) {
+		refuse(l, fd, sa);
+		return;
+	}
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (mu__secure_stream(l->sec, fd, 1, NULL, &s) != 0) {
@@ -55,9 +75,13 @@ static void poll_cb(uv_poll_t *p, int status, int events)
 	if (status < 0)
 		return;
 	for (i = 0; i < ACCEPT_BATCH && l->fd >= 0; i++) {
-		fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+
+		memset(&ss, 0, sizeof(ss));
+		fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
-			take(l, fd);
+			take(l, fd, (struct sockaddr *)&ss);
 			continue;
 		}
 		if (errno == EINTR || errno == ECONNABORTED)

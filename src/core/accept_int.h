@@ -13,6 +13,8 @@
 #include <uv.h>
 
 #include "muster/stream.h"
+#include "core/cidr_int.h"
+#include "core/metrics_int.h"
 #include "core/net_int.h"
 #include "core/stream_int.h"
 
@@ -31,6 +33,11 @@ struct mu__listener_s {
 	const mu_secure_t *sec;   /* streams are made under it (NULL: TCP) */
 	const char *module;       /* log lines go out under it */
 	unsigned long refused;    /* connections closed for the allow-list */
+	/* Set by the owner right after mu__listener_start, on the loop's
+	 * thread: who may connect (NULL: everyone), and the counter of
+	 * refusals by reason ("allow"; NULL: none). */
+	const mu__allow_t *allow;
+	mu__metric_t *m_refused;
 	void (*on_closed)(mu__listener_t *l);
 };
 

@@ -34,7 +34,7 @@ static const mu__layout_field_t tracker_opts[] = {
 	F(mu_tracker_opts_t, timeout), F(mu_tracker_opts_t, max_frame),
 	F(mu_tracker_opts_t, max_keys), F(mu_tracker_opts_t, max_per_conn),
 	F(mu_tracker_opts_t, max_keys_per_conn), F(mu_tracker_opts_t, budget),
-	F(mu_tracker_opts_t, metrics), {0}};
+	F(mu_tracker_opts_t, metrics), F(mu_tracker_opts_t, allow), {0}};
 
 static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, struct_size), F(mu_server_opts_t, host),
@@ -54,7 +54,8 @@ static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, max_value_bytes), F(mu_store_server_opts_t, max_keys),
 	F(mu_store_server_opts_t, request_timeout), F(mu_store_server_opts_t, silent),
 	F(mu_store_server_opts_t, budget), F(mu_store_server_opts_t, max_watches),
-	F(mu_store_server_opts_t, max_watches_total), F(mu_store_server_opts_t, metrics), {0}};
+	F(mu_store_server_opts_t, max_watches_total), F(mu_store_server_opts_t, metrics),
+	F(mu_store_server_opts_t, allow), {0}};
 
 static const mu__layout_field_t store_client_opts[] = {
 	F(mu_store_client_opts_t, struct_size), F(mu_store_client_opts_t, host),

@@ -45,6 +45,7 @@ typedef struct {
 struct mu_store_server_s {
 	mu__service_t svc;
 	mu__listener_t listener;
+	mu__allow_t allow;       /* opts.allow, parsed */
 	int listener_init;
 	mu__list_t conns;
 	mu__list_t doomed;       /* wake-up sends failed: close after this request */
@@ -333,6 +334,8 @@ static int store_listen(mu_store_server_t *s)
 		return rc;
 	s->listener_init = 1;
 	s->listener.data = s;
+	s->listener.allow = &s->allow;
+	s->listener.m_refused = s->m_cut;
 	if (rc == 0)
 		note_v4_fallback(s);
 	return rc;
@@ -377,6 +380,10 @@ int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **
 	if (s == NULL)
 		return MU_ENOMEM;
 	s->opts = *o;
+	if (mu__allow_parse(o->allow, &s->allow, NULL, 0) != 0) {
+		mu__free(s);
+		return MU_EARG;
+	}
 	snprintf(s->host, sizeof(s->host), "%s", o->host ? o->host : "::");
 	s->opts.host = s->host;
 	s->lim.max_key = o->max_key_bytes;

@@ -63,6 +63,7 @@ typedef struct {
 struct mu_tracker_s {
 	mu__service_t svc;
 	mu__listener_t listener;
+	mu__allow_t allow;       /* opts.allow, parsed */
 	mu__list_t conns;
 	mu__sched_t sched;
 	mu__budget_t budget;
@@ -612,6 +613,8 @@ static int tracker_listen(mu_tracker_t *t)
 		return rc;
 	t->listener_init = 1;
 	t->listener.data = t;
+	t->listener.allow = &t->allow;
+	t->listener.m_refused = t->m_cut;
 	return 0;
 }
 
@@ -669,6 +672,10 @@ int mu_tracker_start(const mu_tracker_opts_t *uo, mu_tracker_t **out)
 	if (t == NULL)
 		return MU_ENOMEM;
 	t->opts = *o;
+	if (mu__allow_parse(o->allow, &t->allow, NULL, 0) != 0) {
+		mu__free(t);
+		return MU_EARG;
+	}
 	snprintf(t->host, sizeof(t->host), "%s", o->host ? o->host : "0.0.0.0");
 	t->opts.host = t->host;
 	mu__list_init(&t->conns);

@@ -29,6 +29,7 @@ import pytest
 
 import mumodel
 import stagefix
+from storefix import muster_store  # noqa: F401 (a fixture)
 from conftest import HOST
 
 RUN_TIMEOUT = 60.0
@@ -352,3 +353,55 @@ def test_demo_secret_and_tls(muster_bin, tmp_path, pki):
     bad = ["--secret-file", pki.secret, *pki.tls(ca=pki.other_ca)]
     proc = muster(muster_bin, "demo", "--mlp", *bad, timeout=180)
     assert proc.returncode == 1
+
+
+# --------------------------------------------------------------------------
+# --allow on the tracker and the store (their protocols cannot change)
+# --------------------------------------------------------------------------
+
+def still_open(port, timeout=0.5):
+    """Connect, send nothing: True when the server keeps the connection."""
+    with socket.create_connection((HOST, port), timeout=5) as s:
+        s.settimeout(timeout)
+        try:
+            return s.recv(1) != b""
+        except TimeoutError:
+            return True
+        except ConnectionResetError:
+            return False
+
+
+def wait_line(read_log, pattern, timeout=10.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, read_log()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {pattern!r} in the log:\n{read_log()}", pytrace=False)
+        time.sleep(0.05)
+
+
+def test_tracker_allow(muster_tracker):
+    import tvmpeer
+    closed = muster_tracker("--allow", "10.0.0.0/8,fd00::/8")
+    assert not still_open(closed.port)
+    assert not still_open(closed.port)
+    wait_line(closed.log_text, r"refused 127\.0\.0\.1:\d+: not in --allow \(2 refused so far\)")
+    opened = muster_tracker("--allow", "10.0.0.0/8,127.0.0.0/8")
+    assert still_open(opened.port)
+    with tvmpeer.TrackerSession(opened.host, opened.port, 5) as ts:
+        assert "queue_info" in ts.summary()
+
+
+def test_store_allow(muster_store):
+    closed = muster_store("--allow", "192.0.2.0/24")
+    assert not still_open(closed.port)
+    wait_line(closed.log_text, r"refused 127\.0\.0\.1:\d+: not in --allow")
+    opened = muster_store("--allow", "192.0.2.0/24,127.0.0.1")
+    assert still_open(opened.port)
+
+
+def test_allow_checked_at_start(muster_bin):
+    for cmd in ("tracker", "store"):
+        proc = muster(muster_bin, cmd, "--port", 0, "--allow", "10.0.0.0/8,localhost")
+        assert proc.returncode == 2
+        assert b"\"localhost\" is not an address" in proc.stderr, proc.stderr
