@@ -45,6 +45,9 @@ void mu_secure_opts_init_size(mu_secure_opts_t *o, size_t size)
 }
 
 static int say(char *err, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int say(char *err, size_t len, int rc, const char *fmt, ...)
 {
 	va_list ap;
 

@@ -6,11 +6,13 @@
  * why a handshake failed.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -233,6 +235,65 @@ static void tls_free(mu_stream_t *s)
 	s->tls = NULL;
 }
 
+/*
+ * OpenSSL's socket BIO writes with write(2), which raises SIGPIPE when
+ * the peer is gone; the stream contract (and a host program such as the
+ * Python interpreter) wants EPIPE instead. So the BIO under every SSL is
+ * the socket BIO with its read and write done by recv/send(MSG_NOSIGNAL);
+ * its ctrl, create and destroy are the socket BIO's own.
+ */
+static BIO_METHOD *nosig_method;
+
+static int nosig_write(BIO *b, const char *buf, int len)
+{
+	ssize_t r = send((int)BIO_get_fd(b, NULL), buf, (size_t)len, MSG_NOSIGNAL);
+
+	BIO_clear_retry_flags(b);
+	if (r < 0 && BIO_sock_should_retry((int)r))
+		BIO_set_retry_write(b);
+	return (int)r;
+}
+
+static int nosig_read(BIO *b, char *buf, int len)
+{
+	ssize_t r = recv((int)BIO_get_fd(b, NULL), buf, (size_t)len, 0);
+
+	BIO_clear_retry_flags(b);
+	if (r < 0 && BIO_sock_should_retry((int)r))
+		BIO_set_retry_read(b);
+	return (int)r;
+}
+
+static void make_nosig_method(void)
+{
+	const BIO_METHOD *sock = BIO_s_socket();
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK |
+	                             BIO_TYPE_DESCRIPTOR, "muster socket");
+
+	if (m == NULL || BIO_meth_set_write(m, nosig_write) != 1 ||
+	    BIO_meth_set_read(m, nosig_read) != 1 ||
+	    BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(sock)) != 1 ||
+	    BIO_meth_set_create(m, BIO_meth_get_create(sock)) != 1 ||
+	    BIO_meth_set_destroy(m, BIO_meth_get_destroy(sock)) != 1) {
+		BIO_meth_free(m);
+		return; /* mu__tls_wrap fails: no TLS rather than SIGPIPE */
+	}
+	nosig_method = m;
+}
+
+/* A BIO over fd that never raises SIGPIPE, or NULL. */
+static BIO *nosig_bio(int fd)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	BIO *b;
+
+	pthread_once(&once, make_nosig_method);
+	if (nosig_method == NULL || (b = BIO_new(nosig_method)) == NULL)
+		return NULL;
+	BIO_set_fd(b, fd, BIO_NOCLOSE);
+	return b;
+}
+
 static const mu__stream_ops_t tls_ops = {
 	1, "tls", tls_recv, tls_sendv, tls_shutdown, tls_pending, tls_free,
 };
@@ -253,13 +314,16 @@ static int expect_name(SSL *ssl, const char *host)
 int mu__tls_wrap(mu_stream_t *s, void *ctx, int server, const char *host)
 {
 	tls_t *t = OPENSSL_zalloc(sizeof(*t));
+	BIO *bio;
 
 	if (t == NULL)
 		return MU_ENOMEM;
 	t->server = server;
 	t->ssl = SSL_new(ctx);
-	if (t->ssl == NULL || SSL_set_fd(t->ssl, s->fd) != 1 ||
-	    (!server && host != NULL && expect_name(t->ssl, host) != 0)) {
+	bio = t->ssl != NULL ? nosig_bio(s->fd) : NULL;
+	if (bio != NULL)
+		SSL_set_bio(t->ssl, bio, bio); /* the SSL owns it now */
+	if (bio == NULL || (!server && host != NULL && expect_name(t->ssl, host) != 0)) {
 		SSL_free(t->ssl);
 		OPENSSL_free(t);
 		return MU_ETLS;
