@@ -224,3 +224,12 @@ int mu__secure_stream(const mu_secure_t *sec, int fd, int server,
 	}
 	return rc;
 }
+
+const char *mu__secure_kind(const mu_secure_t *sec)
+{
+	int tls = sec != NULL && (sec->server != NULL || sec->client != NULL);
+	int secret = sec != NULL && sec->secret_len > 0;
+
+	return tls && secret ? "TLS + shared secret" : tls ? "TLS" : secret ? "shared secret"
+	                                                                  : "plain";
+}

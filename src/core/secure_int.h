@@ -19,4 +19,8 @@
 int mu__secure_stream(const mu_secure_t *sec, int fd, int server,
                       const char *host, mu_stream_t **out);
 
+/* What sec protects with, for reports: "plain", "TLS", "shared secret",
+ * "TLS + shared secret". */
+const char *mu__secure_kind(const mu_secure_t *sec);
+
 #endif
