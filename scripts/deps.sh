@@ -11,13 +11,14 @@
 #                            numpy, onnx and its backend test data, npm,
 #                            clang's fuzzer runtime, prometheus (a real
 #                            scraper for the metrics tests), debootstrap (for
-#                            scripts/fresh-check.sh)
+#                            scripts/fresh-check.sh), systemd (systemd-analyze
+#                            verify of the units), openssl (test certificates)
 #
 # Runs apt-get as root, or through sudo when we are not root.
 set -eu
 
 build_pkgs="gcc libc6-dev make cmake pkg-config libuv1-dev libcjson-dev libcurl4-openssl-dev libopenblas-dev libpcre2-dev libutf8proc-dev libssl-dev libh2o-dev libsystemd-dev"
-test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus debootstrap"
+test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus debootstrap systemd openssl"
 # ONNX's backend test suite (tests/interop/test_onnx_suite.py) and the
 # torchvision CNNs the model tests export
 test_pkgs="$test_pkgs libonnx-testdata python3-torchvision"
@@ -54,11 +55,20 @@ else
 	exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
+# apt's own words go to a file; what a person wants from them (how many
+# packages, how much to download) is printed after.
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 # Refresh the package lists only when an install fails on stale ones; a fresh
 # container often has none at all, so try the cheap path first.
 # shellcheck disable=SC2086
-if ! $sudo apt-get install -y -q --no-install-recommends $missing >/dev/null; then
+if ! $sudo apt-get install -y -q --no-install-recommends $missing >"$out" 2>&1; then
 	$sudo apt-get update -q >/dev/null
-	$sudo apt-get install -y -q --no-install-recommends $missing >/dev/null
+	if ! $sudo apt-get install -y -q --no-install-recommends $missing >"$out" 2>&1; then
+		cat "$out" >&2
+		echo "deps: apt-get install failed (its output is above)" >&2
+		exit 1
+	fi
 fi
+grep -E 'newly installed|^Need to get' "$out" | sed 's/^/deps: /' >&2 || true
 echo "deps: done" >&2
