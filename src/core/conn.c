@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "core/alloc_int.h"
 #include "core/conn_int.h"
@@ -436,6 +437,20 @@ static void poll_cb(uv_poll_t *p, int status, int events)
 	if (c->closing)
 		return;
 	if (status < 0) {
+		/* libuv says UV_EBADF for POLLERR (a reset peer, say): read, so
+		 * that the stream reports the socket's own error (and TLS why
+		 * its handshake failed), else take it from SO_ERROR */
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
+
+		if (c->reading && !c->draining)
+			do_read(c);
+		if (c->closing)
+			return;
+		if (status == UV_EBADF && c->st != NULL &&
+		    getsockopt(mu__stream_fd(c->st), SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+		    soerr != 0)
+			status = -soerr;
 		mu__conn_close(c, c->draining ? c->finish_err : status);
 		return;
 	}

@@ -33,6 +33,7 @@ typedef struct {
 
 static void say_failure(mu_stream_t *s, const char *what)
 {
+	int err = errno; /* the socket's, if it failed */
 	tls_t *t = s->tls;
 	unsigned long e = ERR_peek_last_error();
 	long v = SSL_get_verify_result(t->ssl);
@@ -45,6 +46,8 @@ static void say_failure(mu_stream_t *s, const char *what)
 		snprintf(reason, sizeof(reason), "certificate: %s", X509_verify_cert_error_string(v));
 	else if (e != 0)
 		ERR_error_string_n(e, reason, sizeof(reason));
+	else if (err != 0)
+		snprintf(reason, sizeof(reason), "the connection failed: %s", strerror(err));
 	else
 		snprintf(reason, sizeof(reason), "the connection ended");
 	mu__log(MU_LOG_WARN, "tls", "%s %s %s failed: %s%s", what, t->server ? "from" : "with",
@@ -69,11 +72,14 @@ static int result(mu_stream_t *s, int r, const char *what)
 	case SSL_ERROR_ZERO_RETURN:
 		return MU_EEOF;
 	case SSL_ERROR_SYSCALL:
-		if (errno == EPIPE || errno == ECONNRESET || errno == 0) {
-			if (!SSL_is_init_finished(t->ssl))
-				say_failure(s, what);
-			return SSL_is_init_finished(t->ssl) ? MU_EEOF : MU_ETLS;
+		/* errno is the socket's (the callers zero it before each SSL
+		 * call): in a handshake any failure is the handshake's */
+		if (!SSL_is_init_finished(t->ssl)) {
+			say_failure(s, what);
+			return MU_ETLS;
 		}
+		if (errno == EPIPE || errno == ECONNRESET || errno == 0)
+			return MU_EEOF;
 		return -errno;
 	default:
 		say_failure(s, what);
@@ -123,6 +129,7 @@ int mu__tls_handshake(mu_stream_t *s)
 	if (t->server && !t->peeked && (r = peek_plain(s)) != 0)
 		return r;
 	ERR_clear_error();
+	errno = 0;
 	r = SSL_do_handshake(t->ssl);
 	if (r == 1) {
 		mu__log(MU_LOG_DEBUG, "tls", "%s: %s, %s", s->peer, SSL_get_version(t->ssl),
@@ -143,6 +150,7 @@ static int tls_recv(mu_stream_t *s, void *buf, size_t len, size_t *n)
 	if ((r = mu__tls_handshake(s)) != 0)
 		return r;
 	ERR_clear_error();
+	errno = 0;
 	r = SSL_read_ex(t->ssl, buf, len, &got);
 	if (r == 1) {
 		*n = got;
@@ -158,6 +166,7 @@ static int write_one(mu_stream_t *s, const void *p, size_t len, size_t *n)
 	int r;
 
 	ERR_clear_error();
+	errno = 0;
 	r = SSL_write_ex(t->ssl, p, len, n);
 	return r == 1 ? 0 : result(s, r, "write");
 }
@@ -181,7 +190,8 @@ static int tls_sendv(mu_stream_t *s, const struct iovec *iov, int cnt, size_t *n
 		int j = i;
 
 		while (j < cnt && iov[j].iov_len < COALESCE / 4 && k + iov[j].iov_len <= COALESCE) {
-			memcpy(stage + k, iov[j].iov_base, iov[j].iov_len);
+			if (iov[j].iov_len > 0) /* an empty piece may have no base */
+				memcpy(stage + k, iov[j].iov_base, iov[j].iov_len);
 			k += iov[j++].iov_len;
 		}
 		if (j - i >= 2) {
@@ -210,6 +220,7 @@ static int tls_shutdown(mu_stream_t *s)
 
 	if (SSL_is_init_finished(t->ssl) && !(SSL_get_shutdown(t->ssl) & SSL_SENT_SHUTDOWN)) {
 		ERR_clear_error();
+		errno = 0;
 		r = SSL_shutdown(t->ssl);
 		if (r < 0 && (r = result(s, r, "shutdown")) == -EAGAIN)
 			return r;
