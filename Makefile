@@ -4,8 +4,9 @@
 #   make demo    build muster and show the system working on this machine
 #   make check   build, then run every test: unit (ctest), interop (pytest),
 #                the same under ASan+UBSan, the unit tests under TSan, a short
-#                fuzz of every decoder, the source style check, and `make
-#                demo` in a fresh Debian 12 root
+#                fuzz of every decoder, the source style check, `make demo`
+#                in a fresh Debian 12 root, and the Debian packages built,
+#                linted and installed in another
 #   make check-full   make check with the slow variants turned on
 #                (MUSTER_CHECK_FULL=1: bigger batches and sequences in the
 #                torch model tests, ...)
@@ -23,8 +24,9 @@ FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
 .PHONY: all build demo check check-full check-unit check-interop check-sanitize \
+.PHONY: all build demo check check-full check-unit check-interop check-sanitize \
         check-fuzz check-style check-tsan check-fresh fuzz bench install clean \
-        deps-build deps-test
+        deps-build deps-test check-packaging deps-packaging
 
 all: build
 
@@ -34,6 +36,9 @@ deps-build:
 deps-test:
 	@scripts/deps.sh test
 
+deps-packaging:
+	@scripts/deps.sh packaging
+
 build: deps-build
 	cmake -S . -B $(BUILD) -DMU_WERROR=ON >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
@@ -41,15 +46,22 @@ build: deps-build
 demo: build
 	$(BUILD)/bin/muster demo
 
-check: deps-test check-style
+check: deps-test deps-packaging check-style
 	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-tsan \
-	        check-fuzz check-fresh
+	        check-fuzz check-fresh check-packaging
 
 # The slow variants: every test file reads MUSTER_CHECK_FULL=1 and runs its
 # bigger cases (tests/interop/test_torch_models.py: batches of 4 images,
 # 32-token sequences).
 check-full:
 	MUSTER_CHECK_FULL=1 $(MAKE) --no-print-directory check
+
+# The Debian packages (debian/): build them from a clean copy of the tree,
+# lintian (no errors), install them in a throwaway Debian 12 root and run
+# muster version, muster tracker --help and python3 -c "import muster"
+# there. Needs root; the last step of `make check`.
+check-packaging: deps-packaging
+	scripts/check-packaging.sh
 
 check-style:
 	@scripts/checksrc.sh

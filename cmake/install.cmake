@@ -83,3 +83,16 @@ if(Python3_FOUND)
   install(DIRECTORY python/muster DESTINATION ${MU_PYTHON_DIR}
           PATTERN "__pycache__" EXCLUDE)
 endif()
+
+# The man pages, written by the built command from the option tables its
+# --help prints (`muster help-man DIR`), so they never drift from it.
+add_custom_command(
+  OUTPUT ${PROJECT_BINARY_DIR}/man/muster.1
+  COMMAND ${CMAKE_COMMAND} -E rm -rf ${PROJECT_BINARY_DIR}/man
+  COMMAND $<TARGET_FILE:muster_cli> help-man ${PROJECT_BINARY_DIR}/man
+  DEPENDS muster_cli
+  COMMENT "Writing the man pages (muster help-man)"
+  VERBATIM)
+add_custom_target(man ALL DEPENDS ${PROJECT_BINARY_DIR}/man/muster.1)
+install(DIRECTORY ${PROJECT_BINARY_DIR}/man/ DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+        FILES_MATCHING PATTERN "*.1")

@@ -12,7 +12,11 @@
 #                            clang's fuzzer runtime, prometheus (a real
 #                            scraper for the metrics tests), debootstrap (for
 #                            scripts/fresh-check.sh), systemd (systemd-analyze
-#                            verify of the units), openssl (test certificates)
+#                            verify of the units), openssl (test certificates),
+#                            man-db (the man page test renders each page)
+#   scripts/deps.sh packaging  build + what `make check-packaging` needs:
+#                            dpkg-buildpackage, debhelper, dh-python,
+#                            lintian, debootstrap (only that target uses it)
 #
 # Runs apt-get as root, or through sudo when we are not root.
 set -eu
@@ -21,13 +25,16 @@ build_pkgs="gcc libc6-dev make cmake pkg-config libuv1-dev libcjson-dev libcurl4
 test_pkgs="$build_pkgs curl libcmocka-dev python3 python3-pytest python3-torch python3-numpy python3-onnx etcd-server etcd-client clang libclang-rt-14-dev prometheus debootstrap systemd openssl"
 # ONNX's backend test suite (tests/interop/test_onnx_suite.py) and the
 # torchvision CNNs the model tests export
-test_pkgs="$test_pkgs libonnx-testdata python3-torchvision"
+test_pkgs="$test_pkgs libonnx-testdata python3-torchvision man-db"
+# debian/: building the .debs, checking them, installing them in a fresh root
+packaging_pkgs="$build_pkgs dpkg-dev debhelper dh-python python3 lintian debootstrap util-linux"
 
 case "${1:-test}" in
 build) want=$build_pkgs ;;
 test) want=$test_pkgs ;;
+packaging) want=$packaging_pkgs ;;
 *)
-	echo "usage: $0 [build|test]" >&2
+	echo "usage: $0 [build|test|packaging]" >&2
 	exit 2
 	;;
 esac

@@ -65,6 +65,17 @@ MU_EXTERN int mu_store_server_start(const mu_store_server_opts_t *o, mu_store_se
 MU_EXTERN int mu_store_server_port(const mu_store_server_t *s);
 /* Ask the server to stop (closing every connection); returns at once. */
 MU_EXTERN void mu_store_server_stop(mu_store_server_t *s);
+/*
+ * Ask the server to stop gracefully; returns at once. It stops accepting
+ * and reading; every reply already queued (a GET's value, a woken WAIT's
+ * answer) reaches its client whole, each connection closing once the
+ * client has acknowledged all of it; then it stops. Requests it had not
+ * read are not served (the client sees the connection close, never a
+ * half reply). After timeout seconds it closes what is left, dropping what
+ * was not yet sent, and logs so. mu_store_server_stop during a drain cuts
+ * it short. Safe from any thread, and if it already stopped.
+ */
+MU_EXTERN void mu_store_server_drain(mu_store_server_t *s, double timeout);
 /* Wait until it has stopped. */
 MU_EXTERN void mu_store_server_wait(mu_store_server_t *s);
 /* Stop, wait, free. NULL is a no-op. */

@@ -88,7 +88,19 @@ MU_EXTERN const char *mu_tracker_stop_key(const mu_tracker_t *t);
  */
 MU_EXTERN void mu_tracker_stop(mu_tracker_t *t);
 
-/* Wait until the tracker stops (by mu_tracker_stop or a STOP message). */
+/*
+ * Ask the tracker to stop gracefully and return at once: it stops
+ * accepting and reading, lets every reply already queued (a grant
+ * included) reach its peer, closes each connection once the peer has
+ * acknowledged all of it, then stops. After timeout seconds it closes
+ * what is left, dropping what was not yet sent, and logs so.
+ * mu_tracker_stop during a drain cuts it short. Safe from any thread, and
+ * if it already stopped; mu_tracker_wait returns when it has.
+ */
+MU_EXTERN void mu_tracker_drain(mu_tracker_t *t, double timeout);
+
+/* Wait until the tracker stops (by mu_tracker_stop, a drain or a STOP
+ * message). */
 MU_EXTERN void mu_tracker_wait(mu_tracker_t *t);
 
 /* Stop if running, wait, and free. NULL is a no-op. */

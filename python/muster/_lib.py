@@ -4,7 +4,7 @@
 Pure ctypes, no build step. The library is looked for, in order, at
 $MUSTER_LIB, in the build tree next to this source tree (build/lib), next to
 an installed copy of this package (PREFIX/lib), and where the dynamic loader
-finds it.
+finds it by its soname, libmuster.so.0.
 """
 
 import atexit
@@ -16,6 +16,8 @@ import logging
 import os
 
 _here = os.path.dirname(os.path.abspath(__file__))
+# libmuster's soname: its major version (CMakeLists.txt's SOVERSION)
+_SONAME = "libmuster.so.0"
 
 
 def _candidates():
@@ -27,6 +29,9 @@ def _candidates():
     # installed: PREFIX/lib/pythonX.Y/dist-packages/muster -> PREFIX/lib
     prefix_lib = os.path.normpath(os.path.join(_here, "..", "..", ".."))
     yield from sorted(glob.glob(os.path.join(prefix_lib, "libmuster.so*")))
+    # a system install (Debian's python3-muster): the loader's search by
+    # soname, whatever the multiarch directory
+    yield _SONAME
     found = ctypes.util.find_library("muster")
     if found:
         yield found

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "muster/common.h"
 #include "muster/stream.h"
@@ -34,10 +35,27 @@ typedef struct {
 /*
  * Parse argv[1..] ("--name value", "--name=value", flags) into the option
  * destinations; positional arguments are moved to the front of argv and
- * counted in *npos. Returns 0, 1 when --help was printed (exit 0), or 2
+ * counted in *npos. Returns 0, 1 when --help (or --help-man, the same
+ * table as a manual page) was printed (exit 0), or 2
  * after printing a usage error (exit 2).
  */
 int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
+
+/* --help-man: cmd's manual page in roff on stdout (cli/man.c). */
+void cli_print_man(const cli_cmd_t *cmd);
+
+/* One page `muster help-man DIR` writes: DIR/PAGE.1 from the output of
+ * fn({cmd, [sub,] "--help-man"}); whatis is its NAME line. */
+typedef struct {
+	const char *page, *cmd, *sub;
+	int (*fn)(int, char **);
+	const char *whatis;
+} cli_page_t;
+
+/* `muster help-man DIR`: muster.1 (overview() as its description, and
+ * every page under SEE ALSO), then each of pages. 0, 1 or 2 (usage). */
+int cli_help_man(int argc, char **argv, const cli_page_t *pages, size_t n,
+                 void (*overview)(FILE *f));
 
 /*
  * Block SIGINT/SIGTERM (and ignore SIGPIPE) in this thread and every thread
@@ -53,10 +71,13 @@ void cli_block_signals(void);
 void cli_on_hup(void (*fn)(void *), void *ud);
 /* Call fn(ud) once, from a dedicated thread, on the first SIGINT/SIGTERM. */
 void cli_on_signal(void (*fn)(void *), void *ud);
+/* Call fn(ud) once on a later SIGINT/SIGTERM (one that cuts a drain
+ * short), from the same thread. */
+void cli_on_signal_again(void (*fn)(void *), void *ud);
 /* The signal that ran the callback (0 before one came), for an exit
  * status of 128 + its number, as shells report a death by signal. */
 int cli_signal_caught(void);
-/* Forget that callback; when this returns it is not running. */
+/* Forget those callbacks; when this returns neither is running. */
 void cli_signal_disarm(void);
 
 /* "1.5 MiB" */

@@ -420,7 +420,7 @@ static void secure_args(demo_t *d, const mu_secure_opts_t *o)
 int cmd_demo(int argc, char **argv)
 {
 	demo_t d;
-	int npos, rc, mlp = 0;
+	int npos, rc, mlp = 0, stopping;
 	ssize_t n;
 	const char *model = NULL;
 	char err[2048] = "", found[4200];
@@ -480,6 +480,15 @@ int cmd_demo(int argc, char **argv)
 		       "===========================================================================\n\n");
 		rc = demo_llm(&d, model != NULL ? model : found, err, sizeof(err));
 	}
+	pthread_mutex_lock(&d.lock);
+	stopping = d.stopping;
+	pthread_mutex_unlock(&d.lock);
+	/* A step that failed because the signal thread is stopping its
+	 * processes is no failure to report: that thread exits 128 + the
+	 * signal once it is done, so wait for it here (signals are blocked in
+	 * this thread, pause only waits). */
+	while (stopping)
+		pause();
 	demo_stop_all(&d);
 	if (rc == 0)
 		printf("8. Everything the demo started is stopped. Done.\n");

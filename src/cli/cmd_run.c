@@ -19,6 +19,7 @@
 #include "cli/cli_int.h"
 #include "core/net_int.h"
 #include "core/proc_int.h"
+#include "core/progress_int.h"
 #include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -217,6 +218,7 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 static void say_stderr(void *ud, const char *line)
 {
 	(void)ud;
+	mu__progress_clear();
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -258,7 +260,7 @@ static int run_args(run_t *r, int argc, char **argv)
 		{"connect-timeout", OPT_INT, &r->connect_timeout, "SECONDS", "keep trying to reach each stage this long (default 10)"},
 		{"io-timeout", OPT_INT, &r->io_timeout, "SECONDS", "give up on a stage that makes no progress this long (default 60)"},
 		{"json", OPT_FLAG, &r->json, NULL, "print the figures as JSON instead of a table"},
-		{"quiet", OPT_FLAG, &r->quiet, NULL, "with --tracker: do not narrate the steps on stderr"},
+		{"quiet", OPT_FLAG, &r->quiet, NULL, "with --tracker: do not narrate the steps, nor show progress, on stderr"},
 		CLI_SECURE_OPTS(r->cs),
 	};
 	cli_cmd_t cmd = {
@@ -331,6 +333,8 @@ static int open_cluster(run_t *r)
 	co.sec = r->sec;
 	o.coord = &co;
 	o.say = r->quiet ? NULL : say_stderr;
+	if (r->quiet)
+		mu__progress_enable(0);
 	return mu_cluster_start(r->m, &o, &r->cl, r->err, sizeof(r->err));
 }
 

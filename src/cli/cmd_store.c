@@ -12,11 +12,22 @@
 #include "muster/store.h"
 #include "cli/cli_int.h"
 #include "cli/svc_int.h"
+#include "core/log_int.h"
 #include "core/net_int.h"
 
-static void stop_store(void *ud)
+/* The drain of the first SIGINT/SIGTERM, bounded by --drain-timeout. */
+static double drain_timeout = 10;
+
+static void drain_store(void *ud)
 {
 	cli_svc_stopping();
+	mu_store_server_drain(ud, drain_timeout);
+}
+
+/* A second signal: close everything now. */
+static void stop_store(void *ud)
+{
+	mu__log(MU_LOG_WARN, "store", "second signal: stopping without waiting for the drain");
 	mu_store_server_stop(ud);
 }
 
@@ -44,6 +55,7 @@ int cmd_store(int argc, char **argv)
 		CLI_BUDGET_OPTS(cb),
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 		{"allow", OPT_STR, &o.allow, "CIDR,...", "accept connections only from these addresses and prefixes (e.g. 10.0.0.0/8,::1); others are closed at once, logged and counted (default: everyone). TVM's and torch's protocols have no authentication: see docs/security.md"},
+		{"drain-timeout", OPT_DOUBLE, &drain_timeout, "SECONDS", "on SIGTERM or Ctrl-C, stop accepting and give the replies already queued this long to reach their peers, then close (default 10; a second signal stops at once)"},
 		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
@@ -57,7 +69,8 @@ int cmd_store(int argc, char **argv)
 		"                                         rank=RANK, world_size=N)\n"
 		"\n"
 		"Keys stay until the store stops: give each job a fresh store or a fresh key\n"
-		"prefix (torch.distributed.PrefixStore). Stop it with Ctrl-C or SIGTERM.",
+		"prefix (torch.distributed.PrefixStore). Ctrl-C or SIGTERM stops it after a\n"
+		"drain (see --drain-timeout).",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	mu_store_server_opts_init(&o);
@@ -72,9 +85,9 @@ int cmd_store(int argc, char **argv)
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (max_key <= 0 || max_value <= 0 || max_keys <= 0 || o.request_timeout < 0 ||
-	    max_watches <= 0 || max_watches_total < max_watches) {
+	    drain_timeout < 0 || max_watches <= 0 || max_watches_total < max_watches) {
 		fprintf(stderr, "muster store: limits must be > 0 (--max-watches-total at least "
-		        "--max-watches) and --request-timeout >= 0\n");
+		        "--max-watches) and --request-timeout, --drain-timeout >= 0\n");
 		return 2;
 	}
 	rc = cli_budget_apply("muster store", &cb, &o.budget);
@@ -102,7 +115,8 @@ int cmd_store(int argc, char **argv)
 		        o.port, rc == MU_EBIND ? "address in use" : mu_strerror(rc));
 		return 1;
 	}
-	cli_on_signal(stop_store, s);
+	cli_on_signal(drain_store, s);
+	cli_on_signal_again(stop_store, s);
 	cli_svc_ready(&sv, "serving keys");
 	cli_svc_wait(&sv, wait_store, s);
 	cli_signal_disarm();

@@ -8,6 +8,7 @@
 #include "muster/tracker.h"
 #include "cli/cli_int.h"
 #include "cli/svc_int.h"
+#include "core/log_int.h"
 #include "core/net_int.h"
 
 static void wait_tracker(void *ud)
@@ -15,9 +16,19 @@ static void wait_tracker(void *ud)
 	mu_tracker_wait(ud);
 }
 
-static void stop_tracker(void *ud)
+/* The drain of the first SIGINT/SIGTERM, bounded by --drain-timeout. */
+static double drain_timeout = 10;
+
+static void drain_tracker(void *ud)
 {
 	cli_svc_stopping();
+	mu_tracker_drain(ud, drain_timeout);
+}
+
+/* A second signal: close everything now. */
+static void stop_tracker(void *ud)
+{
+	mu__log(MU_LOG_WARN, "tracker", "second signal: stopping without waiting for the drain");
 	mu_tracker_stop(ud);
 }
 
@@ -41,6 +52,7 @@ int cmd_tracker(int argc, char **argv)
 		{"max-per-conn", OPT_INT, &max_per_conn, "N", "free devices one connection may offer, and requests it may have waiting (default 1024 each)"},
 		{"max-keys-per-conn", OPT_INT, &max_keys_per_conn, "N", "device keys one connection may offer or request at once (default 64)"},
 		CLI_BUDGET_OPTS(cb),
+		{"drain-timeout", OPT_DOUBLE, &drain_timeout, "SECONDS", "on SIGTERM or Ctrl-C, stop accepting and give the replies already queued this long to reach their peers, then close (default 10; a second signal stops at once)"},
 		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
@@ -52,7 +64,7 @@ int cmd_tracker(int argc, char **argv)
 		"It binds the first free port in [port, port-end) and logs to stderr.\n"
 		"A PUT or REQUEST past a --max-* limit is answered with TVM's FAIL code (-1),\n"
 		"changes nothing, and is logged; the connection stays open.\n"
-		"Stop it with Ctrl-C or SIGTERM.",
+		"Ctrl-C or SIGTERM stops it after a drain: see --drain-timeout.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	mu_tracker_opts_init(&o);
@@ -65,10 +77,10 @@ int cmd_tracker(int argc, char **argv)
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
-	if (max_frame <= 0 || o.timeout < 0 || max_keys <= 0 || max_per_conn <= 0 ||
-	    max_keys_per_conn <= 0) {
+	if (max_frame <= 0 || o.timeout < 0 || drain_timeout < 0 || max_keys <= 0 ||
+	    max_per_conn <= 0 || max_keys_per_conn <= 0) {
 		fprintf(stderr, "muster tracker: --max-frame, --max-keys, --max-per-conn and "
-		        "--max-keys-per-conn must be > 0 and --timeout >= 0\n");
+		        "--max-keys-per-conn must be > 0 and --timeout, --drain-timeout >= 0\n");
 		return 2;
 	}
 	rc = cli_budget_apply("muster tracker", &cb, &o.budget);
@@ -103,7 +115,8 @@ int cmd_tracker(int argc, char **argv)
 		        o.host, o.port, mu_strerror(rc));
 		return 1;
 	}
-	cli_on_signal(stop_tracker, t);
+	cli_on_signal(drain_tracker, t);
+	cli_on_signal_again(stop_tracker, t);
 	cli_svc_ready(&sv, "tracking devices");
 	/* until a signal, or a STOP with the key */
 	cli_svc_wait(&sv, wait_tracker, t);

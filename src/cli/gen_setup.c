@@ -13,6 +13,7 @@
 #include "cli/gen_int.h"
 #include "core/alloc_int.h"
 #include "core/net_int.h"
+#include "core/progress_int.h"
 #include "pipeline/llm_cluster_int.h"
 #include "pipeline/llm_coord_int.h"
 #include "pipeline/llm_link_int.h"
@@ -58,7 +59,7 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		 "keeps a KV cache for (default: --parallel, else 1)"},
 		{"replay-mem", OPT_STR, &a->replay_mem, "SIZE", "with --tracker: activations kept to "
 		 "rebuild a lost device's KV cache (default 256M)"},
-		{"quiet", OPT_FLAG, &a->quiet, NULL, "with --tracker: no narration of the placement"},
+		{"quiet", OPT_FLAG, &a->quiet, NULL, "with --tracker: no narration of the placement, no progress"},
 		{"keepalive", OPT_INT, &a->keepalive, "SECONDS", "with --stages or --tracker: ping idle "
 		 "stages this often, so devices keep the session (default 60; 0: never)"},
 		{"threads", OPT_INT, &a->threads, "N", "compute threads in this process (default: the "
@@ -211,6 +212,7 @@ static int open_remote(gen_run_t *r)
 static void narrate(void *ud, const char *line)
 {
 	(void)ud;
+	mu__progress_clear();
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -239,6 +241,8 @@ static int open_cluster(gen_run_t *r)
 	o.pool.sec = r->sec;
 	o.coord.sec = r->sec;
 	o.pool.say = r->a.quiet ? NULL : narrate;
+	if (r->a.quiet)
+		mu__progress_enable(0);
 	o.devices = r->a.devices;
 	o.weights = r->a.weights == NULL || strcmp(r->a.weights, "auto") == 0 ? MU_WEIGHTS_AUTO
 	          : strcmp(r->a.weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;

@@ -7,6 +7,7 @@
 
 #include "muster/common.h"
 #include "cli/cli_int.h"
+#include "core/progress_int.h"
 
 static const struct {
 	const char *name;
@@ -32,6 +33,33 @@ static const struct {
 	{"bench", cmd_bench, "measure a part under load (bench tracker ...)"},
 };
 
+/* The manual's pages: a command with subcommands has one per subcommand
+ * (its own --help only lists them). */
+static const cli_page_t pages[] = {
+	{"muster-tracker", "tracker", NULL, cmd_tracker, NULL},
+	{"muster-query", "query", NULL, cmd_query, NULL},
+	{"muster-top", "top", NULL, cmd_top, NULL},
+	{"muster-server", "server", NULL, cmd_server, NULL},
+	{"muster-request", "request", NULL, cmd_request, NULL},
+	{"muster-store", "store", NULL, cmd_store, NULL},
+	{"muster-store-cli", "store-cli", NULL, cmd_store_cli, NULL},
+	{"muster-md", "md", NULL, cmd_md, NULL},
+	{"muster-model-gen", "model", "gen", cmd_model, "write a generated MLP with seeded random weights"},
+	{"muster-model-input", "model", "input", cmd_model, "write random inputs of the right shapes for a model"},
+	{"muster-plan", "plan", NULL, cmd_plan, NULL},
+	{"muster-stage", "stage", NULL, cmd_stage, NULL},
+	{"muster-generate", "generate", NULL, cmd_generate, NULL},
+	{"muster-serve", "serve", NULL, cmd_serve, NULL},
+	{"muster-run", "run", NULL, cmd_run, NULL},
+	{"muster-tokenize", "tokenize", NULL, cmd_tokenize, NULL},
+	{"muster-demo", "demo", NULL, cmd_demo, NULL},
+	{"muster-bench-tracker", "bench", "tracker", cmd_bench, "load a TVM-protocol tracker"},
+	{"muster-bench-store", "bench", "store", cmd_bench, "load a TCPStore"},
+	{"muster-bench-md", "bench", "md", cmd_bench, "measure metadata exchange"},
+	{"muster-bench-pipeline", "bench", "pipeline", cmd_bench, "measure the pipeline's costs"},
+	{"muster-bench-kern", "bench", "kern", cmd_bench, "measure the decoder's matrix products"},
+};
+
 static void usage(FILE *f)
 {
 	size_t i;
@@ -42,6 +70,20 @@ static void usage(FILE *f)
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
 	fprintf(f, "  %-10s %s\n", "version", "print the version");
+}
+
+/* The pages, each top-level one described as in `muster --help`. */
+static int help_man(int argc, char **argv)
+{
+	cli_page_t p[sizeof(pages) / sizeof(pages[0])];
+
+	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+		p[i] = pages[i];
+		for (size_t j = 0; p[i].whatis == NULL && j < sizeof(commands) / sizeof(commands[0]); j++)
+			if (strcmp(commands[j].name, p[i].cmd) == 0)
+				p[i].whatis = commands[j].help;
+	}
+	return cli_help_man(argc, argv, p, sizeof(p) / sizeof(p[0]), usage);
 }
 
 int main(int argc, char **argv)
@@ -57,6 +99,10 @@ int main(int argc, char **argv)
 		printf("muster %s\n", mu_version());
 		return 0;
 	}
+	if (strcmp(argv[1], "help-man") == 0)
+		return help_man(argc - 1, argv + 1);
+	/* status lines for long steps, when stderr is a terminal then */
+	mu__progress_enable(1);
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return commands[i].fn(argc - 1, argv + 1);

@@ -103,6 +103,10 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
 			print_help(cmd);
 			return 1;
 		}
+		if (strcmp(a, "--help-man") == 0) {
+			cli_print_man(cmd);
+			return 1;
+		}
 		if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
 			argv[pos++] = argv[i];
 			continue;
@@ -145,6 +149,8 @@ static volatile sig_atomic_t sig_armed;
 static volatile sig_atomic_t sig_caught;
 static void (*hup_fn)(void *);
 static void *hup_ud;
+static void (*again_fn)(void *);
+static void *again_ud;
 
 /*
  * Threads that libraries start before main (OpenBLAS starts its pool from
@@ -171,18 +177,23 @@ static void *sig_thread(void *arg)
 	for (;;) {
 		if (sigwait(&sig_set, &sig) != 0)
 			return NULL;
-		if (sig != SIGHUP)
-			break;
-		/* hup_fn is set before the thread starts and never changes. */
-		hup_fn(hup_ud);
+		if (sig == SIGHUP) {
+			/* hup_fn is set before the thread starts and never changes. */
+			hup_fn(hup_ud);
+			continue;
+		}
+		pthread_mutex_lock(&sig_lock);
+		if (sig_caught == 0) {
+			sig_caught = sig;
+			if (sig_fn != NULL)
+				sig_fn(sig_ud);
+			sig_fn = NULL;
+		} else if (again_fn != NULL) {
+			again_fn(again_ud);
+			again_fn = NULL;
+		}
+		pthread_mutex_unlock(&sig_lock);
 	}
-	pthread_mutex_lock(&sig_lock);
-	sig_caught = sig;
-	if (sig_fn != NULL)
-		sig_fn(sig_ud);
-	sig_fn = NULL;
-	pthread_mutex_unlock(&sig_lock);
-	return NULL;
 }
 
 /*
@@ -239,6 +250,14 @@ void cli_on_signal(void (*fn)(void *), void *ud)
 		fn(ud);
 }
 
+void cli_on_signal_again(void (*fn)(void *), void *ud)
+{
+	pthread_mutex_lock(&sig_lock);
+	again_fn = fn;
+	again_ud = ud;
+	pthread_mutex_unlock(&sig_lock);
+}
+
 int cli_signal_caught(void)
 {
 	return sig_caught;
@@ -248,6 +267,7 @@ void cli_signal_disarm(void)
 {
 	pthread_mutex_lock(&sig_lock);
 	sig_fn = NULL;
+	again_fn = NULL;
 	pthread_mutex_unlock(&sig_lock);
 }
 

@@ -12,6 +12,10 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/ioctl.h>
+#ifdef __linux__
+#include <linux/sockios.h>
+#endif
 
 #include "core/alloc_int.h"
 #include "core/conn_int.h"
@@ -581,6 +585,22 @@ void mu__conn_finish(mu__conn_t *c, int err, uint64_t linger_ms)
 		uv_timer_start(&c->kick, kick_cb, 0, 0);
 	mu__conn_update_poll(c);
 	uv_timer_start(&c->timer, timer_cb, linger_ms, 0);
+}
+
+int mu__conn_delivered(mu__conn_t *c)
+{
+	int unacked = 1;
+
+	if (c->closing || !c->draining || !c->shut_done || c->st == NULL)
+		return 0;
+	/* a TLS stream's bytes are all out once its table wrote them: the
+	 * socket's queue is what is left */
+#ifdef SIOCOUTQ
+	/* bytes sent but not yet acknowledged, the FIN included */
+	if (ioctl(mu__stream_fd(c->st), SIOCOUTQ, &unacked) != 0)
+		unacked = 1;
+#endif
+	return unacked == 0;
 }
 
 static void timer_cb(uv_timer_t *t)

@@ -202,6 +202,17 @@ size_t mu__conn_held(const mu__conn_t *c);
  */
 void mu__conn_finish(mu__conn_t *c, int err, uint64_t linger_ms);
 
+/*
+ * After mu__conn_finish: 1 once every reply is out of our hands, the
+ * sending side is shut, and the peer's kernel has acknowledged every byte
+ * and the FIN (Linux's SIOCOUTQ is 0). Closing then loses nothing: even
+ * if a late request of the peer's is answered with a reset, its kernel
+ * hands the application the bytes it already holds first. 0 before, and
+ * where the count cannot be had (then wait for the peer's close or a
+ * deadline). For a server's drain (core/service_int.h).
+ */
+int mu__conn_delivered(mu__conn_t *c);
+
 /* Close (idempotent); err goes to on_close. */
 void mu__conn_close(mu__conn_t *c, int err);
 

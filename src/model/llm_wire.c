@@ -17,6 +17,7 @@
 #include "core/buf_int.h"
 #include "core/error_int.h"
 #include "core/json_int.h"
+#include "core/progress_int.h"
 #include "core/sha256_int.h"
 #include "model/llm_int.h"
 
@@ -224,16 +225,30 @@ int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[MU_SHA256_HEX], int
                        char *why, size_t wl)
 {
 	char path[4200];
+	const char *base;
+	uint64_t total = 0, done = 0;
+	mu__progress_t pr;
 	size_t i;
-	int rc;
+	int rc = 0;
 
 	hashes_path(src, path, sizeof(path));
 	*computed = 0;
 	if (read_cached(src, path, hex))
 		return 0;
+	/* reading a large checkpoint from disk is the slow part: show it */
 	for (i = 0; i < src->nt; i++)
+		total += src->t[i].bytes;
+	base = strrchr(src->path, '/');
+	mu__progress_start(&pr, total, "hashing %s", base != NULL ? base + 1 : src->path);
+	for (i = 0; rc == 0 && i < src->nt; i++) {
 		if ((rc = mu__sha256_hex(src->t[i].m.data, (size_t)src->t[i].bytes, hex[i])) != 0)
-			return mu__why(why, wl, rc, "cannot hash tensor %s", src->t[i].name);
+			rc = mu__why(why, wl, rc, "cannot hash tensor %s", src->t[i].name);
+		done += src->t[i].bytes;
+		mu__progress_bytes(&pr, done);
+	}
+	mu__progress_end(&pr);
+	if (rc != 0)
+		return rc;
 	*computed = 1;
 	write_cache(src, path, hex);
 	return 0;

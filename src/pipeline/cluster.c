@@ -24,6 +24,7 @@
 #include "core/json_int.h"
 #include "core/net_int.h"
 #include "core/opts_int.h"
+#include "core/progress_int.h"
 #include "core/rand_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -77,10 +78,17 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
                           size_t el, const char *addr)
 {
 	mu_tensor_list_t l;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, done = 0, total = 0;
 	const mu__st_entry_t *sent[4096];
 	int ns = 0, rc = 0;
+	mu__progress_t pr;
 
+	for (int k = 0; k < si->nparams; k++) {
+		const mu__st_entry_t *e = mu__st_find(&c->m->st, si->params[k]);
+
+		total += e != NULL ? mu__st_loaded_bytes(e) : 0;
+	}
+	mu__progress_start(&pr, total, "weights -> %s", addr);
 	mu_tensor_list_init(&l);
 	for (int k = 0; rc == 0 && k <= si->nparams; k++) {
 		const mu__st_entry_t *e = k < si->nparams ? mu__st_find(&c->m->st, si->params[k]) : NULL;
@@ -101,6 +109,9 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 
 			rc = mu__msg_send_frame(ch, &m, &l);
 			mu_tensor_list_free(&l);
+			done += bytes;
+			if (rc == 0)
+				mu__progress_bytes(&pr, done);
 			for (int j = 0; j < ns; j++)
 				mu__st_drop(&c->m->st, sent[j]);
 			ns = 0;
@@ -108,6 +119,7 @@ static int stream_weights(mu_cluster_t *c, mu__chan_t *ch, const mu_stage_info_t
 		}
 	}
 	mu_tensor_list_free(&l);
+	mu__progress_end(&pr);
 	if (rc != 0)
 		snprintf(err, el, "device %s: streaming weights: %s", addr, mu_strerror(rc));
 	return rc;

@@ -19,7 +19,9 @@
 #include "core/alloc_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
+#include "core/progress_int.h"
 #include "core/rand_int.h"
+#include "core/time_int.h"
 #include "pipeline/pipeline_int.h"
 
 void mu__devpool_say(const mu__devpool_t *p, const char *fmt, ...)
@@ -211,19 +213,21 @@ static int describe_device(mu__devpool_t *p, mu__device_t *d, char *err, size_t 
 /* Ask the tracker for one more device and learn what it offers. */
 int mu__devpool_get(mu__devpool_t *p, mu__device_t *d, char *err, size_t el)
 {
-	int rc;
-
-	memset(d, 0, sizeof(*d));
-	rc = mu_session_request(p->thost, p->tport, p->key, p->priority, 0, 5, p->o.sec,
-	                        p->request_timeout_ms, &d->sess);
-	if (rc != 0)
-		return request_error(p, rc, err, el);
-	return describe_device(p, d, err, el);
+	/* a thread of its own too, so the wait shows on a terminal */
+	return mu__devpool_get_many(p, d, 1, err, el);
 }
+
+/* The requests' shared count of answers, for the progress line. */
+typedef struct {
+	uv_mutex_t lock;
+	uv_cond_t cond;
+	int answered, granted;
+} tally_t;
 
 typedef struct {
 	mu__devpool_t *p;
 	mu__device_t *d;
+	tally_t *tally;
 	int rc;
 	uv_thread_t th;
 } req_t;
@@ -234,6 +238,37 @@ static void request_main(void *arg)
 
 	r->rc = mu_session_request(r->p->thost, r->p->tport, r->p->key, r->p->priority,
 	                           0, 5, r->p->o.sec, r->p->request_timeout_ms, &r->d->sess);
+	uv_mutex_lock(&r->tally->lock);
+	r->tally->answered++;
+	r->tally->granted += r->rc == 0;
+	uv_cond_signal(&r->tally->cond);
+	uv_mutex_unlock(&r->tally->lock);
+}
+
+/* Until every request of `started` is answered: "1 of 3 devices; waiting
+ * for key K, 14 s" on a terminal, redrawn each second and on each grant. */
+static void await_grants(mu__devpool_t *p, tally_t *t, int started, int n)
+{
+	mu__progress_t pr;
+	int64_t t0 = mu__now_ms();
+	int shown = -1;
+
+	mu__progress_start(&pr, 0, "devices");
+	uv_mutex_lock(&t->lock);
+	while (t->answered < started) {
+		int granted = t->granted;
+
+		uv_mutex_unlock(&t->lock);
+		mu__progress_text(&pr, granted != shown, "%d of %d device%s; waiting for key %s, %.0f s",
+		                  granted, n, n == 1 ? "" : "s", p->key,
+		                  (double)(mu__now_ms() - t0) / 1000.0);
+		shown = granted;
+		uv_mutex_lock(&t->lock);
+		if (t->answered < started && t->granted == granted)
+			(void)uv_cond_timedwait(&t->cond, &t->lock, 1000000000ull);
+	}
+	uv_mutex_unlock(&t->lock);
+	mu__progress_end(&pr);
 }
 
 /*
@@ -244,23 +279,37 @@ static void request_main(void *arg)
 int mu__devpool_get_many(mu__devpool_t *p, mu__device_t *devs, int n, char *err, size_t el)
 {
 	req_t *r = mu__calloc((size_t)n, sizeof(*r));
+	tally_t tally = {.answered = 0, .granted = 0};
 	int rc = 0, started = 0;
 
 	if (r == NULL)
 		return MU_ENOMEM;
+	if (uv_mutex_init(&tally.lock) != 0) {
+		mu__free(r);
+		return MU_ENOMEM;
+	}
+	if (uv_cond_init(&tally.cond) != 0) {
+		uv_mutex_destroy(&tally.lock);
+		mu__free(r);
+		return MU_ENOMEM;
+	}
 	for (int i = 0; i < n; i++) {
 		memset(&devs[i], 0, sizeof(devs[i]));
 		memset(&r[i], 0, sizeof(r[i]));
 		r[i].p = p;
 		r[i].d = &devs[i];
+		r[i].tally = &tally;
 		if (uv_thread_create(&r[i].th, request_main, &r[i]) != 0) {
 			r[i].rc = MU_ENOMEM;
 			break;
 		}
 		started++;
 	}
+	await_grants(p, &tally, started, n);
 	for (int i = 0; i < started; i++)
 		uv_thread_join(&r[i].th);
+	uv_cond_destroy(&tally.cond);
+	uv_mutex_destroy(&tally.lock);
 	for (int i = 0; i < n && rc == 0; i++)
 		if ((rc = r[i].rc) != 0 || i >= started)
 			request_error(p, rc != 0 ? rc : MU_ENOMEM, err, el);

@@ -18,6 +18,7 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/proc_int.h"
+#include "core/progress_int.h"
 #include "core/time_int.h"
 #include "pipeline/llm_cluster_int.h"
 
@@ -261,7 +262,8 @@ static char *assign_body(mu__llm_cluster_t *c, int i, int n, int a, int b, int s
 
 
 /* Send tensor k in TENSOR messages of at most CHUNK bytes. */
-static int send_tensor(mu__llm_cluster_t *c, mu__chan_t *ch, size_t k, uint64_t *sent)
+static int send_tensor(mu__llm_cluster_t *c, mu__chan_t *ch, size_t k, uint64_t *sent,
+                       mu__progress_t *pr)
 {
 	const mu__llm_tensor_t *x = &c->src->t[k];
 	const unsigned char *data = x->m.data;
@@ -282,6 +284,8 @@ static int send_tensor(mu__llm_cluster_t *c, mu__chan_t *ch, size_t k, uint64_t 
 		memcpy(buf + hn, data + off, n);
 		rc = mu__msg_send(ch, &m, buf, (size_t)hn + n);
 		*sent += n;
+		if (rc == 0)
+			mu__progress_bytes(pr, *sent);
 	}
 	mu__free(buf);
 	mu__pages_release(x->m.data, x->bytes);
@@ -295,6 +299,8 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 	cJSON *r = NULL;
 	const cJSON *need, *it;
 	double cached = 0;
+	uint64_t total = 0;
+	mu__progress_t pr;
 	int rc = mu__json_parse(ready, strlen(ready), &r);
 
 	need = cJSON_GetObjectItemCaseSensitive(r, "need");
@@ -305,6 +311,11 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 		return MU_EPROTO;
 	}
 	pl->cached = (uint64_t)cached;
+	cJSON_ArrayForEach(it, need) /* the total, for the progress line */
+		for (size_t k = 0; cJSON_IsString(it) && k < c->src->nt; k++)
+			if (strcmp(c->src->t[k].name, it->valuestring) == 0)
+				total += c->src->t[k].bytes;
+	mu__progress_start(&pr, total, "weights -> %s", pl->addr);
 	cJSON_ArrayForEach(it, need) {
 		size_t k;
 
@@ -317,12 +328,13 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 			rc = MU_EPROTO;
 			break;
 		}
-		if ((rc = send_tensor(c, ch, k, &pl->sent)) != 0) {
+		if ((rc = send_tensor(c, ch, k, &pl->sent, &pr)) != 0) {
 			snprintf(err, el, "device %s: sending %s: %s", pl->addr, c->src->t[k].name,
 			         mu_strerror(rc));
 			break;
 		}
 	}
+	mu__progress_end(&pr);
 	cJSON_Delete(r);
 	return rc;
 }

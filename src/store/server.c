@@ -277,12 +277,65 @@ static void service_stop_cb(mu__service_t *svc)
 {
 	mu_store_server_t *s = mu__container_of(svc, mu_store_server_t, svc);
 	mu__list_t *it, *tmp;
+	size_t n = 0, queued = 0;
 
 	if (s->listener_init)
 		mu__listener_close(&s->listener, NULL);
-	mu__list_foreach_safe(it, tmp, &s->conns)
-		mu__conn_close(&mu__container_of(it, sconn_t, node)->conn, 0);
+	mu__list_foreach_safe(it, tmp, &s->conns) {
+		sconn_t *sc = mu__container_of(it, sconn_t, node);
+
+		n++;
+		queued += sc->conn.out_bytes;
+		mu__conn_close(&sc->conn, 0);
+	}
+	if (svc->draining && svc->drain_late)
+		SLOG(s, MU_LOG_WARN, "drain: deadline reached, closing %zu connection(s) with "
+		     "%zu byte(s) of replies not yet written", n, queued);
+	else if (svc->draining)
+		SLOG(s, MU_LOG_INFO, "drain: every reply delivered");
 }
+
+/*
+ * SIGTERM's drain: accept nothing more, read nothing more, and let what is
+ * queued go out. Every request the store executed had its reply queued
+ * whole at that moment (kv_send), so a client gets each reply whole or,
+ * past the deadline, the connection closes; a waiter still waiting sees
+ * the connection close.
+ */
+static void drain_start(mu__service_t *svc)
+{
+	mu_store_server_t *s = mu__container_of(svc, mu_store_server_t, svc);
+	mu__list_t *it, *tmp;
+	size_t n = 0;
+
+	if (s->listener_init)
+		mu__listener_close(&s->listener, NULL);
+	mu__list_foreach_safe(it, tmp, &s->conns) {
+		n++;
+		/* no linger of its own: the service's deadline closes it */
+		mu__conn_finish(&mu__container_of(it, sconn_t, node)->conn, 0, UINT64_MAX / 2);
+	}
+	SLOG(s, MU_LOG_INFO, "drain: stopped accepting; flushing replies to %zu connection(s)", n);
+}
+
+static size_t drain_tick(mu__service_t *svc)
+{
+	mu_store_server_t *s = mu__container_of(svc, mu_store_server_t, svc);
+	mu__list_t *it, *tmp;
+	size_t left = 0;
+
+	mu__list_foreach_safe(it, tmp, &s->conns) {
+		sconn_t *sc = mu__container_of(it, sconn_t, node);
+
+		if (mu__conn_delivered(&sc->conn))
+			mu__conn_close(&sc->conn, 0);
+		else
+			left++;
+	}
+	return left;
+}
+
+static const mu__service_drain_t drain_ops = {drain_start, drain_tick};
 
 static void store_server_defaults(mu_store_server_opts_t *o)
 {
@@ -400,6 +453,7 @@ int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **
 	uv_mutex_init(&s->join_lock);
 	rc = mu__service_init(&s->svc, service_stop_cb);
 	if (rc == 0) {
+		s->svc.drain = &drain_ops;
 		rc = store_listen(s);
 		if (rc == 0)
 			rc = mu__service_start(&s->svc);
@@ -427,6 +481,11 @@ int mu_store_server_port(const mu_store_server_t *s)
 void mu_store_server_stop(mu_store_server_t *s)
 {
 	mu__service_stop(&s->svc);
+}
+
+void mu_store_server_drain(mu_store_server_t *s, double timeout)
+{
+	mu__service_drain(&s->svc, timeout <= 0 ? 0 : (uint64_t)(timeout * 1000.0));
 }
 
 void mu_store_server_wait(mu_store_server_t *s)

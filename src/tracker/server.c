@@ -552,16 +552,69 @@ static void service_stop_cb(mu__service_t *s)
 {
 	mu_tracker_t *t = mu__container_of(s, mu_tracker_t, svc);
 	mu__list_t *it, *tmp;
+	size_t n = 0, queued = 0;
 
 	if (t->listener_init)
 		mu__listener_close(&t->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &t->conns) {
 		conn_t *c = mu__container_of(it, conn_t, node);
 
-		if (c->state != CONN_DRAINING)
+		n++;
+		queued += c->conn.out_bytes;
+		if (c->state != CONN_DRAINING || s->draining)
 			conn_close(c);
 	}
+	if (s->draining && s->drain_late)
+		TLOG(t, MU_LOG_WARN, "drain: deadline reached, closing %zu connection(s) with "
+		     "%zu byte(s) of replies not yet written", n, queued);
+	else if (s->draining)
+		TLOG(t, MU_LOG_INFO, "drain: every reply delivered");
 }
+
+/*
+ * SIGTERM's drain: accept nothing more, read nothing more, and let what is
+ * queued go out. A grant is queued whole when it is made (one write), so
+ * a requester either gets it whole or, past the deadline, not at all; a
+ * registered server's devices simply go when its connection closes.
+ */
+static void drain_start(mu__service_t *s)
+{
+	mu_tracker_t *t = mu__container_of(s, mu_tracker_t, svc);
+	mu__list_t *it, *tmp;
+	size_t n = 0;
+
+	if (t->listener_init)
+		mu__listener_close(&t->listener, NULL);
+	mu__list_foreach_safe(it, tmp, &t->conns) {
+		conn_t *c = mu__container_of(it, conn_t, node);
+
+		n++;
+		c->state = CONN_DRAINING; /* deliver() grants nothing more */
+		c->logged = 1;
+		/* no linger of its own: the service's deadline closes it */
+		mu__conn_finish(&c->conn, 0, UINT64_MAX / 2);
+	}
+	TLOG(t, MU_LOG_INFO, "drain: stopped accepting; flushing replies to %zu connection(s)", n);
+}
+
+static size_t drain_tick(mu__service_t *s)
+{
+	mu_tracker_t *t = mu__container_of(s, mu_tracker_t, svc);
+	mu__list_t *it, *tmp;
+	size_t left = 0;
+
+	mu__list_foreach_safe(it, tmp, &t->conns) {
+		conn_t *c = mu__container_of(it, conn_t, node);
+
+		if (mu__conn_delivered(&c->conn))
+			conn_close(c);
+		else
+			left++;
+	}
+	return left;
+}
+
+static const mu__service_drain_t drain_ops = {drain_start, drain_tick};
 
 /* A STOP with the right key: let its reply go out, then stop everything. */
 static void tracker_stop_by_peer(conn_t *c)
@@ -691,6 +744,7 @@ int mu_tracker_start(const mu_tracker_opts_t *uo, mu_tracker_t **out)
 		mu__free(t);
 		return rc;
 	}
+	t->svc.drain = &drain_ops;
 	uv_mutex_init(&t->join_lock);
 	rc = mu__random_key("tracker", t->stop_key, sizeof(t->stop_key));
 	if (rc == 0)
@@ -735,6 +789,11 @@ void mu_tracker_stop(mu_tracker_t *t)
 {
 	mu__service_stop(&t->svc); /* a no-op once the loop has stopped */
 	mu_tracker_wait(t);
+}
+
+void mu_tracker_drain(mu_tracker_t *t, double timeout)
+{
+	mu__service_drain(&t->svc, timeout <= 0 ? 0 : (uint64_t)(timeout * 1000.0));
 }
 
 void mu_tracker_free(mu_tracker_t *t)

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,41 @@ static inline void mu_test_alloc_reset(void)
 	mu_test_allocs_left = -1;
 	mu_set_allocator(malloc, realloc, free);
 	cJSON_InitHooks(NULL);
+}
+
+/*
+ * A scratch directory for a test file's group: cmocka setup/teardown that
+ * make /tmp/mu_<tag>_XXXXXX (tag set by MU_TEST_TMPDIR_TAG before the
+ * include, else "t") and remove it with what it holds; mu_test_path(name)
+ * is name inside it (one static buffer: use it before the next call).
+ */
+#ifndef MU_TEST_TMPDIR_TAG
+#define MU_TEST_TMPDIR_TAG "t"
+#endif
+static char mu_test_dir[64];
+
+static inline int mu_test_tmpdir_setup(void **state)
+{
+	(void)state;
+	snprintf(mu_test_dir, sizeof(mu_test_dir), "/tmp/mu_%s_XXXXXX", MU_TEST_TMPDIR_TAG);
+	return mkdtemp(mu_test_dir) == NULL ? -1 : 0;
+}
+
+static inline int mu_test_tmpdir_teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", mu_test_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static inline const char *mu_test_path(const char *name)
+{
+	static char p[192];
+
+	snprintf(p, sizeof(p), "%s/%s", mu_test_dir, name);
+	return p;
 }
 
 #endif

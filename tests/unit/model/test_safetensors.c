@@ -9,43 +9,18 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#define MU_TEST_TMPDIR_TAG "st"
 #include "mu_test.h"
 
 #include "muster/tensor.h"
 #include "core/endian_int.h"
 #include "model/safetensors_int.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/mu_st_XXXXXX");
-	return mkdtemp(dir) == NULL ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[128];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	return p;
-}
-
 /* A file: u64 hlen (as given), the header text, then data. */
 static const char *write_raw(const char *name, uint64_t hlen, const char *hdr,
                              const void *data, size_t n)
 {
-	const char *p = path_of(name);
+	const char *p = mu_test_path(name);
 	unsigned char len[8];
 	FILE *f = fopen(p, "wb");
 
@@ -91,9 +66,9 @@ static void test_write_and_read_back(void **state)
 	assert_int_equal(mu_tensor_new("quote\"and\\é", 1, d4, &t), 0);
 	t->data[3] = INFINITY;
 	assert_int_equal(mu_tensor_list_push(&l, t), 0);
-	assert_int_equal(mu__st_write(path_of("w.safetensors"), &l), 0);
+	assert_int_equal(mu__st_write(mu_test_path("w.safetensors"), &l), 0);
 
-	assert_int_equal(mu__st_open(path_of("w.safetensors"), &f, why, sizeof(why)), 0);
+	assert_int_equal(mu__st_open(mu_test_path("w.safetensors"), &f, why, sizeof(why)), 0);
 	assert_int_equal(f.n, 4);
 	hlen = mu_le64_get(f.map);
 	assert_int_equal(hlen % 8, 0); /* the data area starts 8-aligned */
@@ -122,8 +97,8 @@ static void test_write_and_read_back(void **state)
 	mu_tensor_list_free(&l);
 
 	/* an empty list is a valid file too */
-	assert_int_equal(mu__st_write(path_of("none.safetensors"), &l), 0);
-	assert_int_equal(mu__st_open(path_of("none.safetensors"), &f, why, sizeof(why)), 0);
+	assert_int_equal(mu__st_write(mu_test_path("none.safetensors"), &l), 0);
+	assert_int_equal(mu__st_open(mu_test_path("none.safetensors"), &f, why, sizeof(why)), 0);
 	assert_int_equal(f.n, 0);
 	mu__st_close(&f);
 	assert_true(mu__st_write("/nonexistent-dir/x.safetensors", &l) < 0);
@@ -254,7 +229,7 @@ static void test_open_rules(void **state)
 	const char *p;
 
 	(void)state;
-	assert_int_equal(mu__st_open(path_of("missing"), &f, why, sizeof(why)), -ENOENT);
+	assert_int_equal(mu__st_open(mu_test_path("missing"), &f, why, sizeof(why)), -ENOENT);
 	p = write_raw("short", 0, "", NULL, 0);
 	assert_int_equal(truncate(p, 7), 0);
 	assert_int_equal(mu__st_open(p, &f, why, sizeof(why)), MU_EPROTO);
@@ -524,5 +499,5 @@ int main(void)
 		cmocka_unit_test(test_load_other_dtypes),
 		cmocka_unit_test(test_parse_out_of_memory),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, mu_test_tmpdir_setup, mu_test_tmpdir_teardown);
 }

@@ -10,37 +10,12 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#define MU_TEST_TMPDIR_TAG "stw"
 #include "mu_test.h"
 
 #include "muster/model.h"
 #include "model/safetensors_int.h"
 #include "model/fixture_int.h"
-
-static char dir[64];
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/mu_stw_XXXXXX");
-	return mkdtemp(dir) == NULL ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-	char cmd[128];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *path_of(const char *name)
-{
-	static char p[128];
-
-	snprintf(p, sizeof(p), "%s/%s", dir, name);
-	return p;
-}
 
 static void test_stream_and_read_back(void **state)
 {
@@ -54,12 +29,12 @@ static void test_stream_and_read_back(void **state)
 	char why[256];
 
 	(void)state;
-	assert_int_equal(mu__st_writer_open(&w, path_of("s.safetensors"), d, 2), 0);
+	assert_int_equal(mu__st_writer_open(&w, mu_test_path("s.safetensors"), d, 2), 0);
 	assert_int_equal(mu__st_writer_put(&w, row0, 3, 4), 0); /* a row at a time */
 	assert_int_equal(mu__st_writer_put(&w, row1, 3, 4), 0);
 	assert_int_equal(mu__st_writer_put(&w, ids, 4, 8), 0);
 	assert_int_equal(mu__st_writer_close(&w), 0);
-	assert_int_equal(mu__st_open(path_of("s.safetensors"), &f, why, sizeof(why)), 0);
+	assert_int_equal(mu__st_open(mu_test_path("s.safetensors"), &f, why, sizeof(why)), 0);
 	assert_int_equal(f.n, 2);
 	assert_int_equal(mu__st_load_exact(&f, mu__st_find(&f, "w"), &t), 0);
 	assert_int_equal(t->numel, 6);
@@ -82,14 +57,14 @@ static void test_stream_must_match_its_header(void **state)
 	mu__st_writer_t w;
 
 	(void)state;
-	assert_int_equal(mu__st_writer_open(&w, path_of("short"), d, 1), 0);
+	assert_int_equal(mu__st_writer_open(&w, mu_test_path("short"), d, 1), 0);
 	assert_int_equal(mu__st_writer_put(&w, v, 3, 4), 0);
 	assert_int_equal(mu__st_writer_close(&w), -EIO); /* one float short */
-	assert_int_equal(mu__st_writer_open(&w, path_of("long"), d, 1), 0);
+	assert_int_equal(mu__st_writer_open(&w, mu_test_path("long"), d, 1), 0);
 	assert_int_equal(mu__st_writer_put(&w, v, 5, 4), MU_EARG); /* one too many */
 	assert_int_equal(mu__st_writer_put(&w, v, 1, 4), MU_EARG); /* and it stays failed */
 	assert_int_equal(mu__st_writer_close(&w), MU_EARG);
-	assert_int_equal(mu__st_writer_open(&w, path_of("bad"), bad, 1), MU_EARG);
+	assert_int_equal(mu__st_writer_open(&w, mu_test_path("bad"), bad, 1), MU_EARG);
 	assert_null(w.f);
 	assert_int_equal(mu__st_writer_open(&w, "/nonexistent/dir/x", d, 1), -ENOENT);
 }
@@ -121,7 +96,7 @@ static void test_generated_model_is_the_same_file(void **state)
 	char *a, *b;
 
 	(void)state;
-	snprintf(model, sizeof(model), "%s/mlp", dir);
+	snprintf(model, sizeof(model), "%s/mlp", mu_test_dir);
 	assert_int_equal(mu__model_generate_mlp(model, widths, 2, 1, "tanh", 9, NULL, 0), 0);
 	snprintf(gen, sizeof(gen), "%s/model.safetensors", model);
 	assert_int_equal(mu__st_open(gen, &f, why, sizeof(why)), 0);
@@ -132,11 +107,11 @@ static void test_generated_model_is_the_same_file(void **state)
 		assert_int_equal(mu__st_load_exact(&f, &f.e[i], &t), 0);
 		assert_int_equal(mu_tensor_list_push(&l, t), 0);
 	}
-	assert_int_equal(mu__st_write(path_of("again.safetensors"), &l), 0);
+	assert_int_equal(mu__st_write(mu_test_path("again.safetensors"), &l), 0);
 	mu_tensor_list_free(&l);
 	mu__st_close(&f);
 	a = slurp(gen, &na);
-	b = slurp(path_of("again.safetensors"), &nb);
+	b = slurp(mu_test_path("again.safetensors"), &nb);
 	assert_int_equal(na, nb);
 	assert_memory_equal(a, b, na);
 	free(a);
@@ -151,5 +126,5 @@ int main(void)
 		cmocka_unit_test(test_generated_model_is_the_same_file),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, mu_test_tmpdir_setup, mu_test_tmpdir_teardown);
 }
