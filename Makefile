@@ -3,9 +3,10 @@
 # The two commands of the README:
 #   make demo    build muster and show the system working on this machine
 #   make check   build, then run every test: unit (ctest), interop (pytest),
-#                the same under ASan+UBSan, a short fuzz of every decoder, the
-#                source style check, `make demo` in a fresh Debian 12 root,
-#                and the Debian packages built, linted and installed in another
+#                the same under ASan+UBSan, the unit tests under TSan, a short
+#                fuzz of every decoder, the source style check, `make demo`
+#                in a fresh Debian 12 root, and the Debian packages built,
+#                linted and installed in another
 #   make check-full   make check with the slow variants turned on
 #                (MUSTER_CHECK_FULL=1: bigger batches and sequences in the
 #                torch model tests, ...)
@@ -15,6 +16,7 @@
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PYTHON ?= /usr/bin/python3
@@ -22,7 +24,8 @@ FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
 .PHONY: all build demo check check-full check-unit check-interop check-sanitize \
-        check-fuzz check-style check-fresh fuzz bench install clean \
+.PHONY: all build demo check check-full check-unit check-interop check-sanitize \
+        check-fuzz check-style check-tsan check-fresh fuzz bench install clean \
         deps-build deps-test check-packaging deps-packaging
 
 all: build
@@ -44,8 +47,8 @@ demo: build
 	$(BUILD)/bin/muster demo
 
 check: deps-test deps-packaging check-style
-	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-fuzz \
-	        check-fresh check-packaging
+	$(MAKE) --no-print-directory check-unit check-interop check-sanitize check-tsan \
+	        check-fuzz check-fresh check-packaging
 
 # The slow variants: every test file reads MUSTER_CHECK_FULL=1 and runs its
 # bigger cases (tests/interop/test_torch_models.py: batches of 4 images,
@@ -78,6 +81,16 @@ check-sanitize: deps-test
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 MUSTER_BIN=$(CURDIR)/$(ASAN_BUILD)/bin/muster $(PYTEST)
+
+# The unit tests under ThreadSanitizer: every server runs its loop on a
+# thread of its own, and server/server's two-servers test runs two device
+# servers in one process. Any report fails the run (TSan exits 66).
+check-tsan: deps-test
+	cmake -S . -B $(TSAN_BUILD) -DMU_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
+	      -DMU_SANITIZE=thread -DMU_BUILD_BENCH=OFF >/dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS)
+	TSAN_OPTIONS=second_deadlock_stack=1 \
+	    ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS)
 
 # The README's first command on a fresh machine: `make demo` in a throwaway
 # Debian 12 root (debootstrap) that has only what the README says a user
@@ -114,4 +127,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/stream_int.h"
 #include "pipeline/pipeline_int.h"
 #include "server/session_int.h"
 
@@ -16,6 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	mu_coord_t *c = NULL;
 	mu_session_t *s;
+	mu_stream_t *st;
 	char *text, err[256];
 	int sv[2];
 
@@ -30,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	memcpy(text, data, size);
 	text[size] = '\0';
-	s = mu__session_new(sv[0], "fuzz:1", 0, NULL, 0);
+	s = mu__stream_tcp_new(sv[0], &st) == 0 ? mu__session_new(st, 0, NULL, 0) : NULL;
 	if (s != NULL && mu__coord_set(c, 0, s, "fuzz:1", text, err, sizeof(err)) != 0)
 		mu__session_free(s); /* not taken */
 	if (s != NULL)

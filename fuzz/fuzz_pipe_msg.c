@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/stream_int.h"
 #include "pipeline/pipeline_int.h"
 
 static mu_device_t *device;
@@ -19,6 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mu__device_sess_t ss;
 	mu_device_opts_t o;
 	mu__chan_t c;
+	mu_stream_t *st;
 	int sv[2];
 
 	if (device == NULL) {
@@ -39,10 +41,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	shutdown(sv[1], SHUT_WR);
 	mu__device_ctx(&ctx, &ss, device);
 	ctx.idle_ms = 0;
-	mu__chan_init(&c, sv[0], NULL, 0, 1u << 20);
-	mu__serve_chan(&c, &ctx);
+	if (mu__stream_tcp_new(sv[0], &st) == 0) { /* takes sv[0] */
+		mu__chan_init(&c, st, NULL, 0, 1u << 20);
+		mu__serve_chan(&c, &ctx);
+		mu__stream_close(st);
+	}
 	mu__device_ctx_done(&ctx);
-	close(sv[0]);
 	close(sv[1]);
 	return 0;
 }

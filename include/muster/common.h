@@ -49,7 +49,9 @@ enum {
 	MU_EBIND = -1008,     /* no port in the requested range could be bound */
 	MU_EARG = -1009,      /* bad argument from the caller */
 	MU_ENOMEM = -1010,    /* allocation failed */
-	MU_ERESOLVE = -1011   /* host name did not resolve */
+	MU_ERESOLVE = -1011,  /* host name did not resolve */
+	MU_EAUTH = -1012,     /* shared-secret handshake failed or refused */
+	MU_ETLS = -1013       /* TLS failed: handshake, certificate, or record */
 };
 
 /*

@@ -89,6 +89,8 @@ typedef struct {
 	mu_metrics_t *metrics;   /* count into this registry (muster_stage_*,
 	                          * docs/metrics.md); NULL (default): nothing.
 	                          * It must outlive the server */
+	const mu_secure_t *sec;  /* TLS / shared secret (muster/stream.h);
+	                          * NULL: plain TCP. Must outlive the server */
 } mu_stage_server_opts_t;
 
 MU_EXTERN void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size);
@@ -190,6 +192,8 @@ typedef struct {
 	int connect_timeout_ms;  /* retrying each stage's connect; 10000 */
 	int io_timeout_ms;       /* each read/write's progress; 60000 */
 	uint64_t max_frame_bytes;/* largest reply accepted; default 1 GiB */
+	const mu_secure_t *sec;  /* TLS / shared secret toward the stages and
+	                          * devices (muster/stream.h); NULL: plain */
 } mu_coord_opts_t;
 
 MU_EXTERN void mu_coord_opts_init_size(mu_coord_opts_t *o, size_t size);

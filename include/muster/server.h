@@ -13,7 +13,14 @@
  * A client gets a session with mu_session_request (ask a tracker for a
  * device of a key, then handshake, retrying like TVM's
  * TrackerSession.request) or mu_session_connect (handshake with a known
- * server). Either way the result is a connected socket past the handshake.
+ * server). Either way the result is a stream (muster/stream.h) past the
+ * handshake; no file descriptor is handed out.
+ *
+ * With a mu_secure_t (opts.sec, and the sec argument of the client calls)
+ * the session's connection is TLS and/or opens with the shared-secret
+ * handshake before TVM's; a server so configured refuses every client
+ * that is not, and the reverse. That protects muster's own sessions, at
+ * the price of TVM's clients, which speak neither.
  */
 #ifndef MUSTER_SERVER_H
 #define MUSTER_SERVER_H
@@ -22,6 +29,7 @@
 
 #include "muster/common.h"
 #include "muster/metrics.h"
+#include "muster/stream.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,14 +39,14 @@ typedef struct mu_server_s mu_server_t;
 typedef struct mu_session_s mu_session_t;
 
 /*
- * Runs one session, on a thread the server made for it, with the socket in
- * blocking mode. Return when the session is over; the server then closes
- * the socket and offers itself again. When the server stops, or the
- * client's -timeout passes, the socket is shut down under the handler, so
- * its reads and writes fail and it should return. So it is too when a
- * wait in mu_session_recv or mu_session_send on the client outlasts the
- * server's session_timeout; a handler doing its own I/O on the fd should
- * wait no longer than mu_session_wait_limit_ms.
+ * Runs one session, on a thread the server made for it. Return when the
+ * session is over; the server then closes the stream and offers itself
+ * again. When the server stops, or the client's -timeout passes, the
+ * stream is shut down under the handler, so its reads and writes fail and
+ * it should return. So it is too when a wait in mu_session_recv or
+ * mu_session_send on the client outlasts the server's session_timeout; a
+ * handler doing its own I/O on mu_session_stream should wait no longer
+ * than mu_session_wait_limit_ms.
  */
 typedef void (*mu_session_cb)(mu_session_t *s, void *ud);
 
@@ -72,6 +80,13 @@ typedef struct {
 	/* Count into this registry (muster_server_*, docs/metrics.md); NULL
 	 * (the default): count nothing. It must outlive the server. */
 	mu_metrics_t *metrics;
+	/* TLS and/or the shared secret for every session (NULL: plain TCP);
+	 * must outlive the server. */
+	const mu_secure_t *sec;
+	/* What clients still in their handshakes may make the server hold
+	 * (docs/internals/budgets.md); a session's stream holds back at most
+	 * MU_STREAM_MAX_BACK besides. Default: mu_budget_init's. */
+	mu_budget_t budget;
 } mu_server_opts_t;
 
 MU_EXTERN void mu_server_opts_init_size(mu_server_opts_t *o, size_t size);
@@ -124,8 +139,15 @@ MU_EXTERN void mu_server_free(mu_server_t *s);
 
 /* ---- sessions ---- */
 
-/* The connected socket (blocking). Owned by the session. */
-MU_EXTERN int mu_session_fd(const mu_session_t *s);
+/*
+ * The session's stream, for mu_stream_* and mu_frame_send/recv (bytes
+ * that came behind the handshake, or were put back, are read first).
+ * Owned by the session. mu_session_recv/send are the same with the
+ * server's session_timeout applied.
+ */
+MU_EXTERN mu_stream_t *mu_session_stream(mu_session_t *s);
+/* End the sending side: the peer reads EOF, reading goes on. */
+MU_EXTERN int mu_session_shutdown(mu_session_t *s);
 /* The other side: "ip:port". */
 MU_EXTERN const char *mu_session_peer(const mu_session_t *s);
 /* Server side: the client's -timeout in seconds (0: none). */
@@ -161,11 +183,14 @@ MU_EXTERN int mu_session_unread(mu_session_t *s, const void *buf, size_t n);
 /*
  * Handshake with a server at host:port using matchkey (TVM's rpc.connect).
  * session_timeout > 0 asks the server to end the session after that many
- * seconds. MU_EMISMATCH when the server refuses the matchkey.
+ * seconds. sec: TLS and/or the shared secret (NULL: plain TCP; the server
+ * must be configured alike). MU_EMISMATCH when the server refuses the
+ * matchkey, MU_EAUTH / MU_ETLS when it refuses us (or we it).
  */
 MU_EXTERN int mu_session_connect(const char *host, int port,
                                  const char *matchkey, double session_timeout,
-                                 int timeout_ms, mu_session_t **out);
+                                 const mu_secure_t *sec, int timeout_ms,
+                                 mu_session_t **out);
 
 /*
  * TVM's TrackerSession.request with a timeout: ask the tracker for a device
@@ -174,14 +199,16 @@ MU_EXTERN int mu_session_connect(const char *host, int port,
  * tries in all. timeout_ms bounds the whole call (< 0: wait for a device
  * forever, as TVM does). The last cause is returned when every try failed.
  * MU_EFAIL at once when the tracker refuses the request (past one of its
- * limits).
+ * limits); MU_EAUTH / MU_ETLS at once when a device refuses sec (the
+ * tracker itself speaks TVM's protocol, in the clear).
  */
 MU_EXTERN int mu_session_request(const char *tracker_host, int tracker_port,
                                  const char *key, double priority,
                                  double session_timeout, int max_retry,
-                                 int timeout_ms, mu_session_t **out);
+                                 const mu_secure_t *sec, int timeout_ms,
+                                 mu_session_t **out);
 
-/* Client side: close the socket and free. NULL is a no-op. */
+/* Client side: close the stream and free. NULL is a no-op. */
 MU_EXTERN void mu_session_close(mu_session_t *s);
 
 #ifdef __cplusplus

@@ -50,6 +50,11 @@ typedef struct {
 	/* Count into this registry (muster_store_* series, docs/metrics.md);
 	 * NULL (the default): count nothing. It must outlive the server. */
 	mu_metrics_t *metrics;
+	/* Who may connect: comma-separated addresses and CIDR prefixes
+	 * ("10.0.0.0/8,::1"); others are closed at accept, logged and
+	 * counted (muster_store_connections_refused_total{reason="allow"}).
+	 * NULL (the default): everyone. A bad list fails the start (MU_EARG). */
+	const char *allow;
 } mu_store_server_opts_t;
 
 MU_EXTERN void mu_store_server_opts_init_size(mu_store_server_opts_t *o, size_t size);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "muster/common.h"
+#include "muster/stream.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -130,10 +131,15 @@ MU_EXTERN int mu_frame_decode(const void *buf, size_t len,
                               const mu_frame_limits_t *lim,
                               mu_tensor_list_t *out);
 
-/* Blocking socket I/O with a deadline (timeout_ms < 0: none): the data
- * of each tensor goes from and to the tensor's memory directly. */
-MU_EXTERN int mu_frame_send(int fd, const mu_tensor_list_t *l, int timeout_ms);
-MU_EXTERN int mu_frame_recv(int fd, const mu_frame_limits_t *lim,
+/*
+ * Send or receive one frame on a stream (muster/stream.h: a session's,
+ * say), blocking until done or timeout_ms (< 0: none). The data of each
+ * tensor goes from and to the tensor's memory directly. A stream is used
+ * by one thread at a time.
+ */
+MU_EXTERN int mu_frame_send(mu_stream_t *s, const mu_tensor_list_t *l,
+                            int timeout_ms);
+MU_EXTERN int mu_frame_recv(mu_stream_t *s, const mu_frame_limits_t *lim,
                             mu_tensor_list_t *out, int timeout_ms);
 
 #ifdef __cplusplus

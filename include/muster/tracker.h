@@ -57,6 +57,11 @@ typedef struct {
 	 * docs/metrics.md); NULL (the default): count nothing. It must
 	 * outlive the tracker. */
 	mu_metrics_t *metrics;
+	/* Who may connect: comma-separated addresses and CIDR prefixes
+	 * ("10.0.0.0/8,::1"); others are closed at accept, logged and
+	 * counted (muster_tracker_connections_refused_total{reason="allow"}).
+	 * NULL (the default): everyone. A bad list fails the start (MU_EARG). */
+	const char *allow;
 } mu_tracker_opts_t;
 
 /* Fill o with the defaults above. */

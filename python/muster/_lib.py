@@ -153,10 +153,13 @@ client_summary = _fn("mu_tracker_client_summary", c_int, c_void_p, c_int,
 summary_text = _fn("mu_tracker_summary_text", c_int, c_char_p, P(c_void_p))
 
 session_request = _fn("mu_session_request", c_int, c_char_p, c_int, c_char_p,
-                      c_double, c_double, c_int, c_int, P(c_void_p))
+                      c_double, c_double, c_int, c_void_p, c_int, P(c_void_p))
 session_connect = _fn("mu_session_connect", c_int, c_char_p, c_int, c_char_p,
-                      c_double, c_int, P(c_void_p))
-session_fd = _fn("mu_session_fd", c_int, c_void_p)
+                      c_double, c_void_p, c_int, P(c_void_p))
+session_send = _fn("mu_session_send", c_int, c_void_p, c_char_p, c_size_t, c_int)
+session_recv = _fn("mu_session_recv", c_int, c_void_p, c_void_p, c_size_t,
+                   P(c_size_t), c_int)
+session_shutdown = _fn("mu_session_shutdown", c_int, c_void_p)
 session_peer = _fn("mu_session_peer", c_char_p, c_void_p)
 session_server_key = _fn("mu_session_server_key", c_char_p, c_void_p)
 session_close = _fn("mu_session_close", None, c_void_p)

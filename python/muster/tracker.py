@@ -15,7 +15,6 @@ speak the protocol themselves.
 import ctypes
 import json
 import logging
-import os
 import socket
 
 from . import _lib
@@ -111,20 +110,48 @@ class Tracker:
         self.terminate()
 
 
+def _ms(timeout):
+    return -1 if timeout is None else max(0, int(timeout * 1000))
+
+
 class Session:
-    """An open session with a device: a connected socket past the handshake."""
+    """An open session with a device, past the handshake. Its bytes move
+    through the library's stream (TLS and the shared secret included, when
+    configured), never through a descriptor of ours."""
 
     def __init__(self, handle):
         self._handle = handle
         self.peer = _lib.session_peer(handle).decode()
         self.server_key = _lib.session_server_key(handle).decode()
-        # a socket object of our own over a duplicate of the session's fd
-        self.sock = socket.socket(fileno=os.dup(_lib.session_fd(handle)))
+
+    def _live(self):
+        if not self._handle:
+            raise MusterError("the session is closed", -9)  # EBADF
+        return self._handle
+
+    def send(self, data, timeout=None):
+        """Send all of data (bytes); timeout in seconds (None: no limit)."""
+        data = bytes(data)
+        check(f"send to {self.peer}",
+              _lib.session_send(self._live(), data, len(data), _ms(timeout)))
+
+    def recv(self, n, timeout=None):
+        """Up to n bytes; b"" when the device closed the session. Raises
+        MusterError (-ETIMEDOUT) when nothing came within timeout."""
+        buf = ctypes.create_string_buffer(max(1, n))
+        got = ctypes.c_size_t(0)
+        check(f"receive from {self.peer}",
+              _lib.session_recv(self._live(), buf, n, ctypes.byref(got), _ms(timeout)))
+        return buf.raw[:got.value]
+
+    def shutdown(self):
+        """End the sending side: the device reads EOF."""
+        check(f"shut down the session with {self.peer}",
+              _lib.session_shutdown(self._live()))
 
     def close(self):
-        handle, self._handle = self._handle, None
+        handle, self._handle = getattr(self, "_handle", None), None
         if handle:
-            self.sock.close()
             _lib.session_close(handle)
 
     def __del__(self):
@@ -143,7 +170,7 @@ def connect(url, port, key="", session_timeout=0, timeout=10.0):
     handle = ctypes.c_void_p()
     check(f"cannot open a session on {url}:{port}",
           _lib.session_connect(url.encode(), port, key.encode(),
-                               float(session_timeout), int(timeout * 1000),
+                               float(session_timeout), None, int(timeout * 1000),
                                ctypes.byref(handle)))
     return Session(handle)
 
@@ -196,7 +223,7 @@ class TrackerSession:
         handle = ctypes.c_void_p()
         rc = _lib.session_request(
             self._addr[0].encode(), self._addr[1], key.encode(), float(priority),
-            float(session_timeout), max_retry,
+            float(session_timeout), max_retry, None,
             -1 if timeout is None else int(timeout * 1000), ctypes.byref(handle))
         # TVM's words, in a MusterError (a RuntimeError, as TVM raises),
         # of the class that says why: TimeoutError when no device came in

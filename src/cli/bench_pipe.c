@@ -17,7 +17,9 @@
  *            which tools/torchbench.py times in a child process.
  */
 #include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "core/secure_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "model/fixture_int.h"
@@ -44,16 +47,21 @@ static double now_s(void)
 
 /* The receiving process: frames (or raw blocks of `bytes`) until EOF, a
  * one-byte ack after each. */
-static void receiver(int lfd, int raw, uint64_t bytes, int rounds)
+static void receiver(int lfd, const mu_secure_t *sec, int raw, uint64_t bytes, int rounds)
 {
+	struct pollfd pfd = {lfd, POLLIN, 0};
 	/* the listener is non-blocking: wait for the sender's connect */
-	int fd = mu__sock_wait_readable(lfd, mu__deadline(10000)) == 0 ? accept(lfd, NULL, NULL) : -1;
+	int sfd = poll(&pfd, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
 	char *buf = raw ? malloc(bytes) : NULL;
+	mu_stream_t *fd = NULL;
 	mu_frame_limits_t lim;
 
+	if (sfd < 0 || mu__secure_stream(sec, sfd, 1, NULL, &fd) != 0 ||
+	    mu__sock_handshake(fd, mu__deadline(10000)) != 0)
+		_exit(1);
 	mu_frame_limits_init(&lim);
 	lim.max_bytes = bytes;
-	for (int r = 0; fd >= 0 && r < rounds; r++) {
+	for (int r = 0; r < rounds; r++) {
 		mu_tensor_list_t l;
 		int rc;
 
@@ -65,16 +73,19 @@ static void receiver(int lfd, int raw, uint64_t bytes, int rounds)
 		rc = raw ? mu__sock_recv_all(fd, buf, bytes, MU_NO_DEADLINE)
 		         : mu_frame_recv(fd, &lim, &l, -1);
 		mu_tensor_list_free(&l);
-		if (rc != 0 || send(fd, "k", 1, MSG_NOSIGNAL) != 1)
+		if (rc != 0 || mu__sock_send_all(fd, "k", 1, mu__deadline(10000)) != 0)
 			_exit(1);
 	}
-	_exit(fd >= 0 ? 0 : 1);
+	_exit(0);
 }
 
+/* Seconds for `rounds` frames (or raw blocks) to another process, each
+ * acknowledged; over sec's TLS (ssec on the server side) when given. */
 static double transfer(int raw, uint64_t bytes, int rounds, const mu_tensor_list_t *l,
-                       const char *block)
+                       const char *block, const mu_secure_t *ssec, const mu_secure_t *csec)
 {
-	int lfd, port, fd, status;
+	int lfd, port, status;
+	mu_stream_t *fd = NULL;
 	pid_t pid;
 	double t0, t;
 	char ack;
@@ -83,9 +94,9 @@ static double transfer(int raw, uint64_t bytes, int rounds, const mu_tensor_list
 		return -1;
 	pid = fork();
 	if (pid == 0)
-		receiver(lfd, raw, bytes, rounds);
+		receiver(lfd, ssec, raw, bytes, rounds);
 	close(lfd);
-	if (pid < 0 || mu__sock_connect("127.0.0.1", port, mu__deadline(5000), &fd) != 0)
+	if (pid < 0 || mu__sock_connect("127.0.0.1", port, csec, mu__deadline(5000), &fd) != 0)
 		return -1;
 	t0 = now_s();
 	for (int r = 0; r < rounds; r++) {
@@ -98,12 +109,91 @@ static double transfer(int raw, uint64_t bytes, int rounds, const mu_tensor_list
 		}
 	}
 	t = now_s() - t0;
-	close(fd);
+	mu__sock_close(fd);
 	waitpid(pid, &status, 0);
 	return t0 < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ? -1 : t;
 }
 
-static int bench_frame(int mib, int rounds)
+/* The accepting process of connect_ms: n connections, each through its
+ * handshakes, one byte in, one byte out. */
+static void accepter(int lfd, const mu_secure_t *sec, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct pollfd pfd = {lfd, POLLIN, 0};
+		int sfd = poll(&pfd, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
+		mu_stream_t *s = NULL;
+		char b;
+		int one = 1;
+
+		/* as every muster server does (core/accept.c): the handshakes'
+		 * small records must not wait for Nagle */
+		if (sfd >= 0)
+			setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (sfd < 0 || mu__secure_stream(sec, sfd, 1, NULL, &s) != 0 ||
+		    mu__sock_recv_all(s, &b, 1, mu__deadline(10000)) != 0 ||
+		    mu__sock_send_all(s, &b, 1, mu__deadline(10000)) != 0)
+			_exit(1);
+		mu__sock_close(s);
+	}
+	_exit(0);
+}
+
+/* Mean milliseconds from connect to the first byte answered, over n
+ * connections to another process: what a session pays for its
+ * handshakes (TLS, shared secret) before any work. */
+static double connect_ms(const mu_secure_t *sec, int n)
+{
+	int lfd, port, status, rc = 0;
+	pid_t pid;
+	double t0;
+
+	if (mu__sock_listen("127.0.0.1", 0, 1, &lfd, &port) != 0)
+		return -1;
+	pid = fork();
+	if (pid == 0)
+		accepter(lfd, sec, n);
+	close(lfd);
+	t0 = now_s();
+	for (int i = 0; pid > 0 && rc == 0 && i < n; i++) {
+		mu_stream_t *s = NULL;
+		char b = 'x';
+
+		rc = mu__sock_connect("127.0.0.1", port, sec, mu__deadline(10000), &s);
+		if (rc == 0 && (rc = mu__sock_send_all(s, &b, 1, mu__deadline(10000))) == 0)
+			rc = mu__sock_recv_all(s, &b, 1, mu__deadline(10000));
+		mu__sock_close(s);
+	}
+	t0 = (now_s() - t0) * 1e3 / n;
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	return pid < 0 || rc != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ? -1 : t0;
+}
+
+/* --secret-file/--tls-*: the same frames over them, and the handshake's
+ * cost; tf is the plain frames' time. */
+static int bench_secure(const mu_secure_t *sec, const mu_tensor_list_t *l, uint64_t bytes,
+                        int rounds, double tf)
+{
+	double ts = transfer(0, bytes, rounds, l, NULL, sec, sec), ts2, cp, cs;
+
+	ts2 = transfer(0, bytes, rounds, l, NULL, sec, sec);
+	ts = ts2 > 0 && ts2 < ts ? ts2 : ts;
+	cp = connect_ms(NULL, 50);
+	cs = connect_ms(sec, 50);
+	if (ts <= 0 || cp <= 0 || cs <= 0) {
+		fprintf(stderr, "muster bench pipeline: a transfer over --tls-*/--secret-file failed "
+		        "(the certificate must be for 127.0.0.1)\n");
+		return 1;
+	}
+	printf("  rlx frame, secured   %8.1f MiB/s (%s)\n", (double)bytes * rounds / ts / 1048576.0,
+	       mu__secure_kind(sec));
+	printf("  ratio secured/plain  %8.2f\n", tf / ts);
+	printf("  connect to 1st byte  %8.3f ms plain, %.3f ms secured: %+.3f ms per session "
+	       "(mean of 50)\n\n", cp, cs, cs - cp);
+	return 0;
+}
+
+static int bench_frame(int mib, int rounds, const mu_secure_t *sec)
 {
 	uint64_t dims[1] = {(uint64_t)mib << 18}; /* mib MiB of f32 */
 	mu_tensor_list_t l;
@@ -111,6 +201,7 @@ static int bench_frame(int mib, int rounds)
 	double tf, tr, tn;
 	uint64_t bytes;
 	char *block;
+	int rc;
 
 	mu_tensor_list_init(&l);
 	if (mu__tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
@@ -125,26 +216,26 @@ static int bench_frame(int mib, int rounds)
 		return 1;
 	}
 	memcpy(block, t->data, t->numel * 4); /* the same bytes, touched */
-	tr = transfer(1, bytes, rounds, NULL, block);
-	tf = transfer(0, bytes, rounds, &l, NULL);
-	tn = transfer(2, bytes, rounds, NULL, block);
+	tr = transfer(1, bytes, rounds, NULL, block, NULL, NULL);
+	tf = transfer(0, bytes, rounds, &l, NULL, NULL, NULL);
+	tn = transfer(2, bytes, rounds, NULL, block, NULL, NULL);
 	{
-		double tn2 = transfer(2, bytes, rounds, NULL, block);
+		double tn2 = transfer(2, bytes, rounds, NULL, block, NULL, NULL);
 
 		tn = tn2 > 0 && tn2 < tn ? tn2 : tn;
 	}
 	/* once more each, interleaved, and keep the better of two */
 	{
-		double tr2 = transfer(1, bytes, rounds, NULL, block);
-		double tf2 = transfer(0, bytes, rounds, &l, NULL);
+		double tr2 = transfer(1, bytes, rounds, NULL, block, NULL, NULL);
+		double tf2 = transfer(0, bytes, rounds, &l, NULL, NULL, NULL);
 
 		tr = tr2 > 0 && tr2 < tr ? tr2 : tr;
 		tf = tf2 > 0 && tf2 < tf ? tf2 : tf;
 	}
 	free(block);
-	mu_tensor_list_free(&l);
 	if (tf <= 0 || tr <= 0 || tn <= 0) {
 		fprintf(stderr, "muster bench pipeline: a transfer failed\n");
+		mu_tensor_list_free(&l);
 		return 1;
 	}
 	printf("frame: a %d MiB tensor between two processes over loopback TCP, %d rounds each\n", mib,
@@ -153,9 +244,11 @@ static int bench_frame(int mib, int rounds)
 	printf("  raw send/recv        %8.1f MiB/s (into one reused buffer)\n", (double)bytes * rounds / tr / 1048576.0);
 	printf("  raw into new memory  %8.1f MiB/s\n", (double)bytes * rounds / tn / 1048576.0);
 	printf("  ratio frame/raw      %8.2f (raw into one buffer reused every round)\n", tr / tf);
-	printf("  ratio frame/raw-new  %8.2f (raw into new memory, as a received tensor needs)\n\n",
-	       tn / tf);
-	return 0;
+	printf("  ratio frame/raw-new  %8.2f (raw into new memory, as a received tensor needs)\n%s",
+	       tn / tf, sec != NULL ? "" : "\n");
+	rc = sec != NULL ? bench_secure(sec, &l, bytes, rounds, tf) : 0;
+	mu_tensor_list_free(&l);
+	return rc;
 }
 
 /* ---- pipelined stages vs the ideal ---- */
@@ -453,6 +546,8 @@ int bench_pipeline(int argc, char **argv)
 	const char *only = NULL, *resnet = NULL, *script = "tools/torchbench.py", *python = "/usr/bin/python3";
 	int rn_forwards = 8;
 	char tmp[] = "/tmp/muster-bench-XXXXXX", cmd[128];
+	cli_secure_t cs;
+	mu_secure_t *sec = NULL;
 	cli_opt_t opts[] = {
 		{"only", OPT_STR, &only, "frame|pipeline|executor|resnet18",
 		 "run one part (default: all; resnet18 only with --resnet18)"},
@@ -470,6 +565,7 @@ int bench_pipeline(int argc, char **argv)
 		{"torch-bench", OPT_STR, &script, "FILE", "resnet18: tools/torchbench.py, which times torch (default: that path)"},
 		{"python", OPT_STR, &python, "FILE", "resnet18: the python with torch (default /usr/bin/python3)"},
 		{"resnet-forwards", OPT_INT, &rn_forwards, "N", "resnet18: forwards timed on each side (default 8)"},
+		CLI_SECURE_OPTS(cs),
 	};
 	cli_cmd_t cmd_ = {
 		"muster bench pipeline [--only frame|pipeline|executor] [options]",
@@ -480,9 +576,12 @@ int bench_pipeline(int argc, char **argv)
 		"on the same thread count.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
+	cli_secure_init(&cs);
 	rc = cli_parse(&cmd_, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if ((rc = cli_secure_apply("muster bench pipeline", &cs, &sec)) != 0)
+		return rc;
 	if (mib < 1 || rounds < 1 || stages < 1 || stages > 16 || width < 1 || per_stage < 1 ||
 	    stages * per_stage > 256 || batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 ||
 	    ex_layers > 64 || ex_batch < 1 || rn_forwards < 1 ||
@@ -490,6 +589,7 @@ int bench_pipeline(int argc, char **argv)
 		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, "
 		        "stages * layers-per-stage <= 256, exec-layers <= 64); "
 		        "--only resnet18 needs --resnet18 DIR\n");
+		mu_secure_free(sec);
 		return 2;
 	}
 	if (only != NULL && strcmp(only, "frame") != 0 && strcmp(only, "pipeline") != 0 &&
@@ -504,7 +604,7 @@ int bench_pipeline(int argc, char **argv)
 		return 1;
 	}
 	if (rc == 0 && (only == NULL || strcmp(only, "frame") == 0))
-		rc = bench_frame(mib, rounds);
+		rc = bench_frame(mib, rounds, sec);
 	if (rc == 0 && (only == NULL || strcmp(only, "pipeline") == 0))
 		rc = bench_stages(stages, width, per_stage, batch, forwards, tmp);
 	if (rc == 0 && (only == NULL || strcmp(only, "executor") == 0))
@@ -514,5 +614,6 @@ int bench_pipeline(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
 	if (system(cmd) != 0)
 		fprintf(stderr, "muster bench pipeline: could not remove %s\n", tmp);
+	mu_secure_free(sec);
 	return rc;
 }

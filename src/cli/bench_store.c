@@ -60,7 +60,8 @@ typedef enum {
 } expect_t;
 
 typedef struct {
-	int fd, id;
+	int fd, id;      /* fd: st's socket, for poll; -1 before */
+	mu_stream_t *st;
 	int step;        /* index into the mix */
 	expect_t expect;
 	int64_t t0_us;   /* start of the operation being timed */
@@ -123,7 +124,7 @@ static int put_key(mu__buf_t *m, int id, const char *name)
 
 static int send_msg(bclient_t *c, mu__buf_t *m)
 {
-	int rc = mu__sock_send_all(c->fd, m->data, m->len, mu__deadline(30000));
+	int rc = mu__sock_send_all(c->st, m->data, m->len, mu__deadline(30000));
 
 	mu__buf_free(m);
 	return rc;
@@ -279,11 +280,12 @@ static int on_input(sbench_t *b, bclient_t *c)
 static int drain(sbench_t *b, bclient_t *c)
 {
 	char tmp[65536];
-	ssize_t n = recv(c->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+	size_t n = 0;
+	int rc = mu__stream_recv(c->st, tmp, sizeof(tmp), &n);
 
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+	if (rc != 0 && rc != -EAGAIN)
 		return -1;
-	if (n > 0 && mu__buf_append(&c->in, tmp, (size_t)n) != 0)
+	if (n > 0 && mu__buf_append(&c->in, tmp, n) != 0)
 		return -1;
 	return on_input(b, c);
 }
@@ -297,16 +299,20 @@ static int open_client(sbench_t *b, bclient_t *c, int id)
 	memset(c, 0, sizeof(*c));
 	c->id = id;
 	mu__buf_init(&c->in, (b->vbytes + 64) * 2 + 65536);
-	rc = mu__sock_connect(b->host, b->port, mu__deadline(30000), &c->fd);
-	if (rc != 0 || b->d == MU_STORE_V1)
+	c->fd = -1;
+	rc = mu__sock_connect(b->host, b->port, NULL, mu__deadline(30000), &c->st);
+	if (rc != 0)
 		return rc;
+	c->fd = mu__stream_fd(c->st);
+	if (b->d == MU_STORE_V1)
+		return 0;
 	hs[0] = 0;
 	mu_le32_put(hs + 1, MU_STORE_V2_MAGIC);
 	hs[5] = (unsigned char)op_code(b, MU_SOP_PING);
 	mu_le32_put(hs + 6, (uint32_t)id);
-	rc = mu__sock_send_all(c->fd, hs, 10, mu__deadline(30000));
+	rc = mu__sock_send_all(c->st, hs, 10, mu__deadline(30000));
 	if (rc == 0)
-		rc = mu__sock_recv_all(c->fd, echo, 4, mu__deadline(30000));
+		rc = mu__sock_recv_all(c->st, echo, 4, mu__deadline(30000));
 	return rc;
 }
 
@@ -404,7 +410,7 @@ static int run_mix(sbench_t *b, int nclients, double secs, int json)
 		rc = pump(b, cl, nclients, mu__now_ms() + (int64_t)(secs * 1000), never);
 	b->measuring = 0;
 	for (i = 0; i < nclients; i++) {
-		mu__sock_close(cl[i].fd);
+		mu__sock_close(cl[i].st);
 		mu__buf_free(&cl[i].in);
 	}
 	free(cl);
@@ -459,6 +465,10 @@ static int rdv_connect(sbench_t *b, bclient_t *c)
 	c->fd = socket(b->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (c->fd < 0)
 		return -errno;
+	if (mu__stream_tcp_new(c->fd, &c->st) != 0) {
+		c->fd = -1;
+		return MU_ENOMEM;
+	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	c->expect = R_CONNECT;
 	if (connect(c->fd, (struct sockaddr *)&b->addr, b->addrlen) == 0)
@@ -567,8 +577,7 @@ static int run_rendezvous(sbench_t *b, int json)
 	if (rc == 0)
 		rc = pump(b, cl, n, mu__now_ms() + 120000, all_released);
 	for (i = 0; i < n; i++) {
-		if (cl[i].fd >= 0)
-			mu__sock_close(cl[i].fd);
+		mu__sock_close(cl[i].st);
 		mu__buf_free(&cl[i].in);
 	}
 	free(cl);

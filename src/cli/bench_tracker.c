@@ -36,7 +36,7 @@
 #include "tracker/proto_int.h"
 
 typedef struct {
-	int fd;
+	mu_stream_t *fd;
 	int is_server;
 	int id;
 	int expect;       /* replies still owed to us (servers) */
@@ -106,7 +106,7 @@ static int open_conn(bench_t *b, bconn_t *c, int is_server, int id)
 	c->is_server = is_server;
 	c->id = id;
 	mu__buf_init(&c->in, 1u << 24);
-	rc = mu__sock_connect(b->host, b->port, mu__deadline(10000), &c->fd);
+	rc = mu__sock_connect(b->host, b->port, NULL, mu__deadline(10000), &c->fd);
 	if (rc != 0)
 		return rc;
 	mu_le32_put(magic, MU_TRACKER_MAGIC);
@@ -174,14 +174,14 @@ static int drain(bench_t *b, bconn_t *c, bconn_t *servers, int nservers,
                  int measuring)
 {
 	char tmp[65536];
-	size_t blen;
-	ssize_t n = recv(c->fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+	size_t blen, n;
+	int got = mu__stream_recv(c->fd, tmp, sizeof(tmp), &n);
 
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-		return -1;
-	if (n < 0)
+	if (got == -EAGAIN)
 		return 0;
-	if (mu__buf_append(&c->in, tmp, (size_t)n) != 0)
+	if (got != 0)
+		return -1;
+	if (mu__buf_append(&c->in, tmp, n) != 0)
 		return -1;
 	while (mu__tracker_frame_peek(c->in.data, c->in.len, 1u << 24, &blen) == 1) {
 		char save = c->in.data[4 + blen];
@@ -232,7 +232,7 @@ static int phase_cycle(bench_t *b, int ns, int nc, double secs)
 		int measuring = mu__now_ms() >= warm_end;
 
 		for (i = 0; i < ns + nc; i++) {
-			pf[i].fd = all[i].fd;
+			pf[i].fd = mu__stream_fd(all[i].fd);
 			pf[i].events = POLLIN;
 		}
 		if (poll(pf, (nfds_t)(ns + nc), 100) < 0 && errno != EINTR)
@@ -309,7 +309,7 @@ static int phase_scale(bench_t *b, int n, int pid, int json)
 		        mu_strerror(rc));
 	mu_free(summary);
 	for (int j = 0; j < n; j++)
-		if (all[j].fd > 0)
+		if (all[j].fd != NULL)
 			close_conn(&all[j]);
 	free(all);
 	return rc;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "muster/common.h"
+#include "muster/stream.h"
 
 typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE } cli_opt_kind_t;
 
@@ -100,6 +101,33 @@ typedef struct {
 void cli_budget_init(cli_budget_t *cb);
 /* b from cb, defaults where unset: 0, or 2 after saying why on stderr. */
 int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b);
+
+/*
+ * --secret-file, --tls-cert, --tls-key, --tls-ca: how muster's own
+ * connections are protected (muster/stream.h). CLI_SECURE_OPTS(cs) in the
+ * option table, then cli_secure_apply. --secret-file defaults to
+ * $MUSTER_SECRET_FILE.
+ */
+typedef struct {
+	mu_secure_opts_t o;
+} cli_secure_t;
+
+#define CLI_SECURE_OPTS(cs)                                                                    \
+	{"secret-file", OPT_STR, &(cs).o.secret_file, "PATH",                                  \
+	 "a shared secret (16+ bytes): peers prove they hold it before anything else; "        \
+	 "default $MUSTER_SECRET_FILE"},                                                       \
+	{"tls-cert", OPT_STR, &(cs).o.tls_cert, "PEM", "this side's TLS certificate (with --tls-key)"}, \
+	{"tls-key", OPT_STR, &(cs).o.tls_key, "PEM", "its private key"},                        \
+	{"tls-ca", OPT_STR, &(cs).o.tls_ca, "PEM",                                             \
+	 "CA that signs the peers' certificates: a client checks the server's (and its "       \
+	 "name), a server asks every client for one (mutual TLS)"}
+
+/* --allow's list, checked before starting: 0, or 2 after saying why. */
+int cli_allow_check(const char *cmd, const char *allow);
+
+void cli_secure_init(cli_secure_t *cs);
+/* *sec from cs (NULL when nothing is asked for): 0, or 2 after saying why. */
+int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec);
 
 /* Print the report o (cJSON_Print's layout), then free it. */
 struct cJSON;

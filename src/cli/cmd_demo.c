@@ -66,10 +66,22 @@ int demo_free_port(void)
 /* Start `muster ARGS...` with its output in the demo's log. */
 int demo_spawn(demo_t *d, char *const *args)
 {
+	char *all[48];
+	int n = 0;
 	char log[128];
 	pid_t pid, parent = getpid();
 	int fd;
 
+	/* the device servers get the demo's security options; the tracker
+	 * speaks TVM's protocol, which has none */
+	while (args[n] != NULL && n < 38) {
+		all[n] = args[n];
+		n++;
+	}
+	for (int i = 0; strcmp(args[1], "tracker") != 0 && d->sec_args[i] != NULL; i++)
+		all[n++] = (char *)d->sec_args[i];
+	all[n] = NULL;
+	args = all;
 	snprintf(log, sizeof(log), "%s/demo.log", d->dir);
 	pthread_mutex_lock(&d->lock);
 	if (d->stopping || d->npids == DEMO_MAX_PIDS) {
@@ -242,6 +254,7 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 	mu_model_t *m = NULL;
 	mu_cluster_t *cl = NULL;
 	mu_cluster_opts_t o;
+	mu_coord_opts_t co;
 	mu_tensor_list_t in, first, ref, outs[MICRO], ins[MICRO];
 	uint64_t dims[2] = {BATCH, WIDTH};
 	mu_tensor_t *x;
@@ -265,6 +278,9 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 	o.devices = NDEV;
 	o.request_timeout_ms = T;
 	o.say = demo_narrate;
+	mu_coord_opts_init(&co);
+	co.sec = d->sec;
+	o.coord = &co;
 	t0 = mu__clock_ms();
 	if (rc == 0)
 		rc = mu_cluster_start(m, &o, &cl, err, el);
@@ -386,6 +402,21 @@ static void find_model(const char *exe, char *out, size_t n)
 	snprintf(out, n, "%.*s/../../models/stories260K/stories260K.gguf", dl, exe);
 }
 
+/* The device servers' share of --secret-file and --tls-*. */
+static void secure_args(demo_t *d, const mu_secure_opts_t *o)
+{
+	const char *v[][2] = {{"--secret-file", o->secret_file}, {"--tls-cert", o->tls_cert},
+	                      {"--tls-key", o->tls_key}, {"--tls-ca", o->tls_ca}};
+	int n = 0;
+
+	for (int i = 0; i < 4; i++)
+		if (v[i][1] != NULL) {
+			d->sec_args[n++] = v[i][0];
+			d->sec_args[n++] = v[i][1];
+		}
+	d->sec_args[n] = NULL;
+}
+
 int cmd_demo(int argc, char **argv)
 {
 	demo_t d;
@@ -393,11 +424,13 @@ int cmd_demo(int argc, char **argv)
 	ssize_t n;
 	const char *model = NULL;
 	char err[2048] = "", found[4200];
+	cli_secure_t cs;
 	cli_opt_t opts[] = {
 		{"mlp", OPT_FLAG, &mlp, NULL, "the forward-pass show instead: a generated model none of "
 		 "the devices can hold, split and run, bit-identical to one process"},
 		{"model", OPT_STR, &model, "FILE", "the LLM to generate with (default: the project's "
 		 "models/stories260K/stories260K.gguf)"},
+		CLI_SECURE_OPTS(cs),
 	};
 	cli_cmd_t c = {
 		"muster demo [--mlp] [--model FILE]",
@@ -417,10 +450,14 @@ int cmd_demo(int argc, char **argv)
 		"Ctrl-C (130) or SIGTERM (143).",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
+	cli_secure_init(&cs);
 	rc = cli_parse(&c, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	memset(&d, 0, sizeof(d));
+	if ((rc = cli_secure_apply("muster demo", &cs, &d.sec)) != 0)
+		return rc;
+	secure_args(&d, &cs.o);
 	pthread_mutex_init(&d.lock, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
@@ -460,5 +497,6 @@ int cmd_demo(int argc, char **argv)
 		        "kept)\n", err[0] ? err : mu_strerror(rc), d.dir);
 	if (rc == 0)
 		demo_remove_dir(&d);
+	mu_secure_free(d.sec);
 	return rc == 0 ? 0 : 1;
 }

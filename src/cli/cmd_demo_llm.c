@@ -252,6 +252,8 @@ static int coordinate(show_t *s, const char *model, char *err, size_t el)
 	o.pool.request_timeout_ms = T;
 	o.pool.io_timeout_ms = 5000;
 	o.coord.io_timeout_ms = 5000;
+	o.pool.sec = s->d->sec;
+	o.coord.sec = s->d->sec;
 	o.pool.say = demo_narrate;
 	o.devices = 3;
 	o.max_seqs = 1;

@@ -235,6 +235,8 @@ typedef struct {
 	mu_cluster_t *cl;       /* --tracker */
 	mu_tensor_list_t in;    /* the input, read once */
 	mu_tensor_list_t first; /* the first forward's outputs */
+	cli_secure_t cs;        /* --secret-file, --tls-* */
+	mu_secure_t *sec;       /* from cs: toward the stages and devices */
 	double first_ms;        /* from the command's start to them */
 	char err[2048];
 } run_t;
@@ -259,6 +261,7 @@ static int run_args(run_t *r, int argc, char **argv)
 		{"io-timeout", OPT_INT, &r->io_timeout, "SECONDS", "give up on a stage that makes no progress this long (default 60)"},
 		{"json", OPT_FLAG, &r->json, NULL, "print the figures as JSON instead of a table"},
 		{"quiet", OPT_FLAG, &r->quiet, NULL, "with --tracker: do not narrate the steps, nor show progress, on stderr"},
+		CLI_SECURE_OPTS(r->cs),
 	};
 	cli_cmd_t cmd = {
 		"muster run --input FILE (--model DIR | --stages H:P,... | --tracker H:P --key K --devices N --model DIR)",
@@ -277,6 +280,7 @@ static int run_args(run_t *r, int argc, char **argv)
 		"each stage needs.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
+	cli_secure_init(&r->cs);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc;
@@ -307,7 +311,7 @@ static int run_args(run_t *r, int argc, char **argv)
 		fprintf(stderr, "muster run: --weights is auto, local or stream\n");
 		return 2;
 	}
-	return 0;
+	return cli_secure_apply("muster run", &r->cs, &r->sec);
 }
 
 /* --tracker: devices granted by the tracker, each given its stage. */
@@ -326,6 +330,7 @@ static int open_cluster(run_t *r)
 	o.priority = r->priority;
 	o.request_timeout_ms = r->request_timeout * 1000;
 	co.io_timeout_ms = r->io_timeout * 1000;
+	co.sec = r->sec;
 	o.coord = &co;
 	o.say = r->quiet ? NULL : say_stderr;
 	if (r->quiet)
@@ -344,6 +349,7 @@ static int open_stages(run_t *r)
 	mu_coord_opts_init(&co);
 	co.connect_timeout_ms = r->connect_timeout * 1000;
 	co.io_timeout_ms = r->io_timeout * 1000;
+	co.sec = r->sec;
 	if (n < 1) {
 		snprintf(r->err, sizeof(r->err), "--stages needs 1 to 256 HOST:PORT addresses");
 		rc = MU_EARG;
@@ -454,5 +460,6 @@ int cmd_run(int argc, char **argv)
 	mu_cluster_close(r.cl);
 	mu_coord_close(r.c);
 	mu_model_close(r.m);
+	mu_secure_free(r.sec);
 	return rc == 0 ? 0 : 1;
 }

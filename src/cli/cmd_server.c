@@ -37,6 +37,9 @@ int cmd_server(int argc, char **argv)
 	int npos, rc, threads = 1, md_port = 0;
 	mu_device_opts_t dopt;
 	mu_device_t *dev = NULL;
+	cli_budget_t cb;
+	cli_secure_t cs;
+	mu_secure_t *sec = NULL;
 	const char *dirs[64];
 	char *list = NULL;
 	cli_svc_t sv;
@@ -55,6 +58,8 @@ int cmd_server(int argc, char **argv)
 		{"cache-dir", OPT_STR, &cache_dir, "DIR", "keep streamed LLM weights here under their SHA-256, so a later run sends only what is missing (default: none, streamed each time)"},
 		{"threads", OPT_INT, &threads, "N", "threads per forward (default 1: outputs bit-identical to a 1-thread run)"},
 		{"md-port", OPT_INT, &md_port, "PORT", "port of the metadata (md) agent that publishes this device (default 0: any)"},
+		CLI_BUDGET_OPTS(cb),
+		CLI_SECURE_OPTS(cs),
 		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
@@ -74,10 +79,14 @@ int cmd_server(int argc, char **argv)
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	mu_server_opts_init(&o);
+	cli_budget_init(&cb);
+	cli_secure_init(&cs);
 	cli_svc_init(&sv);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
+	if ((rc = cli_budget_apply("muster server", &cb, &o.budget)) != 0)
+		return rc;
 	if (tracker != NULL) {
 		if (mu__split_hostport(tracker, thost, sizeof(thost), &o.tracker_port) != 0) {
 			fprintf(stderr, "muster server: --tracker %s is not HOST:PORT\n", tracker);
@@ -133,9 +142,16 @@ int cmd_server(int argc, char **argv)
 		cli_svc_stop(&sv);
 		return 1;
 	}
+	if ((rc = cli_secure_apply("muster server", &cs, &sec)) != 0) {
+		mu_device_free(dev);
+		cli_svc_stop(&sv);
+		return rc;
+	}
+	o.sec = sec;
 	cli_block_signals();
 	if ((rc = cli_svc_listen(&sv, "muster server", NULL)) != 0) {
 		mu_device_free(dev);
+		mu_secure_free(sec);
 		cli_svc_stop(&sv);
 		return rc;
 	}
@@ -143,6 +159,7 @@ int cmd_server(int argc, char **argv)
 	if (rc != 0) {
 		fprintf(stderr, "muster server: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		mu_device_free(dev);
+		mu_secure_free(sec);
 		cli_svc_stop(&sv);
 		return 1;
 	}
@@ -152,6 +169,7 @@ int cmd_server(int argc, char **argv)
 	cli_signal_disarm();
 	mu_server_free(s);
 	mu_device_free(dev);
+	mu_secure_free(sec);
 	cli_svc_stop(&sv);
 	return 0;
 }

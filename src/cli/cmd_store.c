@@ -54,6 +54,7 @@ int cmd_store(int argc, char **argv)
 		{"max-watches-total", OPT_INT, &max_watches_total, "N", "... all connections together (default 65536)"},
 		CLI_BUDGET_OPTS(cb),
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
+		{"allow", OPT_STR, &o.allow, "CIDR,...", "accept connections only from these addresses and prefixes (e.g. 10.0.0.0/8,::1); others are closed at once, logged and counted (default: everyone). TVM's and torch's protocols have no authentication: see docs/security.md"},
 		{"drain-timeout", OPT_DOUBLE, &drain_timeout, "SECONDS", "on SIGTERM or Ctrl-C, stop accepting and give the replies already queued this long to reach their peers, then close (default 10; a second signal stops at once)"},
 		CLI_SVC_OPTS(sv),
 	};
@@ -90,7 +91,7 @@ int cmd_store(int argc, char **argv)
 		return 2;
 	}
 	rc = cli_budget_apply("muster store", &cb, &o.budget);
-	if (rc != 0)
+	if (rc != 0 || (rc = cli_allow_check("muster store", o.allow)) != 0)
 		return rc;
 	o.max_watches = (size_t)max_watches;
 	o.max_watches_total = (size_t)max_watches_total;

@@ -44,6 +44,7 @@ int cmd_tracker(int argc, char **argv)
 		{"port", OPT_INT, &o.port, "PORT", "first port to try (default 9190; 0 = any free port)"},
 		{"port-end", OPT_INT, &o.port_end, "PORT", "end of the port search, exclusive (default 9199)"},
 		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
+		{"allow", OPT_STR, &o.allow, "CIDR,...", "accept connections only from these addresses and prefixes (e.g. 10.0.0.0/8,::1); others are closed at once, logged and counted (default: everyone). TVM's and torch's protocols have no authentication: see docs/security.md"},
 		{"no-reuse-addr", OPT_FLAG, &no_reuse, NULL, "do not set SO_REUSEADDR before binding"},
 		{"timeout", OPT_DOUBLE, &o.timeout, "SECONDS", "disconnect a peer that takes longer to finish its handshake, or a frame it started (default 60; 0 = never)"},
 		{"max-frame", OPT_INT, &max_frame, "BYTES", "largest message accepted (default 1048576, as TVM)"},
@@ -83,7 +84,7 @@ int cmd_tracker(int argc, char **argv)
 		return 2;
 	}
 	rc = cli_budget_apply("muster tracker", &cb, &o.budget);
-	if (rc != 0)
+	if (rc != 0 || (rc = cli_allow_check("muster tracker", o.allow)) != 0)
 		return rc;
 	o.max_frame = (unsigned)max_frame;
 	o.max_keys = (unsigned)max_keys;

@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <sys/types.h>
 
+#include "muster/stream.h"
+
 #define DEMO_MAX_PIDS 8
 
 typedef struct {
@@ -19,6 +21,10 @@ typedef struct {
 	int npids;
 	int stopping;             /* a signal came: start nothing more */
 	int tport;
+	/* --secret-file, --tls-*: given to every device server it starts
+	 * (sec_args, NULL-terminated) and used by its coordinator (sec) */
+	const char *sec_args[9];
+	mu_secure_t *sec;
 } demo_t;
 
 /* A port nobody uses now (the tracker must have a known one). */

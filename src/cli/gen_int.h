@@ -22,6 +22,7 @@ typedef struct {
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
 	int parallel, no_batch, devices, max_seqs, quiet, keepalive;
 	double temperature, top_p, seed;
+	cli_secure_t cs;      /* --secret-file, --tls-*: toward stages and devices */
 } gen_args_t;
 
 typedef struct {
@@ -40,6 +41,7 @@ typedef struct {
 	char where[160];      /* "3 stages", "this process, 2 threads" */
 	mu__eng_link_t *links; /* gen_run_engine's, freed by gen_run_close */
 	int nlinks;
+	mu_secure_t *sec;      /* from a.cs; freed by gen_run_close */
 } gen_run_t;
 
 void gen_args_default(gen_args_t *a);

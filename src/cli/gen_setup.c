@@ -36,6 +36,7 @@ void gen_args_default(gen_args_t *a)
 	a->io_timeout = 60;
 	a->devices = 1;
 	a->keepalive = 60;
+	cli_secure_init(&a->cs);
 }
 
 int gen_args_opts(gen_args_t *a, cli_opt_t *o)
@@ -84,6 +85,7 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		{"ignore-eos", OPT_FLAG, &a->ignore_eos, NULL, "go on past the end-of-text token"},
 		{"json", OPT_FLAG, &a->json, NULL, "print one JSON object at the end instead of "
 		 "streaming"},
+		CLI_SECURE_OPTS(a->cs),
 	};
 
 	_Static_assert(sizeof(v) / sizeof(v[0]) <= GEN_MAX_OPTS, "GEN_MAX_OPTS is too small");
@@ -189,6 +191,7 @@ static int open_remote(gen_run_t *r)
 	}
 	mu__llm_coord_opts_init(&o);
 	o.io_timeout_ms = r->a.io_timeout * 1000;
+	o.sec = r->sec;
 	rc = mu__llm_coord_connect((const char *const *)v, n, &o, &c, why, sizeof(why));
 	free(copy);
 	if (rc != 0)
@@ -235,6 +238,8 @@ static int open_cluster(gen_run_t *r)
 	o.pool.key = r->a.key;
 	o.pool.io_timeout_ms = r->a.io_timeout * 1000;
 	o.coord.io_timeout_ms = o.pool.io_timeout_ms;
+	o.pool.sec = r->sec;
+	o.coord.sec = r->sec;
 	o.pool.say = r->a.quiet ? NULL : narrate;
 	if (r->a.quiet)
 		mu__progress_enable(0);
@@ -285,6 +290,11 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 	r->g.no_bos = a->no_bos;
 	r->g.ignore_eos = a->ignore_eos;
 	r->g.seq_id = 1;
+	if ((a->stages != NULL || a->tracker != NULL) &&
+	    (rc = cli_secure_apply(a->prog, &r->a.cs, &r->sec)) != 0) {
+		gen_run_close(r);
+		return rc;
+	}
 	if (a->stages != NULL)
 		rc = open_remote(r);
 	else if (a->tracker != NULL)
@@ -351,6 +361,7 @@ void gen_run_close(gen_run_t *r)
 	mu__tok_free(r->tok);
 	if (r->have_src)
 		mu__llm_src_free(&r->src);
+	mu_secure_free(r->sec);
 	memset(r, 0, sizeof(*r));
 }
 

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "cli/cli_int.h"
+#include "core/cidr_int.h"
+#include "core/log_int.h"
 
 static void print_help(const cli_cmd_t *cmd)
 {
@@ -343,6 +345,41 @@ int cli_budget_apply(const char *cmd, const cli_budget_t *cb, mu_budget_t *b)
 	if (mu_budget_check(b) != 0) {
 		fprintf(stderr, "%s: the budgets must be > 0 with --total-budget at least "
 		        "--conn-budget, and --budget-grace > 0\n", cmd);
+		return 2;
+	}
+	return 0;
+}
+
+void cli_secure_init(cli_secure_t *cs)
+{
+	mu_secure_opts_init(&cs->o);
+}
+
+int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec)
+{
+	char err[512];
+	const char *env = getenv("MUSTER_SECRET_FILE");
+
+	if (cs->o.secret_file == NULL && env != NULL && env[0] != '\0')
+		cs->o.secret_file = env;
+	if (mu_secure_new(&cs->o, sec, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: %s\n", cmd, err);
+		return 2;
+	}
+	/* a client command logs nothing by default, but why a peer refused
+	 * it (a certificate, a secret) is logged: show that much */
+	if (*sec != NULL && !mu__log_enabled(MU_LOG_WARN))
+		mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_WARN);
+	return 0;
+}
+
+int cli_allow_check(const char *cmd, const char *allow)
+{
+	mu__allow_t a;
+	char err[256];
+
+	if (mu__allow_parse(allow, &a, err, sizeof(err)) != 0) {
+		fprintf(stderr, "%s: %s\n", cmd, err);
 		return 2;
 	}
 	return 0;

@@ -17,6 +17,7 @@ void cli_stage_args_init(cli_stage_args_t *a, int io_timeout)
 	memset(a, 0, sizeof(*a));
 	mu_stage_server_opts_init(&a->o);
 	cli_budget_init(&a->cb);
+	cli_secure_init(&a->cs);
 	cli_svc_init(&a->sv);
 	a->io_timeout = io_timeout;
 	a->silent_timeout = 30;
@@ -36,6 +37,7 @@ int cli_stage_args_opts(cli_stage_args_t *a, cli_opt_t *out)
 		{"max-conns", OPT_INT, &a->max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
 		{"max-frame-bytes", OPT_STR, &a->max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 		CLI_BUDGET_OPTS(a->cb),
+		CLI_SECURE_OPTS(a->cs),
 		CLI_SVC_OPTS(a->sv),
 	};
 
@@ -51,8 +53,9 @@ int cli_stage_args_apply(cli_stage_args_t *a, const char *cmd)
 	uint64_t mf;
 	int rc = cli_budget_apply(cmd, &a->cb, &a->o.budget);
 
-	if (rc != 0)
+	if (rc != 0 || (rc = cli_secure_apply(cmd, &a->cs, &a->sec)) != 0)
 		return rc;
+	a->o.sec = a->sec;
 	if (a->requests < 0 || a->io_timeout < 1 || a->silent_timeout < 0 || a->max_conns < 1 ||
 	    cli_parse_size(a->max_frame, &mf) != 0) {
 		fprintf(stderr, "%s: --requests >= 0, --io-timeout >= 1, --silent-timeout >= 0, "
@@ -91,6 +94,7 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 	if (rc != 0) {
 		cli_svc_stop(&a->sv);
 		mu_stage_free(s);
+		mu_secure_free(a->sec);
 		return rc;
 	}
 	rc = mu_stage_server_start(s, &a->o, &srv);
@@ -99,6 +103,7 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 		fprintf(stderr, "muster stage: cannot listen on %s port %d: %s\n", a->o.host, a->o.port,
 		        rc == MU_EBIND ? "address in use" : mu_strerror(rc));
 		mu_stage_free(s);
+		mu_secure_free(a->sec);
 		return 1;
 	}
 	announce(s, index, of);
@@ -113,6 +118,7 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 	        mu_stage_server_forwards(srv));
 	mu_stage_server_free(srv);
 	mu_stage_free(s);
+	mu_secure_free(a->sec);
 	cli_svc_stop(&a->sv);
 	return 0;
 }

@@ -10,11 +10,13 @@
 #include "cli/cli_int.h"
 #include "cli/svc_int.h"
 
-#define CLI_STAGE_NOPTS (10 + CLI_SVC_NOPTS)
+#define CLI_STAGE_NOPTS (14 + CLI_SVC_NOPTS)
 
 typedef struct {
 	mu_stage_server_opts_t o;
 	cli_budget_t cb;
+	cli_secure_t cs;
+	mu_secure_t *sec;        /* from cs; freed by cli_stage_serve */
 	cli_svc_t sv;
 	int io_timeout, silent_timeout, max_conns, requests;
 	const char *max_frame;

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mu__conn_t: one accepted TCP connection of a libuv server, with what every
+ * mu__conn_t: one accepted connection of a libuv server, a stream
+ * (stream_int.h: TCP or TLS, maybe past the shared-secret handshake)
+ * driven from the loop, with what every
  * muster server needs around it: a bounded input buffer, whole-message
  * writes that may reference bytes without copying them, the budget rule of
  * docs/internals/budgets.md (what the server holds for the peer is counted
@@ -21,6 +23,7 @@
 #include "core/buf_int.h"
 #include "core/list_int.h"
 #include "core/net_int.h"
+#include "core/stream_int.h"
 
 typedef struct mu__conn_s mu__conn_t;
 
@@ -84,9 +87,17 @@ typedef struct {
  *   cut       being closed for its budget: sends are refused
  */
 struct mu__conn_s {
-	uv_tcp_t tcp;
+	uv_poll_t poll;     /* on the stream's socket */
 	uv_timer_t timer;
 	uv_timer_t grace;   /* runs while paused for the budget */
+	uv_timer_t kick;    /* next turn: completed writes, decoded input */
+	uv_loop_t *loop;
+	mu_stream_t *st;    /* owned; NULL once detached */
+	mu__list_t wq;      /* writes not yet all written, oldest first */
+	mu__list_t doneq;   /* written; their completion not yet reported */
+	int poll_events;    /* what poll watches now (UV_READABLE...) */
+	int rd_want;        /* the stream's last recv waits for this */
+	int wr_want;        /* ... its last sendv */
 	const mu__conn_ops_t *ops;
 	mu__budget_t *budget;
 	mu__list_t wait_node; /* in budget->waiting, or alone */
@@ -107,6 +118,7 @@ struct mu__conn_s {
 	int held;
 	int reading;        /* uv_read_start is in effect */
 	int draining;
+	int shut_pending;   /* ... shut down once the writes are out */
 	int shut_done;      /* ... and the shutdown completed */
 	int finish_err;     /* ... the error to close with */
 	int eof;
@@ -114,7 +126,6 @@ struct mu__conn_s {
 	int serving;        /* inside on_data: sends answer this peer */
 	uint64_t turn_start; /* when on_data was called (uv_hrtime) */
 	int direct;         /* the read in progress goes to on_alloc's buffer */
-	uv_shutdown_t shut;
 	char peer[MU_ADDRSTRLEN]; /* "ip:port" */
 	char ip[MU_ADDRSTRLEN];
 };
@@ -123,14 +134,22 @@ struct mu__conn_s {
 typedef void (*mu__conn_done_cb)(void *arg);
 
 /*
- * Accept a pending connection from listener into c (zeroed by the caller),
- * start reading. max_in bounds c->in; budget is the server's. On failure c
- * is closed through its ops (on_close, then on_free) and the error is
- * returned.
+ * Drive stream st (taken; from a mu__listener_t) on loop as c (zeroed by
+ * the caller), and start reading. max_in bounds c->in; budget is the
+ * server's. On failure c is closed through its ops (on_close, then
+ * on_free) and the error is returned.
  */
-int mu__conn_accept(mu__conn_t *c, uv_stream_t *listener,
+int mu__conn_accept(mu__conn_t *c, uv_loop_t *loop, mu_stream_t *st,
                     const mu__conn_ops_t *ops, size_t max_in, char *scratch,
                     size_t scratch_len, mu__budget_t *budget);
+
+/*
+ * Take the stream out of c and close c (on_close with err 0, then
+ * on_free): the stream goes on elsewhere (a device session's thread).
+ * Only with no write queued (after its completion was reported). The
+ * bytes in c->in are c's: copy them out first. 0, or -EBUSY.
+ */
+int mu__conn_detach(mu__conn_t *c, mu_stream_t **st);
 
 /*
  * Queue head (copied) then tail (referenced until done(arg) runs) as one

@@ -38,6 +38,10 @@ const char *mu_strerror(int err)
 		return "out of memory";
 	case MU_ERESOLVE:
 		return "host name does not resolve";
+	case MU_EAUTH:
+		return "authentication failed (shared secret)";
+	case MU_ETLS:
+		return "TLS failed";
 	default:
 		break;
 	}

@@ -18,6 +18,7 @@
 #include "muster/pipeline.h"
 #include "muster/server.h"
 #include "muster/store.h"
+#include "muster/stream.h"
 #include "muster/tracker.h"
 #include "core/layout_int.h"
 
@@ -33,7 +34,7 @@ static const mu__layout_field_t tracker_opts[] = {
 	F(mu_tracker_opts_t, timeout), F(mu_tracker_opts_t, max_frame),
 	F(mu_tracker_opts_t, max_keys), F(mu_tracker_opts_t, max_per_conn),
 	F(mu_tracker_opts_t, max_keys_per_conn), F(mu_tracker_opts_t, budget),
-	F(mu_tracker_opts_t, metrics), {0}};
+	F(mu_tracker_opts_t, metrics), F(mu_tracker_opts_t, allow), {0}};
 
 static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, struct_size), F(mu_server_opts_t, host),
@@ -44,7 +45,8 @@ static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, session_timeout), F(mu_server_opts_t, poll_period),
 	F(mu_server_opts_t, retry_max), F(mu_server_opts_t, defer_register),
 	F(mu_server_opts_t, on_session), F(mu_server_opts_t, ud),
-	F(mu_server_opts_t, metrics), {0}};
+	F(mu_server_opts_t, metrics), F(mu_server_opts_t, sec),
+	F(mu_server_opts_t, budget), {0}};
 
 static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, struct_size), F(mu_store_server_opts_t, host),
@@ -52,7 +54,8 @@ static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, max_value_bytes), F(mu_store_server_opts_t, max_keys),
 	F(mu_store_server_opts_t, request_timeout), F(mu_store_server_opts_t, silent),
 	F(mu_store_server_opts_t, budget), F(mu_store_server_opts_t, max_watches),
-	F(mu_store_server_opts_t, max_watches_total), F(mu_store_server_opts_t, metrics), {0}};
+	F(mu_store_server_opts_t, max_watches_total), F(mu_store_server_opts_t, metrics),
+	F(mu_store_server_opts_t, allow), {0}};
 
 static const mu__layout_field_t store_client_opts[] = {
 	F(mu_store_client_opts_t, struct_size), F(mu_store_client_opts_t, host),
@@ -91,7 +94,8 @@ static const mu__layout_field_t stage_server_opts[] = {
 	F(mu_stage_server_opts_t, max_conns), F(mu_stage_server_opts_t, io_timeout_ms),
 	F(mu_stage_server_opts_t, idle_timeout_ms), F(mu_stage_server_opts_t, silent_timeout_ms),
 	F(mu_stage_server_opts_t, max_frame_bytes), F(mu_stage_server_opts_t, name),
-	F(mu_stage_server_opts_t, budget), F(mu_stage_server_opts_t, metrics), {0}};
+	F(mu_stage_server_opts_t, budget), F(mu_stage_server_opts_t, metrics),
+	F(mu_stage_server_opts_t, sec), {0}};
 
 static const mu__layout_field_t device_opts[] = {
 	F(mu_device_opts_t, struct_size), F(mu_device_opts_t, key),
@@ -102,7 +106,13 @@ static const mu__layout_field_t device_opts[] = {
 
 static const mu__layout_field_t coord_opts[] = {
 	F(mu_coord_opts_t, struct_size), F(mu_coord_opts_t, connect_timeout_ms),
-	F(mu_coord_opts_t, io_timeout_ms), F(mu_coord_opts_t, max_frame_bytes), {0}};
+	F(mu_coord_opts_t, io_timeout_ms), F(mu_coord_opts_t, max_frame_bytes),
+	F(mu_coord_opts_t, sec), {0}};
+
+static const mu__layout_field_t secure_opts[] = {
+	F(mu_secure_opts_t, struct_size), F(mu_secure_opts_t, secret_file),
+	F(mu_secure_opts_t, tls_cert), F(mu_secure_opts_t, tls_key),
+	F(mu_secure_opts_t, tls_ca), F(mu_secure_opts_t, tls_no_verify), {0}};
 
 static const mu__layout_field_t cluster_opts[] = {
 	F(mu_cluster_opts_t, struct_size), F(mu_cluster_opts_t, tracker_host),
@@ -129,6 +139,7 @@ static const mu__layout_t types[] = {
 	T(mu_device_opts_t, device_opts),
 	T(mu_coord_opts_t, coord_opts),
 	T(mu_cluster_opts_t, cluster_opts),
+	T(mu_secure_opts_t, secure_opts),
 	{NULL, 0, NULL}};
 
 const mu__layout_t *mu__layouts(void)

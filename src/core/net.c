@@ -98,7 +98,7 @@ static int v4_fallback(int err, struct sockaddr_storage *ss, socklen_t *sslen)
 	return 1;
 }
 
-int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port)
+int mu__listen_fd(const mu__listen_opts_t *o, int *fdout, int *bound_port)
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen;
@@ -126,17 +126,25 @@ int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port)
 	}
 	if (rc != 0)
 		return rc;
-	rc = uv_tcp_open(tcp, fd);
-	if (rc != 0) {
-		close(fd);
-		return rc;
-	}
 	/* Port 0 asked the kernel to choose: read back what it chose. */
 	sslen = sizeof(ss);
 	if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0)
 		mu__addr_text((struct sockaddr *)&ss, NULL, 0, &port);
 	*bound_port = port;
+	*fdout = fd;
 	return 0;
+}
+
+int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port)
+{
+	int fd, rc = mu__listen_fd(o, &fd, bound_port);
+
+	if (rc != 0)
+		return rc;
+	rc = uv_tcp_open(tcp, fd);
+	if (rc != 0)
+		close(fd);
+	return rc;
 }
 
 void mu__addr_text(const struct sockaddr *sa, char *ip, size_t iplen,

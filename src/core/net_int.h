@@ -36,6 +36,9 @@ typedef struct {
  */
 int mu__listen(uv_tcp_t *tcp, const mu__listen_opts_t *o, int *bound_port);
 
+/* The same, handing back the listening socket (blocking, close-on-exec). */
+int mu__listen_fd(const mu__listen_opts_t *o, int *fd, int *bound_port);
+
 /*
  * IP text and port of a socket address. IPv4-mapped IPv6 addresses
  * (::ffff:a.b.c.d, what a dual-stack listener sees) come out as plain IPv4,

@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Deadline-bounded blocking socket helpers over poll().
+ * Deadline-bounded blocking I/O on streams, over poll().
  *
- * Every send and recv here is MSG_DONTWAIT, whatever mode the descriptor
- * is in, and every wait is a poll() for the time left before the deadline:
- * a blocking fd (a session's, which the handler owns) must not turn a
- * send to a peer that stopped reading into a wait without end.
+ * Every read and write here goes through the stream's non-blocking table,
+ * and every wait is a poll() for the time left before the deadline, on
+ * what the stream said it waits for (TLS may need to write to read).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +21,7 @@
 
 #include "muster/common.h"
 #include "core/sock_int.h"
+#include "core/secure_int.h"
 #include "core/time_int.h"
 
 static int wait_fd(int fd, short events, int64_t deadline)
@@ -73,7 +73,7 @@ static int connect_one(const struct addrinfo *ai, int64_t deadline, int *out)
 	return 0;
 }
 
-int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd)
+int mu__sock_connect_fd(const char *host, int port, int64_t deadline, int *fd)
 {
 	struct addrinfo hints, *res = NULL, *ai;
 	char service[8];
@@ -101,68 +101,79 @@ int mu__sock_connect(const char *host, int port, int64_t deadline, int *fd)
 	return rc;
 }
 
-int mu__sock_send_all(int fd, const void *buf, size_t n, int64_t deadline)
+/* Wait for what the stream's last -EAGAIN needs. */
+static int wait_stream(mu_stream_t *s, int64_t deadline)
 {
-	const char *p = buf;
-	int rc;
-
-	while (n > 0) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (w > 0) {
-			p += w;
-			n -= (size_t)w;
-			continue;
-		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			rc = wait_fd(fd, POLLOUT, deadline);
-			if (rc != 0)
-				return rc;
-			continue;
-		}
-		if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
-			return MU_EEOF;
-		return w < 0 ? -errno : MU_EEOF;
-	}
-	return 0;
+	return wait_fd(s->fd, mu__stream_poll_events(s), deadline);
 }
 
-int mu__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline)
+int mu__sock_handshake(mu_stream_t *s, int64_t deadline)
+{
+	int rc;
+
+	while ((rc = mu__stream_handshake(s)) == -EAGAIN)
+		if ((rc = wait_stream(s, deadline)) != 0)
+			return rc;
+	return rc;
+}
+
+int mu__sock_connect(const char *host, int port, const mu_secure_t *sec,
+                     int64_t deadline, mu_stream_t **out)
+{
+	int fd, rc;
+
+	*out = NULL;
+	rc = mu__sock_connect_fd(host, port, deadline, &fd);
+	if (rc == 0)
+		rc = mu__secure_stream(sec, fd, 0, host, out);
+	if (rc == 0 && (rc = mu__sock_handshake(*out, deadline)) != 0) {
+		mu__stream_close(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+int mu__sock_send_all(mu_stream_t *s, const void *buf, size_t n, int64_t deadline)
+{
+	struct iovec iov = {(void *)buf, n};
+
+	return mu__sock_sendv(s, &iov, 1, deadline, -1);
+}
+
+int mu__sock_recv_some(mu_stream_t *s, void *buf, size_t len, size_t *n,
+                       int64_t deadline)
+{
+	int rc;
+
+	for (;;) {
+		rc = mu__stream_recv(s, buf, len, n);
+		if (rc != -EAGAIN)
+			return rc;
+		if ((rc = wait_stream(s, deadline)) != 0)
+			return rc;
+	}
+}
+
+int mu__sock_recv_all(mu_stream_t *s, void *buf, size_t n, int64_t deadline)
 {
 	char *p = buf;
+	size_t got;
 	int rc;
 
 	while (n > 0) {
-		ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
-
-		if (r > 0) {
-			p += r;
-			n -= (size_t)r;
-			continue;
-		}
-		if (r == 0)
-			return MU_EEOF;
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			rc = wait_fd(fd, POLLIN, deadline);
-			if (rc != 0)
-				return rc;
-			continue;
-		}
-		if (errno == ECONNRESET)
-			return MU_EEOF;
-		return -errno;
+		rc = mu__sock_recv_some(s, p, n, &got, deadline);
+		if (rc != 0)
+			return rc;
+		p += got;
+		n -= got;
 	}
 	return 0;
 }
 
-int mu__sock_sendv(int fd, struct iovec *iov, int n, int64_t deadline,
+int mu__sock_sendv(mu_stream_t *s, struct iovec *iov, int n, int64_t deadline,
                    int idle_ms)
 {
-	struct msghdr mh;
+	size_t w;
 	int rc;
 
 	while (n > 0 && iov->iov_len == 0) {
@@ -170,34 +181,27 @@ int mu__sock_sendv(int fd, struct iovec *iov, int n, int64_t deadline,
 		n--;
 	}
 	while (n > 0) {
-		ssize_t w;
-
-		memset(&mh, 0, sizeof(mh));
-		mh.msg_iov = iov;
-		mh.msg_iovlen = (size_t)(n > IOV_MAX ? IOV_MAX : n);
-		w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		rc = mu__stream_sendv(s, iov, n, &w);
+		if (rc == -EAGAIN) {
 			int64_t until = deadline;
 
 			if (idle_ms >= 0 && mu__deadline(idle_ms) < until)
 				until = mu__deadline(idle_ms);
-			rc = wait_fd(fd, POLLOUT, until);
+			rc = wait_stream(s, until);
 			if (rc != 0)
 				return rc;
 			continue;
 		}
-		if (w < 0)
-			return errno == EPIPE || errno == ECONNRESET ? MU_EEOF : -errno;
-		while (n > 0 && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
+		if (rc != 0)
+			return rc;
+		while (n > 0 && w >= iov->iov_len) {
+			w -= iov->iov_len;
 			iov++;
 			n--;
 		}
 		if (n > 0) {
 			iov->iov_base = (char *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
+			iov->iov_len -= w;
 		}
 	}
 	return 0;
@@ -249,24 +253,80 @@ int mu__sock_listen(const char *host, int port, int backlog, int *out,
 	return 0;
 }
 
-int mu__sock_wait_readable(int fd, int64_t deadline)
+int mu__sock_wait_readable(mu_stream_t *s, int64_t deadline)
 {
-	return wait_fd(fd, POLLIN, deadline);
+	if (mu__stream_pending(s) > 0)
+		return 0;
+	return wait_fd(s->fd, POLLIN, deadline);
 }
 
-int mu__sock_idle_ok(int fd)
+int mu__sock_idle_ok(mu_stream_t *s)
 {
-	struct pollfd pfd = {fd, POLLIN | POLLRDHUP, 0};
+	struct pollfd pfd = {s->fd, POLLIN | POLLRDHUP, 0};
 	int n;
 
+	if (mu__stream_pending(s) > 0)
+		return 0;
 	do
 		n = poll(&pfd, 1, 0);
 	while (n < 0 && errno == EINTR);
 	return n == 0;
 }
 
-void mu__sock_close(int fd)
+int mu__sock_poll(mu_stream_t *const *s, int n, char *ready, int timeout_ms)
 {
-	if (fd >= 0)
-		close(fd);
+	struct pollfd pf[64];
+	int i, got = 0, rc;
+
+	if (n < 0 || n > 64)
+		return MU_EARG;
+	for (i = 0; i < n; i++) {
+		ready[i] = mu__stream_pending(s[i]) > 0;
+		got += ready[i];
+		pf[i] = (struct pollfd){s[i]->fd, POLLIN, 0};
+	}
+	do
+		rc = poll(pf, (nfds_t)n, got > 0 ? 0 : timeout_ms);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0)
+		return -errno;
+	for (got = 0, i = 0; i < n; i++) {
+		ready[i] |= pf[i].revents != 0;
+		got += ready[i];
+	}
+	return got;
+}
+
+void mu__sock_close(mu_stream_t *s)
+{
+	mu__stream_close(s);
+}
+
+/* ---- the public face of a stream ---- */
+
+int mu_stream_send(mu_stream_t *s, const void *buf, size_t len, int timeout_ms)
+{
+	return mu__sock_send_all(s, buf, len, mu__deadline(timeout_ms));
+}
+
+int mu_stream_recv(mu_stream_t *s, void *buf, size_t len, size_t *n,
+                   int timeout_ms)
+{
+	int rc;
+
+	*n = 0;
+	if (len == 0)
+		return 0;
+	rc = mu__sock_recv_some(s, buf, len, n, mu__deadline(timeout_ms));
+	return rc == MU_EEOF ? 0 : rc;
+}
+
+int mu_stream_shutdown(mu_stream_t *s)
+{
+	int rc;
+
+	while ((rc = mu__stream_shutdown(s)) == -EAGAIN)
+		if ((rc = wait_fd(s->fd, mu__stream_poll_events(s), mu__deadline(1000))) != 0)
+			return rc;
+	return rc;
 }

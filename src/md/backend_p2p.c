@@ -23,6 +23,7 @@
 
 #include "muster/md.h"
 #include "core/alloc_int.h"
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 #include "core/endian_int.h"
 #include "core/log_int.h"
@@ -43,12 +44,12 @@ typedef struct {
 	/* listener */
 	mu__service_t svc;
 	int svc_init, svc_started;
-	uv_tcp_t listener;
+	mu__listener_t listener;
 	int listener_init;
 	mu__list_t conns;
 	mu__budget_t budget;
 	char scratch[READ_CHUNK];
-	/* outgoing: "ip:port" -> fd (as intptr_t + 1) */
+	/* outgoing: "ip:port" -> mu_stream_t */
 	mu__strmap_t out;
 } p2p_t;
 
@@ -158,16 +159,18 @@ static void on_free(mu__conn_t *c)
 
 static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, NULL, NULL, NULL};
 
-static void on_connection(uv_stream_t *listener, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
-	p2p_t *p = listener->data;
+	p2p_t *p = l->data;
 	pconn_t *pc;
 
-	if (status < 0 || (pc = mu__calloc(1, sizeof(*pc))) == NULL)
+	if ((pc = mu__calloc(1, sizeof(*pc))) == NULL) {
+		mu__stream_close(st);
 		return;
+	}
 	pc->p = p;
 	mu__list_insert_tail(&p->conns, &pc->node);
-	mu__conn_accept(&pc->conn, listener, &conn_ops, FRAME_MAX + READ_CHUNK,
+	mu__conn_accept(&pc->conn, &p->svc.loop, st, &conn_ops, FRAME_MAX + READ_CHUNK,
 	                p->scratch, sizeof(p->scratch), &p->budget);
 }
 
@@ -177,7 +180,7 @@ static void stop_cb(mu__service_t *svc)
 	mu__list_t *it, *tmp;
 
 	if (p->listener_init)
-		uv_close((uv_handle_t *)&p->listener, NULL);
+		mu__listener_close(&p->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &p->conns)
 		mu__conn_close(&mu__container_of(it, pconn_t, node)->conn, 0);
 }
@@ -196,14 +199,12 @@ static int start_listener(p2p_t *p)
 		return rc;
 	mu__budget_init(&p->budget, &a->o.listen_budget, "md");
 	p->svc_init = 1;
-	rc = uv_tcp_init(&p->svc.loop, &p->listener);
+	rc = mu__listener_start(&p->listener, &p->svc.loop, &lo, NULL, "md", on_connection,
+	                        &a->listen_port);
 	if (rc == 0) {
 		p->listener_init = 1;
 		p->listener.data = p;
-		rc = mu__listen(&p->listener, &lo, &a->listen_port);
 	}
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&p->listener, 128, on_connection);
 	if (rc == 0)
 		rc = mu__service_start(&p->svc);
 	p->svc_started = rc == 0;
@@ -220,7 +221,7 @@ static void drop_conn(p2p_t *p, const char *key)
 	void *v = mu__strmap_remove(&p->out, key, strlen(key));
 
 	if (v != NULL)
-		mu__sock_close((int)((intptr_t)v - 1));
+		mu__sock_close(v);
 }
 
 /*
@@ -234,28 +235,29 @@ static void drop_conn(p2p_t *p, const char *key)
  * as in ours.)
  */
 static int dial(p2p_t *p, const mu__md_op_t *op, char *key, size_t keylen,
-                int64_t deadline, int *fresh)
+                int64_t deadline, int *fresh, mu_stream_t **out)
 {
-	void *v;
-	int fd, rc;
+	mu_stream_t *v;
+	int rc;
 
 	snprintf(key, keylen, "%s:%d", op->ip, op->port);
 	v = mu__strmap_get(&p->out, key, strlen(key));
-	if (v != NULL && mu__sock_idle_ok((int)((intptr_t)v - 1))) {
+	if (v != NULL && mu__sock_idle_ok(v)) {
 		*fresh = 0;
-		return (int)((intptr_t)v - 1);
+		*out = v;
+		return 0;
 	}
 	if (v != NULL)
 		drop_conn(p, key); /* the peer went away since: dial again */
 	*fresh = 1;
-	rc = mu__sock_connect(op->ip, op->port, deadline, &fd);
+	rc = mu__sock_connect(op->ip, op->port, NULL, deadline, out);
 	if (rc != 0)
 		return rc;
-	if (mu__strmap_put(&p->out, key, strlen(key), (void *)((intptr_t)fd + 1), NULL) != 0) {
-		mu__sock_close(fd);
+	if (mu__strmap_put(&p->out, key, strlen(key), *out, NULL) != 0) {
+		mu__sock_close(*out);
 		return MU_ENOMEM;
 	}
-	return fd;
+	return 0;
 }
 
 /*
@@ -269,13 +271,14 @@ static int exchange(p2p_t *p, const mu__md_op_t *op, const mu__buf_t *frame,
 	char key[96];
 	unsigned char hdr[8];
 	size_t plen;
-	int fd, fresh, rc, tries;
+	mu_stream_t *fd;
+	int fresh, rc, tries;
 
 	for (tries = 0; tries < 2; tries++) {
-		fd = dial(p, op, key, sizeof(key), deadline, &fresh);
-		if (fd < 0) {
-			snprintf(why, wl, "cannot reach %.100s: %.100s", key, mu_strerror(fd));
-			return fd;
+		rc = dial(p, op, key, sizeof(key), deadline, &fresh, &fd);
+		if (rc != 0) {
+			snprintf(why, wl, "cannot reach %.100s: %.100s", key, mu_strerror(rc));
+			return rc;
 		}
 		rc = mu__sock_send_all(fd, frame->data, frame->len, deadline);
 		if (rc == 0 && reply != NULL) {
@@ -380,7 +383,7 @@ static void p2p_close(void *st)
 		mu__service_free(&p->svc);
 	}
 	while ((e = mu__strmap_next(&p->out, &slot, e)) != NULL)
-		mu__sock_close((int)((intptr_t)e->value - 1));
+		mu__sock_close(e->value);
 	mu__strmap_free(&p->out, NULL);
 	mu__free(p);
 }

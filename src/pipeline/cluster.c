@@ -175,7 +175,7 @@ static int assign(mu_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
 		snprintf(err, el, "the stage's description is over 64 MiB");
 		return rc;
 	}
-	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, c->co.io_timeout_ms,
+	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, c->co.io_timeout_ms,
 	              c->co.max_frame_bytes);
 	rc = mu__device_exchange(&ch, &m, body, MU_MSG_READY, &reply, err, el, d->addr);
 	mu__free(body);
@@ -245,7 +245,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *uo, mu_cluster_t **
 	}
 	po = (mu__devpool_opts_t){o->tracker_host, o->key, o->tracker_port, o->priority,
 	                          o->request_timeout_ms, co.io_timeout_ms, co.max_frame_bytes,
-	                          o->say, o->ud};
+	                          co.sec, o->say, o->ud};
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL)
 		return MU_ENOMEM;

@@ -31,7 +31,7 @@
 
 typedef struct {
 	char addr[300];
-	int fd;
+	mu_stream_t *fd;
 	mu_session_t *sess;    /* a tracker session (owned), or NULL: fd is ours */
 	mu__chan_t c;
 	char *desc;
@@ -223,15 +223,17 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 	int port, rc;
 
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
-	s->fd = -1;
+	s->fd = NULL;
 	if (mu__split_hostport(addr, host, sizeof(host), &port) != 0) {
 		snprintf(err, el, "stage %d: \"%s\" is not HOST:PORT", i, addr);
 		return MU_EARG;
 	}
 	/* the stage may still be loading: retry until the deadline */
 	for (;;) {
-		rc = mu__sock_connect(host, port, deadline, &s->fd);
-		if (rc == 0 || rc == MU_ERESOLVE || mu__remaining_ms(deadline) == 0)
+		rc = mu__sock_connect(host, port, c->o.sec, deadline, &s->fd);
+		/* a refusal (secret, certificate) will not change on retry */
+		if (rc == 0 || rc == MU_ERESOLVE || rc == MU_EAUTH || rc == MU_ETLS ||
+		    mu__remaining_ms(deadline) == 0)
 			break;
 		usleep(50 * 1000);
 	}
@@ -319,7 +321,7 @@ void mu_coord_close(mu_coord_t *c)
 	for (int i = 0; i < c->n; i++) {
 		cstage_t *s = &c->s[i];
 
-		if (s->fd >= 0) {
+		if (s->fd != NULL) {
 			mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
 
 			s->c.io_ms = 1000; /* a goodbye is worth a second at most */
@@ -602,7 +604,7 @@ int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out)
 	uv_mutex_init(&c->lock);
 	c->failed_stage = -1;
 	for (int i = 0; i < n; i++)
-		c->s[i].fd = -1;
+		c->s[i].fd = NULL;
 	*out = c;
 	return 0;
 }
@@ -617,11 +619,11 @@ int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
 	memset(s, 0, sizeof(*s));
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
 	s->sess = sess;
-	s->fd = mu_session_fd(sess);
+	s->fd = mu_session_stream(sess);
 	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
 	s->desc = mu__strdup(desc);
 	rc = s->desc == NULL ? MU_ENOMEM : parse_info(c, i, desc, err, el);
-	if (rc == 0 && old.fd >= 0 && (s->first != old.first || s->last != old.last)) {
+	if (rc == 0 && old.fd != NULL && (s->first != old.first || s->last != old.last)) {
 		snprintf(err, el, "%s took nodes %d..%d in place of %d..%d", addr, s->first, s->last - 1,
 		         old.first, old.last - 1);
 		rc = MU_EPROTO;
@@ -634,7 +636,7 @@ int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
 		return rc;
 	}
 	/* a replacement: the old session is gone; keep its figures going */
-	if (old.fd >= 0) {
+	if (old.fd != NULL) {
 		s->t.forward_ms = old.t.forward_ms;
 		s->t.compute_ms = old.t.compute_ms;
 		s->t.bytes_in = old.t.bytes_in;

@@ -556,7 +556,7 @@ void mu_device_session(mu_session_t *s, void *ud)
 		return;
 	}
 	mu__device_ctx(&ctx, &ss, d);
-	mu__chan_init(&c, mu_session_fd(s), s, 30000, (uint64_t)1 << 30);
+	mu__chan_init(&c, mu_session_stream(s), s, 30000, (uint64_t)1 << 30);
 	rc = mu__serve_chan(&c, &ctx);
 	if (rc != 0)
 		mu__log(MU_LOG_INFO, LOG, "session with %s ended: %s", mu_session_peer(s), mu_strerror(rc));

@@ -197,7 +197,7 @@ static int describe_device(mu__devpool_t *p, mu__device_t *d, char *err, size_t 
 	int rc;
 
 	snprintf(d->addr, sizeof(d->addr), "%s", mu_session_peer(d->sess));
-	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, p->io_timeout_ms,
+	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, p->io_timeout_ms,
 	              p->max_frame);
 	rc = mu__device_exchange(&ch, &m, NULL, MU_MSG_INFO, &info, err, el, d->addr);
 	if (rc == 0)
@@ -237,7 +237,7 @@ static void request_main(void *arg)
 	req_t *r = arg;
 
 	r->rc = mu_session_request(r->p->thost, r->p->tport, r->p->key, r->p->priority,
-	                           0, 5, r->p->request_timeout_ms, &r->d->sess);
+	                           0, 5, r->p->o.sec, r->p->request_timeout_ms, &r->d->sess);
 	uv_mutex_lock(&r->tally->lock);
 	r->tally->answered++;
 	r->tally->granted += r->rc == 0;

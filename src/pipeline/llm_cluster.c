@@ -364,7 +364,7 @@ static int assign(mu__llm_cluster_t *c, int i, mu__device_t *d, char *err, size_
 		rc = hashes(c, err, el);
 	if (rc == 0 && (body = assign_body(c, i, c->n, pl->first, pl->last, !local)) == NULL)
 		rc = MU_ENOMEM;
-	mu__chan_init(&ch, mu_session_fd(d->sess), d->sess, c->o.pool.io_timeout_ms,
+	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, c->o.pool.io_timeout_ms,
 	              c->o.pool.max_frame_bytes);
 	if (rc == 0)
 		rc = mu__device_exchange(&ch, &m, body, MU_MSG_READY, &reply, err, el, d->addr);

@@ -28,7 +28,7 @@ typedef struct {
 	int32_t max_seqs;
 	mu_session_t *sess;  /* a tracker session, or NULL for a plain socket */
 	char addr[300];
-	int fd;
+	mu_stream_t *fd;   /* the stage's stream (the session's, if any) */
 	mu__chan_t c;
 	char *desc;
 	int first, last;
@@ -171,13 +171,15 @@ static int connect_stage(mu__llm_coord_t *c, int i, const char *addr, char *err,
 		return MU_EARG;
 	}
 	for (;;) { /* the stage may still be loading */
-		rc = mu__sock_connect(host, port, deadline, &s->fd);
-		if (rc == 0 || rc == MU_ERESOLVE || mu__remaining_ms(deadline) == 0)
+		rc = mu__sock_connect(host, port, c->o.sec, deadline, &s->fd);
+		/* a refusal (secret, certificate) will not change on retry */
+		if (rc == 0 || rc == MU_ERESOLVE || rc == MU_EAUTH || rc == MU_ETLS ||
+		    mu__remaining_ms(deadline) == 0)
 			break;
 		usleep(50 * 1000);
 	}
 	if (rc != 0) {
-		s->fd = -1;
+		s->fd = NULL;
 		snprintf(err, el, "stage %d/%d (%s): cannot connect: %s", i, c->n, addr, mu_strerror(rc));
 		return rc;
 	}
@@ -201,7 +203,7 @@ int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **ou
 	c->n = n;
 	c->o = *o;
 	for (i = 0; i < n; i++) {
-		c->s[i].fd = -1;
+		c->s[i].fd = NULL;
 		c->s[i].co = c;
 		c->s[i].i = i;
 		mu_tensor_list_init(&c->s[i].res);
@@ -213,7 +215,7 @@ int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **ou
 /* Say goodbye to stage i's peer and forget it. */
 static void drop(lstage_t *s)
 {
-	if (s->fd >= 0) {
+	if (s->fd != NULL) {
 		mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
 
 		s->c.io_ms = 1000; /* a goodbye is worth a second at most */
@@ -223,7 +225,7 @@ static void drop(lstage_t *s)
 		else
 			mu__sock_close(s->fd);
 	}
-	s->fd = -1;
+	s->fd = NULL;
 	s->sess = NULL;
 	mu__free(s->desc);
 	s->desc = NULL;
@@ -240,7 +242,7 @@ int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char 
 		return MU_ENOMEM;
 	drop(s);
 	s->sess = sess;
-	s->fd = mu_session_fd(sess);
+	s->fd = mu_session_stream(sess);
 	s->desc = d;
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
 	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
@@ -480,7 +482,7 @@ static int link_ping(void *ud, char *why, size_t wl)
 	return ask(s->co, s->i, &m, NULL, MU_MSG_INFO, NULL, why, wl, "keeping the session alive");
 }
 
-static int link_fd(void *ud)
+static mu_stream_t *link_stream(void *ud)
 {
 	return ((lstage_t *)ud)->fd;
 }
@@ -510,7 +512,7 @@ void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_li
 {
 	lstage_t *s = &c->s[i];
 
-	*link = (mu__eng_link_t){link_open, link_close, link_submit, link_fd, link_finish, link_ping, s,
+	*link = (mu__eng_link_t){link_open, link_close, link_submit, link_stream, link_finish, link_ping, s,
 	                         max_chunk < c->max_chunk ? max_chunk : c->max_chunk, s->max_seqs,
 	                         ""};
 	snprintf(link->name, sizeof(link->name), "stage %d/%d (%s)", i, c->n, s->addr);

@@ -19,6 +19,7 @@ typedef struct {
 	int connect_timeout_ms;  /* per stage, retried while it loads */
 	int io_timeout_ms;       /* a reply that makes no progress this long */
 	uint64_t max_frame_bytes;
+	const mu_secure_t *sec;  /* toward the stages; NULL: plain TCP */
 } mu__llm_coord_opts_t;
 
 void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o);

@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "core/alloc_int.h"
+#include "core/sock_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
 #include "core/time_int.h"
@@ -386,12 +387,12 @@ static int run_now(mu__eng_t *e, int k, const mu__dec_item_t *it, const int32_t 
 	stage_t *s = &e->s[k];
 	const float *out;
 	double ms;
-	int fd, rc = s->l.submit(s->l.ud, it, 1, it->n, tok, x, why, wl);
+	mu_stream_t *st;
+	char ready;
+	int rc = s->l.submit(s->l.ud, it, 1, it->n, tok, x, why, wl);
 
-	if (rc == 0 && (fd = s->l.fd(s->l.ud)) >= 0) {
-		struct pollfd p = {fd, POLLIN, 0};
-
-		if (poll(&p, 1, e->o.io_timeout_ms) != 1) {
+	if (rc == 0 && (st = s->l.stream(s->l.ud)) != NULL) {
+		if (mu__sock_poll(&st, 1, &ready, e->o.io_timeout_ms) != 1) {
 			snprintf(why, wl, "%s: no reply in %d ms while replaying", s->l.name,
 			         e->o.io_timeout_ms);
 			return -ETIMEDOUT;
@@ -577,18 +578,19 @@ static void retire(mu__eng_t *e)
 /* Wait for the busy remote stages; handle the replies that came. */
 static void wait_replies(mu__eng_t *e)
 {
-	struct pollfd p[64];
+	mu_stream_t *p[64];
+	char ready[64];
 	int map[64], n = 0, k, r;
 	char why[512];
 
 	for (k = 0; k < e->n && n < 64; k++)
-		if (e->s[k].busy && e->s[k].l.fd(e->s[k].l.ud) >= 0) {
-			p[n] = (struct pollfd){e->s[k].l.fd(e->s[k].l.ud), POLLIN, 0};
+		if (e->s[k].busy && e->s[k].l.stream(e->s[k].l.ud) != NULL) {
+			p[n] = e->s[k].l.stream(e->s[k].l.ud);
 			map[n++] = k;
 		}
 	if (n == 0)
 		return;
-	r = poll(p, (nfds_t)n, e->o.io_timeout_ms);
+	r = mu__sock_poll(p, n, ready, e->o.io_timeout_ms);
 	if (r == 0) {
 		for (k = 0; k < n; k++) {
 			stage_t *s = &e->s[map[k]];
@@ -605,7 +607,7 @@ static void wait_replies(mu__eng_t *e)
 		return;
 	}
 	for (k = 0; k < n; k++)
-		if (p[k].revents != 0 && (r = reply(e, map[k], why, sizeof(why))) != 0)
+		if (ready[k] && (r = reply(e, map[k], why, sizeof(why))) != 0)
 			stage_failed(e, map[k], r, why);
 }
 
@@ -633,7 +635,8 @@ static int round_once(mu__eng_t *e, eseq_t **all)
 			continue;
 		if (start_batch(e, k, all, nall, why, sizeof(why), &err)) {
 			moved = 1;
-			if (e->s[k].l.fd(e->s[k].l.ud) < 0 && (rc = reply(e, k, why, sizeof(why))) != 0)
+			if (e->s[k].l.stream(e->s[k].l.ud) == NULL &&
+			    (rc = reply(e, k, why, sizeof(why))) != 0)
 				stage_failed(e, k, rc, why);
 		} else if (err != 0) {
 			stage_failed(e, k, err, why);

@@ -19,6 +19,8 @@
 
 #include <stdint.h>
 
+#include "muster/stream.h"
+
 #include "model/llm_gen_int.h"
 #include "model/llm_int.h"
 
@@ -32,9 +34,9 @@ typedef struct {
 	 * activations [rows][dim]. */
 	int (*submit)(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
 	              const int32_t *tokens, const float *x, char *why, size_t wl);
-	/* The descriptor to poll for the batch's reply, or -1 when submit
+	/* The stream the batch's reply comes on, or NULL when submit
 	 * already computed it (a stage in this process). */
-	int (*fd)(void *ud);
+	mu_stream_t *(*stream)(void *ud);
 	/* Read the reply: *out is rows of activations or logits (owned by the
 	 * link until the next submit), *compute_ms the stage's own time. */
 	int (*finish)(void *ud, const float **out, double *compute_ms, char *why, size_t wl);

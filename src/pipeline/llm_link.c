@@ -51,10 +51,10 @@ static int local_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
 	return 0;
 }
 
-static int local_fd(void *ud)
+static mu_stream_t *local_stream(void *ud)
 {
 	(void)ud;
-	return -1;
+	return NULL; /* computed in submit */
 }
 
 static int local_finish(void *ud, const float **out, double *ms, char *why, size_t wl)
@@ -82,7 +82,7 @@ int mu__link_local(mu__dec_t *d, int32_t max_chunk, int max_seqs, mu__eng_link_t
 		return MU_ENOMEM;
 	}
 	l->d = d;
-	*link = (mu__eng_link_t){local_open, local_close, local_submit, local_fd, local_finish, NULL,
+	*link = (mu__eng_link_t){local_open, local_close, local_submit, local_stream, local_finish, NULL,
 	                         l, max_chunk, max_seqs, ""};
 	snprintf(link->name, sizeof(link->name), "layers %d..%d in this process", first, last - 1);
 	return 0;

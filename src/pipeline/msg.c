@@ -11,18 +11,17 @@
 #include <sys/uio.h>
 
 #include "core/alloc_int.h"
+#include "core/auth_int.h"
 #include "core/endian_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "pipeline/msg_int.h"
 #include "tensor/frame_int.h"
 
-void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
+void mu__chan_init(mu__chan_t *c, mu_stream_t *st, mu_session_t *sess, int io_ms,
                    uint64_t max_frame)
 {
-	int fl;
-
-	c->fd = fd;
+	c->st = sess != NULL ? mu_session_stream(sess) : st;
 	c->sess = sess;
 	/* a device's session: no wait on the client outlasts the server's
 	 * session timeout, sends included (reads go through the session) */
@@ -32,9 +31,6 @@ void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
 	c->io_ms = io_ms;
 	c->max_frame = max_frame;
 	c->got = 0;
-	fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
 const char *mu__msg_type_name(int type)
@@ -103,36 +99,16 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 /* Up to len bytes; *n > 0 on success. wait_ms bounds the wait. */
 static int chan_read(mu__chan_t *c, void *buf, size_t len, size_t *n, int wait_ms)
 {
-	int64_t deadline = mu__deadline(wait_ms);
-	ssize_t r;
 	int rc;
 
-	if (c->sess != NULL)
+	if (c->sess != NULL) {
 		rc = mu_session_recv(c->sess, buf, len, n, wait_ms);
-	else {
-		*n = 0;
-		for (;;) {
-			r = recv(c->fd, buf, len, MSG_DONTWAIT);
-			if (r >= 0) {
-				*n = (size_t)r;
-				rc = 0;
-				break;
-			}
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK) {
-				rc = errno == ECONNRESET ? MU_EEOF : -errno;
-				break;
-			}
-			/* the time left, not a fresh wait_ms after each wake-up */
-			rc = mu__sock_wait_readable(c->fd, deadline);
-			if (rc != 0)
-				return rc;
-		}
+		if (rc == 0 && *n == 0)
+			rc = MU_EEOF;
+		return rc;
 	}
-	if (rc == 0 && *n == 0)
-		rc = MU_EEOF;
-	return rc;
+	/* one deadline: the time left, not a fresh wait_ms after each wake-up */
+	return mu__sock_recv_some(c->st, buf, len, n, mu__deadline(wait_ms));
 }
 
 /* len bytes; c->got counts those that came (from `base` on) */
@@ -159,7 +135,7 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 {
 	unsigned char h[MU_MSG_HEADER];
 	size_t n;
-	int rc;
+	int rc, why;
 
 	c->got = 0;
 	rc = chan_read(c, h, 1, &n, wait_ms);
@@ -171,7 +147,10 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 		return MU_EPROTO; /* closed inside a header: a truncated message */
 	if (rc != 0)
 		return rc;
-	return mu__msg_decode(h, c->max_frame, m);
+	rc = mu__msg_decode(h, c->max_frame, m);
+	if (rc == MU_EBADMAGIC && c->st != NULL && (why = mu__auth_sniff(c->st, h, sizeof(h))) != 0)
+		rc = why; /* a stage that wants a secret or TLS we lack */
+	return rc;
 }
 
 int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body)
@@ -271,7 +250,7 @@ int mu__msg_send(mu__chan_t *c, mu__msg_t *m, const void *body, size_t len)
 	iov[0].iov_len = sizeof(h);
 	iov[1].iov_base = (void *)body;
 	iov[1].iov_len = len;
-	return mu__sock_sendv(c->fd, iov, 2, MU_NO_DEADLINE, c->io_ms);
+	return mu__sock_sendv(c->st, iov, 2, MU_NO_DEADLINE, c->io_ms);
 }
 
 int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l)
@@ -280,7 +259,7 @@ int mu__msg_send_frame(mu__chan_t *c, mu__msg_t *m, const mu_tensor_list_t *l)
 
 	m->len = mu_frame_size(l);
 	mu__msg_encode_frame(m, l, h);
-	return mu__frame_sendv(c->fd, h, sizeof(h), l, MU_NO_DEADLINE, c->io_ms);
+	return mu__frame_sendv(c->st, h, sizeof(h), l, MU_NO_DEADLINE, c->io_ms);
 }
 
 int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text)
@@ -293,18 +272,13 @@ int mu__msg_send_error(mu__chan_t *c, uint64_t id, int code, const char *text)
 void mu__chan_linger(mu__chan_t *c)
 {
 	char scratch[4096];
-	struct pollfd pfd = {c->fd, POLLIN, 0};
 	int64_t deadline = mu__deadline(200);
-	size_t total = 0;
+	size_t total = 0, r;
 
 	/* closing with unread bytes makes the kernel send a reset, which can
 	 * destroy the error we just sent before the peer reads it */
-	shutdown(c->fd, SHUT_WR);
-	while (total < (1u << 20) && poll(&pfd, 1, mu__remaining_ms(deadline)) > 0) {
-		ssize_t r = recv(c->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
-
-		if (r <= 0)
-			break;
-		total += (size_t)r;
-	}
+	mu_stream_shutdown(c->st);
+	while (total < (1u << 20) &&
+	       mu__sock_recv_some(c->st, scratch, sizeof(scratch), &r, deadline) == 0)
+		total += r;
 }

@@ -19,9 +19,8 @@
  * text. The reader checks magic, version, type and the length against its
  * limits before it reads a byte of the body.
  *
- * A channel is a connected socket (non-blocking underneath; every wait is
- * bounded) and, on a tracker session, the bytes that came in behind the
- * handshake, read first.
+ * A channel is a stream (core/stream_int.h; every wait is bounded) and,
+ * on a tracker session, the session whose limits its reads keep.
  */
 #ifndef MU_PIPELINE_MSG_INT_H
 #define MU_PIPELINE_MSG_INT_H
@@ -75,8 +74,8 @@ typedef struct {
 } mu__msg_t;
 
 typedef struct {
-	int fd;
-	mu_session_t *sess;  /* when set, reads go through it first */
+	mu_stream_t *st;
+	mu_session_t *sess;  /* when set, reads go through it */
 	int io_ms;           /* a wait with no progress longer than this fails */
 	uint64_t max_frame;  /* tensor data bytes per frame body */
 	uint64_t got;        /* after a failed receive: how many bytes of the
@@ -84,8 +83,8 @@ typedef struct {
 	                      * say how far a truncated message got */
 } mu__chan_t;
 
-/* A channel over fd (made non-blocking) or over a session's socket. */
-void mu__chan_init(mu__chan_t *c, int fd, mu_session_t *sess, int io_ms,
+/* A channel over st (borrowed), or over a session's stream (sess). */
+void mu__chan_init(mu__chan_t *c, mu_stream_t *st, mu_session_t *sess, int io_ms,
                    uint64_t max_frame);
 
 /*

@@ -164,6 +164,7 @@ typedef struct {
 	int request_timeout_ms;  /* to get each device */
 	int io_timeout_ms;       /* on its session */
 	uint64_t max_frame_bytes;
+	const mu_secure_t *sec;  /* toward the devices; NULL: plain TCP */
 	void (*say)(void *ud, const char *line); /* narration, or NULL */
 	void *ud;
 } mu__devpool_opts_t;

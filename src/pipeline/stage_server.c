@@ -21,6 +21,7 @@
 #include <string.h>
 #include <uv.h>
 #include "core/alloc_int.h"
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
@@ -73,7 +74,7 @@ struct mu_stage_server_s {
 	mu_stage_t *stage;
 	mu_stage_server_opts_t o;
 	char host[256], name[64];
-	uv_tcp_t listener;
+	mu__listener_t listener;
 	int listener_init;
 	int port;
 	mu__list_t conns;         /* oldest first */
@@ -335,7 +336,7 @@ static void dispatch(sconn_t *sc)
 	     (sc->m.type == MU_MSG_INFO && sc->srv->stage != NULL && sc->srv->stage->llm != NULL)) &&
 	    sc->srv->stage != NULL && mu__buf_appendc(&sc->text, '\0') == 0) {
 		sc->work.data = sc;
-		if (uv_queue_work(sc->conn.tcp.loop, &sc->work, work_cb, after_work_cb) == 0) {
+		if (uv_queue_work(sc->conn.loop, &sc->work, work_cb, after_work_cb) == 0) {
 			sc->computing = 1;
 			return;
 		}
@@ -672,16 +673,16 @@ static void over_limit(mu_stage_server_t *srv, sconn_t *newcomer)
 	fail_conn(newcomer, MU_ETOOBIG, "%s", why);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
-	mu_stage_server_t *srv = listener->data;
+	mu_stage_server_t *srv = l->data;
 	sconn_t *sc;
 
-	if (status < 0)
-		return;
 	sc = mu__calloc(1, sizeof(*sc));
-	if (sc == NULL)
+	if (sc == NULL) {
+		mu__stream_close(st);
 		return;
+	}
 	sc->srv = srv;
 	sc->serial = ++srv->serials;
 	sc->since = mu__clock_ms();
@@ -692,7 +693,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	srv->nconns++;
 	mu__metric_add(srv->m_conns, NULL, 1);
 	mu__metric_add(srv->m_open, NULL, 1); /* sc_close takes it back, even on failure */
-	if (mu__conn_accept(&sc->conn, listener, &sc_ops, 2 * sizeof(srv->scratch), srv->scratch,
+	if (mu__conn_accept(&sc->conn, &srv->svc.loop, st, &sc_ops, 2 * sizeof(srv->scratch), srv->scratch,
 	                    sizeof(srv->scratch), &srv->budget) != 0)
 		return;
 	mu__log(MU_LOG_INFO, LOG, "%s: connection from %s", srv->name, sc->conn.peer);
@@ -708,7 +709,7 @@ static void service_stop_cb(mu__service_t *svc)
 	mu__list_t *it, *tmp;
 
 	if (srv->listener_init)
-		uv_close((uv_handle_t *)&srv->listener, NULL);
+		mu__listener_close(&srv->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &srv->conns)
 		mu__conn_close(&mu__container_of(it, sconn_t, node)->conn, 0);
 }
@@ -738,16 +739,14 @@ void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size)
 static int stage_listen(mu_stage_server_t *srv)
 {
 	mu__listen_opts_t lo = {srv->host, srv->o.port, srv->o.port + 1, 1, 128};
-	int rc = uv_tcp_init(&srv->svc.loop, &srv->listener);
+	int rc = mu__listener_start(&srv->listener, &srv->svc.loop, &lo, srv->o.sec, LOG,
+	                            on_connection, &srv->port);
 
 	if (rc != 0)
 		return rc;
 	srv->listener_init = 1;
 	srv->listener.data = srv;
-	rc = mu__listen(&srv->listener, &lo, &srv->port);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&srv->listener, lo.backlog, on_connection);
-	return rc;
+	return 0;
 }
 
 static void metrics_init(mu_stage_server_t *srv, mu_metrics_t *m)

@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The device server's loop thread: accepts clients, reads their TVM
- * handshake with a deadline (a client that connects and says nothing holds
- * nobody up), checks the matchkey, and hands a successful connection to a
- * session thread running the caller's handler. Registration with the
- * tracker runs beside it (register.c).
+ * The device server's loop thread: accepts clients (core/accept.c, under
+ * the server's mu_secure_t), reads their TVM handshake on core/conn.c with
+ * a deadline and the server's budget (a client that connects and says
+ * nothing holds nobody up), checks the matchkey, and hands the stream of a
+ * successful connection to a session thread running the caller's handler.
+ * Registration with the tracker runs beside it (register.c).
  *
  * Handshake connection states (hs_conn_t.state):
  *   HELLO    reading RPC_MAGIC, the length and the key string; timer runs
  *   WAITING  standalone only: a good hello, waiting for the session slot
- *   ANSWER   reply queued (SUCCESS: hand off after it is written;
- *            MISMATCH: close after it is written)
- *   CLOSING  uv_close issued; freed when both handles have closed
+ *   ANSWER   reply queued (SUCCESS: hand the stream off after it is
+ *            written; MISMATCH: finish the connection after it)
+ *   CLOSING  mu__conn_close called; freed by core/conn.c's on_free
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +24,9 @@
 
 #include "muster/server.h"
 #include "core/alloc_int.h"
+#include "core/accept_int.h"
 #include "core/buf_int.h"
+#include "core/conn_int.h"
 #include "core/log_int.h"
 #include "core/metrics_int.h"
 #include "core/net_int.h"
@@ -37,45 +40,16 @@
 typedef enum { HS_HELLO, HS_WAITING, HS_ANSWER, HS_CLOSING } hs_state_t;
 
 typedef struct {
-	uv_tcp_t tcp;
-	uv_timer_t timer;
-	uv_write_t wreq;
-	mu__list_t node; /* in handshakes or waiting, while not CLOSING */
+	mu__conn_t conn;  /* first: core/conn.c's callbacks get this */
+	mu__list_t node;  /* in handshakes or waiting, while not CLOSING */
 	mu_server_t *s;
 	hs_state_t state;
-	int open_handles;
-	int success;   /* the answer being written is SUCCESS */
-	size_t used;   /* bytes of `in` that were the hello */
-	double timeout; /* the client's -timeout */
-	mu__buf_t in;
-	mu__buf_t out;
-	char peer[MU_ADDRSTRLEN];
+	int success;      /* the answer being written is SUCCESS */
+	int handed;       /* the stream went to a session */
+	size_t used;      /* bytes of conn.in that were the hello */
+	double timeout;   /* the client's -timeout */
+	mu__buf_t out;    /* the answer, referenced by its write */
 } hs_conn_t;
-
-static char scratch[4096]; /* loop-thread read buffer; copied out at once */
-
-/* ---- closing ---- */
-
-static void hs_handle_closed(uv_handle_t *h)
-{
-	hs_conn_t *c = h->data;
-
-	if (--c->open_handles > 0)
-		return;
-	mu__buf_free(&c->in);
-	mu__buf_free(&c->out);
-	mu__free(c);
-}
-
-static void hs_close(hs_conn_t *c)
-{
-	if (c->state == HS_CLOSING)
-		return;
-	c->state = HS_CLOSING;
-	mu__list_remove(&c->node);
-	uv_close((uv_handle_t *)&c->tcp, hs_handle_closed);
-	uv_close((uv_handle_t *)&c->timer, hs_handle_closed);
-}
 
 /* ---- sessions ---- */
 
@@ -144,83 +118,74 @@ static void session_timeout_cb(uv_timer_t *t)
 		return;
 	SLOG(s, MU_LOG_INFO, "Session with %s reached its -timeout; closing it",
 	     mu_session_peer(s->active));
-	shutdown(mu_session_fd(s->active), SHUT_RDWR);
+	mu__stream_abort(s->active->st);
 }
 
 /*
- * Take the socket out of libuv (a blocking duplicate; the handle closes)
- * and start a session thread on it, with bytes that came behind the hello.
+ * SUCCESS is out: take the stream out of the loop and start a session
+ * thread on it, with the bytes that came behind the hello.
  */
 static void hand_off(hs_conn_t *c)
 {
 	mu_server_t *s = c->s;
-	int fd = -1, nfd = -1;
+	mu_stream_t *st = NULL;
+	mu__buf_t early;
 
-	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
-		nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (nfd >= 0)
-		fcntl(nfd, F_SETFL, fcntl(nfd, F_GETFL) & ~O_NONBLOCK);
-	if (nfd >= 0)
-		s->active = mu__session_new(nfd, c->peer, c->timeout,
-		                            c->in.data + c->used, c->in.len - c->used);
+	/* the early bytes live in conn.in, which the detach frees */
+	mu__buf_init(&early, c->conn.in.len);
+	c->handed = 1; /* before the detach closes c: its slot goes on */
+	if (mu__buf_append(&early, c->conn.in.data + c->used, c->conn.in.len - c->used) == 0 &&
+	    mu__conn_detach(&c->conn, &st) == 0)
+		s->active = mu__session_new(st, c->timeout, early.data, early.len);
+	mu__buf_free(&early);
 	if (s->active != NULL && s->opts.session_timeout > 0)
 		s->active->wait_limit_ms = (int)(s->opts.session_timeout * 1000.0);
 	if (s->active == NULL ||
 	    uv_thread_create(&s->active_thread, session_main, s) != 0) {
-		SLOG(s, MU_LOG_ERROR, "cannot start a session for %s", c->peer);
-		if (s->active != NULL)
-			mu__session_free(s->active); /* closes nfd */
-		else if (nfd >= 0)
-			close(nfd);
+		SLOG(s, MU_LOG_ERROR, "cannot start a session for %s", c->conn.peer);
+		mu__session_free(s->active); /* closes the stream */
 		s->active = NULL;
-		hs_close(c);
+		mu__conn_close(&c->conn, 0);
 		release_slot(s, 0);
 		return;
 	}
-	SLOG(s, MU_LOG_INFO, "Session with %s started", c->peer);
+	SLOG(s, MU_LOG_INFO, "Session with %s started", s->active->peer);
 	s->session_start = mu__clock_ms();
 	mu__metric_add(s->m_sessions, NULL, 1);
 	mu__metric_set(s->m_active, NULL, 1);
 	if (c->timeout > 0)
 		uv_timer_start(&s->session_timer, session_timeout_cb,
 		               (uint64_t)(c->timeout * 1000.0), 0);
-	hs_close(c);
 }
 
-static void answer_written(uv_write_t *req, int status)
+/* The answer is written (or dropped: the connection is closing). */
+static void answer_done(void *arg)
 {
-	hs_conn_t *c = req->data;
+	hs_conn_t *c = arg;
 
-	if (c->state != HS_ANSWER)
-		return; /* closed meanwhile: the server is stopping */
-	if (c->success && status == 0) {
+	if (c->conn.closing)
+		return; /* on_close has seen to the slot */
+	if (c->success)
 		hand_off(c);
-		return;
-	}
-	hs_close(c);
-	if (c->success) /* the client left before it heard SUCCESS */
-		release_slot(c->s, 0);
+	else
+		mu__conn_finish(&c->conn, 0, 1000);
 }
 
 /* Queue the answer to a complete hello. */
 static void answer(hs_conn_t *c, int success)
 {
-	uv_buf_t b;
 	int rc;
 
 	c->state = HS_ANSWER;
 	c->success = success;
-	uv_read_stop((uv_stream_t *)&c->tcp);
-	uv_timer_stop(&c->timer);
+	mu__conn_hold(&c->conn, 1);
+	mu__conn_timer(&c->conn, 0);
 	mu__buf_reset(&c->out);
 	rc = mu__rpc_reply_encode(&c->out, success, c->s->key);
-	b = uv_buf_init(c->out.data, (unsigned)c->out.len);
-	c->wreq.data = c;
-	if (rc != 0 || uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, answer_written) != 0) {
-		hs_close(c);
-		if (success) /* the slot was taken for it: give it back */
-			release_slot(c->s, 0);
-	}
+	if (rc == 0)
+		rc = mu__conn_send(&c->conn, NULL, 0, c->out.data, c->out.len, answer_done, c);
+	if (rc != 0)
+		mu__conn_close(&c->conn, rc); /* on_close gives the slot back */
 }
 
 /*
@@ -249,12 +214,12 @@ static void judge(hs_conn_t *c, const char *mk, size_t mklen)
 	uv_mutex_unlock(&s->lock);
 	if (!ok) {
 		SLOG(s, MU_LOG_INFO, "Mismatch from %s: matchkey \"%.*s\" is not current",
-		     c->peer, (int)(mklen > 200 ? 200 : mklen), mk);
+		     c->conn.peer, (int)(mklen > 200 ? 200 : mklen), mk);
 		answer(c, 0);
 	} else if (wait) {
 		c->state = HS_WAITING;
-		uv_read_stop((uv_stream_t *)&c->tcp);
-		uv_timer_stop(&c->timer);
+		mu__conn_hold(&c->conn, 1);
+		mu__conn_timer(&c->conn, 0);
 		mu__list_remove(&c->node);
 		mu__list_insert_tail(&s->waiting, &c->node);
 	} else {
@@ -262,90 +227,90 @@ static void judge(hs_conn_t *c, const char *mk, size_t mklen)
 	}
 }
 
-static void hs_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+static void hs_data(mu__conn_t *cc)
 {
-	(void)h;
-	(void)hint;
-	*buf = uv_buf_init(scratch, sizeof(scratch));
-}
-
-static void hs_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-	hs_conn_t *c = st->data;
+	hs_conn_t *c = (hs_conn_t *)cc;
 	const char *key, *mk;
 	size_t keylen, mklen;
 	int rc;
 
-	if (nread == 0 || c->state != HS_HELLO)
+	if (c->state != HS_HELLO)
 		return;
-	if (nread < 0) {
-		SLOG(c->s, MU_LOG_INFO, "%s left during the handshake", c->peer);
-		hs_close(c);
-		return;
-	}
-	if (mu__buf_append(&c->in, buf->base, (size_t)nread) != 0) {
-		hs_close(c);
-		return;
-	}
-	rc = mu__rpc_hello_peek(c->in.data, c->in.len, MU_RPC_MAX_KEY, &key, &keylen);
+	rc = mu__rpc_hello_peek(cc->in.data, cc->in.len, MU_RPC_MAX_KEY, &key, &keylen);
 	if (rc == 0)
 		return;
 	if (rc < 0) {
-		SLOG(c->s, MU_LOG_WARN, "%s: bad handshake (%s), closing", c->peer,
+		SLOG(c->s, MU_LOG_WARN, "%s: bad handshake (%s), closing", cc->peer,
 		     mu_strerror(rc));
-		hs_close(c);
+		mu__conn_close(cc, rc);
 		return;
 	}
 	c->used = 8 + keylen;
 	if (mu__rpc_parse_client_key(key, keylen, &mk, &mklen, &c->timeout) != 0) {
 		SLOG(c->s, MU_LOG_INFO, "%s: key string \"%.*s\" is not client:MATCHKEY[ -timeout=N]",
-		     c->peer, (int)(keylen > 200 ? 200 : keylen), key);
+		     cc->peer, (int)(keylen > 200 ? 200 : keylen), key);
 		answer(c, 0);
 		return;
 	}
 	judge(c, mk, mklen);
 }
 
-static void hs_timeout(uv_timer_t *t)
+static void hs_timeout(mu__conn_t *cc)
 {
-	hs_conn_t *c = t->data;
+	hs_conn_t *c = (hs_conn_t *)cc;
 
-	SLOG(c->s, MU_LOG_WARN, "%s: no handshake within %g s, closing", c->peer,
+	SLOG(c->s, MU_LOG_WARN, "%s: no handshake within %g s, closing", cc->peer,
 	     c->s->opts.handshake_timeout);
-	hs_close(c);
+	mu__conn_close(cc, -ETIMEDOUT);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+static void hs_closed(mu__conn_t *cc, int err)
 {
-	mu_server_t *s = listener->data;
-	char ip[MU_ADDRSTRLEN];
-	hs_conn_t *c;
-	int port = 0;
+	hs_conn_t *c = (hs_conn_t *)cc;
+	hs_state_t was = c->state;
 
-	if (status < 0 || (c = mu__calloc(1, sizeof(*c))) == NULL)
+	c->state = HS_CLOSING;
+	mu__list_remove(&c->node);
+	if (c->handed)
 		return;
-	c->s = s;
-	c->tcp.data = c;
-	c->timer.data = c;
-	c->open_handles = 2;
-	c->state = HS_HELLO;
-	mu__buf_init(&c->in, 8 + MU_RPC_MAX_KEY + sizeof(scratch));
-	mu__buf_init(&c->out, 16 + MU_RPC_MAX_KEY);
-	uv_tcp_init(&s->svc.loop, &c->tcp);
-	uv_timer_init(&s->svc.loop, &c->timer);
-	mu__list_insert_tail(&s->handshakes, &c->node);
-	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 ||
-	    mu__tcp_peer(&c->tcp, ip, sizeof(ip), &port) != 0) {
-		SLOG(s, MU_LOG_INFO, "A client left before it could be served");
-		hs_close(c);
+	if (err != 0 && was == HS_HELLO && err != -ETIMEDOUT)
+		SLOG(c->s, MU_LOG_INFO, "%s left during the handshake (%s)", cc->peer,
+		     mu_strerror(err));
+	/* the slot was taken for it: give it back (not while stopping: the
+	 * stop closes the loop's handles itself) */
+	if (was == HS_ANSWER && c->success && !c->s->loop_stopping)
+		release_slot(c->s, 0);
+}
+
+static void hs_free(mu__conn_t *cc)
+{
+	hs_conn_t *c = (hs_conn_t *)cc;
+
+	mu__buf_free(&c->out);
+	mu__free(c);
+}
+
+static const mu__conn_ops_t hs_ops = {hs_data, hs_closed, hs_free, hs_timeout, NULL, NULL, NULL};
+
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
+{
+	mu_server_t *s = l->data;
+	hs_conn_t *c;
+
+	if ((c = mu__calloc(1, sizeof(*c))) == NULL) {
+		mu__stream_close(st);
 		return;
 	}
-	mu__hostport_text(ip, port, c->peer, sizeof(c->peer));
-	uv_tcp_nodelay(&c->tcp, 1);
+	c->s = s;
+	c->state = HS_HELLO;
+	mu__buf_init(&c->out, 16 + MU_RPC_MAX_KEY);
+	mu__list_insert_tail(&s->handshakes, &c->node);
+	if (mu__conn_accept(&c->conn, &s->svc.loop, st, &hs_ops,
+	                    8 + MU_RPC_MAX_KEY + sizeof(s->scratch), s->scratch,
+	                    sizeof(s->scratch), &s->budget) != 0)
+		return;
 	if (s->opts.handshake_timeout > 0)
-		uv_timer_start(&c->timer, hs_timeout,
-		               (uint64_t)(s->opts.handshake_timeout * 1000.0), 0);
-	uv_read_start((uv_stream_t *)&c->tcp, hs_alloc, hs_read);
+		mu__conn_timer(&c->conn, (uint64_t)(s->opts.handshake_timeout * 1000.0));
 }
 
 /* ---- stopping ---- */
@@ -355,7 +320,7 @@ static void close_all(mu__list_t *l)
 	mu__list_t *it, *tmp;
 
 	mu__list_foreach_safe(it, tmp, l)
-		hs_close(mu__container_of(it, hs_conn_t, node));
+		mu__conn_close(&mu__container_of(it, hs_conn_t, node)->conn, 0);
 }
 
 static void service_stop_cb(mu__service_t *svc)
@@ -366,12 +331,13 @@ static void service_stop_cb(mu__service_t *svc)
 	s->stopping = 1;
 	uv_cond_broadcast(&s->cond);
 	uv_mutex_unlock(&s->lock);
+	s->loop_stopping = 1;
 	if (s->listener_init)
-		uv_close((uv_handle_t *)&s->listener, NULL);
+		mu__listener_close(&s->listener, NULL);
 	close_all(&s->handshakes);
 	close_all(&s->waiting);
 	if (s->active != NULL) /* its handler sees I/O fail and returns */
-		shutdown(mu_session_fd(s->active), SHUT_RDWR);
+		mu__stream_abort(s->active->st);
 	else
 		close_loop_handles(s);
 }
@@ -389,6 +355,7 @@ static void server_defaults(mu_server_opts_t *o)
 	o->session_timeout = 300;
 	o->poll_period = 2;
 	o->retry_max = 8;
+	mu_budget_init(&o->budget);
 }
 
 void mu_server_opts_init_size(mu_server_opts_t *o, size_t size)
@@ -405,6 +372,7 @@ static int server_init(mu_server_t *s, const mu_server_opts_t *o)
 	    o->on_session == NULL ||
 	    o->handshake_timeout < 0 || o->poll_period <= 0 || o->retry_max <= 0 ||
 	    !(o->session_timeout >= 0 && o->session_timeout <= INT_MAX / 1000) ||
+	    mu_budget_check(&o->budget) != 0 ||
 	    mu__copy_str(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||
 	    mu__copy_str(s->key, sizeof(s->key), o->key) ||
 	    mu__copy_str(s->tracker_host, sizeof(s->tracker_host), o->tracker_host) ||
@@ -421,6 +389,7 @@ static int server_init(mu_server_t *s, const mu_server_opts_t *o)
 		memcpy(s->matchkey, s->key, strlen(s->key) + 1);
 	mu__list_init(&s->handshakes);
 	mu__list_init(&s->waiting);
+	mu__budget_init(&s->budget, &o->budget, "server");
 	return 0;
 }
 
@@ -435,15 +404,13 @@ static int server_listen(mu_server_t *s)
 	s->session_done.data = s;
 	uv_timer_init(&s->svc.loop, &s->session_timer);
 	s->session_timer.data = s;
-	rc = uv_tcp_init(&s->svc.loop, &s->listener);
+	rc = mu__listener_start(&s->listener, &s->svc.loop, &lo, s->opts.sec, "server",
+	                        on_connection, &s->port);
 	if (rc != 0)
 		return rc;
 	s->listener_init = 1;
 	s->listener.data = s;
-	rc = mu__listen(&s->listener, &lo, &s->port);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&s->listener, lo.backlog, on_connection);
-	return rc;
+	return 0;
 }
 
 /* The address to publish: see mu_server_host. */

@@ -15,6 +15,8 @@
 #include <uv.h>
 
 #include "muster/server.h"
+#include "core/accept_int.h"
+#include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/service_int.h"
 #include "tracker/proto_int.h"
@@ -23,8 +25,11 @@
 
 struct mu_server_s {
 	mu__service_t svc;
-	uv_tcp_t listener;
+	mu__listener_t listener;
 	int listener_init;
+	int loop_stopping;       /* loop thread: the stop has begun */
+	mu__budget_t budget;     /* the handshakes' (loop thread) */
+	char scratch[4096];      /* the loop's read buffer (conn.c) */
 	uv_async_t session_done; /* session thread -> loop */
 	uv_timer_t session_timer; /* the client's -timeout */
 	mu__list_t handshakes;   /* hs_conn_t, reading a client's hello */

@@ -14,6 +14,7 @@
 #include "muster/server.h"
 #include "muster/tracker.h"
 #include "core/alloc_int.h"
+#include "core/auth_int.h"
 #include "core/log_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
@@ -23,23 +24,20 @@
 /* Bound one connect+handshake to a granted device, whatever the budget. */
 #define HANDSHAKE_TRY_MS 10000
 
-mu_session_t *mu__session_new(int fd, const char *peer, double timeout,
+mu_session_t *mu__session_new(mu_stream_t *st, double timeout,
                               const void *early, size_t nearly)
 {
 	mu_session_t *s = mu__calloc(1, sizeof(*s));
 
-	if (s == NULL)
-		return NULL;
-	s->fd = fd;
-	snprintf(s->peer, sizeof(s->peer), "%s", peer);
-	s->timeout = timeout;
-	s->wait_limit_ms = -1;
-	mu__buf_init(&s->early, MU_RPC_MAX_KEY + 65536);
-	if (nearly > 0 && mu__buf_append(&s->early, early, nearly) != 0) {
-		mu__buf_free(&s->early);
+	if (s == NULL || mu__stream_unread(st, early, nearly) != 0) {
 		mu__free(s);
+		mu__stream_close(st);
 		return NULL;
 	}
+	s->st = st;
+	snprintf(s->peer, sizeof(s->peer), "%s", st->peer);
+	s->timeout = timeout;
+	s->wait_limit_ms = -1;
 	return s;
 }
 
@@ -47,8 +45,7 @@ void mu__session_free(mu_session_t *s)
 {
 	if (s == NULL)
 		return;
-	mu__sock_close(s->fd);
-	mu__buf_free(&s->early);
+	mu__stream_close(s->st);
 	mu__free(s->server_key);
 	mu__free(s);
 }
@@ -58,9 +55,9 @@ void mu_session_close(mu_session_t *s)
 	mu__session_free(s);
 }
 
-int mu_session_fd(const mu_session_t *s)
+mu_stream_t *mu_session_stream(mu_session_t *s)
 {
-	return s->fd;
+	return s->st;
 }
 
 const char *mu_session_peer(const mu_session_t *s)
@@ -80,25 +77,17 @@ const char *mu_session_server_key(const mu_session_t *s)
 
 int mu_session_unread(mu_session_t *s, const void *buf, size_t n)
 {
-	mu__buf_t b;
-	int rc;
-
-	mu__buf_init(&b, s->early.max + n);
-	rc = mu__buf_append(&b, buf, n);
-	if (rc == 0 && s->early.len > 0)
-		rc = mu__buf_append(&b, s->early.data, s->early.len);
-	if (rc != 0) {
-		mu__buf_free(&b);
-		return rc;
-	}
-	mu__buf_free(&s->early);
-	s->early = b;
-	return 0;
+	return mu__stream_unread(s->st, buf, n);
 }
 
 int mu_session_wait_limit_ms(const mu_session_t *s)
 {
 	return s->wait_limit_ms;
+}
+
+int mu_session_shutdown(mu_session_t *s)
+{
+	return mu_stream_shutdown(s->st);
 }
 
 /* The wait a call may make: the caller's, cut to the session's limit. */
@@ -112,7 +101,7 @@ static int clamp_wait(const mu_session_t *s, int timeout_ms)
 /*
  * A wait ended at the session's limit, not the caller's timeout: the
  * client is silent, or does not read. End the session whatever the
- * handler does with -ETIMEDOUT: the socket is shut down, so its next
+ * handler does with -ETIMEDOUT: the stream is shut down, so its next
  * read or write fails, and the server's slot is free once it returns.
  */
 static int limit_passed(mu_session_t *s, const char *what)
@@ -122,7 +111,7 @@ static int limit_passed(mu_session_t *s, const char *what)
 		mu__log(MU_LOG_WARN, "server", "Session with %s: the client %s for %.1f s "
 		        "(session timeout); ending the session", s->peer, what,
 		        s->wait_limit_ms / 1000.0);
-		shutdown(s->fd, SHUT_RDWR);
+		mu__stream_abort(s->st);
 	}
 	return -ETIMEDOUT;
 }
@@ -131,34 +120,16 @@ int mu_session_recv(mu_session_t *s, void *buf, size_t len, size_t *n,
                     int timeout_ms)
 {
 	int wait = clamp_wait(s, timeout_ms);
-	int64_t deadline = mu__deadline(wait);
-	ssize_t r;
 	int rc;
 
 	*n = 0;
-	if (s->early.len > 0) {
-		*n = len < s->early.len ? len : s->early.len;
-		memcpy(buf, s->early.data, *n);
-		mu__buf_consume(&s->early, *n);
+	if (len == 0)
 		return 0;
-	}
-	for (;;) {
-		r = recv(s->fd, buf, len, MSG_DONTWAIT);
-		if (r >= 0) {
-			*n = (size_t)r;
-			return 0;
-		}
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return errno == ECONNRESET ? MU_EEOF : -errno;
-		/* poll for the time left, never a fresh full timeout */
-		rc = mu__sock_wait_readable(s->fd, deadline);
-		if (rc == -ETIMEDOUT && wait != timeout_ms)
-			return limit_passed(s, "sent nothing");
-		if (rc != 0)
-			return rc;
-	}
+	/* one deadline: poll for the time left, never a fresh full timeout */
+	rc = mu__sock_recv_some(s->st, buf, len, n, mu__deadline(wait));
+	if (rc == -ETIMEDOUT && wait != timeout_ms)
+		return limit_passed(s, "sent nothing");
+	return rc == MU_EEOF ? 0 : rc;
 }
 
 int mu_session_send(mu_session_t *s, const void *buf, size_t len,
@@ -172,82 +143,69 @@ int mu_session_send(mu_session_t *s, const void *buf, size_t len,
 		return -ETIMEDOUT;
 	/* the session's limit bounds each stall (the client taking nothing),
 	 * not the whole transfer: a big send to a slow reader may go on */
-	rc = mu__sock_sendv(s->fd, &iov, 1, deadline, s->wait_limit_ms);
+	rc = mu__sock_sendv(s->st, &iov, 1, deadline, s->wait_limit_ms);
 	if (rc == -ETIMEDOUT && s->wait_limit_ms >= 0 &&
 	    (timeout_ms < 0 || mu__now_ms() < deadline))
 		return limit_passed(s, "took nothing");
 	return rc;
 }
 
-static int set_blocking(int fd)
-{
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
-		return -errno;
-	return 0;
-}
-
 /* Read the server's answer; leftover bytes go to the session. */
-static int read_reply(int fd, mu__buf_t *in, int64_t deadline, int *success,
+static int read_reply(mu_stream_t *st, mu__buf_t *in, int64_t deadline, int *success,
                       size_t *used)
 {
 	char tmp[4096];
-	int rc;
+	size_t r;
+	int rc, why;
 
 	for (;;) {
-		ssize_t r;
-
 		rc = mu__rpc_reply_peek(in->data, in->len, success, used);
+		if (rc < 0 && (why = mu__auth_sniff(st, in->data, in->len)) != 0)
+			return why; /* a server that wants a secret or TLS we lack */
 		if (rc != 0)
 			return rc < 0 ? rc : 0;
-		rc = mu__sock_wait_readable(fd, deadline);
+		rc = mu__sock_recv_some(st, tmp, sizeof(tmp), &r, deadline);
+		if (rc == 0)
+			rc = mu__buf_append(in, tmp, r);
 		if (rc != 0)
-			return rc;
-		r = recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
-		if (r == 0)
-			return MU_EEOF;
-		if (r < 0 && errno != EAGAIN && errno != EINTR)
-			return errno == ECONNRESET ? MU_EEOF : -errno;
-		if (r > 0 && (rc = mu__buf_append(in, tmp, (size_t)r)) != 0)
 			return rc;
 	}
 }
 
 int mu_session_connect(const char *host, int port, const char *matchkey,
-                       double session_timeout, int timeout_ms,
-                       mu_session_t **out)
+                       double session_timeout, const mu_secure_t *sec,
+                       int timeout_ms, mu_session_t **out)
 {
 	int64_t deadline = mu__deadline(timeout_ms);
 	mu__buf_t hello, in;
 	size_t used = 0;
-	int fd = -1, ok = 0, rc;
-	char peer[MU_ADDRSTRLEN];
+	mu_stream_t *st = NULL;
+	int ok = 0, rc;
 
 	*out = NULL;
 	mu__buf_init(&hello, MU_RPC_MAX_KEY + 16);
 	mu__buf_init(&in, MU_RPC_MAX_KEY + 65536);
 	rc = mu__rpc_hello_encode(&hello, matchkey, session_timeout);
 	if (rc == 0)
-		rc = mu__sock_connect(host, port, deadline, &fd);
+		rc = mu__sock_connect(host, port, sec, deadline, &st);
 	if (rc == 0)
-		rc = mu__sock_send_all(fd, hello.data, hello.len, deadline);
+		rc = mu__sock_send_all(st, hello.data, hello.len, deadline);
 	if (rc == 0)
-		rc = read_reply(fd, &in, deadline, &ok, &used);
+		rc = read_reply(st, &in, deadline, &ok, &used);
 	if (rc == 0 && !ok)
 		rc = MU_EMISMATCH;
-	if (rc == 0)
-		rc = set_blocking(fd);
-	mu__hostport_text(host, port, peer, sizeof(peer));
-	if (rc == 0 && (*out = mu__session_new(fd, peer, 0, in.data + used,
-	                                       in.len - used)) == NULL)
-		rc = MU_ENOMEM;
+	if (rc == 0) {
+		/* the peer as dialled (a name stays a name in logs) */
+		mu__hostport_text(host, port, st->peer, sizeof(st->peer));
+		if ((*out = mu__session_new(st, 0, in.data + used, in.len - used)) == NULL)
+			rc = MU_ENOMEM;
+		st = NULL; /* taken, also on failure */
+	}
 	if (rc == 0) {
 		/* the answer's key string, "server:KEY" (Java: the client's) */
 		(*out)->server_key = mu__strndup(in.data + 8, used - 8);
-	} else {
-		mu__sock_close(fd);
 	}
+	mu__sock_close(st);
 	mu__buf_free(&hello);
 	mu__buf_free(&in);
 	return rc;
@@ -262,7 +220,8 @@ static int remaining(int64_t deadline)
 
 int mu_session_request(const char *tracker_host, int tracker_port,
                        const char *key, double priority,
-                       double session_timeout, int max_retry, int timeout_ms,
+                       double session_timeout, int max_retry,
+                       const mu_secure_t *sec, int timeout_ms,
                        mu_session_t **out)
 {
 	int64_t deadline = mu__deadline(timeout_ms);
@@ -304,11 +263,11 @@ int mu_session_request(const char *tracker_host, int tracker_port,
 			continue;
 		}
 		left = remaining(deadline);
-		rc = mu_session_connect(g.addr, g.port, g.matchkey, session_timeout,
+		rc = mu_session_connect(g.addr, g.port, g.matchkey, session_timeout, sec,
 		                        left < 0 || left > HANDSHAKE_TRY_MS ? HANDSHAKE_TRY_MS : left,
 		                        out);
-		if (rc == 0)
-			break;
+		if (rc == 0 || rc == MU_EAUTH || rc == MU_ETLS)
+			break; /* another device of the key would refuse us the same way */
 		/* like TVM: the grant is lost, ask again on the same connection */
 		mu__log(MU_LOG_INFO, "session", "device %s:%d (%s) refused us: %s; requesting again",
 		        g.addr, g.port, g.matchkey, mu_strerror(rc));

@@ -35,7 +35,7 @@
 struct mu_store_client_s {
 	mu_store_client_opts_t o;
 	char host[256];
-	int fd;                 /* -1: reconnect on the next call */
+	mu_stream_t *st;        /* NULL: reconnect on the next call */
 	int reused;             /* fd is from an earlier call and nothing of
 	                         * this call has been sent on it yet */
 	mu__store_dialect_t d;
@@ -75,7 +75,7 @@ uint32_t mu__store_client_nonce(void)
 }
 
 /* VALIDATE + PING in one segment, as torch 2.x sends them; read the echo. */
-static int v2_handshake(int fd, int64_t deadline)
+static int v2_handshake(mu_stream_t *fd, int64_t deadline)
 {
 	unsigned char out[10], echo[4];
 	uint32_t nonce = mu__store_client_nonce();
@@ -107,7 +107,7 @@ static int dial(mu_store_client_t *c, int64_t deadline)
 	if (c->fd_given)
 		return -ENOTCONN; /* nowhere to dial */
 	for (;;) {
-		rc = mu__sock_connect(c->host, c->o.port, deadline, &c->fd);
+		rc = mu__sock_connect(c->host, c->o.port, NULL, deadline, &c->st);
 		if (rc == 0 || !retryable(rc) || mu__remaining_ms(deadline) == 0)
 			return rc;
 		usleep((useconds_t)(delay_ms < mu__remaining_ms(deadline) ? delay_ms : mu__remaining_ms(deadline)) * 1000);
@@ -120,20 +120,20 @@ static int reconnect_within(mu_store_client_t *c, int timeout_ms)
 	int64_t deadline = mu__deadline(timeout_ms);
 	int rc;
 
-	mu__sock_close(c->fd);
-	c->fd = -1;
+	mu__sock_close(c->st);
+	c->st = NULL;
 	for (;;) {
 		rc = dial(c, deadline);
 		if (rc != 0)
 			return rc;
 		if (c->d == MU_STORE_V1)
 			return 0;
-		rc = v2_handshake(c->fd, c->o.dialect == MU_STORE_AUTO
+		rc = v2_handshake(c->st, c->o.dialect == MU_STORE_AUTO
 		                                 ? mu__deadline(AUTO_PROBE_MS) : deadline);
 		if (rc == 0)
 			return 0;
-		mu__sock_close(c->fd);
-		c->fd = -1;
+		mu__sock_close(c->st);
+		c->st = NULL;
 		if (c->o.dialect == MU_STORE_AUTO && (retryable(rc) || rc == -ETIMEDOUT)) {
 			c->d = MU_STORE_V1; /* a 1.13 server drops the VALIDATE */
 			c->o.dialect = MU_STORE_DIALECT_V1;
@@ -162,7 +162,7 @@ int mu_store_client_connect(const mu_store_client_opts_t *uo,
 	c->o = *o;
 	memcpy(c->host, o->host, strlen(o->host) + 1);
 	c->o.host = c->host;
-	c->fd = -1;
+	c->st = NULL;
 	c->d = o->dialect == MU_STORE_DIALECT_V1 ? MU_STORE_V1 : MU_STORE_V2;
 	rc = reconnect_within(c, o->connect_timeout_ms > 0 ? o->connect_timeout_ms
 	                                                   : o->timeout_ms);
@@ -178,31 +178,30 @@ int mu__store_client_from_fd(const mu_store_client_opts_t *o, int fd,
                              mu_store_client_t **out)
 {
 	mu_store_client_t *c;
-	int flags, rc;
+	mu_stream_t *st;
+	int rc;
 
 	*out = NULL;
 	if (o == NULL || fd < 0 ||
 	    (o->dialect != MU_STORE_DIALECT_V1 && o->dialect != MU_STORE_DIALECT_V2)) {
-		mu__sock_close(fd);
+		if (fd >= 0)
+			close(fd);
 		return MU_EARG;
 	}
-	flags = fcntl(fd, F_GETFL);
-	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-		rc = -errno;
-		mu__sock_close(fd);
+	rc = mu__stream_tcp_new(fd, &st); /* makes it non-blocking */
+	if (rc != 0)
 		return rc;
-	}
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL) {
-		mu__sock_close(fd);
+		mu__sock_close(st);
 		return MU_ENOMEM;
 	}
 	c->o = *o;
 	c->o.host = c->host; /* "": never used */
-	c->fd = fd;
+	c->st = st;
 	c->fd_given = 1;
 	c->d = o->dialect == MU_STORE_DIALECT_V1 ? MU_STORE_V1 : MU_STORE_V2;
-	rc = c->d == MU_STORE_V2 ? v2_handshake(fd, mu__deadline(o->timeout_ms)) : 0;
+	rc = c->d == MU_STORE_V2 ? v2_handshake(st, mu__deadline(o->timeout_ms)) : 0;
 	if (rc != 0) {
 		mu_store_client_close(c);
 		return rc;
@@ -215,7 +214,7 @@ void mu_store_client_close(mu_store_client_t *c)
 {
 	if (c == NULL)
 		return;
-	mu__sock_close(c->fd);
+	mu__sock_close(c->st);
 	mu__free(c);
 }
 
@@ -243,9 +242,9 @@ static int gone(int rc)
  */
 static int broken(mu_store_client_t *c, int rc)
 {
-	if (rc != 0 && c->fd >= 0) {
-		mu__sock_close(c->fd);
-		c->fd = -1;
+	if (rc != 0 && c->st != NULL) {
+		mu__sock_close(c->st);
+		c->st = NULL;
 	}
 	return rc;
 }
@@ -258,12 +257,12 @@ static int reconnect(mu_store_client_t *c)
 /* A connection for a new call: the kept one if it is still good. */
 static int ready(mu_store_client_t *c)
 {
-	if (c->fd >= 0 && !c->fd_given && !mu__sock_idle_ok(c->fd)) {
-		mu__sock_close(c->fd);
-		c->fd = -1;
+	if (c->st != NULL && !c->fd_given && !mu__sock_idle_ok(c->st)) {
+		mu__sock_close(c->st);
+		c->st = NULL;
 	}
-	c->reused = c->fd >= 0;
-	return c->fd >= 0 ? 0 : reconnect(c);
+	c->reused = c->st != NULL;
+	return c->st != NULL ? 0 : reconnect(c);
 }
 
 static int begin(mu_store_client_t *c, mu__buf_t *b, mu__store_op_t op)
@@ -311,11 +310,11 @@ static int send_buf(mu_store_client_t *c, mu__buf_t *b, int rc)
 
 	c->reused = 0;
 	if (rc == 0)
-		rc = mu__sock_send_all(c->fd, b->data, b->len, mu__deadline(c->o.timeout_ms));
+		rc = mu__sock_send_all(c->st, b->data, b->len, mu__deadline(c->o.timeout_ms));
 	if (rc != 0 && again && gone(rc)) {
 		rc = reconnect(c);
 		if (rc == 0)
-			rc = mu__sock_send_all(c->fd, b->data, b->len,
+			rc = mu__sock_send_all(c->st, b->data, b->len,
 			                       mu__deadline(c->o.timeout_ms));
 	}
 	mu__buf_free(b);
@@ -324,13 +323,13 @@ static int send_buf(mu_store_client_t *c, mu__buf_t *b, int rc)
 
 static int recv_u8(mu_store_client_t *c, uint8_t *v, int64_t deadline)
 {
-	return mu__sock_recv_all(c->fd, v, 1, deadline);
+	return mu__sock_recv_all(c->st, v, 1, deadline);
 }
 
 static int recv_i64(mu_store_client_t *c, int64_t *v)
 {
 	unsigned char b[8];
-	int rc = mu__sock_recv_all(c->fd, b, 8, mu__deadline(c->o.timeout_ms));
+	int rc = mu__sock_recv_all(c->st, b, 8, mu__deadline(c->o.timeout_ms));
 
 	if (rc == 0)
 		*v = (int64_t)mu_le64_get(b);
@@ -342,7 +341,7 @@ static int recv_bytes(mu_store_client_t *c, mu_store_value_t *out)
 	int64_t deadline = mu__deadline(c->o.timeout_ms);
 	unsigned char b[8];
 	uint64_t n;
-	int rc = mu__sock_recv_all(c->fd, b, 8, deadline);
+	int rc = mu__sock_recv_all(c->st, b, 8, deadline);
 
 	out->data = NULL;
 	out->len = 0;
@@ -356,7 +355,7 @@ static int recv_bytes(mu_store_client_t *c, mu_store_value_t *out)
 	out->data = mu__malloc((size_t)n + 1);
 	if (out->data == NULL)
 		return MU_ENOMEM;
-	rc = mu__sock_recv_all(c->fd, out->data, (size_t)n, deadline);
+	rc = mu__sock_recv_all(c->st, out->data, (size_t)n, deadline);
 	if (rc != 0) {
 		mu__free(out->data);
 		out->data = NULL;
@@ -422,7 +421,7 @@ int mu_store_wait(mu_store_client_t *c, const char *const *keys, size_t n,
 		rc = put_keys(c, &b, keys, n);
 	rc = send_buf(c, &b, rc);
 	if (rc == 0)
-		rc = mu__sock_wait_readable(c->fd, deadline);
+		rc = mu__sock_wait_readable(c->st, deadline);
 	if (rc == -ETIMEDOUT)
 		return cancel_wait(c);
 	if (rc == 0)

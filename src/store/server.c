@@ -16,6 +16,7 @@
 
 #include "muster/store.h"
 #include "core/alloc_int.h"
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 #include "core/list_int.h"
 #include "core/log_int.h"
@@ -43,7 +44,8 @@ typedef struct {
 
 struct mu_store_server_s {
 	mu__service_t svc;
-	uv_tcp_t listener;
+	mu__listener_t listener;
+	mu__allow_t allow;       /* opts.allow, parsed */
 	int listener_init;
 	mu__list_t conns;
 	mu__list_t doomed;       /* wake-up sends failed: close after this request */
@@ -245,18 +247,16 @@ static void on_free(mu__conn_t *c)
 
 static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, NULL, NULL, NULL};
 
-static void on_connection(uv_stream_t *listener, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
-	mu_store_server_t *s = listener->data;
+	mu_store_server_t *s = l->data;
 	sconn_t *sc;
 
-	if (status < 0) {
-		SLOG(s, MU_LOG_WARN, "accept failed: %s", uv_strerror(status));
+	sc = mu__calloc(1, sizeof(*sc));
+	if (sc == NULL) {
+		mu__stream_close(st);
 		return;
 	}
-	sc = mu__calloc(1, sizeof(*sc));
-	if (sc == NULL)
-		return;
 	sc->s = s;
 	sc->need = 1;
 	sc->state = SC_DETECT;
@@ -265,7 +265,7 @@ static void on_connection(uv_stream_t *listener, int status)
 	mu__list_insert_tail(&s->conns, &sc->node);
 	mu__metric_add(s->m_conns, NULL, 1);
 	mu__metric_add(s->m_open, NULL, 1); /* on_close takes it back, even on failure */
-	if (mu__conn_accept(&sc->conn, listener, &conn_ops,
+	if (mu__conn_accept(&sc->conn, &s->svc.loop, st, &conn_ops,
 	                    s->lim.max_request + READ_CHUNK, s->scratch,
 	                    sizeof(s->scratch), &s->budget) == 0)
 		SLOG(s, MU_LOG_INFO, "New connection from %s", sc->conn.peer);
@@ -279,8 +279,8 @@ static void service_stop_cb(mu__service_t *svc)
 	mu__list_t *it, *tmp;
 	size_t n = 0, queued = 0;
 
-	if (s->listener_init && !uv_is_closing((uv_handle_t *)&s->listener))
-		uv_close((uv_handle_t *)&s->listener, NULL);
+	if (s->listener_init)
+		mu__listener_close(&s->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &s->conns) {
 		sconn_t *sc = mu__container_of(it, sconn_t, node);
 
@@ -308,8 +308,8 @@ static void drain_start(mu__service_t *svc)
 	mu__list_t *it, *tmp;
 	size_t n = 0;
 
-	if (s->listener_init && !uv_is_closing((uv_handle_t *)&s->listener))
-		uv_close((uv_handle_t *)&s->listener, NULL);
+	if (s->listener_init)
+		mu__listener_close(&s->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &s->conns) {
 		n++;
 		/* no linger of its own: the service's deadline closes it */
@@ -367,10 +367,10 @@ void mu_store_server_opts_init_size(mu_store_server_opts_t *o, size_t size)
 static void note_v4_fallback(mu_store_server_t *s)
 {
 	struct sockaddr_storage ss;
-	int len = sizeof(ss);
+	socklen_t len = sizeof(ss);
 
 	if (strchr(s->host, ':') == NULL ||
-	    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len) != 0 ||
+	    getsockname(s->listener.fd, (struct sockaddr *)&ss, &len) != 0 ||
 	    ss.ss_family != AF_INET)
 		return;
 	SLOG(s, MU_LOG_WARN, "IPv6 is unavailable here: listening on IPv4 only");
@@ -380,15 +380,15 @@ static void note_v4_fallback(mu_store_server_t *s)
 static int store_listen(mu_store_server_t *s)
 {
 	mu__listen_opts_t lo = {s->host, s->opts.port, s->opts.port + 1, 1, 4096};
-	int rc = uv_tcp_init(&s->svc.loop, &s->listener);
+	int rc = mu__listener_start(&s->listener, &s->svc.loop, &lo, NULL, "store",
+	                            on_connection, &s->port);
 
 	if (rc != 0)
 		return rc;
 	s->listener_init = 1;
 	s->listener.data = s;
-	rc = mu__listen(&s->listener, &lo, &s->port);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&s->listener, lo.backlog, on_connection);
+	s->listener.allow = &s->allow;
+	s->listener.m_refused = s->m_cut;
 	if (rc == 0)
 		note_v4_fallback(s);
 	return rc;
@@ -433,6 +433,10 @@ int mu_store_server_start(const mu_store_server_opts_t *uo, mu_store_server_t **
 	if (s == NULL)
 		return MU_ENOMEM;
 	s->opts = *o;
+	if (mu__allow_parse(o->allow, &s->allow, NULL, 0) != 0) {
+		mu__free(s);
+		return MU_EARG;
+	}
 	snprintf(s->host, sizeof(s->host), "%s", o->host ? o->host : "::");
 	s->opts.host = s->host;
 	s->lim.max_key = o->max_key_bytes;

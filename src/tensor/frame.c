@@ -364,7 +364,7 @@ int mu_frame_decode(const void *buf, size_t len, const mu_frame_limits_t *lim,
 
 /* ---- sockets ---- */
 
-int mu__frame_sendv(int fd, const void *head, size_t head_len,
+int mu__frame_sendv(mu_stream_t *fd, const void *head, size_t head_len,
                     const mu_tensor_list_t *l, int64_t deadline, int idle_ms)
 {
 	unsigned char *hdrs, count[4];
@@ -423,12 +423,12 @@ int mu__frame_sendv(int fd, const void *head, size_t head_len,
 	return rc;
 }
 
-int mu_frame_send(int fd, const mu_tensor_list_t *l, int timeout_ms)
+int mu_frame_send(mu_stream_t *fd, const mu_tensor_list_t *l, int timeout_ms)
 {
 	return mu__frame_sendv(fd, NULL, 0, l, mu__deadline(timeout_ms), -1);
 }
 
-int mu_frame_recv(int fd, const mu_frame_limits_t *lim, mu_tensor_list_t *out,
+int mu_frame_recv(mu_stream_t *fd, const mu_frame_limits_t *lim, mu_tensor_list_t *out,
                   int timeout_ms)
 {
 	int64_t deadline = mu__deadline(timeout_ms);
@@ -440,7 +440,7 @@ int mu_frame_recv(int fd, const mu_frame_limits_t *lim, mu_tensor_list_t *out,
 	while (rc == 0) {
 		size_t room, used;
 		void *dst = mu__frame_reader_space(&r, &room);
-		ssize_t got;
+		size_t got;
 
 		/* headers: small reads into a scratch buffer, parsed in place;
 		 * data: straight into the tensor */
@@ -448,23 +448,13 @@ int mu_frame_recv(int fd, const mu_frame_limits_t *lim, mu_tensor_list_t *out,
 			dst = small;
 			room = r.need - r.have < sizeof(small) ? r.need - r.have : sizeof(small);
 		}
-		got = recv(fd, dst, room, MSG_DONTWAIT);
-		if (got == 0) {
-			rc = MU_EEOF;
+		rc = mu__sock_recv_some(fd, dst, room, &got, deadline);
+		if (rc != 0)
 			break;
-		}
-		if (got < 0) {
-			if (errno == EAGAIN || errno == EINTR) {
-				rc = mu__sock_wait_readable(fd, deadline);
-				continue;
-			}
-			rc = errno == ECONNRESET ? MU_EEOF : -errno;
-			break;
-		}
 		if (dst != small)
-			rc = mu__frame_reader_wrote(&r, (size_t)got);
+			rc = mu__frame_reader_wrote(&r, got);
 		else
-			rc = mu__frame_reader_feed(&r, small, (size_t)got, &used);
+			rc = mu__frame_reader_feed(&r, small, got, &used);
 	}
 	if (rc == 1)
 		rc = move_all(&r, out);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "muster/stream.h"
 #include "muster/tensor.h"
 
 typedef enum {
@@ -73,7 +74,7 @@ int mu__frame_typed(const mu_tensor_list_t *l);
  * gathering write, tensor data straight from the tensors. Waits end at
  * the deadline or after idle_ms without progress (mu__sock_sendv).
  */
-int mu__frame_sendv(int fd, const void *head, size_t head_len,
+int mu__frame_sendv(mu_stream_t *fd, const void *head, size_t head_len,
                     const mu_tensor_list_t *l, int64_t deadline, int idle_ms);
 
 #endif

@@ -24,7 +24,7 @@
 #define MAX_REPLY_BYTES (64u << 20)
 
 struct mu_tracker_client_s {
-	int fd; /* -1 once the connection failed */
+	mu_stream_t *st; /* NULL once the connection failed */
 };
 
 int mu_tracker_client_connect(const char *host, int port, int timeout_ms,
@@ -33,12 +33,13 @@ int mu_tracker_client_connect(const char *host, int port, int timeout_ms,
 	int64_t deadline = mu__deadline(timeout_ms);
 	mu_tracker_client_t *c;
 	unsigned char magic[4];
-	int fd, rc;
+	mu_stream_t *fd;
+	int rc;
 
 	*out = NULL;
 	if (host == NULL)
 		return MU_EARG;
-	rc = mu__sock_connect(host, port, deadline, &fd);
+	rc = mu__sock_connect(host, port, NULL, deadline, &fd);
 	if (rc != 0)
 		return rc;
 	mu_le32_put(magic, MU_TRACKER_MAGIC);
@@ -53,7 +54,7 @@ int mu_tracker_client_connect(const char *host, int port, int timeout_ms,
 		mu__sock_close(fd);
 		return rc;
 	}
-	c->fd = fd;
+	c->st = fd;
 	*out = c;
 	return 0;
 }
@@ -62,15 +63,15 @@ void mu_tracker_client_close(mu_tracker_client_t *c)
 {
 	if (c == NULL)
 		return;
-	mu__sock_close(c->fd);
+	mu__sock_close(c->st);
 	mu__free(c);
 }
 
 static int broken(mu_tracker_client_t *c, int rc)
 {
-	if (rc != 0 && c->fd >= 0) {
-		mu__sock_close(c->fd);
-		c->fd = -1;
+	if (rc != 0 && c->st != NULL) {
+		mu__sock_close(c->st);
+		c->st = NULL;
 	}
 	return rc;
 }
@@ -84,7 +85,7 @@ static int send_json(mu_tracker_client_t *c, const cJSON *msg,
 	mu__buf_init(&out, 4 + MU_TRACKER_MAX_FRAME);
 	rc = mu__tracker_frame_json(&out, msg);
 	if (rc == 0)
-		rc = mu__sock_send_all(c->fd, out.data, out.len, deadline);
+		rc = mu__sock_send_all(c->st, out.data, out.len, deadline);
 	mu__buf_free(&out);
 	return rc;
 }
@@ -94,7 +95,7 @@ static int recv_frame(mu_tracker_client_t *c, mu__buf_t *body,
 {
 	unsigned char hdr[4];
 	size_t n;
-	int rc = mu__sock_recv_all(c->fd, hdr, 4, deadline);
+	int rc = mu__sock_recv_all(c->st, hdr, 4, deadline);
 
 	if (rc != 0)
 		return rc;
@@ -104,7 +105,7 @@ static int recv_frame(mu_tracker_client_t *c, mu__buf_t *body,
 	rc = mu__buf_reserve(body, n);
 	if (rc != 0)
 		return rc;
-	rc = mu__sock_recv_all(c->fd, body->data, n, deadline);
+	rc = mu__sock_recv_all(c->st, body->data, n, deadline);
 	if (rc != 0)
 		return rc;
 	body->len = n;
@@ -122,7 +123,7 @@ static int call(mu_tracker_client_t *c, cJSON *msg, int timeout_ms,
 	int64_t deadline = mu__deadline(timeout_ms);
 	int rc;
 
-	if (c->fd < 0) {
+	if (c->st == NULL) {
 		cJSON_Delete(msg);
 		return -ENOTCONN;
 	}

@@ -21,6 +21,7 @@
 #include "muster/tracker.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 #include "core/endian_int.h"
 #include "core/json_int.h"
@@ -61,7 +62,8 @@ typedef struct {
 
 struct mu_tracker_s {
 	mu__service_t svc;
-	uv_tcp_t listener;
+	mu__listener_t listener;
+	mu__allow_t allow;       /* opts.allow, parsed */
 	mu__list_t conns;
 	mu__sched_t sched;
 	mu__budget_t budget;
@@ -516,18 +518,15 @@ static const mu__conn_ops_t conn_ops = {on_data, on_close, on_free, on_timeout, 
 
 /* ---- accepting ---- */
 
-static void on_connection(uv_stream_t *server, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
-	mu_tracker_t *t = server->data;
+	mu_tracker_t *t = l->data;
 	conn_t *c;
 
-	if (status < 0) {
-		TLOG(t, MU_LOG_WARN, "accept failed: %s", uv_strerror(status));
-		return;
-	}
 	c = mu__calloc(1, sizeof(*c));
 	if (c == NULL) {
 		TLOG(t, MU_LOG_ERROR, "accept: out of memory");
+		mu__stream_close(st);
 		return;
 	}
 	c->t = t;
@@ -537,7 +536,7 @@ static void on_connection(uv_stream_t *server, int status)
 	mu__list_insert_tail(&t->conns, &c->node);
 	mu__metric_add(t->m_conns, NULL, 1);
 	mu__metric_add(t->m_open, NULL, 1); /* on_close takes it back, even on failure */
-	if (mu__conn_accept(&c->conn, server, &conn_ops,
+	if (mu__conn_accept(&c->conn, &t->svc.loop, st, &conn_ops,
 	                    4 + (size_t)t->opts.max_frame + READ_CHUNK, t->scratch,
 	                    sizeof(t->scratch), &t->budget) != 0)
 		return;
@@ -555,8 +554,8 @@ static void service_stop_cb(mu__service_t *s)
 	mu__list_t *it, *tmp;
 	size_t n = 0, queued = 0;
 
-	if (t->listener_init && !uv_is_closing((uv_handle_t *)&t->listener))
-		uv_close((uv_handle_t *)&t->listener, NULL);
+	if (t->listener_init)
+		mu__listener_close(&t->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &t->conns) {
 		conn_t *c = mu__container_of(it, conn_t, node);
 
@@ -584,8 +583,8 @@ static void drain_start(mu__service_t *s)
 	mu__list_t *it, *tmp;
 	size_t n = 0;
 
-	if (t->listener_init && !uv_is_closing((uv_handle_t *)&t->listener))
-		uv_close((uv_handle_t *)&t->listener, NULL);
+	if (t->listener_init)
+		mu__listener_close(&t->listener, NULL);
 	mu__list_foreach_safe(it, tmp, &t->conns) {
 		conn_t *c = mu__container_of(it, conn_t, node);
 
@@ -661,16 +660,15 @@ static int tracker_listen(mu_tracker_t *t)
 	lo.port_end = t->opts.port_end;
 	lo.reuse_addr = t->opts.reuse_addr;
 	lo.backlog = 1024;
-	rc = uv_tcp_init(&t->svc.loop, &t->listener);
+	rc = mu__listener_start(&t->listener, &t->svc.loop, &lo, NULL, "tracker",
+	                        on_connection, &t->port);
 	if (rc != 0)
 		return rc;
 	t->listener_init = 1;
 	t->listener.data = t;
-	rc = mu__listen(&t->listener, &lo, &t->port);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&t->listener, lo.backlog,
-		               on_connection);
-	return rc;
+	t->listener.allow = &t->allow;
+	t->listener.m_refused = t->m_cut;
+	return 0;
 }
 
 /* The scheduler's queues changed: the per-key gauges follow. */
@@ -727,6 +725,10 @@ int mu_tracker_start(const mu_tracker_opts_t *uo, mu_tracker_t **out)
 	if (t == NULL)
 		return MU_ENOMEM;
 	t->opts = *o;
+	if (mu__allow_parse(o->allow, &t->allow, NULL, 0) != 0) {
+		mu__free(t);
+		return MU_EARG;
+	}
 	snprintf(t->host, sizeof(t->host), "%s", o->host ? o->host : "0.0.0.0");
 	t->opts.host = t->host;
 	mu__list_init(&t->conns);

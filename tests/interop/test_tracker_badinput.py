@@ -212,9 +212,14 @@ def test_slow_reader_is_paused_not_buffered(muster_tracker, stack):
                     "pad": pad} in summary["server_info"]
         time.sleep(0.2)
     # Unpaused, the tracker would hold all ~96 MB (measured: +94 MB); paused
-    # it holds ~4 MiB of replies (ASan's quarantine adds ~20 MB more).
+    # it holds its 16 MiB budget of replies (measured: +17 MB). Under ASan
+    # the peak also counts every freed block still in the quarantine: each
+    # SUMMARY built in the window (measured: +48 to +57 MB, depending on
+    # how the loop interleaves the peers; the bytes allocated over the whole
+    # run are the same either way). An unpaused tracker is past 64 MB in
+    # both builds.
     grown = vm_kib(tracker.proc.pid, "VmHWM") - baseline
-    assert grown < 48 * 1024, f"tracker grew by {grown} KiB"
+    assert grown < 64 * 1024, f"tracker grew by {grown} KiB"
 
     for i in range(rounds):
         assert tvmpeer.recv_frame(slow) == b"0", i

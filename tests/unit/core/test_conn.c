@@ -15,6 +15,7 @@
 
 #include "mu_test.h"
 
+#include "core/accept_int.h"
 #include "core/conn_int.h"
 
 typedef struct {
@@ -25,7 +26,7 @@ typedef struct {
 } tconn_t;
 
 static uv_loop_t loop;
-static uv_tcp_t listener;
+static mu__listener_t listener;
 static int port;
 static mu__budget_t budget;
 static char scratch[65536];
@@ -73,15 +74,15 @@ static void t_timeout(mu__conn_t *c)
 
 static const mu__conn_ops_t ops = {t_data, t_close, t_free, t_timeout, NULL, NULL, NULL};
 
-static void on_connection(uv_stream_t *l, int status)
+static void on_connection(mu__listener_t *l, mu_stream_t *st)
 {
 	tconn_t *t = calloc(1, sizeof(*t));
 
-	assert_int_equal(status, 0);
+	(void)l;
 	assert_non_null(t);
 	assert_true(nconns < 8);
 	conns[nconns++] = t;
-	assert_int_equal(mu__conn_accept(&t->conn, l, &ops, 1 << 20, scratch, sizeof(scratch),
+	assert_int_equal(mu__conn_accept(&t->conn, &loop, st, &ops, 1 << 20, scratch, sizeof(scratch),
 	                                 &budget), 0);
 }
 
@@ -99,18 +100,13 @@ static void spin(int ms)
 
 static void setup_server(size_t conn_bytes, size_t total_bytes, double grace)
 {
-	struct sockaddr_in sa;
-	int len = sizeof(sa);
+	mu__listen_opts_t lo = {"127.0.0.1", 0, 0, 1, 16};
 	mu_budget_t lim = {conn_bytes, total_bytes, grace};
 
 	assert_int_equal(uv_loop_init(&loop), 0);
 	mu__budget_init(&budget, &lim, "test");
-	assert_int_equal(uv_tcp_init(&loop, &listener), 0);
-	uv_ip4_addr("127.0.0.1", 0, &sa);
-	assert_int_equal(uv_tcp_bind(&listener, (struct sockaddr *)&sa, 0), 0);
-	assert_int_equal(uv_listen((uv_stream_t *)&listener, 16, on_connection), 0);
-	assert_int_equal(uv_tcp_getsockname(&listener, (struct sockaddr *)&sa, &len), 0);
-	port = ntohs(sa.sin_port);
+	assert_int_equal(mu__listener_start(&listener, &loop, &lo, NULL, "test", on_connection,
+	                                    &port), 0);
 	nconns = 0;
 }
 
@@ -133,7 +129,7 @@ static void teardown_server(void)
 
 	for (i = 0; i < nconns; i++)
 		mu__conn_close(&conns[i]->conn, 0);
-	uv_close((uv_handle_t *)&listener, NULL);
+	mu__listener_close(&listener, NULL);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_int_equal(uv_loop_close(&loop), 0);
 	assert_int_equal(budget.total, 0);

@@ -11,6 +11,7 @@
 static const int codes[] = {
 	MU_EPROTO, MU_EBADMAGIC, MU_ETOOBIG, MU_EJSON,  MU_EEOF,   MU_EFAIL,
 	MU_EMISMATCH, MU_ESTOPPED, MU_EBIND, MU_EARG, MU_ENOMEM, MU_ERESOLVE,
+	MU_EAUTH, MU_ETLS,
 };
 #define NCODES (sizeof(codes) / sizeof(codes[0]))
 

@@ -31,12 +31,13 @@ static int listener(int *port)
 
 static void test_roundtrip_and_eof(void **state)
 {
-	int lfd, port, cfd, sfd;
+	int lfd, port, sfd;
+	mu_stream_t *cfd;
 	char buf[8];
 
 	(void)state;
 	lfd = listener(&port);
-	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &cfd), 0);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, NULL, mu__deadline(2000), &cfd), 0);
 	sfd = accept(lfd, NULL, NULL);
 	assert_int_equal(mu__sock_send_all(cfd, "hello", 5, mu__deadline(2000)), 0);
 	assert_int_equal(read(sfd, buf, 5), 5);
@@ -50,13 +51,14 @@ static void test_roundtrip_and_eof(void **state)
 
 static void test_recv_deadline(void **state)
 {
-	int lfd, port, cfd, sfd;
+	int lfd, port, sfd;
+	mu_stream_t *cfd;
 	int64_t t0;
 	char b;
 
 	(void)state;
 	lfd = listener(&port);
-	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &cfd), 0);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, NULL, mu__deadline(2000), &cfd), 0);
 	sfd = accept(lfd, NULL, NULL);
 	t0 = mu__now_ms();
 	assert_int_equal(mu__sock_recv_all(cfd, &b, 1, mu__deadline(200)), -ETIMEDOUT);
@@ -85,15 +87,16 @@ static void test_send_deadline(void **state)
 {
 	size_t big = 32u << 20;
 	char *buf = calloc(1, big);
-	int lfd, port, cfd, sfd;
+	int lfd, port, sfd;
+	mu_stream_t *cfd;
 	int64_t t0, took;
 
 	(void)state;
 	assert_non_null(buf);
 	lfd = listener(&port);
-	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &cfd), 0);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, NULL, mu__deadline(2000), &cfd), 0);
 	sfd = accept(lfd, NULL, NULL);
-	set_blocking(cfd);
+	set_blocking(mu__stream_fd(cfd));
 	alarm(20);
 	t0 = mu__now_ms();
 	assert_int_equal(mu__sock_send_all(cfd, buf, big, mu__deadline(300)), -ETIMEDOUT);
@@ -114,15 +117,16 @@ static void test_send_deadline(void **state)
 /* The same for a receive on a blocking descriptor: the peer says nothing. */
 static void test_recv_deadline_blocking_fd(void **state)
 {
-	int lfd, port, cfd, sfd;
+	int lfd, port, sfd;
+	mu_stream_t *cfd;
 	int64_t t0;
 	char b[4];
 
 	(void)state;
 	lfd = listener(&port);
-	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &cfd), 0);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, NULL, mu__deadline(2000), &cfd), 0);
 	sfd = accept(lfd, NULL, NULL);
-	set_blocking(cfd);
+	set_blocking(mu__stream_fd(cfd));
 	assert_int_equal(write(sfd, "ab", 2), 2); /* part of what is asked for */
 	alarm(20);
 	t0 = mu__now_ms();
@@ -136,15 +140,16 @@ static void test_recv_deadline_blocking_fd(void **state)
 
 static void test_connect_errors(void **state)
 {
-	int lfd, port, fd;
+	int lfd, port;
+	mu_stream_t *fd;
 
 	(void)state;
 	lfd = listener(&port);
 	close(lfd); /* nothing listens there now */
-	assert_int_equal(mu__sock_connect("127.0.0.1", port, mu__deadline(2000), &fd), -ECONNREFUSED);
-	assert_int_equal(fd, -1);
-	assert_int_equal(mu__sock_connect("no.such.host.invalid", 1, mu__deadline(2000), &fd), MU_ERESOLVE);
-	assert_int_equal(mu__sock_connect("127.0.0.1", 70000, mu__deadline(2000), &fd), MU_EARG);
+	assert_int_equal(mu__sock_connect("127.0.0.1", port, NULL, mu__deadline(2000), &fd), -ECONNREFUSED);
+	assert_null(fd);
+	assert_int_equal(mu__sock_connect("no.such.host.invalid", 1, NULL, mu__deadline(2000), &fd), MU_ERESOLVE);
+	assert_int_equal(mu__sock_connect("127.0.0.1", 70000, NULL, mu__deadline(2000), &fd), MU_EARG);
 }
 
 int main(void)

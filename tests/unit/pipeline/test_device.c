@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/endian_int.h"
+#include "core/stream_int.h"
 #include "pipeline/pipeline_int.h"
 
 static mu_device_t *device;
@@ -31,6 +32,7 @@ static void run(const void *data, size_t n, reply_t *r)
 	mu__serve_ctx_t ctx;
 	mu__device_sess_t ss;
 	mu__chan_t c;
+	mu_stream_t *st;
 	size_t len, got = 0;
 	ssize_t k;
 	int sv[2];
@@ -41,10 +43,11 @@ static void run(const void *data, size_t n, reply_t *r)
 	shutdown(sv[1], SHUT_WR);
 	mu__device_ctx(&ctx, &ss, device);
 	ctx.idle_ms = 0;
-	mu__chan_init(&c, sv[0], NULL, 1000, 1u << 20);
+	assert_int_equal(mu__stream_tcp_new(sv[0], &st), 0);
+	mu__chan_init(&c, st, NULL, 1000, 1u << 20);
 	mu__serve_chan(&c, &ctx);
 	mu__device_ctx_done(&ctx);
-	close(sv[0]);
+	mu__stream_close(st);
 	while (got < sizeof(h) && (k = read(sv[1], h + got, sizeof(h) - got)) > 0)
 		got += (size_t)k;
 	assert_int_equal(got, sizeof(h));

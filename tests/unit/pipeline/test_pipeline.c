@@ -379,14 +379,32 @@ static void test_stage_gone(void **state)
 
 /* ---- bad peers ---- */
 
+/* A hostile peer is a raw socket: it owes the transport nothing. */
 static int raw_connect(const char *addr)
 {
 	int fd;
 
-	assert_int_equal(mu__sock_connect("127.0.0.1", (int)strtol(strchr(addr, ':') + 1, NULL, 10),
-	                                  mu__deadline(2000), &fd), 0);
+	assert_int_equal(mu__sock_connect_fd("127.0.0.1",
+	                                     (int)strtol(strchr(addr, ':') + 1, NULL, 10),
+	                                     mu__deadline(2000), &fd), 0);
 	return fd;
 }
+
+/* Whole writes and reads on a raw socket, through a stream that borrows it. */
+static int raw_io(int fd, void *buf, size_t n, int64_t deadline, int out)
+{
+	mu_stream_t *s;
+	int rc;
+
+	assert_int_equal(mu__stream_tcp_new(fd, &s), 0);
+	rc = out ? mu__sock_send_all(s, buf, n, deadline) : mu__sock_recv_all(s, buf, n, deadline);
+	s->fd = -1; /* the caller's */
+	mu__stream_close(s);
+	return rc;
+}
+
+#define raw_send_all(fd, b, n, d) raw_io((fd), (void *)(b), (n), (d), 1)
+#define raw_recv_all(fd, b, n, d) raw_io((fd), (b), (n), (d), 0)
 
 /* Read until EOF; return what came (the ERROR message, if any). */
 static size_t read_all(int fd, unsigned char *buf, size_t cap, int timeout_ms)
@@ -432,7 +450,7 @@ static void expect_error_after(const char *addr, const void *bytes, size_t len, 
 {
 	int fd = raw_connect(addr);
 
-	assert_int_equal(mu__sock_send_all(fd, bytes, len, mu__deadline(2000)), 0);
+	assert_int_equal(raw_send_all(fd, bytes, len, mu__deadline(2000)), 0);
 	if (half_close)
 		shutdown(fd, SHUT_WR);
 	expect_error_on(fd, code, needle);
@@ -507,7 +525,7 @@ static void test_bad_peers(void **state)
 	expect_error_then_close(c.addr[0], h, MU_MSG_HEADER + 12, MU_EPROTO);
 	/* a header cut short, then silence: told so after the io timeout */
 	stalled = raw_connect(c.addr[0]);
-	assert_int_equal(mu__sock_send_all(stalled, h, 10, mu__deadline(1000)), 0);
+	assert_int_equal(raw_send_all(stalled, h, 10, mu__deadline(1000)), 0);
 	expect_error_on(stalled, -ETIMEDOUT, "truncated message: 10 of 40 header bytes, then nothing "
 	                "for 0.5 s");
 	close(stalled);
@@ -539,7 +557,7 @@ static void test_truncated_frame(void **state)
 	mu__msg_encode(&m, h);
 	mu_le32_put(h + MU_MSG_HEADER, 1);
 	mu_le32_put(h + MU_MSG_HEADER + 4, 1);
-	assert_int_equal(mu__sock_send_all(fd, h, sizeof(h), mu__deadline(1000)), 0);
+	assert_int_equal(raw_send_all(fd, h, sizeof(h), mu__deadline(1000)), 0);
 	close(fd);
 	still_serves(&c);
 	cluster_stop(&c);
@@ -552,18 +570,20 @@ static void chan_cut_short(const void *bytes, size_t len, int half_close, int wa
 {
 	mu__serve_ctx_t ctx;
 	mu__chan_t ch;
+	mu_stream_t *st;
 	int sv[2];
 
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.name = "test";
 	ctx.idle_ms = -1;
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-	assert_int_equal(mu__sock_send_all(sv[1], bytes, len, mu__deadline(1000)), 0);
+	assert_int_equal(raw_send_all(sv[1], bytes, len, mu__deadline(1000)), 0);
 	if (half_close)
 		shutdown(sv[1], SHUT_WR);
-	mu__chan_init(&ch, sv[0], NULL, 300, 1 << 20);
+	assert_int_equal(mu__stream_tcp_new(sv[0], &st), 0);
+	mu__chan_init(&ch, st, NULL, 300, 1 << 20);
 	assert_int_equal(mu__serve_chan(&ch, &ctx), want_rc);
-	close(sv[0]);
+	mu__stream_close(st);
 	expect_error_on(sv[1], code, needle);
 	close(sv[1]);
 }
@@ -616,12 +636,12 @@ static void test_connection_limit(void **state)
 		mu__msg_t r;
 
 		busy[i] = raw_connect(addr);
-		assert_int_equal(mu__sock_send_all(busy[i], h, sizeof(h), mu__deadline(1000)), 0);
-		assert_int_equal(mu__sock_recv_all(busy[i], buf, MU_MSG_HEADER, mu__deadline(5000)), 0);
+		assert_int_equal(raw_send_all(busy[i], h, sizeof(h), mu__deadline(1000)), 0);
+		assert_int_equal(raw_recv_all(busy[i], buf, MU_MSG_HEADER, mu__deadline(5000)), 0);
 		assert_int_equal(mu__msg_decode(buf, 1 << 20, &r), 0);
 		assert_int_equal(r.type, MU_MSG_INFO);
 		assert_true(r.len < sizeof(buf));
-		assert_int_equal(mu__sock_recv_all(busy[i], buf, r.len, mu__deadline(5000)), 0);
+		assert_int_equal(raw_recv_all(busy[i], buf, r.len, mu__deadline(5000)), 0);
 	}
 	expect_error_on(silent[1], MU_ETOOBIG, "closed to make room");
 	expect_error_on(silent[2], MU_ETOOBIG, "closed to make room");

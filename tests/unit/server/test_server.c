@@ -155,10 +155,10 @@ static void test_standalone(void **state)
 	(void)state;
 	mu_server_matchkey(s, mk, sizeof(mk));
 	assert_string_equal(mk, "dev"); /* TVM: the bare key */
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "nope", 0, T, &ss),
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "nope", 0, NULL, T, &ss),
 	                 MU_EMISMATCH);
 	assert_null(ss);
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, T, &ss), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, NULL, T, &ss), 0);
 	assert_string_equal(mu_session_server_key(ss), "server:dev");
 	echo_once(ss, "hello");
 	mu_session_close(ss);
@@ -176,14 +176,14 @@ static void test_request_through_tracker(void **state)
 	wait_free(t, "rasp", 1);
 	wait_matchkey(s, "", mk1, sizeof(mk1));
 	assert_true(strncmp(mk1, "rasp:0.", 7) == 0);
-	assert_int_equal(mu_session_request("127.0.0.1", mu_tracker_port(t), "rasp", 1, 0, 3, T, &ss), 0);
+	assert_int_equal(mu_session_request("127.0.0.1", mu_tracker_port(t), "rasp", 1, 0, 3, NULL, T, &ss), 0);
 	echo_once(ss, "ping");
 	mu_session_close(ss);
 	/* after the session: a fresh matchkey, registered again, and the used
 	 * one is stale */
 	wait_matchkey(s, mk1, mk2, sizeof(mk2));
 	wait_free(t, "rasp", 1);
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), mk1, 0, T, &ss),
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), mk1, 0, NULL, T, &ss),
 	                 MU_EMISMATCH);
 	assert_true(mu_server_sessions(s) >= 1);
 	mu_server_free(s);
@@ -200,10 +200,10 @@ static void test_matchkey_is_single_use(void **state)
 	(void)state;
 	wait_matchkey(s, "", mk, sizeof(mk));
 	hold = 1;
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), mk, 0, T, &a), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), mk, 0, NULL, T, &a), 0);
 	wait_in_session(1);
 	/* a second client with the same key while the first is served */
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), mk, 0, T, &b),
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), mk, 0, NULL, T, &b),
 	                 MU_EMISMATCH);
 	mu_session_close(a);
 	wait_in_session(0);
@@ -237,7 +237,7 @@ static void test_silent_client_blocks_nobody(void **state)
 	(void)state;
 	/* one says nothing, one stops mid-hello (magic and half a length) */
 	assert_int_equal(write(half, "\x71\xf2\x0f\x00\x20\x00", 6), 6);
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, T, &ss), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, NULL, T, &ss), 0);
 	echo_once(ss, "still served");
 	mu_session_close(ss);
 	/* the silent one is cut after the handshake timeout (1 s here) */
@@ -270,6 +270,63 @@ static void test_bytes_behind_the_hello(void **state)
 	mu_server_free(s);
 }
 
+/*
+ * Two device servers in one process, each on its own loop thread, taking
+ * handshakes at the same time. Each hello carries session bytes behind it
+ * (read in the same segment), unique to the client, which must come back
+ * unchanged. Before, the servers shared one static read buffer: under
+ * ThreadSanitizer (make check-tsan) that is a reported race, and without
+ * it a client could get the other server's bytes.
+ */
+typedef struct {
+	int port, id, ok;
+} twin_t;
+
+static void *twin_client(void *arg)
+{
+	twin_t *tw = arg;
+	char hello[64], buf[64];
+	size_t got = 0;
+	ssize_t n;
+	int i, len;
+
+	for (i = 0; i < 25; i++) {
+		int fd = raw_connect(tw->port);
+
+		/* the hello (it holds NULs), then 6 bytes of this client's own */
+		memcpy(hello, "\x71\xf2\x0f\x00\x0a\x00\x00\x00" "client:dev", 18);
+		len = 18 + snprintf(hello + 18, sizeof(hello) - 18, "c%02d%03d", tw->id, i);
+		if (write(fd, hello, (size_t)len) != len)
+			break;
+		for (got = 0; got < 18 + 6 && (n = read(fd, buf + got, sizeof(buf) - got)) > 0;)
+			got += (size_t)n;
+		close(fd);
+		if (got != 18 + 6 || memcmp(buf + 18, hello + 18, 6) != 0)
+			break;
+	}
+	if (i != 25)
+		fprintf(stderr, "client %d: round %d failed (%zu bytes back)\n", tw->id, i, got);
+	tw->ok = i == 25;
+	return NULL;
+}
+
+static void test_two_servers_in_one_process(void **state)
+{
+	mu_server_t *a = server(NULL, "dev"), *b = server(NULL, "dev");
+	twin_t tw[2] = {{mu_server_port(a), 1, 0}, {mu_server_port(b), 2, 0}};
+	pthread_t th[2];
+
+	(void)state;
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, twin_client, &tw[i]), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+	assert_true(tw[0].ok);
+	assert_true(tw[1].ok);
+	mu_server_free(a);
+	mu_server_free(b);
+}
+
 static void test_session_timeout_and_stop(void **state)
 {
 	mu_server_t *s = server(NULL, "dev");
@@ -281,7 +338,7 @@ static void test_session_timeout_and_stop(void **state)
 	(void)state;
 	hold = 1;
 	/* -timeout=0.3: the server cuts the session off */
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0.3, T, &ss), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0.3, NULL, T, &ss), 0);
 	t0 = mu__now_ms();
 	assert_int_equal(mu_session_recv(ss, &b, 1, &n, T), 0);
 	assert_int_equal(n, 0); /* EOF */
@@ -289,7 +346,7 @@ static void test_session_timeout_and_stop(void **state)
 	mu_session_close(ss);
 	wait_in_session(0);
 	/* stopping the server ends a session whose handler is blocked */
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, T, &ss), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, NULL, T, &ss), 0);
 	wait_in_session(1);
 	mu_server_free(s);
 	assert_int_equal(in_session, 0);
@@ -320,7 +377,7 @@ static int64_t next_client_waits(mu_server_t *s)
 	int64_t t0 = mu__now_ms();
 	mu_session_t *ss;
 
-	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, 2 * T, &ss), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, NULL, 2 * T, &ss), 0);
 	echo_once(ss, "my turn");
 	mu_session_close(ss);
 	return mu__now_ms() - t0;
@@ -379,7 +436,7 @@ static void test_tracker_restart(void **state)
 	usleep(300000); /* the server notices and starts retrying */
 	t = tracker_at(port); /* a new tracker, same port: nothing registered */
 	wait_free(t, "dev", 1);
-	assert_int_equal(mu_session_request("127.0.0.1", port, "dev", 1, 0, 3, T, &ss), 0);
+	assert_int_equal(mu_session_request("127.0.0.1", port, "dev", 1, 0, 3, NULL, T, &ss), 0);
 	echo_once(ss, "back");
 	mu_session_close(ss);
 	mu_server_free(s);
@@ -487,12 +544,12 @@ static void test_request_failures(void **state)
 
 	(void)state;
 	/* nobody serves this key: the timeout holds */
-	assert_int_equal(mu_session_request("127.0.0.1", port, "none", 1, 0, 3, 300, &ss), -ETIMEDOUT);
+	assert_int_equal(mu_session_request("127.0.0.1", port, "none", 1, 0, 3, NULL, 300, &ss), -ETIMEDOUT);
 	assert_null(ss);
 	assert_true(mu__now_ms() - t0 < 2000);
 	mu_tracker_free(t);
 	/* no tracker at all */
-	assert_int_equal(mu_session_request("127.0.0.1", port, "none", 1, 0, 2, T, &ss), -ECONNREFUSED);
+	assert_int_equal(mu_session_request("127.0.0.1", port, "none", 1, 0, 2, NULL, T, &ss), -ECONNREFUSED);
 }
 
 static void test_bad_options(void **state)
@@ -519,6 +576,7 @@ int main(void)
 		cmocka_unit_test(test_matchkey_is_single_use),
 		cmocka_unit_test(test_silent_client_blocks_nobody),
 		cmocka_unit_test(test_bytes_behind_the_hello),
+		cmocka_unit_test(test_two_servers_in_one_process),
 		cmocka_unit_test(test_session_timeout_and_stop),
 		cmocka_unit_test(test_session_timeout_ends_stuck_sessions),
 		cmocka_unit_test(test_tracker_restart),

@@ -15,6 +15,7 @@
 
 #include "muster/tensor.h"
 #include "core/endian_int.h"
+#include "core/stream_int.h"
 #include "core/time_int.h"
 #include "tensor/frame_int.h"
 
@@ -732,8 +733,37 @@ static void test_encode_out_of_memory(void **state)
 
 /* ---- sockets ---- */
 
+/*
+ * Frames go over streams: S(fd) is a stream over one end of the pair that
+ * does not own it (the tests close the descriptors themselves); they are
+ * let go when the next test makes its pair.
+ */
+static mu_stream_t *wrapped[32];
+static int nwrapped;
+
+static void unwrap_all(void)
+{
+	while (nwrapped > 0) {
+		mu_stream_t *s = wrapped[--nwrapped];
+
+		s->fd = -1; /* not ours to close */
+		mu__stream_close(s);
+	}
+}
+
+static mu_stream_t *S(int fd)
+{
+	mu_stream_t *s;
+
+	assert_true(nwrapped < 32);
+	assert_int_equal(mu__stream_tcp_new(fd, &s), 0);
+	wrapped[nwrapped++] = s;
+	return s;
+}
+
 static void pair(int sv[2])
 {
+	unwrap_all();
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 }
 
@@ -749,7 +779,7 @@ static void test_send_recv_small(void **state)
 	mu_tensor_list_init(&back);
 	assert_int_equal(mu_frame_decode(w.b, w.n, NULL, &l), 0);
 	pair(sv);
-	assert_int_equal(mu_frame_send(sv[0], &l, 2000), 0);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 2000), 0);
 	/* the bytes on the wire are the spec's */
 	{
 		unsigned char got[sizeof(w.b)];
@@ -757,13 +787,13 @@ static void test_send_recv_small(void **state)
 		assert_int_equal(recv(sv[1], got, sizeof(got), MSG_DONTWAIT), (ssize_t)w.n);
 		assert_memory_equal(got, w.b, w.n);
 	}
-	assert_int_equal(mu_frame_send(sv[0], &l, 2000), 0);
-	assert_int_equal(mu_frame_recv(sv[1], NULL, &back, 2000), 0);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 2000), 0);
+	assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &back, 2000), 0);
 	check_two(&back, 0);
 	/* an empty frame too */
 	mu_tensor_list_free(&l);
-	assert_int_equal(mu_frame_send(sv[0], &l, 2000), 0);
-	assert_int_equal(mu_frame_recv(sv[1], NULL, &back, 2000), 0);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 2000), 0);
+	assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &back, 2000), 0);
 	assert_int_equal(back.n, 2);
 	mu_tensor_list_free(&back);
 	close(sv[0]);
@@ -771,7 +801,8 @@ static void test_send_recv_small(void **state)
 }
 
 typedef struct {
-	int fd, rc, close_after;
+	mu_stream_t *fd;
+	int rc, close_after;
 	mu_frame_limits_t lim;
 	mu_tensor_list_t got;
 } reader_t;
@@ -782,7 +813,7 @@ static void *reader_main(void *arg)
 
 	r->rc = mu_frame_recv(r->fd, &r->lim, &r->got, 10000);
 	if (r->close_after)
-		close(r->fd);
+		close(mu__stream_fd(r->fd));
 	return NULL;
 }
 
@@ -805,11 +836,11 @@ static void test_send_recv_16mib(void **state)
 	assert_int_equal(mu_tensor_list_push(&l, t), 0);
 	assert_int_equal(mu_tensor_list_push(&l, mk("after", 1, dims)), 0);
 	memset(&rd, 0, sizeof(rd));
-	rd.fd = sv[1];
+	rd.fd = S(sv[1]);
 	mu_frame_limits_init(&rd.lim);
 	mu_tensor_list_init(&rd.got);
 	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
-	assert_int_equal(mu_frame_send(sv[0], &l, 10000), 0);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 10000), 0);
 	pthread_join(th, NULL);
 	assert_int_equal(rd.rc, 0);
 	assert_int_equal(rd.got.n, 3);
@@ -823,14 +854,14 @@ static void test_send_recv_16mib(void **state)
 	/* the same 16 MiB over a budget of 16 MiB - 1: refused at the
 	 * header; the reader closes and the sender sees the peer gone */
 	memset(&rd, 0, sizeof(rd));
-	rd.fd = sv[1];
+	rd.fd = S(sv[1]);
 	rd.close_after = 1;
 	mu_frame_limits_init(&rd.lim);
 	rd.lim.max_bytes = ((uint64_t)16 << 20) - 1;
 	mu_tensor_list_init(&rd.got);
 	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
 	{
-		int rc = mu_frame_send(sv[0], &l, 10000);
+		int rc = mu_frame_send(S(sv[0]), &l, 10000);
 
 		assert_true(rc == MU_EEOF || rc == -EPIPE || rc == -ECONNRESET);
 	}
@@ -856,12 +887,12 @@ static void test_recv_long_name(void **state)
 	assert_int_equal(mu_tensor_list_push(&l, mk(name, 0, NULL)), 0);
 	pair(sv);
 	memset(&rd, 0, sizeof(rd));
-	rd.fd = sv[1];
+	rd.fd = S(sv[1]);
 	mu_frame_limits_init(&rd.lim);
 	rd.lim.max_name = 1 << 20;
 	mu_tensor_list_init(&rd.got);
 	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
-	assert_int_equal(mu_frame_send(sv[0], &l, 5000), 0);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 5000), 0);
 	pthread_join(th, NULL);
 	assert_int_equal(rd.rc, 0);
 	assert_int_equal(rd.got.n, 1);
@@ -869,8 +900,8 @@ static void test_recv_long_name(void **state)
 	mu_tensor_list_free(&rd.got);
 	/* and under the default limit, refused */
 	mu_tensor_list_init(&back);
-	assert_int_equal(mu_frame_send(sv[0], &l, 5000), 0);
-	assert_int_equal(mu_frame_recv(sv[1], NULL, &back, 5000), MU_ETOOBIG);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 5000), 0);
+	assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &back, 5000), MU_ETOOBIG);
 	assert_int_equal(back.n, 0);
 	mu_tensor_list_free(&l);
 	close(sv[0]);
@@ -891,7 +922,7 @@ static void test_recv_peer_closes_mid_frame(void **state)
 		pair(sv);
 		assert_int_equal(write(sv[0], w.b, cut), (ssize_t)cut);
 		close(sv[0]);
-		assert_int_equal(mu_frame_recv(sv[1], NULL, &l, 2000), MU_EEOF);
+		assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &l, 2000), MU_EEOF);
 		assert_int_equal(l.n, 0);
 		close(sv[1]);
 	}
@@ -902,7 +933,7 @@ static void test_recv_peer_closes_mid_frame(void **state)
 	putname(&w, "x");
 	put32(&w, 9);
 	assert_int_equal(write(sv[0], w.b, w.n), (ssize_t)w.n);
-	assert_int_equal(mu_frame_recv(sv[1], NULL, &l, 2000), MU_ETOOBIG);
+	assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &l, 2000), MU_ETOOBIG);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -918,14 +949,14 @@ static void test_recv_timeout(void **state)
 	mu_tensor_list_init(&l);
 	pair(sv);
 	t0 = mu__now_ms();
-	assert_int_equal(mu_frame_recv(sv[1], NULL, &l, 150), -ETIMEDOUT);
+	assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &l, 150), -ETIMEDOUT);
 	assert_true(mu__now_ms() - t0 >= 140);
 	assert_true(mu__now_ms() - t0 < 2000);
 	/* a peer that stalls mid-frame: the deadline covers the whole frame */
 	two_tensors(&w);
 	assert_int_equal(write(sv[0], w.b, w.n - 3), (ssize_t)(w.n - 3));
 	t0 = mu__now_ms();
-	assert_int_equal(mu_frame_recv(sv[1], NULL, &l, 150), -ETIMEDOUT);
+	assert_int_equal(mu_frame_recv(S(sv[1]), NULL, &l, 150), -ETIMEDOUT);
 	assert_true(mu__now_ms() - t0 >= 140);
 	assert_int_equal(l.n, 0);
 	close(sv[0]);
@@ -943,7 +974,7 @@ static void test_send_to_closed_peer(void **state)
 	pair(sv);
 	close(sv[1]);
 	/* an error, not SIGPIPE */
-	rc = mu_frame_send(sv[0], &l, 2000);
+	rc = mu_frame_send(S(sv[0]), &l, 2000);
 	assert_true(rc == MU_EEOF || rc == -EPIPE || rc == -ECONNRESET);
 	close(sv[0]);
 	mu_tensor_list_free(&l);
@@ -966,7 +997,7 @@ static void test_send_timeout(void **state)
 	 * EAGAIN, so on a blocking fd it would block past the deadline */
 	assert_int_equal(fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK), 0);
 	t0 = mu__now_ms();
-	assert_int_equal(mu_frame_send(sv[0], &l, 150), -ETIMEDOUT);
+	assert_int_equal(mu_frame_send(S(sv[0]), &l, 150), -ETIMEDOUT);
 	assert_true(mu__now_ms() - t0 >= 140);
 	assert_true(mu__now_ms() - t0 < 5000);
 	close(sv[0]);
@@ -1002,5 +1033,8 @@ int main(void)
 		cmocka_unit_test(test_send_to_closed_peer),
 		cmocka_unit_test(test_send_timeout),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+
+	unwrap_all();
+	return rc;
 }
