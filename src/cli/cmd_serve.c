@@ -8,21 +8,26 @@
  * business, so devices from a tracker come in there.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "muster/common.h"
 #include "cli/cli_int.h"
 #include "cli/gen_int.h"
 #include "cli/svc_int.h"
+#include "core/buf_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
 #include "serve/api_int.h"
 
-#define SERVE_OPTS (5 + CLI_SVC_NOPTS)
+#define SERVE_OPTS (6 + CLI_SVC_NOPTS)
+#define KEY_MAX 512 /* bytes of an API key */
 
 typedef struct {
-	const char *listen, *name, *max_body, *chat_template;
+	const char *listen, *name, *max_body, *chat_template, *key_file;
 	int max_conns;
+	char key[KEY_MAX + 1]; /* from key_file: what clients send as Bearer */
 } serve_args_t;
 
 static void stop_server(void *srv)
@@ -41,6 +46,43 @@ static void default_name(const char *path, char *out, size_t n)
 	for (p = path + len; p > path && p[-1] != '/'; p--)
 		;
 	snprintf(out, n, "%.*s", (int)(len - (size_t)(p - path)), p);
+}
+
+/*
+ * --api-key-file: its first line (without the newline) is the key clients
+ * send as "Authorization: Bearer KEY", printable ASCII, 1 to KEY_MAX
+ * bytes. 0, or 2 after saying why.
+ */
+static int read_key(serve_args_t *sa)
+{
+	mu__buf_t b;
+	char why[512];
+	struct stat st;
+	size_t n;
+
+	if (mu__buf_read_file(&b, sa->key_file, KEY_MAX + 2, why, sizeof(why)) != 0) {
+		fprintf(stderr, "muster serve: --api-key-file: %s\n", why);
+		return 2;
+	}
+	n = b.len;
+	while (n > 0 && (b.data[n - 1] == '\n' || b.data[n - 1] == '\r'))
+		n--;
+	for (size_t i = 0; i < n; i++)
+		if (b.data[i] < 0x21 || b.data[i] > 0x7e)
+			n = 0; /* not one printable word: refused below */
+	if (n == 0 || n > KEY_MAX) {
+		mu__buf_free(&b);
+		fprintf(stderr, "muster serve: --api-key-file %s must hold one key of 1 to %d "
+		        "printable characters, without spaces\n", sa->key_file, KEY_MAX);
+		return 2;
+	}
+	memcpy(sa->key, b.data, n);
+	sa->key[n] = '\0';
+	mu__buf_free(&b);
+	if (stat(sa->key_file, &st) == 0 && (st.st_mode & 077) != 0)
+		fprintf(stderr, "muster serve: warning: --api-key-file %s can be read by other users "
+		        "(chmod 600 it)\n", sa->key_file);
+	return 0;
 }
 
 /* gen_args_opts's options, less those serve has no use for, with
@@ -101,6 +143,7 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 	o.chat_template = sa->chat_template;
 	o.where = r->where;
 	o.metrics = sv->reg;
+	o.api_key = sa->key[0] != '\0' ? sa->key : NULL;
 	if (sa->chat_template != NULL && mu__chat_by_name(sa->chat_template, "", "", &probe) != 0) {
 		fprintf(stderr, "muster serve: --chat-template is one of chatml, qwen3, llama3, "
 		        "llama3.1, llama2, mistral\n");
@@ -137,7 +180,7 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 
 int cmd_serve(int argc, char **argv)
 {
-	serve_args_t sa = {"127.0.0.1:8080", NULL, "4M", NULL, 32};
+	serve_args_t sa = {"127.0.0.1:8080", NULL, "4M", NULL, NULL, 32, ""};
 	gen_args_t a;
 	gen_run_t r;
 	int npos, rc;
@@ -153,6 +196,9 @@ int cmd_serve(int argc, char **argv)
 		 "gets 413)"},
 		{"chat-template", OPT_STR, &sa.chat_template, "NAME", "render chats as chatml, qwen3, "
 		 "llama3, llama3.1, llama2 or mistral, whatever the model's template is"},
+		{"api-key-file", OPT_STR, &sa.key_file, "FILE", "require this key (the file's first "
+		 "line) as \"Authorization: Bearer KEY\" on every route but /health; 401 without it "
+		 "(default: $MUSTER_API_KEY_FILE, else no key)"},
 		CLI_SVC_OPTS(sv),
 	};
 	cli_cmd_t cmd = {
@@ -165,7 +211,9 @@ int cmd_serve(int argc, char **argv)
 		"(--stages); a client that disconnects cancels its sequence. Chats are rendered with\n"
 		"the model's chat template (ChatML/Qwen, Llama 3 and 3.1+, Llama 2, Mistral [INST]).\n"
 		"Sampling options are the defaults of requests that do not set them. One line per\n"
-		"request goes to stderr; SIGINT or SIGTERM stops it after cancelling what runs.",
+		"request goes to stderr; SIGINT or SIGTERM stops it after cancelling what runs.\n"
+		"The HTTP side has no TLS: keep it on 127.0.0.1, or put a TLS proxy in front, and\n"
+		"give --api-key-file when others can reach it (docs/security.md).",
 		opts, SERVE_OPTS, 0, 0};
 
 	gen_args_default(&a);
@@ -181,6 +229,11 @@ int cmd_serve(int argc, char **argv)
 		fprintf(stderr, "muster serve: --parallel must be 1 or more\n");
 		return 2;
 	}
+	if (sa.key_file == NULL && getenv("MUSTER_API_KEY_FILE") != NULL &&
+	    getenv("MUSTER_API_KEY_FILE")[0] != '\0')
+		sa.key_file = getenv("MUSTER_API_KEY_FILE");
+	if (sa.key_file != NULL && (rc = read_key(&sa)) != 0)
+		return rc;
 	if ((rc = cli_svc_start(&sv, "muster serve", MU_LOG_INFO)) != 0)
 		return rc;
 	/* Before any thread starts, so only cli_on_signal's thread sees them. */

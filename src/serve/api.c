@@ -16,10 +16,15 @@
  * prompt+completion tokens, milliseconds (and why it stopped).
  */
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
+
+#include <openssl/crypto.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
@@ -257,6 +262,47 @@ static void health(mu__srv_t *s, h2o_req_t *req, double t0)
 	mu__buf_free(&b);
 }
 
+/*
+ * Whether req carries "Authorization: Bearer <key>", as OpenAI's clients
+ * send their API key. The comparison takes the same time wherever the
+ * first difference is (CRYPTO_memcmp), so timing tells nothing of the key.
+ */
+static int authorized(const h2o_req_t *req, const char *key)
+{
+	static const char bearer[] = "Bearer ";
+	size_t kl = strlen(key), bl = sizeof(bearer) - 1;
+	ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
+	const h2o_iovec_t *v;
+
+	if (i < 0)
+		return 0;
+	v = &req->headers.entries[i].value;
+	return v->len == bl + kl && strncasecmp(v->base, bearer, bl) == 0 &&
+	       CRYPTO_memcmp(v->base + bl, key, kl) == 0;
+}
+
+static void refuse_unauthorized(h2o_req_t *req, double t0)
+{
+	static const h2o_iovec_t scheme = {H2O_STRLIT("Bearer")};
+	struct sockaddr_storage ss;
+	char host[NI_MAXHOST] = "?", port[NI_MAXSERV] = "?";
+	socklen_t sl = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+	int has = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1) >= 0;
+	mu__oai_err_t e;
+
+	if (sl > 0)
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+		            NI_NUMERICHOST | NI_NUMERICSERV);
+	mu__log(MU_LOG_WARN, LOG, "refused %s:%s: %s", host, port,
+	        has ? "wrong API key" : "no API key (Authorization: Bearer)");
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL, scheme.base,
+	               scheme.len);
+	mu__oai_fail(&e, 401, "invalid_request_error", NULL, "invalid_api_key", "%s",
+	             has ? "Incorrect API key provided" : "This server needs an API key "
+	             "(Authorization: Bearer KEY)");
+	mu__srv_error(NULL, req, &e, t0);
+}
+
 static void on_req(void *ud, h2o_req_t *req)
 {
 	mu__srv_t *s = ud;
@@ -270,6 +316,8 @@ static void on_req(void *ud, h2o_req_t *req)
 	if (s->stopping) {
 		mu__oai_fail(&e, 503, "server_error", NULL, "shutting_down", "the server is stopping");
 		mu__srv_error(s, req, &e, t0);
+	} else if (s->o.api_key != NULL && !is(p, "/health") && !authorized(req, s->o.api_key)) {
+		refuse_unauthorized(req, t0);
 	} else if (is(p, "/health") && get) {
 		health(s, req, t0);
 	} else if (is(p, "/v1/models") && get) {

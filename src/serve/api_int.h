@@ -48,6 +48,8 @@ typedef struct {
 	const char *chat_template; /* force a family; NULL: recognise the model's */
 	const char *where;         /* "this process, 2 threads" / "3 stages", for /health */
 	mu_metrics_t *metrics;     /* muster_serve_* (docs/metrics.md); NULL: none */
+	const char *api_key;       /* NULL: open; else every route but /health
+	                            * needs "Authorization: Bearer <api_key>" */
 } mu__srv_opts_t;
 
 typedef struct mu__srv_s mu__srv_t;
