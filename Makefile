@@ -24,7 +24,6 @@ FUZZ_SECONDS ?= 10
 PYTEST = $(PYTHON) -m pytest -q -p no:cacheprovider tests/interop
 
 .PHONY: all build demo check check-full check-unit check-interop check-sanitize \
-.PHONY: all build demo check check-full check-unit check-interop check-sanitize \
         check-fuzz check-style check-tsan check-fresh fuzz bench install clean \
         deps-build deps-test check-packaging deps-packaging
 
