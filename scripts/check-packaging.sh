@@ -4,8 +4,9 @@
 # make check-packaging: the Debian packages build, pass lintian and work on
 # a machine that has only them.
 #
-#  1. copies the tree as a checkout has it (what git tracks or would track:
-#     no build directories, no uncommitted-but-ignored files) to a scratch
+#  1. copies the tree as a checkout has it (fresh_copy_tree: what git
+#     tracks or would track, or without git every file but build
+#     directories) to a scratch
 #     directory and runs `dpkg-buildpackage -us -uc -b` there: muster,
 #     libmuster0, libmuster-dev and python3-muster;
 #  2. runs lintian on them and fails on any error;
@@ -25,7 +26,7 @@ out=${PKG_OUT:-$top/build/debs}
 fresh_name=check-packaging
 . "$top/scripts/fresh-root.sh"
 fresh_init "${PKG_LOG:-$top/build/check-packaging.log}"
-for tool in dpkg-buildpackage dh lintian git tar; do
+for tool in dpkg-buildpackage dh lintian tar; do
 	command -v "$tool" >/dev/null 2>&1 ||
 		fresh_die "'$tool' is missing (scripts/deps.sh packaging installs it)"
 done
@@ -35,9 +36,7 @@ work=$(mktemp -d "${FRESH_TMP:-/var/tmp}/muster-pkg.XXXXXX")
 fresh_on_exit='rm -rf "$work"'
 src=$work/muster
 mkdir "$src"
-git -c safe.directory="$top" -C "$top" ls-files --cached --others --exclude-standard |
-	(cd "$top" && while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done) |
-	tar -C "$top" -cf - --verbatim-files-from -T - | tar -C "$src" -xf -
+fresh_copy_tree "$src"
 [ -f "$src/debian/control" ] || fresh_die "no debian/ in the tree at $top"
 
 fresh_step "dpkg-buildpackage -us -uc -b in a clean copy of the tree"

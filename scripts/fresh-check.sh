@@ -65,20 +65,8 @@ t1=$(now)
 # the npm configuration of this machine's network, as `make check` needs
 [ ! -f "${HOME:-/root}/.npmrc" ] || cp "${HOME:-/root}/.npmrc" "$root/root/.npmrc"
 
-# The tree as a user's checkout has it: what git tracks or would track; or,
-# outside a git checkout (a tarball, or this check run by `make check` in
-# such a root), every file but what .gitignore names.
-tree_files() {
-	if git -c safe.directory="$top" -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
-		git -c safe.directory="$top" -C "$top" ls-files --cached --others --exclude-standard
-	else
-		(cd "$top" && find . \( -path ./build -o -path './build-*' -o -path ./.cache \
-			-o -name __pycache__ -o -name '*.pyc' \) -prune -o -type f -print)
-	fi
-}
 mkdir "$root/root/muster"
-tree_files | (cd "$top" && while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done) |
-	tar -C "$top" -cf - --verbatim-files-from -T - | tar -C "$root/root/muster" -xf -
+fresh_copy_tree "$root/root/muster"
 [ -f "$root/root/muster/Makefile" ] || fresh_die "could not copy the tree at $top into the root"
 
 # Inside the root: a clean environment (no MAKEFLAGS or CC from our caller),

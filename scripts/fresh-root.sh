@@ -12,12 +12,28 @@
 #   fresh_run_in_root CMD    CMD by /bin/sh inside the root, as root, with a
 #                            clean environment; its output goes to LOG
 #
+# and, to copy the tree somewhere, fresh_copy_tree DIR.
+#
 # Environment: FRESH_CACHE (downloaded .debs kept between runs, default
 # /var/cache/muster-fresh), FRESH_TMP (where the root is made, default
 # /var/tmp), FRESH_MIRROR (default: this machine's Debian mirror, else
 # deb.debian.org). Everything mounted for the root lives in a private mount
 # and PID namespace that dies with this script (even by SIGKILL); on exit
 # the namespace is killed and the root deleted.
+
+# The tree as a user's checkout has it, copied into DIR: what git tracks or
+# would track; or, outside a git checkout (a tarball, or a check run by
+# `make check` inside such a root), every file but build directories and
+# Python caches.
+fresh_copy_tree() {
+	if git -c safe.directory="$top" -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+		git -c safe.directory="$top" -C "$top" ls-files --cached --others --exclude-standard
+	else
+		(cd "$top" && find . \( -path ./build -o -path './build-*' -o -path ./.cache \
+			-o -name __pycache__ -o -name '*.pyc' \) -prune -o -type f -print)
+	fi | (cd "$top" && while IFS= read -r f; do [ -e "$f" ] && printf '%s\n' "$f"; done) |
+		tar -C "$top" -cf - --verbatim-files-from -T - | tar -C "$1" -xf -
+}
 
 fresh_die() {
 	echo "${fresh_name:-fresh}: $*" >&2
