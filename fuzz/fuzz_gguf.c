@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gguf_int.h"
-#include "model/kern_int.h"
+#include "formats/gguf_int.h"
+#include "kern/kern_int.h"
 
 static void walk_strings(const mu__gguf_kv_t *kv)
 {

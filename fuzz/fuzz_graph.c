@@ -17,9 +17,9 @@
 
 #include "core/alloc_int.h"
 #include "core/strmap_int.h"
-#include "model/dtype_int.h"
-#include "model/model_int.h"
-#include "model/plan_int.h"
+#include "graph/dtype_int.h"
+#include "graph/graph_int.h"
+#include "graph/plan_int.h"
 
 #define SMALL 4096 /* elements per value for the executor to run */
 

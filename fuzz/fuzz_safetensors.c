@@ -15,7 +15,7 @@
 
 #include "muster/tensor.h"
 #include "core/endian_int.h"
-#include "model/safetensors_int.h"
+#include "formats/safetensors_int.h"
 
 /* bytes per element of a file dtype: the tensor dtypes' own, 1 for F8 */
 static unsigned dsize(int dt)

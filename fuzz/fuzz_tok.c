@@ -20,7 +20,7 @@
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
-#include "model/tok_impl_int.h"
+#include "tok/impl_int.h"
 
 static mu__tok_t *bytelevel, *spm;
 

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 #
 # Source style check (curl's checksrc idea): functions that overflow or are
-# not re-entrant are banned, and every C file starts with an SPDX line.
+# not re-entrant are banned, every C file starts with an SPDX line, and no
+# include runs up the layers (scripts/checklayers.py).
 # Prints each offending line and fails when there is one.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,5 +23,8 @@ for f in $files; do
 		bad=1
 	}
 done
+# The layers (docs/internals/architecture.md): no include runs up them,
+# and the command uses the library through its public headers.
+python3 scripts/checklayers.py || bad=1
 [ $bad -eq 0 ] && echo "checksrc: ok ($(echo $files | wc -w) files)"
 exit $bad

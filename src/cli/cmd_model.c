@@ -14,7 +14,7 @@
 
 #include "muster/model.h"
 #include "cli/cli_int.h"
-#include "model/fixture_int.h"
+#include "cli/demo/fixture.h"
 
 static int parse_widths(const char *s, uint64_t *w, int max)
 {

@@ -16,7 +16,7 @@
 #include "cli/cli_int.h"
 #include "core/log_int.h"
 #include "cli/stage_serve_int.h"
-#include "pipeline/llm_cluster_int.h"
+#include "pipeline/llm/cluster_int.h"
 #include "pipeline/pipeline_int.h"
 
 int cli_is_llm(const char *path)

@@ -18,7 +18,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
-#include "model/tok_int.h"
+#include "tok/tok_int.h"
 
 #define MAX_FILE (1ULL << 30)
 

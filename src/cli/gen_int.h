@@ -10,9 +10,9 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli_int.h"
-#include "model/llm_gen_int.h"
-#include "model/llm_int.h"
-#include "pipeline/llm_engine_int.h"
+#include "llm/gen_int.h"
+#include "llm/llm_int.h"
+#include "pipeline/llm/engine_int.h"
 
 #define GEN_MAX_OPTS 32
 

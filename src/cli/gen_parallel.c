@@ -18,9 +18,9 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
-#include "pipeline/llm_cluster_int.h"
-#include "pipeline/llm_coord_int.h"
-#include "pipeline/llm_link_int.h"
+#include "pipeline/llm/cluster_int.h"
+#include "pipeline/llm/coord_int.h"
+#include "pipeline/llm/link_int.h"
 
 typedef struct {
 	int index;

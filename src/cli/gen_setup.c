@@ -14,9 +14,9 @@
 #include "core/alloc_int.h"
 #include "core/net_int.h"
 #include "core/progress_int.h"
-#include "pipeline/llm_cluster_int.h"
-#include "pipeline/llm_coord_int.h"
-#include "pipeline/llm_link_int.h"
+#include "pipeline/llm/cluster_int.h"
+#include "pipeline/llm/coord_int.h"
+#include "pipeline/llm/link_int.h"
 
 #define GEN_DEFAULT_CTX 4096
 

@@ -4,7 +4,7 @@
  * for devices of a key (all at once, so a job's priority counts for each),
  * open a session on each, and learn what each offers from its md metadata
  * (memory budget, threads, the models it holds by digest). Used by the
- * graph-model cluster (cluster.c) and the LLM cluster (llm_cluster.c).
+ * graph-model cluster (cluster.c) and the LLM cluster (pipeline/llm/cluster.c).
  */
 #include <errno.h>
 #include <stdarg.h>

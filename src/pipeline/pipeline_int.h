@@ -14,11 +14,11 @@
 #include "muster/pipeline.h"
 #include "core/proc_int.h"
 #include "core/strmap_int.h"
-#include "model/llm_int.h"
-#include "model/model_api_int.h"
-#include "model/model_int.h"
-#include "model/plan_int.h"
-#include "model/safetensors_int.h"
+#include "llm/llm_int.h"
+#include "graph/model_int.h"
+#include "graph/graph_int.h"
+#include "graph/plan_int.h"
+#include "formats/safetensors_int.h"
 #include "pipeline/msg_int.h"
 
 struct mu_stage_s {
@@ -36,7 +36,7 @@ struct mu_stage_s {
 	char *desc;            /* JSON */
 	uv_mutex_t lock;  /* one forward at a time */
 	int threads;           /* OpenBLAS threads of its forwards; 1 */
-	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (llm_stage.c) */
+	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (pipeline/llm/stage.c) */
 };
 
 /*
@@ -102,7 +102,7 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m, c
  */
 int mu__serve_chan(mu__chan_t *c, mu__serve_ctx_t *ctx);
 
-/* ---- stages of decoder LLMs (llm_stage.c) ---- */
+/* ---- stages of decoder LLMs (pipeline/llm/stage.c) ---- */
 
 typedef struct mu__llm_stage_s mu__llm_stage_t;
 
@@ -210,7 +210,7 @@ typedef struct {
 void mu__device_ctx(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, mu_device_t *d);
 void mu__device_ctx_done(mu__serve_ctx_t *ctx);
 
-/* The device's side of an LLM stage (device_llm.c): ASSIGN with "kind":
+/* The device's side of an LLM stage (pipeline/llm/device.c): ASSIGN with "kind":
  * "llm" (local_path: the device's checkpoint of that digest, or NULL),
  * TENSOR, LOAD. The device's cache directory and budget come from ss->d. */
 typedef struct mu__llm_pending_s mu__llm_pending_t;
@@ -221,7 +221,7 @@ void mu__device_tensor_llm(mu__device_sess_t *ss, const mu__msg_t *m, const char
 void mu__device_load_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
                          mu__reply_t *r);
 void mu__llm_pending_free(mu__llm_pending_t *p);
-/* What device_llm.c needs of the device. */
+/* What pipeline/llm/device.c needs of the device. */
 const char *mu__device_cache_dir(const mu_device_t *d);
 uint64_t mu__device_mem(const mu_device_t *d);
 int mu__device_threads(const mu_device_t *d);

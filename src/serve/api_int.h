@@ -25,8 +25,8 @@
 
 #include "core/buf_int.h"
 #include "core/list_int.h"
-#include "model/tok_int.h"
-#include "pipeline/llm_engine_int.h"
+#include "tok/tok_int.h"
+#include "pipeline/llm/engine_int.h"
 #include "core/metrics_int.h"
 #include "serve/chat_int.h"
 #include "serve/http_int.h"

@@ -34,7 +34,7 @@ Evaluator
     (F16 and BF16 widened to F32, as muster loads them); the typed ops
     (cast, gather, where, comparisons, logic, and arithmetic and data
     movement on non-F32 tensors) keep them, the rest compute in F32.
-    `stage_io` computes a node range's boundary the way src/model/plan.c
+    `stage_io` computes a node range's boundary the way src/graph/plan.c
     does.
 
 Generators

@@ -20,7 +20,7 @@ stage processes on loopback, against the command contract:
 
 What is checked:
 * plans cover the graph, and each stage's boundary is what
-  src/model/plan.c's rule gives (mumodel.stage_io);
+  src/graph/plan.c's rule gives (mumodel.stage_io);
 * the real hello_deepa model (converted from ONNX) and generated MLPs and
   transformer blocks (whose residuals skip stages), split the balanced way
   into 1..min(nodes, 4) stages with --stage/--of, give outputs

@@ -17,7 +17,7 @@
 #include "core/endian_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
-#include "model/safetensors_int.h"
+#include "formats/safetensors_int.h"
 #include "pipeline/msg_int.h"
 #include "pipeline/pipeline_int.h"
 

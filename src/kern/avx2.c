@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The AVX2+FMA+F16C kernels. This file alone is compiled with -mavx2 -mfma
+ * -mf16c (and -ffp-contract=off); nothing in it runs until kern.c has
+ * seen the CPU support all three, so the same binary runs on any x86-64.
+ * kern/vnni.c builds it a second time with MU_KERN_VNNI, for CPUs that
+ * also have AVX512-VNNI and AVX512-VL: the integer blocks then take one
+ * vpdpbusd where AVX2 needs maddubs + madd (the same exact sums), and the
+ * 32 vector registers of AVX512-VL let the integer tiles grow to 4x3.
+ *
+ * Each output element is one __m256 of eight lanes that accumulates along
+ * k from 0 to cols, then reduces as kern/isa_int.h defines, so a result
+ * never depends on the tile, the thread or n. For speed the loops are
+ * blocked in registers as llamafile's tinyBLAS does: a tile of up to 4
+ * rows of W by 3 rows of x shares each load among its independent
+ * accumulators; a tile's rows of W lie far apart in memory (see DRIVER);
+ * and x is walked in panels of rows that stay in the L2 cache while the
+ * thread's rows of W stream past them.
+ */
+#include "kern/isa_int.h"
+
+#if defined(MU_KERN_VNNI) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define MU__KERN_SKIP 1
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(MU__KERN_SKIP)
+
+#include <float.h>
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* The largest tile any driver uses: TM rows of W by TN rows of x. */
+#define TM 4
+#define TN 3
+/* Bytes of x in a panel: the rows of W are read from memory once per
+ * panel, so larger is better until x falls out of the L2 (1 MiB on Zen 4);
+ * 768 KiB measured best there, 192 KiB took twice the time at 2048x5632. */
+#define PANEL_BYTES (768 << 10)
+
+AI float hsum(__m256 a)
+{
+	/* s_l = a_l + a_(l+4); t0 = s0 + s2, t1 = s1 + s3; t0 + t1 */
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	__m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+
+	return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+/* Eight weights from p as f32 (exact conversions). */
+AI __m256 ldw(mu__wtype_t t, const unsigned char *p)
+{
+	if (t == MU__WT_F32)
+		return _mm256_loadu_ps((const float *)p);
+	if (t == MU__WT_F16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_castsi256_ps(
+	    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* The last rem < 8 weights of a row, zeros after. */
+AI __m256 ldw_tail(mu__wtype_t t, const unsigned char *p, int rem, __m256i mask)
+{
+	unsigned char tmp[16] = {0};
+
+	if (t == MU__WT_F32)
+		return _mm256_maskload_ps((const float *)p, mask);
+	memcpy(tmp, p, (size_t)rem * 2);
+	return ldw(t, tmp);
+}
+
+AI __m256i tail_mask(int rem)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Store a tile: acc[a][i] is W row r + a * rs by x row i0 + i. */
+AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, int rn, __m256 acc[TM][TN])
+{
+#pragma GCC unroll 4
+	for (int a = 0; a < rm; a++) {
+		float b = j->bias ? j->bias[r + a * rs] : 0.0f;
+
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++) {
+			float s = hsum(acc[a][i]);
+
+			j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? s + b : s;
+		}
+	}
+}
+
+/* ---- F32, F16, BF16 ---- */
+
+AI void tile_f(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+{
+	int64_t cols = j->w->cols, k;
+	size_t es = t == MU__WT_F32 ? 4 : 2, rb = (size_t)cols * es;
+	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
+	const float *x = j->x + i0 * cols;
+	__m256 acc[TM][TN], xv[TN];
+
+#pragma GCC unroll 4
+	for (int a = 0; a < rm; a++)
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			acc[a][i] = _mm256_setzero_ps();
+	for (k = 0; k + 8 <= cols; k += 8) {
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			xv[i] = _mm256_loadu_ps(x + i * cols + k);
+#pragma GCC unroll 4
+		for (int a = 0; a < rm; a++) {
+			__m256 wv = ldw(t, w + a * rs * rb + (size_t)k * es);
+
+#pragma GCC unroll 4
+			for (int i = 0; i < rn; i++)
+				acc[a][i] = _mm256_fmadd_ps(wv, xv[i], acc[a][i]);
+		}
+	}
+	if (k < cols) {
+		int rem = (int)(cols - k);
+		__m256i mask = tail_mask(rem);
+
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			xv[i] = _mm256_maskload_ps(x + i * cols + k, mask);
+#pragma GCC unroll 4
+		for (int a = 0; a < rm; a++) {
+			__m256 wv = ldw_tail(t, w + a * rs * rb + (size_t)k * es, rem, mask);
+
+#pragma GCC unroll 4
+			for (int i = 0; i < rn; i++)
+				acc[a][i] = _mm256_fmadd_ps(wv, xv[i], acc[a][i]);
+		}
+	}
+	store(j, r, rs, i0, rm, rn, acc);
+}
+
+/* ---- Q8_0 and Q4_0 (x as Q8_0) ---- */
+
+/* The 32 quants of a weight block, as signed bytes in element order. */
+AI __m256i ldq(mu__wtype_t t, const unsigned char *blk)
+{
+	__m128i q, m = _mm_set1_epi8(15);
+
+	if (t == MU__WT_Q8_0)
+		return _mm256_loadu_si256((const __m256i *)(blk + 2));
+	q = _mm_loadu_si128((const __m128i *)(blk + 2));
+	return _mm256_sub_epi8(
+	    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m)),
+	                            _mm_and_si128(_mm_srli_epi16(q, 4), m), 1),
+	    _mm256_set1_epi8(8));
+}
+
+AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+{
+	int64_t cols = j->w->cols, nb = cols / MU__QBLOCK;
+	size_t bb = t == MU__WT_Q8_0 ? 34 : 18, rb = (size_t)nb * bb;
+	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
+	const int8_t *xq = j->xq + i0 * cols;
+	const float *xd = j->xd + i0 * nb;
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256 acc[TM][TN];
+
+	(void)ones;
+
+#pragma GCC unroll 4
+	for (int a = 0; a < rm; a++)
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			acc[a][i] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i xv[TN];
+		__m256 dx[TN];
+
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++) {
+			xv[i] = _mm256_loadu_si256((const __m256i *)(xq + i * cols + b * MU__QBLOCK));
+			dx[i] = _mm256_broadcast_ss(xd + i * nb + b);
+		}
+#pragma GCC unroll 4
+		for (int a = 0; a < rm; a++) {
+			const unsigned char *blk = w + a * rs * rb + (size_t)b * bb;
+			__m256i wv = ldq(t, blk), aw = _mm256_sign_epi8(wv, wv);
+			__m256 dw = _mm256_set1_ps(_cvtsh_ss(mu__ld16(blk)));
+
+#pragma GCC unroll 4
+			for (int i = 0; i < rn; i++) {
+				/* |w| * (x with w's sign): exact, as no pair sum
+				 * reaches 2^15 (|x| <= 127, see mu__q8_block) */
+				__m256i sx = _mm256_sign_epi8(xv[i], wv);
+#if defined(MU_KERN_VNNI)
+				__m256 s = _mm256_cvtepi32_ps(
+				    _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx));
+#else
+				__m256 s = _mm256_cvtepi32_ps(
+				    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+#endif
+
+				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), s, acc[a][i]);
+			}
+		}
+	}
+	store(j, r, rs, i0, rm, rn, acc);
+}
+
+/* ---- drivers: panels of x, tiles of W by x ---- */
+
+/* The tiles of up to RM x RN a driver may call, for rm of them. */
+#define TILE_CASES(fn, t, rm, RM, RN)                                              \
+	case rm * 4 + 1: if (rm <= RM) fn(j, t, r, rs, i, rm, 1); break;           \
+	case rm * 4 + 2: if (rm <= RM && 2 <= RN) fn(j, t, r, rs, i, rm, 2); break; \
+	case rm * 4 + 3: if (rm <= RM && 3 <= RN) fn(j, t, r, rs, i, rm, 3); break;
+
+/*
+ * Rows [r0, r1) of W for every row of x, in tiles of up to RM rows of W by
+ * RN rows of x. A tile's rows of W are not neighbours but q = (r1 - r0) /
+ * RM rows apart: reading a few rows that lie a few KiB apart at once ran
+ * at half the memory bandwidth of one stream on the machine we measured
+ * (a Zen 4 EPYC), while streams far apart ran at full speed, and a decode
+ * step is all memory. The rows left over go in one last tile of
+ * neighbours. For a prefill, x is walked in panels that stay in L2 while
+ * the rows of W stream past; a tile of W stays in L1/L2 across a panel.
+ */
+#define DRIVER(name, fn, t, xbytes, RM, RN)                                        \
+	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)            \
+	{                                                                          \
+		int64_t n = j->n, q = (r1 - r0) / RM, p0, p1, g, i;                \
+		int64_t panel = PANEL_BYTES / (j->w->cols * (xbytes));             \
+		panel = panel < RN ? RN : panel - panel % RN;                       \
+		for (p0 = 0; p0 < n; p0 = p1) {                                     \
+			p1 = n - p0 < panel ? n : p0 + panel;                      \
+			for (g = 0; g <= q; g++) {                                  \
+				int64_t r = g < q ? r0 + g : r0 + RM * q;           \
+				int64_t rs = g < q ? q : 1;                         \
+				int rm = g < q ? RM : (int)(r1 - r0 - RM * q);      \
+				for (i = p0; rm > 0 && i < p1; i += RN) {           \
+					int rn = p1 - i < RN ? (int)(p1 - i) : RN;  \
+					switch (rm * 4 + rn) {                      \
+					TILE_CASES(fn, t, 1, RM, RN)                \
+					TILE_CASES(fn, t, 2, RM, RN)                \
+					TILE_CASES(fn, t, 3, RM, RN)                \
+					TILE_CASES(fn, t, 4, RM, RN)                \
+					}                                           \
+				}                                                   \
+			}                                                           \
+		}                                                                   \
+	}
+
+/* Tile shapes: 4x3 keeps the float tiles' 12 accumulators, 3 rows of x and
+ * one row of W in the 16 registers. The integer tiles need more registers
+ * per accumulator; with 16, 4x2, 2x3 and 2x2 measured alike (4x2 gives a
+ * decode step four streams of W); with AVX512-VL's 32, 4x3 was faster. */
+#if defined(MU_KERN_VNNI)
+#define QRN 3
+#else
+#define QRN 2
+#endif
+DRIVER(mm_f32, tile_f, MU__WT_F32, 4, 4, 3)
+DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 4, 3)
+DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 4, 3)
+DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 1, 4, QRN)
+DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 1, 4, QRN)
+
+/* ---- x to Q8_0, byte for byte as mu__q8_block ---- */
+
+/* roundf: away from zero at the halves (v - trunc(v) is exact). */
+AI __m256i round_away(__m256 v)
+{
+	__m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+	__m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
+	__m256 half = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t)),
+	                            _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+
+	t = _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(_mm256_set1_ps(1.0f), sign)));
+	return _mm256_cvttps_epi32(t);
+}
+
+static void quant_row(const float *x, int64_t cols, int8_t *q, float *d)
+{
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+
+	for (int64_t b = 0; b < cols / MU__QBLOCK; b++, x += MU__QBLOCK, q += MU__QBLOCK) {
+		__m256 v[4], m, bad = _mm256_setzero_ps(), vid;
+		__m128 m4;
+		float amax, dd, id;
+		__m256i iv[4], p;
+
+		for (int k = 0; k < 4; k++) {
+			v[k] = _mm256_loadu_ps(x + 8 * k);
+			bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v[k], absm),
+			                                      _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+		}
+		if (_mm256_movemask_ps(bad)) {
+			uint16_t dh;
+
+			mu__q8_block(x, q, &dh);
+			d[b] = mu__h2f(dh);
+			continue;
+		}
+		m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], absm), _mm256_and_ps(v[1], absm)),
+		                  _mm256_max_ps(_mm256_and_ps(v[2], absm), _mm256_and_ps(v[3], absm)));
+		m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+		amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+		dd = amax / 127.0f;
+		id = dd != 0 ? 1.0f / dd : 0.0f;
+		d[b] = mu__h2f(mu__f32_to_f16(dd));
+		vid = _mm256_set1_ps(id);
+		for (int k = 0; k < 4; k++) {
+			__m256 t = _mm256_mul_ps(v[k], vid);
+
+			t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 */
+			t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+			iv[k] = round_away(t);
+		}
+		/* packs work within 128-bit halves: put the dwords back in order */
+		p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));
+		p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+		_mm256_storeu_si256((__m256i *)q, p);
+	}
+}
+
+#if defined(MU_KERN_VNNI)
+const mu__kern_isa_t mu__kern_vnni_table = {
+	"avx2-vnni",
+#else
+const mu__kern_isa_t mu__kern_avx2_table = {
+	"avx2",
+#endif
+	{mm_f32, mm_f16, mm_bf16, mm_q8, mm_q4},
+	quant_row,
+};
+
+#else
+/* Not an x86 build: kern.c never asks for the table. */
+typedef int mu__kern_avx2_unused_t;
+#endif

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the kernel files share among themselves (kern.c, kern/portable.c,
+ * kern/avx2.c) and with their tests: one instruction set's table of
+ * kernels, and the scalar definitions every table must agree with bit for
+ * bit. Nothing outside the files of src/kern/ and its tests includes this; the
+ * decoder sees kern/kern_int.h only.
+ *
+ * The arithmetic of one output element, y = bias + sum_k W[k] * x[k]
+ * (every path, every n, every thread count):
+ *   - eight float lanes acc[0..7], all +0;
+ *   - for each group g of eight k (k = 8g + l; past cols both factors
+ *     are 0): F32/F16/BF16: acc[l] = fma(W[k], x[k], acc[l]), W[k]
+ *     converted exactly to f32 first;
+ *     Q8_0/Q4_0, per block b of 32 (x quantized to Q8_0 first): with
+ *     d = dw_b * dx_b (an f32 product) and s_l = the exact integer sum of
+ *     wq[4l+m] * xq[4l+m] for m = 0..3, acc[l] = fma(d, (float)s_l, acc[l]);
+ *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),
+ *     and y + bias when there is one.
+ */
+#ifndef MU_KERN_ISA_INT_H
+#define MU_KERN_ISA_INT_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kern/kern_int.h"
+
+/* One matmul as the kernels see it, after kern.c checked the shapes. */
+typedef struct {
+	const mu__wmat_t *w;
+	const float *x;    /* F32/F16/BF16: n rows of w->cols floats */
+	const int8_t *xq;  /* Q8_0/Q4_0: n rows of w->cols quants */
+	const float *xd;   /* and n rows of w->cols/32 scales (f16 values) */
+	int64_t n;
+	float *y;          /* n rows of w->rows */
+	const float *bias; /* w->rows, or NULL */
+} mu__mm_job_t;
+
+/* Output rows [r0, r1) of every row of x. */
+typedef void (*mu__mm_fn)(const mu__mm_job_t *j, int64_t r0, int64_t r1);
+
+/* One instruction set's kernels. Every function of every table gives the
+ * same bits for the same input. */
+typedef struct {
+	const char *name;
+	mu__mm_fn mm[5]; /* indexed by mu__wtype_t */
+	/* One row of x (cols a multiple of 32) to Q8_0: cols quants, cols/32
+	 * scales as f32 (already rounded to f16), as mu__q8_block does. */
+	void (*quant_row)(const float *x, int64_t cols, int8_t *q, float *d);
+} mu__kern_isa_t;
+
+extern const mu__kern_isa_t mu__kern_portable;
+/* The AVX2+FMA+F16C table, or NULL when this build or CPU has none. */
+const mu__kern_isa_t *mu__kern_avx2(void);
+/* The table named ("portable", "avx2", "avx2-vnni"), or NULL when this
+ * build or CPU cannot run it. */
+const mu__kern_isa_t *mu__kern_isa_by_name(const char *name);
+/* The table in use (chosen once: MUSTER_KERNELS, then the CPU's best). */
+const mu__kern_isa_t *mu__kern_get(void);
+
+/* ---- scalar definitions (inline: the portable kernels' inner loops) ---- */
+
+static inline uint32_t mu__f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float mu__bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Exact; a NaN keeps its payload and becomes quiet, as F16C's vcvtph2ps. */
+static inline float mu__h2f(uint16_t h)
+{
+	uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+
+	if (e == 0x1f)
+		return mu__bits_f32(s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
+	if (e != 0)
+		return mu__bits_f32(s | ((e + 112) << 23) | (m << 13));
+	/* zero or subnormal: m * 2^-24, exact in f32 */
+	return mu__bits_f32(s | mu__f32_bits((float)m * 0x1p-24f));
+}
+
+static inline float mu__bf2f(uint16_t h)
+{
+	return mu__bits_f32((uint32_t)h << 16);
+}
+
+static inline uint16_t mu__ld16(const unsigned char *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, 2); /* little-endian host (checked in kern.c) */
+	return v;
+}
+
+static inline float mu__ldf(const unsigned char *p)
+{
+	float v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* The fixed reduction of the eight lanes (see the file comment). */
+static inline float mu__hsum8(const float a[8])
+{
+	float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+
+	return (s0 + s2) + (s1 + s3);
+}
+
+/*
+ * One block of 32 floats to Q8_0 as llama.cpp's reference quantizer does:
+ * d = max|x| / 127, q = roundf(x / d) computed as x * (1/d), d stored as
+ * f16. Where llama.cpp is undefined we define: a block holding a NaN or an
+ * infinity gets d = NaN and q = 0 (so products with it are NaN), and q is
+ * clamped to [-127, 127] (a NaN from 0 * inf, when 1/d overflows, is 0).
+ * Never -128, which the AVX2 sign trick relies on.
+ */
+void mu__q8_block(const float *x, int8_t *q, uint16_t *dh);
+
+#endif

@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The decoder: layers [first, last) of a source bound for compute, the KV
+ * caches of open sequences, and the forward pass over a chunk of
+ * positions. The per-token maths that is not a matrix product (norms,
+ * RoPE, attention, SiLU) is in llm/ops.c; products go through kern/kern_int.h.
+ *
+ * Bit-for-bit: every step computes each token's values with a fixed order
+ * of operations that depends on neither the chunk it came in, the layers
+ * held, nor the threads, so any split and any chunking agree exactly.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "muster/common.h"
+#include "core/alloc_int.h"
+#include "core/error_int.h"
+#include "llm/llm_int.h"
+#include "llm/ops_int.h"
+
+typedef struct {
+	uint64_t owner, id;
+	int32_t ctx, len;
+	float *kv;            /* [layers held][2][ctx][kv_dim] */
+} seq_t;
+
+struct mu__dec_s {
+	mu__llm_hp_t hp;
+	int first, last, embeds, head;
+	mu__dec_layer_t *L;   /* last - first entries */
+	mu__wmat_t embd, out;
+	float *out_norm;
+	float *inv_freq;      /* head_dim / 2 */
+	mu__pool_t *pool;
+	mu__dec_opts_t o;
+	seq_t *seqs;
+	int nseqs;
+	uint64_t kv_used;
+	mu__dec_scratch_t s;
+	int32_t *rpos, *rctx;  /* per row of a call: position, its sequence's ctx */
+	float **rkv;           /* ... and its sequence's cache */
+};
+
+/* An f32 copy of a vector tensor (norm or bias), NULL when absent. */
+static int vec_copy(const mu__llm_src_t *src, const char *name, int required,
+                    float **out)
+{
+	const mu__llm_tensor_t *t = mu__llm_src_tensor(src, name);
+
+	*out = NULL;
+	if (t == NULL)
+		return required ? MU_EPROTO : 0;
+	*out = mu__malloc((size_t)t->m.cols * sizeof(float));
+	if (*out == NULL)
+		return MU_ENOMEM;
+	mu__wmat_row(&t->m, 0, *out);
+	return 0;
+}
+
+static int mat(const mu__llm_src_t *src, const char *name, mu__wmat_t *m)
+{
+	const mu__llm_tensor_t *t = mu__llm_src_tensor(src, name);
+
+	if (t == NULL)
+		return MU_EPROTO;
+	*m = t->m;
+	return 0;
+}
+
+static int bind_layer(const mu__llm_src_t *src, int l, mu__dec_layer_t *L)
+{
+	static const char *const mats[] = {"attn_q", "attn_k", "attn_v", "attn_output",
+	                                   "ffn_gate", "ffn_up", "ffn_down"};
+	mu__wmat_t *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+	float **vec[] = {&L->bq, &L->bk, &L->bv, &L->bo};
+	static const char *const vecs[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+	char name[64];
+	size_t i;
+	int rc;
+
+	for (i = 0; i < 7; i++) {
+		snprintf(name, sizeof(name), "blk.%d.%s.weight", l, mats[i]);
+		if ((rc = mat(src, name, dst[i])) != 0)
+			return rc;
+	}
+	for (i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "blk.%d.%s.bias", l, vecs[i]);
+		if ((rc = vec_copy(src, name, 0, vec[i])) != 0)
+			return rc;
+	}
+	snprintf(name, sizeof(name), "blk.%d.attn_norm.weight", l);
+	if ((rc = vec_copy(src, name, 1, &L->attn_norm)) != 0)
+		return rc;
+	snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", l);
+	return vec_copy(src, name, 1, &L->ffn_norm);
+}
+
+static void free_layer(mu__dec_layer_t *L)
+{
+	mu__free(L->bq);
+	mu__free(L->bk);
+	mu__free(L->bv);
+	mu__free(L->bo);
+	mu__free(L->attn_norm);
+	mu__free(L->ffn_norm);
+}
+
+static int bind(mu__dec_t *d, const mu__llm_src_t *src)
+{
+	int l, rc;
+
+	d->L = mu__calloc((size_t)(d->last - d->first) + 1, sizeof(*d->L));
+	if (d->L == NULL)
+		return MU_ENOMEM;
+	for (l = d->first; l < d->last; l++)
+		if ((rc = bind_layer(src, l, &d->L[l - d->first])) != 0)
+			return rc;
+	if (d->embeds && (rc = mat(src, "token_embd.weight", &d->embd)) != 0)
+		return rc;
+	if (d->head) {
+		rc = mat(src, d->hp.tied ? "token_embd.weight" : "output.weight", &d->out);
+		if (rc == 0)
+			rc = vec_copy(src, "output_norm.weight", 1, &d->out_norm);
+		if (rc != 0)
+			return rc;
+	}
+	return mu__llm_inv_freq(&d->hp, src, &d->inv_freq);
+}
+
+int mu__dec_new(const mu__llm_src_t *src, int first, int last,
+                const mu__dec_opts_t *o, mu__dec_t **out, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	mu__dec_t *d;
+	int rc;
+
+	*out = NULL;
+	if (first < 0 || last > h->n_layers || first > last || (first == last && last != h->n_layers))
+		return mu__why(why, wl, MU_EARG, "layers [%d, %d) are not a range of the model's %d",
+		               first, last, h->n_layers);
+	if (o->threads < 1 || o->max_seqs < 1 || o->max_chunk < 1 || o->max_chunk > 65536)
+		return mu__why(why, wl, MU_EARG, "threads, max_seqs and max_chunk must be positive");
+	if ((d = mu__calloc(1, sizeof(*d))) == NULL)
+		return MU_ENOMEM;
+	d->hp = *h;
+	d->first = first;
+	d->last = last;
+	d->embeds = first == 0;
+	d->head = last == h->n_layers;
+	d->o = *o;
+	rc = bind(d, src);
+	if (rc == MU_EPROTO)
+		mu__why(why, wl, rc, "%.300s: a tensor of layers [%d, %d) is missing", src->path,
+		        first, last);
+	if (rc == 0 && (d->seqs = mu__calloc((size_t)o->max_seqs, sizeof(*d->seqs))) == NULL)
+		rc = MU_ENOMEM;
+	if (rc == 0)
+		rc = mu__dec_scratch_init(&d->s, h, o->max_chunk);
+	if (rc == 0 && ((d->rpos = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
+	                (d->rctx = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
+	                (d->rkv = mu__calloc((size_t)o->max_chunk, sizeof(float *))) == NULL))
+		rc = MU_ENOMEM;
+	if (rc == 0 && (rc = mu__pool_new(o->threads, &d->pool)) != 0)
+		mu__why(why, wl, rc, "cannot start %d compute threads", o->threads);
+	if (rc != 0) {
+		mu__dec_free(d);
+		return rc;
+	}
+	*out = d;
+	return 0;
+}
+
+void mu__dec_free(mu__dec_t *d)
+{
+	int i;
+
+	if (d == NULL)
+		return;
+	for (i = 0; d->L != NULL && i < d->last - d->first; i++)
+		free_layer(&d->L[i]);
+	for (i = 0; i < d->nseqs; i++)
+		mu__free(d->seqs[i].kv);
+	mu__free(d->L);
+	mu__free(d->seqs);
+	mu__free(d->out_norm);
+	mu__free(d->inv_freq);
+	mu__dec_scratch_free(&d->s);
+	mu__free(d->rpos);
+	mu__free(d->rctx);
+	mu__free(d->rkv);
+	mu__pool_free(d->pool);
+	mu__free(d);
+}
+
+uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx)
+{
+	return (uint64_t)(d->last - d->first) * 2 * (uint64_t)ctx *
+	       (uint64_t)d->hp.n_kv_heads * (uint64_t)d->hp.head_dim * sizeof(float);
+}
+
+static seq_t *find_seq(const mu__dec_t *d, uint64_t owner, uint64_t id)
+{
+	int i;
+
+	for (i = 0; i < d->nseqs; i++)
+		if (d->seqs[i].owner == owner && d->seqs[i].id == id)
+			return &d->seqs[i];
+	return NULL;
+}
+
+int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, char *why,
+                     size_t wl)
+{
+	uint64_t need;
+	seq_t *s;
+
+	if (find_seq(d, owner, id) != NULL)
+		return mu__why(why, wl, -EEXIST, "sequence %llu is already open",
+		               (unsigned long long)id);
+	if (ctx < 1 || ctx > d->hp.ctx)
+		return mu__why(why, wl, MU_ETOOBIG, "a context of %d positions: the model takes 1 to %d",
+		               ctx, d->hp.ctx);
+	if (d->nseqs >= d->o.max_seqs)
+		return mu__why(why, wl, MU_ETOOBIG, "%d sequences are open, the most this stage keeps "
+		               "(--max-sequences)", d->nseqs);
+	need = mu__dec_kv_per_seq(d, ctx);
+	if (need > d->o.kv_bytes - d->kv_used || d->kv_used > d->o.kv_bytes)
+		return mu__why(why, wl, MU_ETOOBIG, "a KV cache of %llu bytes for %d positions does not "
+		               "fit: %llu of %llu bytes are reserved (--kv-mem)",
+		               (unsigned long long)need, ctx, (unsigned long long)d->kv_used,
+		               (unsigned long long)d->o.kv_bytes);
+	s = &d->seqs[d->nseqs];
+	/* Large blocks come from mmap: pages are committed as positions fill. */
+	s->kv = need > 0 ? mu__malloc((size_t)need) : NULL;
+	if (need > 0 && s->kv == NULL)
+		return mu__why(why, wl, MU_ENOMEM, "cannot allocate a KV cache of %llu bytes",
+		               (unsigned long long)need);
+	s->owner = owner;
+	s->id = id;
+	s->ctx = ctx;
+	s->len = 0;
+	d->nseqs++;
+	d->kv_used += need;
+	return 0;
+}
+
+static void drop_seq(mu__dec_t *d, seq_t *s)
+{
+	d->kv_used -= mu__dec_kv_per_seq(d, s->ctx);
+	mu__free(s->kv);
+	*s = d->seqs[--d->nseqs];
+}
+
+int mu__dec_seq_close(mu__dec_t *d, uint64_t owner, uint64_t id)
+{
+	seq_t *s = find_seq(d, owner, id);
+
+	if (s == NULL)
+		return -ENOENT;
+	drop_seq(d, s);
+	return 0;
+}
+
+int mu__dec_seq_close_owner(mu__dec_t *d, uint64_t owner)
+{
+	int i = 0, n = 0;
+
+	while (i < d->nseqs) {
+		if (d->seqs[i].owner == owner) {
+			drop_seq(d, &d->seqs[i]);
+			n++;
+		} else {
+			i++;
+		}
+	}
+	return n;
+}
+
+int mu__dec_seqs(const mu__dec_t *d)
+{
+	return d->nseqs;
+}
+
+uint64_t mu__dec_kv_reserved(const mu__dec_t *d)
+{
+	return d->kv_used;
+}
+
+void mu__dec_shape(const mu__dec_t *d, int *first, int *last, int *embeds, int *head)
+{
+	*first = d->first;
+	*last = d->last;
+	*embeds = d->embeds;
+	*head = d->head;
+}
+
+const mu__llm_hp_t *mu__dec_hp(const mu__dec_t *d)
+{
+	return &d->hp;
+}
+
+static int check_item(const mu__dec_t *d, const seq_t *s, const mu__dec_item_t *it,
+                      char *why, size_t wl)
+{
+	if (s == NULL)
+		return mu__why(why, wl, -ENOENT, "sequence %llu is not open here",
+		               (unsigned long long)it->id);
+	if (it->n < 1)
+		return mu__why(why, wl, MU_EARG, "%d positions of sequence %llu", it->n,
+		               (unsigned long long)it->id);
+	if (it->pos < 0 || it->pos > s->len)
+		return mu__why(why, wl, MU_EARG, "position %d of sequence %llu: it holds %d so far",
+		               it->pos, (unsigned long long)it->id, s->len);
+	if (it->n > s->ctx - it->pos)
+		return mu__why(why, wl, MU_ETOOBIG, "positions up to %d do not fit the sequence's "
+		               "context of %d", it->pos + it->n, s->ctx);
+	return 0;
+}
+
+/* Check the call and lay its rows out: positions, caches. Rows in all. */
+static int32_t plan_rows(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it, int nit,
+                         const int32_t *tokens, const float *x, seq_t **seqs, char *why,
+                         size_t wl)
+{
+	int32_t rows = 0, r;
+	int i, j, rc;
+
+	if (nit < 1 || nit > d->o.max_chunk || (d->embeds ? tokens == NULL : x == NULL))
+		return mu__why(why, wl, MU_EARG, "a call takes 1 to %d items and %s", d->o.max_chunk,
+		               d->embeds ? "token ids" : "activations");
+	for (i = 0; i < nit; i++) {
+		seqs[i] = find_seq(d, owner, it[i].id);
+		if ((rc = check_item(d, seqs[i], &it[i], why, wl)) != 0)
+			return rc;
+		for (j = 0; j < i; j++)
+			if (seqs[j] == seqs[i])
+				return mu__why(why, wl, MU_EARG, "sequence %llu appears twice in one call",
+				               (unsigned long long)it[i].id);
+		if (it[i].n > d->o.max_chunk - rows)
+			return mu__why(why, wl, MU_EARG, "more than %d positions in one call",
+			               d->o.max_chunk);
+		for (r = 0; r < it[i].n; r++, rows++) {
+			d->rpos[rows] = it[i].pos + r;
+			d->rctx[rows] = seqs[i]->ctx;
+			d->rkv[rows] = seqs[i]->kv;
+			if (d->embeds && (tokens[rows] < 0 || tokens[rows] >= d->hp.vocab))
+				return mu__why(why, wl, MU_EARG, "token id %d is outside the vocabulary of %d",
+				               tokens[rows], d->hp.vocab);
+		}
+	}
+	return rows;
+}
+
+/* The head over each item's last row (or all its rows). */
+static int head(mu__dec_t *d, mu__dec_step_t *st, const mu__dec_item_t *it, int nit,
+                float *out)
+{
+	size_t dim = (size_t)d->hp.dim, v = (size_t)d->hp.vocab;
+	int32_t row = 0, k;
+	int i, rc;
+
+	for (i = 0; i < nit; i++) {
+		k = it[i].all_logits ? it[i].n : 1;
+		rc = mu__dec_head(st, d->out_norm, &d->out, d->s.x + (size_t)(row + it[i].n - k) * dim,
+		                  k, out);
+		if (rc != 0)
+			return rc;
+		out += (size_t)k * v;
+		row += it[i].n;
+	}
+	return 0;
+}
+
+int mu__dec_forward_batch(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it, int nit,
+                          const int32_t *tokens, const float *x, float *out, char *why,
+                          size_t wl)
+{
+	seq_t *seqs[MU__DEC_MAX_ITEMS];
+	mu__dec_step_t st;
+	int32_t rows, r;
+	int l, i, rc;
+
+	if (nit > MU__DEC_MAX_ITEMS)
+		return mu__why(why, wl, MU_EARG, "more than %d sequences in one call",
+		               MU__DEC_MAX_ITEMS);
+	rows = plan_rows(d, owner, it, nit, tokens, x, seqs, why, wl);
+	if (rows < 0)
+		return rows;
+	for (r = 0; d->embeds && r < rows; r++)
+		mu__wmat_row(&d->embd, tokens[r], d->s.x + (size_t)r * (size_t)d->hp.dim);
+	if (!d->embeds)
+		memcpy(d->s.x, x, (size_t)rows * (size_t)d->hp.dim * sizeof(float));
+	st = (mu__dec_step_t){&d->hp, d->pool, &d->s, d->inv_freq, NULL, 0, rows,
+	                      d->rpos, d->rctx, d->rkv};
+	for (l = d->first; l < d->last; l++) {
+		st.L = &d->L[l - d->first];
+		st.layer = l - d->first;
+		if ((rc = mu__dec_layer(&st)) != 0)
+			return mu__why(why, wl, rc, "out of memory in layer %d", l);
+	}
+	for (i = 0; i < nit; i++)
+		seqs[i]->len = it[i].pos + it[i].n;
+	if (!d->head) {
+		memcpy(out, d->s.x, (size_t)rows * (size_t)d->hp.dim * sizeof(float));
+		return 0;
+	}
+	rc = head(d, &st, it, nit, out);
+	return rc != 0 ? mu__why(why, wl, rc, "out of memory in the head") : 0;
+}
+
+int mu__dec_forward(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t pos, int32_t n,
+                    const int32_t *tokens, const float *x, float *out,
+                    int all_logits, char *why, size_t wl)
+{
+	mu__dec_item_t it = {id, pos, n, all_logits};
+
+	return mu__dec_forward_batch(d, owner, &it, 1, tokens, x, out, why, wl);
+}

@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A Llama-style layer over a chunk of positions:
+ *
+ *   h  = x + Wo · attn(RoPE(Wq·rms(x) + bq), RoPE(Wk·rms(x) + bk), Wv·rms(x) + bv)
+ *   x' = h + Wdown · (silu(Wgate·rms(h)) ⊙ Wup·rms(h))
+ *
+ * Every value of token i depends only on token i's inputs and the cache,
+ * computed in a fixed order (no reassociation: the build does not contract
+ * or reorder floating point), so chunking and splitting never change bits.
+ * Attention runs one (token, head) pair per task on the pool.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "muster/common.h"
+#include "core/alloc_int.h"
+#include "llm/ops_int.h"
+
+static int64_t qdim(const mu__llm_hp_t *h)
+{
+	return (int64_t)h->n_heads * h->head_dim;
+}
+
+static int64_t kvdim(const mu__llm_hp_t *h)
+{
+	return (int64_t)h->n_kv_heads * h->head_dim;
+}
+
+int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk)
+{
+	size_t c = (size_t)chunk, wide = (size_t)(hp->dim > qdim(hp) ? hp->dim : qdim(hp));
+
+	memset(s, 0, sizeof(*s));
+	s->x = mu__malloc(c * (size_t)hp->dim * sizeof(float));
+	s->xb = mu__malloc(c * wide * sizeof(float));
+	s->q = mu__malloc(c * (size_t)qdim(hp) * sizeof(float));
+	s->k = mu__malloc(c * (size_t)kvdim(hp) * sizeof(float));
+	s->v = mu__malloc(c * (size_t)kvdim(hp) * sizeof(float));
+	s->att = mu__malloc(c * (size_t)qdim(hp) * sizeof(float));
+	s->hb = mu__malloc(c * (size_t)hp->hidden * sizeof(float));
+	s->hb2 = mu__malloc(c * (size_t)hp->hidden * sizeof(float));
+	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2) {
+		mu__dec_scratch_free(s);
+		return MU_ENOMEM;
+	}
+	return 0;
+}
+
+void mu__dec_scratch_free(mu__dec_scratch_t *s)
+{
+	mu__free(s->x);
+	mu__free(s->xb);
+	mu__free(s->q);
+	mu__free(s->k);
+	mu__free(s->v);
+	mu__free(s->att);
+	mu__free(s->hb);
+	mu__free(s->hb2);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Llama 3's rescaling: long wavelengths slow down by factor, short ones
+ * stay, and those between are blended. */
+static double llama3(const mu__llm_hp_t *h, double inv)
+{
+	const double pi = 3.14159265358979323846;
+	double wavelen = 2 * pi / inv, lo_wl = h->sc_orig / (double)h->sc_low;
+	double hi_wl = h->sc_orig / (double)h->sc_high, smooth;
+
+	if (wavelen < hi_wl)
+		return inv;
+	if (wavelen > lo_wl)
+		return inv / h->sc_factor;
+	smooth = (h->sc_orig / wavelen - h->sc_low) / (h->sc_high - h->sc_low);
+	return (1 - smooth) * inv / h->sc_factor + smooth * inv;
+}
+
+int mu__llm_inv_freq(const mu__llm_hp_t *hp, const mu__llm_src_t *src, float **out)
+{
+	const mu__llm_tensor_t *ff = mu__llm_src_tensor(src, "rope_freqs.weight");
+	int32_t half = hp->head_dim / 2, j;
+	float *f = mu__malloc((size_t)half * sizeof(float)), *fac = NULL;
+
+	if (f == NULL)
+		return MU_ENOMEM;
+	if (ff != NULL && ff->m.cols == half && ff->m.rows == 1) {
+		if ((fac = mu__malloc((size_t)half * sizeof(float))) == NULL) {
+			mu__free(f);
+			return MU_ENOMEM;
+		}
+		mu__wmat_row(&ff->m, 0, fac);
+	}
+	for (j = 0; j < half; j++) {
+		double inv = 1.0 / pow((double)hp->theta, 2.0 * j / hp->head_dim);
+
+		if (hp->scaling == MU__RS_LINEAR)
+			inv /= hp->sc_factor;
+		else if (hp->scaling == MU__RS_LLAMA3)
+			inv = llama3(hp, inv);
+		if (fac != NULL && fac[j] > 0)
+			inv /= fac[j];
+		f[j] = (float)inv;
+	}
+	mu__free(fac);
+	*out = f;
+	return 0;
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * g, row by row. */
+static void rmsnorm(const float *x, const float *g, float *out, int32_t rows, int32_t dim,
+                    float eps)
+{
+	for (int32_t r = 0; r < rows; r++) {
+		const float *xr = x + (size_t)r * (size_t)dim;
+		float *o = out + (size_t)r * (size_t)dim, scale;
+		double ss = 0;
+
+		for (int32_t j = 0; j < dim; j++)
+			ss += (double)xr[j] * xr[j];
+		scale = (float)(1.0 / sqrt(ss / dim + eps));
+		for (int32_t j = 0; j < dim; j++)
+			o[j] = g[j] * (xr[j] * scale);
+	}
+}
+
+/* Rotate each head of v (nh heads of hd) by position p's angles. */
+static void rope(float *v, int32_t nh, int32_t hd, mu__rope_t layout, const float *cs,
+                 const float *sn)
+{
+	int32_t half = hd / 2;
+
+	for (int32_t h = 0; h < nh; h++) {
+		float *x = v + (size_t)h * (size_t)hd;
+
+		for (int32_t j = 0; j < half; j++) {
+			int32_t a = layout == MU__ROPE_PAIRS ? 2 * j : j;
+			int32_t b = layout == MU__ROPE_PAIRS ? 2 * j + 1 : j + half;
+			float x0 = x[a], x1 = x[b];
+
+			x[a] = x0 * cs[j] - x1 * sn[j];
+			x[b] = x1 * cs[j] + x0 * sn[j];
+		}
+	}
+}
+
+static void rope_chunk(const mu__dec_step_t *st)
+{
+	const mu__llm_hp_t *h = st->hp;
+	float cs[512], sn[512];
+
+	for (int32_t i = 0; i < st->n; i++) {
+		float p = (float)st->pos[i];
+
+		for (int32_t j = 0; j < h->head_dim / 2; j++) {
+			float a = p * st->inv_freq[j];
+
+			cs[j] = cosf(a);
+			sn[j] = sinf(a);
+		}
+		rope(st->s->q + (size_t)i * (size_t)qdim(h), h->n_heads, h->head_dim, h->rope, cs, sn);
+		rope(st->s->k + (size_t)i * (size_t)kvdim(h), h->n_kv_heads, h->head_dim, h->rope, cs, sn);
+	}
+}
+
+/* Row i's cache of this layer: keys, then values. */
+static float *layer_k(const mu__dec_step_t *st, int32_t i)
+{
+	return st->kv[i] + (size_t)st->layer * 2 * (size_t)st->ctx[i] * (size_t)kvdim(st->hp);
+}
+
+static float *layer_v(const mu__dec_step_t *st, int32_t i)
+{
+	return layer_k(st, i) + (size_t)st->ctx[i] * (size_t)kvdim(st->hp);
+}
+
+/* A dot product in eight fixed lanes, summed in a fixed order. */
+static float dot(const float *a, const float *b, int32_t n)
+{
+	float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+	int32_t k = 0;
+
+	for (; k + 8 <= n; k += 8)
+		for (int j = 0; j < 8; j++)
+			l[j] += a[k + j] * b[k + j];
+	for (; k < n; k++)
+		l[k & 7] += a[k] * b[k];
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+typedef struct {
+	const mu__dec_step_t *st;
+	int failed;
+} att_arg_t;
+
+/* Tasks [lo, hi) are (token, head) pairs: causal softmax attention over
+ * the cache, within the sliding window if the model has one. */
+static void attend(void *argp, int64_t lo, int64_t hi)
+{
+	att_arg_t *arg = argp;
+	const mu__dec_step_t *st = arg->st;
+	const mu__llm_hp_t *h = st->hp;
+	int32_t hd = h->head_dim, group = h->n_heads / h->n_kv_heads;
+	float scale = 1.0f / sqrtf((float)hd);
+	int32_t most = 0;
+	float *w;
+
+	for (int64_t t = lo; t < hi; t++)
+		most = st->pos[t / h->n_heads] > most ? st->pos[t / h->n_heads] : most;
+	w = mu__malloc((size_t)(most + 1) * sizeof(float));
+	if (w == NULL) {
+		arg->failed = 1;
+		return;
+	}
+	for (int64_t t = lo; t < hi; t++) {
+		int32_t i = (int32_t)(t / h->n_heads), head = (int32_t)(t % h->n_heads);
+		int32_t p = st->pos[i], j0 = h->window > 0 && p + 1 > h->window ? p + 1 - h->window : 0;
+		const float *kc = layer_k(st, i), *vc = layer_v(st, i);
+		const float *q = st->s->q + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
+		size_t kvo = (size_t)(head / group) * (size_t)hd;
+		float *o = st->s->att + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
+		float mx = -INFINITY, sum = 0;
+
+		for (int32_t j = j0; j <= p; j++) {
+			w[j] = dot(q, kc + (size_t)j * (size_t)kvdim(h) + kvo, hd) * scale;
+			mx = w[j] > mx ? w[j] : mx;
+		}
+		for (int32_t j = j0; j <= p; j++) {
+			w[j] = expf(w[j] - mx);
+			sum += w[j];
+		}
+		memset(o, 0, (size_t)hd * sizeof(float));
+		for (int32_t j = j0; j <= p; j++) {
+			const float *v = vc + (size_t)j * (size_t)kvdim(h) + kvo;
+			float pj = w[j] / sum;
+
+			for (int32_t e = 0; e < hd; e++)
+				o[e] += pj * v[e];
+		}
+	}
+	mu__free(w);
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] += y[i];
+}
+
+static int attention(const mu__dec_step_t *st)
+{
+	const mu__llm_hp_t *h = st->hp;
+	mu__dec_scratch_t *s = st->s;
+	const mu__dec_layer_t *L = st->L;
+	size_t kvd = (size_t)kvdim(h);
+	att_arg_t arg = {st, 0};
+
+	rmsnorm(s->x, L->attn_norm, s->xb, st->n, h->dim, h->eps);
+	if (mu__matmul(st->pool, &L->wq, s->xb, st->n, s->q, L->bq) != 0 ||
+	    mu__matmul(st->pool, &L->wk, s->xb, st->n, s->k, L->bk) != 0 ||
+	    mu__matmul(st->pool, &L->wv, s->xb, st->n, s->v, L->bv) != 0)
+		return MU_ENOMEM;
+	rope_chunk(st);
+	for (int32_t i = 0; i < st->n; i++) {
+		memcpy(layer_k(st, i) + (size_t)st->pos[i] * kvd, s->k + (size_t)i * kvd,
+		       kvd * sizeof(float));
+		memcpy(layer_v(st, i) + (size_t)st->pos[i] * kvd, s->v + (size_t)i * kvd,
+		       kvd * sizeof(float));
+	}
+	mu__pool_run(st->pool, attend, &arg, (int64_t)st->n * h->n_heads);
+	if (arg.failed)
+		return MU_ENOMEM;
+	if (mu__matmul(st->pool, &L->wo, s->att, st->n, s->xb, L->bo) != 0)
+		return MU_ENOMEM;
+	add_rows(s->x, s->xb, (size_t)st->n * (size_t)h->dim);
+	return 0;
+}
+
+static int mlp(const mu__dec_step_t *st)
+{
+	const mu__llm_hp_t *h = st->hp;
+	mu__dec_scratch_t *s = st->s;
+	const mu__dec_layer_t *L = st->L;
+	size_t n = (size_t)st->n * (size_t)h->hidden;
+
+	rmsnorm(s->x, L->ffn_norm, s->xb, st->n, h->dim, h->eps);
+	if (mu__matmul(st->pool, &L->gate, s->xb, st->n, s->hb, NULL) != 0 ||
+	    mu__matmul(st->pool, &L->up, s->xb, st->n, s->hb2, NULL) != 0)
+		return MU_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		float g = s->hb[i];
+
+		s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
+	}
+	if (mu__matmul(st->pool, &L->down, s->hb, st->n, s->xb, NULL) != 0)
+		return MU_ENOMEM;
+	add_rows(s->x, s->xb, (size_t)st->n * (size_t)h->dim);
+	return 0;
+}
+
+int mu__dec_layer(const mu__dec_step_t *st)
+{
+	int rc = attention(st);
+
+	return rc != 0 ? rc : mlp(st);
+}
+
+int mu__dec_head(const mu__dec_step_t *st, const float *norm, const mu__wmat_t *head,
+                 const float *x, int32_t rows, float *logits)
+{
+	rmsnorm(x, norm, st->s->xb, rows, st->hp->dim, st->hp->eps);
+	return mu__matmul(st->pool, head, st->s->xb, rows, logits, NULL);
+}

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Opening a decoder checkpoint whatever its format: which loader reads
+ * path, the mapped files and tensor directory they fill in, and the checks
+ * every format gets alike (hyperparameters in range, every tensor the
+ * configuration implies present with its shape and a type we compute
+ * with). The loaders themselves are llm/load_hf.c, llm/load_gguf.c and llm/load_l2c.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "muster/common.h"
+#include "core/alloc_int.h"
+#include "core/error_int.h"
+#include "llm/llm_int.h"
+
+struct mu__llm_map_s {
+	void *p;
+	size_t len;
+	char *path;
+	int64_t mtime_ns;
+};
+
+int mu__llm_map_file(const char *path, mu__llm_src_t *src,
+                     const unsigned char **base, size_t *len, char *why,
+                     size_t wl)
+{
+	mu__llm_map_t **maps, *m;
+	struct stat st;
+	void *p;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+		close(fd);
+		return mu__why(why, wl, MU_EPROTO, "%.300s is not a non-empty regular file", path);
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return mu__why(why, wl, -errno, "cannot map %.300s", path);
+	/* Weights are read in order once per token; the kernel's readahead
+	 * would otherwise pull in other stages' layers. */
+	madvise(p, (size_t)st.st_size, MADV_RANDOM);
+	m = mu__calloc(1, sizeof(*m));
+	maps = mu__realloc(src->maps, (src->nmaps + 1) * sizeof(*maps));
+	if (m == NULL || maps == NULL || (m->path = mu__strdup(path)) == NULL) {
+		if (m != NULL)
+			mu__free(m->path);
+		mu__free(m);
+		if (maps != NULL)
+			src->maps = maps;
+		munmap(p, (size_t)st.st_size);
+		return MU_ENOMEM;
+	}
+	m->p = p;
+	m->len = (size_t)st.st_size;
+	m->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	src->maps = maps;
+	src->maps[src->nmaps++] = m;
+	*base = p;
+	*len = m->len;
+	return 0;
+}
+
+int mu__llm_add_tensor(mu__llm_src_t *src, const char *name, mu__wtype_t t,
+                       const void *data, int64_t rows, int64_t cols)
+{
+	mu__llm_tensor_t *v;
+	size_t rb = mu__wtype_row_bytes(t, cols);
+
+	if (strlen(name) >= sizeof(v->name) || rb == 0 || rows <= 0)
+		return MU_EARG;
+	v = mu__realloc(src->t, (src->nt + 1) * sizeof(*v));
+	if (v == NULL)
+		return MU_ENOMEM;
+	src->t = v;
+	v = &src->t[src->nt++];
+	memset(v, 0, sizeof(*v));
+	memcpy(v->name, name, strlen(name) + 1);
+	v->m.type = t;
+	v->m.data = data;
+	v->m.rows = rows;
+	v->m.cols = cols;
+	v->bytes = (uint64_t)rows * rb;
+	return 0;
+}
+
+const mu__llm_tensor_t *mu__llm_src_tensor(const mu__llm_src_t *src,
+                                           const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < src->nt; i++)
+		if (strcmp(src->t[i].name, name) == 0)
+			return &src->t[i];
+	return NULL;
+}
+
+/* Formats' sniffing: a directory is HF; a file starting "GGUF" is GGUF;
+ * anything else is tried as a llama2.c checkpoint. */
+int mu__llm_src_open(const char *path, const char *tok_path,
+                     mu__llm_src_t *src, char *why, size_t wl)
+{
+	struct stat st;
+	char magic[4] = {0};
+	FILE *f;
+	int rc;
+
+	memset(src, 0, sizeof(*src));
+	if (stat(path, &st) != 0)
+		return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+	src->path = mu__strdup(path);
+	if (src->path == NULL)
+		return MU_ENOMEM;
+	if (S_ISDIR(st.st_mode)) {
+		rc = mu__llm_open_hf(path, src, why, wl);
+	} else {
+		f = fopen(path, "rb");
+		if (f == NULL)
+			return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
+		if (fread(magic, 1, 4, f) != 4)
+			memset(magic, 0, 4);
+		fclose(f);
+		if (memcmp(magic, "GGUF", 4) == 0)
+			rc = mu__llm_open_gguf(path, src, why, wl);
+		else
+			rc = mu__llm_open_l2c(path, tok_path, src, why, wl);
+	}
+	if (rc == 0)
+		rc = mu__llm_check(src, why, wl);
+	if (rc != 0)
+		mu__llm_src_free(src);
+	return rc;
+}
+
+void mu__llm_src_free(mu__llm_src_t *src)
+{
+	size_t i;
+
+	if (src->priv_free != NULL)
+		src->priv_free(src->priv);
+	for (i = 0; i < src->nmaps; i++) {
+		munmap(src->maps[i]->p, src->maps[i]->len);
+		mu__free(src->maps[i]->path);
+		mu__free(src->maps[i]);
+	}
+	mu__free(src->maps);
+	mu__free(src->t);
+	mu__free(src->path);
+	mu__free(src->tok_path);
+	memset(src, 0, sizeof(*src));
+}
+
+/* The tensor name's shape and type check; vectors are [1, n]. */
+static int want(const mu__llm_src_t *src, const char *name, int64_t rows,
+                int64_t cols, int vector, char *why, size_t wl)
+{
+	const mu__llm_tensor_t *t = mu__llm_src_tensor(src, name);
+
+	if (t == NULL)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is missing", src->path, name);
+	if (t->m.rows != rows || t->m.cols != cols)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is [%lld, %lld]; the configuration "
+		               "implies [%lld, %lld]", src->path, name, (long long)t->m.rows,
+		               (long long)t->m.cols, (long long)rows, (long long)cols);
+	if (vector && t->m.type != MU__WT_F32 && t->m.type != MU__WT_F16 &&
+	    t->m.type != MU__WT_BF16)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is %s; muster takes norms and "
+		               "biases as F32, F16 or BF16", src->path, name,
+		               mu__wtype_name(t->m.type));
+	return 0;
+}
+
+int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+
+	if (h->dim <= 0 || h->hidden <= 0 || h->n_layers <= 0 || h->n_heads <= 0 ||
+	    h->n_kv_heads <= 0 || h->head_dim <= 0 || h->vocab <= 0 || h->ctx <= 0)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: a size in the configuration is zero or "
+		               "negative", src->path);
+	if (h->dim > (1 << 16) || h->hidden > (1 << 18) || h->n_layers > 1024 ||
+	    h->n_heads > 1024 || h->head_dim > 1024 || h->vocab > (1 << 22))
+		return mu__why(why, wl, MU_ETOOBIG, "%.200s: the configuration's sizes are past what "
+		               "muster loads", src->path);
+	if (h->n_heads % h->n_kv_heads != 0)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: %d attention heads is not a multiple of "
+		               "%d key/value heads", src->path, h->n_heads, h->n_kv_heads);
+	if (h->head_dim % 2 != 0)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: head_dim %d is odd; RoPE needs pairs",
+		               src->path, h->head_dim);
+	if (!(h->eps > 0 && h->eps < 1) || !(h->theta > 1))
+		return mu__why(why, wl, MU_EPROTO, "%.200s: rms_norm_eps or rope_theta is out of "
+		               "range", src->path);
+	if (h->scaling != MU__RS_NONE && !(h->sc_factor >= 1))
+		return mu__why(why, wl, MU_EPROTO, "%.200s: rope_scaling.factor must be >= 1",
+		               src->path);
+	if (h->scaling == MU__RS_LLAMA3 && (!(h->sc_high > h->sc_low) || !(h->sc_low > 0) ||
+	                                    h->sc_orig <= 0))
+		return mu__why(why, wl, MU_EPROTO, "%.200s: rope_scaling of type llama3 needs "
+		               "high_freq_factor > low_freq_factor > 0 and "
+		               "original_max_position_embeddings", src->path);
+	return 0;
+}
+
+static int check_layer(const mu__llm_src_t *src, int l, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int64_t qd = (int64_t)h->n_heads * h->head_dim, kvd = (int64_t)h->n_kv_heads * h->head_dim;
+	struct { const char *n; int64_t r, c; int vec; } need[] = {
+		{"attn_norm.weight", 1, h->dim, 1}, {"attn_q.weight", qd, h->dim, 0},
+		{"attn_k.weight", kvd, h->dim, 0}, {"attn_v.weight", kvd, h->dim, 0},
+		{"attn_output.weight", h->dim, qd, 0}, {"ffn_norm.weight", 1, h->dim, 1},
+		{"ffn_gate.weight", h->hidden, h->dim, 0}, {"ffn_up.weight", h->hidden, h->dim, 0},
+		{"ffn_down.weight", h->dim, h->hidden, 0},
+	};
+	struct { const char *n; int64_t c; } bias[] = {
+		{"attn_q.bias", qd}, {"attn_k.bias", kvd}, {"attn_v.bias", kvd},
+		{"attn_output.bias", h->dim},
+	};
+	char name[64];
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+		snprintf(name, sizeof(name), "blk.%d.%s", l, need[i].n);
+		if ((rc = want(src, name, need[i].r, need[i].c, need[i].vec, why, wl)) != 0)
+			return rc;
+	}
+	for (i = 0; i < sizeof(bias) / sizeof(bias[0]); i++) {
+		snprintf(name, sizeof(name), "blk.%d.%s", l, bias[i].n);
+		if (mu__llm_src_tensor(src, name) != NULL &&
+		    (rc = want(src, name, 1, bias[i].c, 1, why, wl)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int mu__llm_check_range(const mu__llm_src_t *src, int first, int last, char *why, size_t wl)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int l, rc, head = last == h->n_layers;
+
+	if ((rc = mu__llm_check_hp(src, why, wl)) != 0)
+		return rc;
+	if ((first == 0 || (head && h->tied)) &&
+	    (rc = want(src, "token_embd.weight", h->vocab, h->dim, 0, why, wl)) != 0)
+		return rc;
+	if (head && (rc = want(src, "output_norm.weight", 1, h->dim, 1, why, wl)) != 0)
+		return rc;
+	if (head && !h->tied && (rc = want(src, "output.weight", h->vocab, h->dim, 0, why, wl)) != 0)
+		return rc;
+	for (l = first; l < last; l++)
+		if ((rc = check_layer(src, l, why, wl)) != 0)
+			return rc;
+	return 0;
+}
+
+int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
+{
+	return mu__llm_check_range(src, 0, src->hp.n_layers, why, wl);
+}
+
+int mu__llm_tensor_in(const mu__llm_src_t *src, size_t i, int first, int last)
+{
+	const char *nm = src->t[i].name;
+	int l;
+
+	if (sscanf(nm, "blk.%d.", &l) == 1)
+		return l >= first && l < last;
+	if (strcmp(nm, "token_embd.weight") == 0)
+		return first == 0 || (src->hp.tied && last == src->hp.n_layers);
+	return last == src->hp.n_layers; /* output_norm, output, rope_freqs */
+}
+
+uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)
+{
+	uint64_t n = 0;
+	size_t i;
+
+	for (i = 0; i < src->nt; i++)
+		if (mu__llm_tensor_in(src, i, first, last))
+			n += src->t[i].bytes;
+	return n;
+}
+
+/* Bytes of stage [a, b): its layers, the embedding on the first stage,
+ * the final norm and head on the last. */
+static uint64_t stage_bytes(const mu__llm_src_t *src, int a, int b)
+{
+	return mu__llm_src_bytes(src, a, b);
+}
+
+/* Greedy: the fewest stages of at most cap bytes (cut[] filled), or -1. */
+static int pack(const mu__llm_src_t *src, uint64_t cap, int *cut)
+{
+	int L = src->hp.n_layers, a = 0, k = 0, b;
+
+	cut[0] = 0;
+	while (a < L) {
+		if (stage_bytes(src, a, a + 1) > cap)
+			return -1;
+		for (b = a + 1; b < L && stage_bytes(src, a, b + 1) <= cap; b++)
+			;
+		cut[++k] = b;
+		a = b;
+	}
+	return k;
+}
+
+int mu__llm_split(const mu__llm_src_t *src, int n, int *cut)
+{
+	int L = src->hp.n_layers, k, i, best;
+	uint64_t lo = 0, hi = mu__llm_src_bytes(src, 0, L), mid;
+
+	if (n < 1 || n > L)
+		return MU_EARG;
+	while (lo < hi) { /* the smallest cap that n stages can meet */
+		mid = lo + (hi - lo) / 2;
+		k = pack(src, mid, cut);
+		if (k > 0 && k <= n)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	k = pack(src, hi, cut);
+	while (k < n) { /* split the heaviest stage of two or more layers */
+		best = -1;
+		for (i = 0; i < k; i++)
+			if (cut[i + 1] - cut[i] > 1 &&
+			    (best < 0 || stage_bytes(src, cut[i], cut[i + 1]) >
+			                     stage_bytes(src, cut[best], cut[best + 1])))
+				best = i;
+		memmove(cut + best + 2, cut + best + 1, (size_t)(k - best) * sizeof(*cut));
+		cut[best + 1] = cut[best] + (cut[best + 2] - cut[best]) / 2;
+		k++;
+	}
+	return 0;
+}
+
+size_t mu__llm_src_files(const mu__llm_src_t *src, size_t i, const char **path,
+                         uint64_t *size, int64_t *mtime_ns)
+{
+	if (i < src->nmaps) {
+		*path = src->maps[i]->path;
+		*size = src->maps[i]->len;
+		*mtime_ns = src->maps[i]->mtime_ns;
+	}
+	return src->nmaps;
+}
+
+void mu__llm_src_touch(const mu__llm_src_t *src, int first, int last)
+{
+	volatile unsigned char sink = 0;
+	size_t i, off;
+
+	for (i = 0; i < src->nt; i++) {
+		const unsigned char *p = src->t[i].m.data;
+
+		for (off = 0; mu__llm_tensor_in(src, i, first, last) && off < src->t[i].bytes;
+		     off += 4096)
+			sink ^= p[off];
+	}
+	(void)sink;
+}

@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A decoder's description as it travels to a device that streams its
+ * weights: the configuration as JSON (every number range-checked on the
+ * way in), each tensor's SHA-256 (computed once per checkpoint and kept
+ * beside it), the checkpoint's digest, and a source assembled from tensor
+ * files (a device's cache) instead of a checkpoint.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "muster/common.h"
+#include "core/alloc_int.h"
+#include "core/buf_int.h"
+#include "core/error_int.h"
+#include "core/json_int.h"
+#include "core/progress_int.h"
+#include "core/sha256_int.h"
+#include "llm/llm_int.h"
+
+#define HASHES_VERSION 1
+
+uint64_t mu__llm_digest(const mu__llm_src_t *src)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int32_t v[] = {h->dim, h->hidden, h->n_layers, h->n_heads, h->n_kv_heads, h->head_dim,
+	               h->vocab, h->ctx, h->window, (int32_t)h->rope, (int32_t)h->scaling,
+	               h->sc_orig, h->tied};
+	float f[] = {h->eps, h->theta, h->sc_factor, h->sc_low, h->sc_high};
+	uint64_t d = 0xcbf29ce484222325ULL;
+	const unsigned char *p;
+	size_t i, k;
+
+	/* FNV-1a over the configuration, then every tensor's name, type and
+	 * shape: what a stage can tell without reading another's weights */
+#define MIX(ptr, n)                                                     \
+	for (p = (const unsigned char *)(ptr), k = 0; k < (n); k++)         \
+		d = (d ^ p[k]) * 0x100000001b3ULL
+	MIX(h->arch, strlen(h->arch));
+	MIX(v, sizeof(v));
+	MIX(f, sizeof(f));
+	for (i = 0; i < src->nt; i++) {
+		int64_t shape[3] = {src->t[i].m.type, src->t[i].m.rows, src->t[i].m.cols};
+
+		MIX(src->t[i].name, strlen(src->t[i].name));
+		MIX(shape, sizeof(shape));
+	}
+#undef MIX
+	return d;
+}
+
+int mu__llm_hp_to_json(const mu__llm_hp_t *h, cJSON *o)
+{
+	cJSON_AddStringToObject(o, "arch", h->arch);
+	cJSON_AddNumberToObject(o, "dim", h->dim);
+	cJSON_AddNumberToObject(o, "hidden", h->hidden);
+	cJSON_AddNumberToObject(o, "layers", h->n_layers);
+	cJSON_AddNumberToObject(o, "heads", h->n_heads);
+	cJSON_AddNumberToObject(o, "kv_heads", h->n_kv_heads);
+	cJSON_AddNumberToObject(o, "head_dim", h->head_dim);
+	cJSON_AddNumberToObject(o, "vocab", h->vocab);
+	cJSON_AddNumberToObject(o, "ctx", h->ctx);
+	cJSON_AddNumberToObject(o, "window", h->window);
+	cJSON_AddNumberToObject(o, "eps", h->eps);
+	cJSON_AddNumberToObject(o, "theta", h->theta);
+	cJSON_AddNumberToObject(o, "rope", h->rope);
+	cJSON_AddNumberToObject(o, "scaling", h->scaling);
+	cJSON_AddNumberToObject(o, "sc_factor", h->sc_factor);
+	cJSON_AddNumberToObject(o, "sc_low", h->sc_low);
+	cJSON_AddNumberToObject(o, "sc_high", h->sc_high);
+	cJSON_AddNumberToObject(o, "sc_orig", h->sc_orig);
+	cJSON_AddBoolToObject(o, "tied", h->tied);
+	return 0;
+}
+
+static int get_i32(const cJSON *o, const char *k, int lo, int hi, int32_t *v, char *why, size_t wl)
+{
+	int x;
+
+	if (mu__json_int(cJSON_GetObjectItemCaseSensitive(o, k), lo, hi, &x) != 0)
+		return mu__why(why, wl, MU_EPROTO, "config.%s is missing or out of range", k);
+	*v = x;
+	return 0;
+}
+
+static int get_f32(const cJSON *o, const char *k, float *v, char *why, size_t wl)
+{
+	double x;
+
+	if (mu__json_double(cJSON_GetObjectItemCaseSensitive(o, k), -1e30, 1e30, &x) != 0)
+		return mu__why(why, wl, MU_EPROTO, "config.%s is missing or not a number", k);
+	*v = (float)x;
+	return 0;
+}
+
+int mu__llm_hp_from_json(const cJSON *o, mu__llm_hp_t *h, char *why, size_t wl)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
+	int32_t rope = 0, sc = 0;
+	int rc;
+
+	memset(h, 0, sizeof(*h));
+	if (!cJSON_IsString(a) || strlen(a->valuestring) >= sizeof(h->arch))
+		return mu__why(why, wl, MU_EPROTO, "config.arch is missing");
+	memcpy(h->arch, a->valuestring, strlen(a->valuestring) + 1);
+	if ((rc = get_i32(o, "dim", 1, 1 << 16, &h->dim, why, wl)) ||
+	    (rc = get_i32(o, "hidden", 1, 1 << 18, &h->hidden, why, wl)) ||
+	    (rc = get_i32(o, "layers", 1, 1024, &h->n_layers, why, wl)) ||
+	    (rc = get_i32(o, "heads", 1, 1024, &h->n_heads, why, wl)) ||
+	    (rc = get_i32(o, "kv_heads", 1, 1024, &h->n_kv_heads, why, wl)) ||
+	    (rc = get_i32(o, "head_dim", 2, 1024, &h->head_dim, why, wl)) ||
+	    (rc = get_i32(o, "vocab", 1, 1 << 22, &h->vocab, why, wl)) ||
+	    (rc = get_i32(o, "ctx", 1, 1 << 24, &h->ctx, why, wl)) ||
+	    (rc = get_i32(o, "window", 0, 1 << 30, &h->window, why, wl)) ||
+	    (rc = get_i32(o, "rope", 0, 1, &rope, why, wl)) ||
+	    (rc = get_i32(o, "scaling", 0, 2, &sc, why, wl)) ||
+	    (rc = get_i32(o, "sc_orig", 0, 1 << 30, &h->sc_orig, why, wl)) ||
+	    (rc = get_f32(o, "eps", &h->eps, why, wl)) || (rc = get_f32(o, "theta", &h->theta, why, wl)) ||
+	    (rc = get_f32(o, "sc_factor", &h->sc_factor, why, wl)) ||
+	    (rc = get_f32(o, "sc_low", &h->sc_low, why, wl)) ||
+	    (rc = get_f32(o, "sc_high", &h->sc_high, why, wl)))
+		return rc;
+	h->rope = (mu__rope_t)rope;
+	h->scaling = (mu__rope_scaling_t)sc;
+	h->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tied"));
+	h->bos = h->eos = -1;
+	return 0;
+}
+
+/* Where a checkpoint's hashes are kept: beside the file, or in the HF
+ * directory. */
+static void hashes_path(const mu__llm_src_t *src, char *out, size_t n)
+{
+	if (src->fmt == MU__FMT_HF)
+		snprintf(out, n, "%s/muster-sha256.json", src->path);
+	else
+		snprintf(out, n, "%s.muster-sha256.json", src->path);
+}
+
+/* The files as they are now: a cache of hashes is valid only for them. */
+static cJSON *files_json(const mu__llm_src_t *src)
+{
+	cJSON *a = cJSON_CreateArray();
+	const char *p;
+	uint64_t size;
+	int64_t mt;
+	size_t i, n = mu__llm_src_files(src, 0, &p, &size, &mt);
+
+	for (i = 0; a != NULL && i < n; i++) {
+		cJSON *f = cJSON_CreateObject();
+
+		mu__llm_src_files(src, i, &p, &size, &mt);
+		cJSON_AddNumberToObject(f, "size", (double)size);
+		cJSON_AddNumberToObject(f, "mtime_ns", (double)mt);
+		cJSON_AddItemToArray(a, f);
+	}
+	return a;
+}
+
+/* Read hashes from the cache when it matches the files; 1 when it did. */
+static int read_cached(const mu__llm_src_t *src, const char *path, char (*hex)[MU_SHA256_HEX])
+{
+	cJSON *c = NULL, *now = files_json(src);
+	const cJSON *t;
+	mu__buf_t b;
+	size_t i;
+	int ok = 0;
+
+	if (mu__buf_read_file(&b, path, (size_t)64 << 20, NULL, 0) != 0) {
+		cJSON_Delete(now);
+		return 0;
+	}
+	if (mu__json_parse(b.data != NULL ? b.data : "", b.len, &c) == 0 &&
+	    mu__json_is_int(cJSON_GetObjectItemCaseSensitive(c, "version"), HASHES_VERSION,
+	                    HASHES_VERSION) &&
+	    cJSON_Compare(cJSON_GetObjectItemCaseSensitive(c, "files"), now, 1)) {
+		t = cJSON_GetObjectItemCaseSensitive(c, "tensors");
+		for (ok = 1, i = 0; ok && i < src->nt; i++) {
+			const cJSON *h = cJSON_GetObjectItemCaseSensitive(t, src->t[i].name);
+
+			ok = cJSON_IsString(h) && strlen(h->valuestring) == MU_SHA256_HEX - 1;
+			if (ok)
+				memcpy(hex[i], h->valuestring, MU_SHA256_HEX);
+		}
+	}
+	mu__buf_free(&b);
+	cJSON_Delete(c);
+	cJSON_Delete(now);
+	return ok;
+}
+
+/* Keep the hashes for next time; a checkpoint on read-only storage is
+ * hashed each run instead. */
+static void write_cache(const mu__llm_src_t *src, const char *path,
+                        const char (*hex)[MU_SHA256_HEX])
+{
+	cJSON *c = cJSON_CreateObject(), *t;
+	char tmp[4300], *text;
+	FILE *f;
+	size_t i;
+
+	cJSON_AddNumberToObject(c, "version", HASHES_VERSION);
+	cJSON_AddItemToObject(c, "files", files_json(src));
+	t = cJSON_AddObjectToObject(c, "tensors");
+	for (i = 0; t != NULL && i < src->nt; i++)
+		cJSON_AddStringToObject(t, src->t[i].name, hex[i]);
+	text = cJSON_PrintUnformatted(c);
+	cJSON_Delete(c);
+	snprintf(tmp, sizeof(tmp), "%.4200s.%ld.tmp", path, (long)getpid());
+	if (text != NULL && (f = fopen(tmp, "wb")) != NULL) {
+		int ok = fputs(text, f) >= 0;
+
+		if (fclose(f) == 0 && ok && rename(tmp, path) == 0)
+			tmp[0] = '\0';
+		if (tmp[0] != '\0')
+			unlink(tmp);
+	}
+	cJSON_free(text);
+}
+
+int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[MU_SHA256_HEX], int *computed,
+                       char *why, size_t wl)
+{
+	char path[4200];
+	const char *base;
+	uint64_t total = 0, done = 0;
+	mu__progress_t pr;
+	size_t i;
+	int rc = 0;
+
+	hashes_path(src, path, sizeof(path));
+	*computed = 0;
+	if (read_cached(src, path, hex))
+		return 0;
+	/* reading a large checkpoint from disk is the slow part: show it */
+	for (i = 0; i < src->nt; i++)
+		total += src->t[i].bytes;
+	base = strrchr(src->path, '/');
+	mu__progress_start(&pr, total, "hashing %s", base != NULL ? base + 1 : src->path);
+	for (i = 0; rc == 0 && i < src->nt; i++) {
+		if ((rc = mu__sha256_hex(src->t[i].m.data, (size_t)src->t[i].bytes, hex[i])) != 0)
+			rc = mu__why(why, wl, rc, "cannot hash tensor %s", src->t[i].name);
+		done += src->t[i].bytes;
+		mu__progress_bytes(&pr, done);
+	}
+	mu__progress_end(&pr);
+	if (rc != 0)
+		return rc;
+	*computed = 1;
+	write_cache(src, path, hex);
+	return 0;
+}
+
+int mu__llm_src_from_files(const mu__llm_hp_t *hp, const mu__llm_file_t *files, size_t n,
+                           int first, int last, mu__llm_src_t *src, char *why, size_t wl)
+{
+	const unsigned char *base;
+	size_t i, len;
+	int rc = 0;
+
+	memset(src, 0, sizeof(*src));
+	src->fmt = MU__FMT_GGUF; /* nothing format-specific is asked of it */
+	src->hp = *hp;
+	if ((src->path = mu__strdup("(streamed)")) == NULL)
+		return MU_ENOMEM;
+	for (i = 0; rc == 0 && i < n; i++) {
+		const mu__llm_file_t *f = &files[i];
+		uint64_t want = (uint64_t)f->rows * mu__wtype_row_bytes(f->type, f->cols);
+
+		if (want == 0)
+			rc = mu__why(why, wl, MU_EPROTO, "tensor %.100s: a shape its type cannot hold",
+			             f->name);
+		else if ((rc = mu__llm_map_file(f->path, src, &base, &len, why, wl)) == 0 &&
+		         len != want)
+			rc = mu__why(why, wl, MU_EPROTO, "tensor %.100s: %zu bytes in %.200s, its shape "
+			             "needs %llu", f->name, len, f->path, (unsigned long long)want);
+		if (rc == 0 && (rc = mu__llm_add_tensor(src, f->name, f->type, base, f->rows,
+		                                        f->cols)) == MU_EARG)
+			rc = mu__why(why, wl, MU_EPROTO, "tensor name %.100s is too long", f->name);
+	}
+	if (rc == 0)
+		rc = mu__llm_check_range(src, first, last, why, wl);
+	if (rc != 0)
+		mu__llm_src_free(src);
+	return rc;
+}

@@ -1,0 +1,524 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The coordinator of a decoder LLM split over `muster stage` servers: it
+ * holds no weights, only the tokenizer (in the caller) and a connection
+ * to each stage. A forward sends the token ids to the first stage, relays
+ * each stage's activations to the next, and takes the logits from the
+ * last. The stages are checked before anything runs: every one serves an
+ * LLM, all the same checkpoint (digest), their layer ranges in order
+ * cover the model, the first embeds and the last has the head.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc_int.h"
+#include "core/json_int.h"
+#include "core/net_int.h"
+#include "core/sock_int.h"
+#include "core/time_int.h"
+#include "pipeline/llm/coord_int.h"
+
+typedef struct {
+	struct mu__llm_coord_s *co;
+	int i;
+	uint64_t want_id;    /* the id the outstanding batch's reply carries */
+	mu_tensor_list_t res; /* the link's last batch result */
+	int32_t max_seqs;
+	mu_session_t *sess;  /* a tracker session, or NULL for a plain socket */
+	char addr[300];
+	mu_stream_t *fd;   /* the stage's stream (the session's, if any) */
+	mu__chan_t c;
+	char *desc;
+	int first, last;
+	double compute_ms;   /* the stage's own time, summed */
+} lstage_t;
+
+struct mu__llm_coord_s {
+	lstage_t *s;
+	int n;
+	uint64_t next_id;
+	int32_t vocab, dim, layers, ctx, max_chunk;
+	char digest[32];
+	mu__llm_coord_opts_t o;
+};
+
+void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o)
+{
+	o->connect_timeout_ms = 10000;
+	o->io_timeout_ms = 60000;
+	o->max_frame_bytes = (uint64_t)1 << 30;
+}
+
+static int fail(const mu__llm_coord_t *c, int i, int rc, char *err, size_t el, const char *what)
+{
+	snprintf(err, el, "stage %d/%d (%s): %s: %s", i, c->n, c->s[i].addr, what,
+	         rc == MU_EEOF ? "the connection was lost" : mu_strerror(rc));
+	return rc;
+}
+
+/* The reply to request id: type want, or an ERROR whose text goes to err. */
+static int reply(mu__llm_coord_t *c, int i, uint64_t id, int want, mu__msg_t *m, char *err,
+                 size_t el, const char *what)
+{
+	lstage_t *s = &c->s[i];
+	char *text = NULL;
+	int rc = mu__msg_recv(&s->c, m, s->c.io_ms);
+
+	if (rc != 0)
+		return fail(c, i, rc, err, el, what);
+	if (m->type == MU_MSG_ERROR) {
+		rc = mu__msg_recv_body(&s->c, m, &text);
+		if (rc != 0)
+			return fail(c, i, rc, err, el, what);
+		snprintf(err, el, "stage %d/%d (%s) failed %s: %s", i, c->n, s->addr, what, text);
+		mu__free(text);
+		return m->status < 0 ? m->status : MU_EFAIL;
+	}
+	if (m->type != want || m->id != id) {
+		snprintf(err, el, "stage %d/%d (%s): sent %s for request %llu while %s %llu was due", i,
+		         c->n, s->addr, mu__msg_type_name(m->type), (unsigned long long)m->id,
+		         mu__msg_type_name(want), (unsigned long long)id);
+		return MU_EPROTO;
+	}
+	return 0;
+}
+
+/* Send a text message and read its text reply (of type want). */
+static int ask(mu__llm_coord_t *c, int i, mu__msg_t *m, const char *body, int want, char **out,
+               char *err, size_t el, const char *what)
+{
+	int rc;
+
+	m->id = ++c->next_id;
+	rc = mu__msg_send(&c->s[i].c, m, body, body != NULL ? strlen(body) : 0);
+	if (rc != 0)
+		return fail(c, i, rc, err, el, what);
+	if ((rc = reply(c, i, m->id, want, m, err, el, what)) != 0)
+		return rc;
+	rc = out != NULL ? mu__msg_recv_body(&c->s[i].c, m, out) : mu__msg_skip(&c->s[i].c, m);
+	return rc != 0 ? fail(c, i, rc, err, el, what) : 0;
+}
+
+static int num(const cJSON *d, const char *k, int32_t *v)
+{
+	const cJSON *x = cJSON_GetObjectItemCaseSensitive(d, k);
+
+	if (!mu__json_is_int(x, 0, INT32_MAX))
+		return -1;
+	*v = (int32_t)x->valuedouble;
+	return 0;
+}
+
+/* Stage i's INFO: an LLM stage that continues the chain where the last
+ * one ended, of the same checkpoint. */
+static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
+{
+	lstage_t *s = &c->s[i];
+	cJSON *d = NULL;
+	const cJSON *dg, *kind;
+	int32_t first, last, layers, dim, vocab, ctx, chunk, seqs;
+	int rc = MU_EPROTO;
+
+	if (mu__json_parse(s->desc, strlen(s->desc), &d) != 0)
+		d = NULL;
+	kind = cJSON_GetObjectItemCaseSensitive(d, "kind");
+	dg = cJSON_GetObjectItemCaseSensitive(d, "digest");
+	if (!cJSON_IsString(kind) || strcmp(kind->valuestring, "llm") != 0 || !cJSON_IsString(dg) ||
+	    num(d, "first", &first) || num(d, "last", &last) || num(d, "layers", &layers) ||
+	    num(d, "dim", &dim) || num(d, "vocab", &vocab) || num(d, "ctx", &ctx) ||
+	    num(d, "max_chunk", &chunk) || num(d, "max_sequences", &seqs))
+		snprintf(err, el, "stage %d/%d (%s) does not serve an LLM (a `muster stage --model` of "
+		         "a GGUF, HF or llama2.c checkpoint)", i, c->n, s->addr);
+	else if (i > 0 && strcmp(dg->valuestring, c->digest) != 0)
+		snprintf(err, el, "stage %d/%d (%s) serves another checkpoint (digest %s; stage 0's is "
+		         "%s)", i, c->n, s->addr, dg->valuestring, c->digest);
+	else if (first != (i == 0 ? 0 : c->s[i - 1].last) || last <= first - (last == layers))
+		snprintf(err, el, "stage %d/%d (%s) holds layers [%d, %d); the chain needs it to start "
+		         "at %d", i, c->n, s->addr, first, last, i == 0 ? 0 : c->s[i - 1].last);
+	else if (i == c->n - 1 && last != layers)
+		snprintf(err, el, "the last stage (%s) ends at layer %d of %d: no stage has the rest",
+		         s->addr, last, layers);
+	else
+		rc = 0;
+	if (rc == 0) {
+		s->first = first;
+		s->last = last;
+		s->max_seqs = seqs;
+		snprintf(c->digest, sizeof(c->digest), "%s", dg->valuestring);
+		c->vocab = vocab;
+		c->dim = dim;
+		c->layers = layers;
+		c->ctx = i == 0 || ctx < c->ctx ? ctx : c->ctx;
+		c->max_chunk = i == 0 || chunk < c->max_chunk ? chunk : c->max_chunk;
+	}
+	cJSON_Delete(d);
+	return rc;
+}
+
+static int connect_stage(mu__llm_coord_t *c, int i, const char *addr, char *err, size_t el)
+{
+	lstage_t *s = &c->s[i];
+	int64_t deadline = mu__deadline(c->o.connect_timeout_ms);
+	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0, 0};
+	char host[256];
+	int port, rc;
+
+	snprintf(s->addr, sizeof(s->addr), "%s", addr);
+	if (mu__split_hostport(addr, host, sizeof(host), &port) != 0) {
+		snprintf(err, el, "stage %d: \"%s\" is not HOST:PORT", i, addr);
+		return MU_EARG;
+	}
+	for (;;) { /* the stage may still be loading */
+		rc = mu__sock_connect(host, port, c->o.sec, deadline, &s->fd);
+		/* a refusal (secret, certificate) will not change on retry */
+		if (rc == 0 || rc == MU_ERESOLVE || rc == MU_EAUTH || rc == MU_ETLS ||
+		    mu__remaining_ms(deadline) == 0)
+			break;
+		usleep(50 * 1000);
+	}
+	if (rc != 0) {
+		s->fd = NULL;
+		snprintf(err, el, "stage %d/%d (%s): cannot connect: %s", i, c->n, addr, mu_strerror(rc));
+		return rc;
+	}
+	mu__chan_init(&s->c, s->fd, NULL, c->o.io_timeout_ms, c->o.max_frame_bytes);
+	return ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
+}
+
+int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **out)
+{
+	mu__llm_coord_t *c;
+	int i;
+
+	*out = NULL;
+	if (n < 1 || n > 1024)
+		return MU_EARG;
+	c = mu__calloc(1, sizeof(*c));
+	if (c == NULL || (c->s = mu__calloc((size_t)n, sizeof(*c->s))) == NULL) {
+		mu__free(c);
+		return MU_ENOMEM;
+	}
+	c->n = n;
+	c->o = *o;
+	for (i = 0; i < n; i++) {
+		c->s[i].fd = NULL;
+		c->s[i].co = c;
+		c->s[i].i = i;
+		mu_tensor_list_init(&c->s[i].res);
+	}
+	*out = c;
+	return 0;
+}
+
+/* Say goodbye to stage i's peer and forget it. */
+static void drop(lstage_t *s)
+{
+	if (s->fd != NULL) {
+		mu__msg_t m = {MU_MSG_CLOSE, 0, 0, 0, 0, 0};
+
+		s->c.io_ms = 1000; /* a goodbye is worth a second at most */
+		mu__msg_send(&s->c, &m, NULL, 0);
+		if (s->sess != NULL)
+			mu_session_close(s->sess);
+		else
+			mu__sock_close(s->fd);
+	}
+	s->fd = NULL;
+	s->sess = NULL;
+	mu__free(s->desc);
+	s->desc = NULL;
+	mu_tensor_list_free(&s->res);
+}
+
+int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char *addr,
+                      const char *desc, char *err, size_t el)
+{
+	lstage_t *s = &c->s[i];
+	char *d = mu__strdup(desc);
+
+	if (d == NULL)
+		return MU_ENOMEM;
+	drop(s);
+	s->sess = sess;
+	s->fd = mu_session_stream(sess);
+	s->desc = d;
+	snprintf(s->addr, sizeof(s->addr), "%s", addr);
+	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
+	return 0;
+}
+
+int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el)
+{
+	int i, rc = 0;
+
+	for (i = 0; rc == 0 && i < c->n; i++)
+		rc = check_info(c, i, err, el);
+	return rc;
+}
+
+int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_opts_t *o,
+                          mu__llm_coord_t **out, char *err, size_t el)
+{
+	mu__llm_coord_t *c;
+	int i, rc;
+
+	*out = NULL;
+	if ((rc = mu__llm_coord_new(n, o, &c)) != 0) {
+		snprintf(err, el, rc == MU_EARG ? "give 1 to 1024 stages" : "out of memory");
+		return rc;
+	}
+	for (i = 0; rc == 0 && i < n; i++)
+		rc = connect_stage(c, i, addrs[i], err, el);
+	if (rc == 0)
+		rc = mu__llm_coord_check(c, err, el);
+	if (rc != 0) {
+		mu__llm_coord_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void mu__llm_coord_free(mu__llm_coord_t *c)
+{
+	int i;
+
+	if (c == NULL)
+		return;
+	for (i = 0; i < c->n; i++)
+		drop(&c->s[i]);
+	mu__free(c->s);
+	mu__free(c);
+}
+
+int mu__llm_coord_stages(const mu__llm_coord_t *c)
+{
+	return c->n;
+}
+
+void mu__llm_coord_stage(const mu__llm_coord_t *c, int i, mu__llm_coord_stage_t *out)
+{
+	out->addr = c->s[i].addr;
+	out->desc = c->s[i].desc;
+	out->first = c->s[i].first;
+	out->last = c->s[i].last;
+	out->compute_ms = c->s[i].compute_ms;
+}
+
+/* ---- the chain ---- */
+
+static int coord_open(void *ud, uint64_t id, int32_t ctx, char *why, size_t wl)
+{
+	mu__llm_coord_t *c = ud;
+	mu__msg_t m = {MU_MSG_SEQ_OPEN, 0, 0, id, 0, 0};
+	char body[64];
+	int i, rc = 0;
+
+	snprintf(body, sizeof(body), "{\"ctx\": %d}", ctx);
+	for (i = 0; rc == 0 && i < c->n; i++) {
+		m = (mu__msg_t){MU_MSG_SEQ_OPEN, 0, 0, id, 0, 0};
+		rc = ask(c, i, &m, body, MU_MSG_READY, NULL, why, wl, "opening the sequence");
+	}
+	while (rc != 0 && --i > 0) { /* undo what the stages before reserved */
+		m = (mu__msg_t){MU_MSG_SEQ_CLOSE, 0, 0, id, 0, 0};
+		ask(c, i - 1, &m, NULL, MU_MSG_READY, NULL, NULL, 0, "closing the sequence");
+	}
+	return rc;
+}
+
+static void coord_close(void *ud, uint64_t id)
+{
+	mu__llm_coord_t *c = ud;
+	mu__msg_t m;
+	int i;
+
+	for (i = 0; i < c->n; i++) {
+		m = (mu__msg_t){MU_MSG_SEQ_CLOSE, 0, 0, id, 0, 0};
+		ask(c, i, &m, NULL, MU_MSG_READY, NULL, NULL, 0, "closing the sequence");
+	}
+}
+
+/* One stage's step: send in, receive its single output tensor. */
+static int step(mu__llm_coord_t *c, int i, uint64_t id, int32_t pos, mu_tensor_list_t *in,
+                mu_tensor_list_t *out, char *why, size_t wl)
+{
+	lstage_t *s = &c->s[i];
+	mu__msg_t m = {MU_MSG_SEQ_FORWARD, 0, ++c->next_id, id, 0, (uint32_t)pos};
+	int rc = mu__msg_send_frame(&s->c, &m, in);
+
+	if (rc != 0)
+		return fail(c, i, rc, why, wl, "sending a forward");
+	if ((rc = reply(c, i, m.id, MU_MSG_RESULT, &m, why, wl, "in a forward")) != 0)
+		return rc;
+	s->compute_ms += (double)m.aux / 1e6;
+	if ((rc = mu__msg_recv_frame(&s->c, &m, out)) != 0)
+		return fail(c, i, rc, why, wl, "reading a forward's result");
+	if (out->n != 1) {
+		snprintf(why, wl, "stage %d/%d (%s) returned %zu tensors, not one", i, c->n, s->addr,
+		         out->n);
+		return MU_EPROTO;
+	}
+	return 0;
+}
+
+static int coord_forward(void *ud, uint64_t id, int32_t pos, int32_t n, const int32_t *tokens,
+                         float *logits, char *why, size_t wl)
+{
+	mu__llm_coord_t *c = ud;
+	mu_tensor_list_t in, out;
+	mu_tensor_t *t;
+	uint64_t dims[1] = {(uint64_t)n};
+	int i, rc;
+
+	mu_tensor_list_init(&in);
+	if ((rc = mu_tensor_new("tokens", 1, dims, &t)) != 0 || (rc = mu_tensor_list_push(&in, t)) != 0) {
+		mu_tensor_free(t);
+		return rc;
+	}
+	for (i = 0; i < n; i++)
+		t->data[i] = (float)tokens[i];
+	for (i = 0; i < c->n; i++) {
+		mu_tensor_list_init(&out);
+		rc = step(c, i, id, pos, &in, &out, why, wl);
+		mu_tensor_list_free(&in);
+		in = out;
+		if (rc != 0)
+			break;
+	}
+	if (rc == 0 && (in.t[0]->rank != 2 || in.t[0]->dims[1] != (uint64_t)c->vocab)) {
+		snprintf(why, wl, "the last stage returned %s, not the logits of the vocabulary",
+		         in.t[0]->name);
+		rc = MU_EPROTO;
+	}
+	if (rc == 0)
+		memcpy(logits, in.t[0]->data + (in.t[0]->dims[0] - 1) * (uint64_t)c->vocab,
+		       (size_t)c->vocab * sizeof(float));
+	mu_tensor_list_free(&in);
+	return rc;
+}
+
+void mu__llm_coord_chain(mu__llm_coord_t *c, mu__chain_t *chain, int32_t max_chunk)
+{
+	chain->open = coord_open;
+	chain->forward = coord_forward;
+	chain->close = coord_close;
+	chain->ud = c;
+	chain->max_chunk = max_chunk < c->max_chunk ? max_chunk : c->max_chunk;
+	chain->vocab = c->vocab;
+}
+
+int32_t mu__llm_coord_ctx(const mu__llm_coord_t *c)
+{
+	return c->ctx;
+}
+
+/* ---- stages as engine links ---- */
+
+static int link_open(void *ud, uint64_t seq, int32_t ctx, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m = {MU_MSG_SEQ_OPEN, 0, 0, seq, 0, 0};
+	char body[64];
+
+	snprintf(body, sizeof(body), "{\"ctx\": %d}", ctx);
+	return ask(s->co, s->i, &m, body, MU_MSG_READY, NULL, why, wl, "opening a sequence");
+}
+
+static int link_close(void *ud, uint64_t seq, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m = {MU_MSG_SEQ_CLOSE, 0, 0, seq, 0, 0};
+
+	return ask(s->co, s->i, &m, NULL, MU_MSG_READY, NULL, why, wl, "closing a sequence");
+}
+
+/* A SEQ_BATCH: items [k, 4] and the rows. */
+static int link_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
+                       const int32_t *tokens, const float *x, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__llm_coord_t *c = s->co;
+	uint64_t idims[2] = {(uint64_t)k, 4}, xdims[2] = {(uint64_t)rows, (uint64_t)c->dim};
+	mu_tensor_t *items = NULL, *in = NULL;
+	mu_tensor_list_t l;
+	mu__msg_t m = {MU_MSG_SEQ_BATCH, 0, ++c->next_id, 0, 0, 0};
+	int rc, j;
+
+	mu_tensor_list_free(&s->res);
+	mu_tensor_list_init(&l);
+	rc = mu_tensor_new("items", 2, idims, &items);
+	if (rc == 0)
+		rc = tokens != NULL ? mu_tensor_new("tokens", 1, xdims, &in)
+		                    : mu_tensor_wrap("x", 2, xdims, (float *)x, &in);
+	if (rc == 0 && (rc = mu_tensor_list_push(&l, items)) == 0)
+		items = NULL;
+	if (rc == 0 && (rc = mu_tensor_list_push(&l, in)) == 0)
+		in = NULL;
+	for (j = 0; rc == 0 && j < k; j++) {
+		l.t[0]->data[4 * j] = (float)it[j].id;
+		l.t[0]->data[4 * j + 1] = (float)it[j].pos;
+		l.t[0]->data[4 * j + 2] = (float)it[j].n;
+		l.t[0]->data[4 * j + 3] = (float)it[j].all_logits;
+	}
+	for (j = 0; rc == 0 && tokens != NULL && j < rows; j++)
+		l.t[1]->data[j] = (float)tokens[j];
+	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &l)) != 0)
+		fail(c, s->i, rc, why, wl, "sending a batch");
+	s->want_id = m.id;
+	mu_tensor_free(items);
+	mu_tensor_free(in);
+	mu_tensor_list_free(&l);
+	return rc;
+}
+
+/* INFO, for its reply's sake: the session is in use. */
+static int link_ping(void *ud, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0, 0};
+
+	return ask(s->co, s->i, &m, NULL, MU_MSG_INFO, NULL, why, wl, "keeping the session alive");
+}
+
+static mu_stream_t *link_stream(void *ud)
+{
+	return ((lstage_t *)ud)->fd;
+}
+
+static int link_finish(void *ud, const float **out, double *ms, char *why, size_t wl)
+{
+	lstage_t *s = ud;
+	mu__msg_t m;
+	int rc = reply(s->co, s->i, s->want_id, MU_MSG_RESULT, &m, why, wl, "in a batch");
+
+	if (rc != 0)
+		return rc;
+	*ms = (double)m.aux / 1e6;
+	s->compute_ms += *ms;
+	if ((rc = mu__msg_recv_frame(&s->c, &m, &s->res)) != 0)
+		return fail(s->co, s->i, rc, why, wl, "reading a batch's result");
+	if (s->res.n != 1) {
+		snprintf(why, wl, "stage %d/%d (%s) returned %zu tensors, not one", s->i, s->co->n,
+		         s->addr, s->res.n);
+		return MU_EPROTO;
+	}
+	*out = s->res.t[0]->data;
+	return 0;
+}
+
+void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_link_t *link)
+{
+	lstage_t *s = &c->s[i];
+
+	*link = (mu__eng_link_t){link_open, link_close, link_submit, link_stream, link_finish, link_ping, s,
+	                         max_chunk < c->max_chunk ? max_chunk : c->max_chunk, s->max_seqs,
+	                         ""};
+	snprintf(link->name, sizeof(link->name), "stage %d/%d (%s)", i, c->n, s->addr);
+}
+
+int32_t mu__llm_coord_dim(const mu__llm_coord_t *c)
+{
+	return c->dim;
+}

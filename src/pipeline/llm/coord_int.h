@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The coordinator of a decoder LLM over `muster stage` servers, as a chain
+ * for the generation loop (model/llm_gen_int.h). Blocking; one caller at
+ * a time.
+ */
+#ifndef MU_PIPELINE_LLM_COORD_INT_H
+#define MU_PIPELINE_LLM_COORD_INT_H
+
+#include <stdint.h>
+
+#include "llm/gen_int.h"
+#include "pipeline/llm/engine_int.h"
+#include "pipeline/pipeline_int.h"
+
+typedef struct mu__llm_coord_s mu__llm_coord_t;
+
+typedef struct {
+	int connect_timeout_ms;  /* per stage, retried while it loads */
+	int io_timeout_ms;       /* a reply that makes no progress this long */
+	uint64_t max_frame_bytes;
+	const mu_secure_t *sec;  /* toward the stages; NULL: plain TCP */
+} mu__llm_coord_opts_t;
+
+void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o);
+
+/*
+ * Connect to the stages at addrs[0..n) in order and check that they form
+ * one model (see pipeline/llm/coord.c). 0, or an error with err naming the stage.
+ */
+int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_opts_t *o,
+                          mu__llm_coord_t **out, char *err, size_t el);
+void mu__llm_coord_free(mu__llm_coord_t *c);
+
+/*
+ * Over tracker sessions (the LLM cluster): n stages with nothing yet; set
+ * stage i to a device's session (taken) and the stage description it
+ * answered READY with (replacing, and saying goodbye to, what was there);
+ * check that the stages form one checkpoint in order.
+ */
+int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **out);
+int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char *addr,
+                      const char *desc, char *err, size_t el);
+int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el);
+
+typedef struct {
+	const char *addr, *desc; /* desc: the stage's INFO JSON */
+	int first, last;
+	double compute_ms;       /* its own compute time so far */
+} mu__llm_coord_stage_t;
+
+int mu__llm_coord_stages(const mu__llm_coord_t *c);
+void mu__llm_coord_stage(const mu__llm_coord_t *c, int i, mu__llm_coord_stage_t *out);
+/* The smallest trained context among the stages. */
+int32_t mu__llm_coord_ctx(const mu__llm_coord_t *c);
+
+/* Stage i as a link for the engine (valid while c lives). */
+void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_link_t *link);
+int32_t mu__llm_coord_dim(const mu__llm_coord_t *c);
+
+/* A chain over c; positions per forward at most max_chunk (and the
+ * stages' own limit). */
+void mu__llm_coord_chain(mu__llm_coord_t *c, mu__chain_t *chain, int32_t max_chunk);
+
+#endif

@@ -1,0 +1,703 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests for the decoder's kernels (src/kern/kern.c, kern/portable.c,
+ * kern/avx2.c):
+ *   - f16/bf16 conversions against definitions computed here in double,
+ *     over every f16 and every rounding tie, and against F16C itself where
+ *     the CPU has it;
+ *   - Q8_0/Q4_0 quantizers against the format (llm-formats.md) and
+ *     llama.cpp's reference rules, round trips included;
+ *   - mu__matmul against a double-precision reference for every type on
+ *     odd shapes, n = 1..17, 1..4 threads;
+ *   - the determinism contract: bit-identical results across n, thread
+ *     counts and instruction sets (portable against AVX2, and AVX2 with
+ *     AVX512-VNNI, where the CPU has them; where it has none, portable
+ *     against itself, and the test says so);
+ * The pool has its own tests (test_pool.c); these use pools of 1..4 threads.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "mu_test.h"
+
+#include "kern/isa_int.h"
+
+/* ---- helpers ---- */
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint32_t rnd32(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+/* uniform in [-1, 1) */
+static float rndf(void)
+{
+	return (float)((double)rnd32() / 2147483648.0 - 1.0);
+}
+
+static float bits_f(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint32_t f_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* The instruction sets this build and CPU run, portable first; their count. */
+static const char *const all_isas[] = {"portable", "avx2", "avx2-vnni"};
+
+static int isas_here(const char *out[3])
+{
+	int n = 0;
+
+	for (int i = 0; i < 3; i++)
+		if (mu__kern_isa_by_name(all_isas[i]) != NULL)
+			out[n++] = all_isas[i];
+	return n;
+}
+
+/* ---- f16 and bf16 ---- */
+
+/* The f16 definition: (-1)^s * 2^(e-15) * 1.m, or 2^-14 * 0.m. */
+static double f16_def(uint16_t h)
+{
+	int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+	double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+
+	return s ? -v : v;
+}
+
+/* The f16 nearest to f, ties to the even one, by search over the values. */
+static uint16_t f16_nearest(float f)
+{
+	double a = fabs((double)f);
+	uint16_t s = f_bits(f) >> 31 ? 0x8000 : 0, lo = 0, hi = 0x7bff;
+
+	if (a >= 65520.0)
+		return s | 0x7c00;
+	while (lo < hi) { /* largest h with f16_def(h) <= a */
+		uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
+
+		if (f16_def(mid) <= a)
+			lo = mid;
+		else
+			hi = (uint16_t)(mid - 1);
+	}
+	if (lo < 0x7bff) {
+		double d0 = a - f16_def(lo), d1 = f16_def((uint16_t)(lo + 1)) - a;
+
+		if (d1 < d0 || (d1 == d0 && (lo & 1)))
+			lo++;
+	} else if (a - 65504.0 >= 16.0) {
+		return s | 0x7c00;
+	}
+	return s | lo;
+}
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+static int has_f16c(void)
+{
+	unsigned a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f)
+{
+	return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+__attribute__((target("f16c"))) static float hw_f16_to_f32(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+#else
+static int has_f16c(void)
+{
+	return 0;
+}
+#define hw_f32_to_f16 mu__f32_to_f16
+#define hw_f16_to_f32 mu__f16_to_f32
+#endif
+
+static void test_f16(void **state)
+{
+	int hw = has_f16c();
+
+	(void)state;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = mu__f16_to_f32((uint16_t)h);
+		double d = f16_def((uint16_t)h);
+
+		if (isnan(d)) {
+			assert_true(isnan(f));
+			/* quiet, payload kept, as vcvtph2ps */
+			assert_int_equal(f_bits(f), (h & 0x8000u) << 16 | 0x7fc00000u | (h & 0x3ffu) << 13);
+		} else {
+			if (!((double)f == d && !signbit(f) == !signbit(d)))
+				fail_msg("f16 %04x: %.9g, want %.9g", h, f, d);
+			assert_int_equal(mu__f32_to_f16(f), h); /* exact round trip */
+		}
+		if (hw)
+			assert_int_equal(f_bits(hw_f16_to_f32((uint16_t)h)), f_bits(f));
+		/* every tie between two neighbours, and one f32 ulp either side */
+		if ((h & 0x7fff) < 0x7c00) {
+			float next = mu__f16_to_f32((uint16_t)(h + 1)), mid;
+
+			if ((h & 0x7fff) == 0x7bff)
+				next = h & 0x8000 ? -65536.0f : 65536.0f;
+			mid = (float)(((double)f + (double)next) / 2); /* exact in f32 */
+			for (int dlt = -1; dlt <= 1; dlt++) {
+				float v = bits_f(f_bits(mid) + (uint32_t)dlt);
+
+				assert_int_equal(mu__f32_to_f16(v), f16_nearest(v));
+				if (hw)
+					assert_int_equal(mu__f32_to_f16(v), hw_f32_to_f16(v));
+			}
+		}
+	}
+	/* specials: overflow, f32 subnormals, NaNs keeping their payload's top */
+	assert_int_equal(mu__f32_to_f16(65519.996f), 0x7bff);
+	assert_int_equal(mu__f32_to_f16(65520.0f), 0x7c00);
+	assert_int_equal(mu__f32_to_f16(-1e30f), 0xfc00);
+	assert_int_equal(mu__f32_to_f16(INFINITY), 0x7c00);
+	assert_int_equal(mu__f32_to_f16(bits_f(1)), 0x0000);
+	assert_int_equal(mu__f32_to_f16(-0.0f), 0x8000);
+	assert_int_equal(mu__f32_to_f16(0x1p-25f), 0x0000);              /* tie to 0 */
+	assert_int_equal(mu__f32_to_f16(bits_f(0x33000001)), 0x0001);  /* just past */
+	assert_int_equal(mu__f32_to_f16(0x1.8p-24f), 0x0002);          /* tie to even */
+	assert_int_equal(mu__f32_to_f16(bits_f(0x7f800001)), 0x7e00);
+	assert_int_equal(mu__f32_to_f16(bits_f(0xffa00000)), 0xff00);
+	/* random f32 against the search and the hardware */
+	for (int i = 0; i < 200000; i++) {
+		float v = bits_f(rnd32() << 1 ^ rnd32());
+
+		if (!isnan(v))
+			assert_int_equal(mu__f32_to_f16(v), f16_nearest(v));
+		if (hw)
+			assert_int_equal(mu__f32_to_f16(v), hw_f32_to_f16(v));
+	}
+	print_message("f16 conversions %s\n", hw ? "also checked against F16C" : "(no F16C here)");
+}
+
+static void test_bf16(void **state)
+{
+	(void)state;
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = mu__bf16_to_f32((uint16_t)h);
+
+		assert_int_equal(f_bits(f), h << 16);
+		if (!isnan(f))
+			assert_int_equal(mu__f32_to_bf16(f), h);
+	}
+	/* ties to even, at 1.0, in the subnormals and at the top */
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x3f808000)), 0x3f80);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x3f818000)), 0x3f82);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x3f808001)), 0x3f81);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x00008000)), 0x0000);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x00018000)), 0x0002);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x807fffff)), 0x8080);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x7f7fffff)), 0x7f80); /* to inf */
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x7f7f7fff)), 0x7f7f);
+	assert_int_equal(mu__f32_to_bf16(-INFINITY), 0xff80);
+	/* a NaN stays a NaN (even one whose payload is all below bit 16) */
+	assert_int_equal(mu__f32_to_bf16(bits_f(0x7f800001)), 0x7fc0);
+	assert_int_equal(mu__f32_to_bf16(bits_f(0xffc00000)), 0xffc0);
+	/* random values against nearest-even computed in double */
+	for (int i = 0; i < 200000; i++) {
+		float v = bits_f(rnd32() << 1 ^ rnd32());
+		uint16_t b = mu__f32_to_bf16(v);
+		double lo, hi;
+
+		if (isnan(v) || isinf(v))
+			continue;
+		lo = mu__bf16_to_f32((uint16_t)(f_bits(v) >> 16));
+		hi = mu__bf16_to_f32((uint16_t)((f_bits(v) >> 16) + 1)); /* next away from 0 */
+		if (((f_bits(v) >> 16) & 0x7fff) == 0x7f7f) /* past the top: 2^128 */
+			hi = copysign(0x1p128, v);
+		{
+			double dl = fabs(v - lo), dh = fabs(hi - v);
+			uint16_t want = (uint16_t)(f_bits(v) >> 16);
+
+			if (dh < dl || (dh == dl && (want & 1)))
+				want++;
+			assert_int_equal(b, want);
+		}
+	}
+}
+
+/* ---- Q8_0 and Q4_0 against the format ---- */
+
+static void test_q8_0(void **state)
+{
+	float x[4 * 32], back[4 * 32];
+	unsigned char q[4 * 34];
+	mu__wmat_t w = {MU__WT_Q8_0, q, 1, 4 * 32};
+
+	(void)state;
+	for (int it = 0; it < 2000; it++) {
+		float scale = ldexpf(1.0f, (int)(rnd32() % 20) - 5); /* d normal in f16 */
+
+		for (int k = 0; k < 128; k++)
+			x[k] = rndf() * scale;
+		if (it % 7 == 0)
+			x[5] = 0; /* zeros inside a block */
+		mu__quantize_q8_0(x, 128, q);
+		mu__wmat_row(&w, 0, back);
+		for (int b = 0; b < 4; b++) {
+			float amax = 0, d, dd, id;
+			uint16_t dh;
+
+			for (int k = 0; k < 32; k++)
+				amax = fmaxf(amax, fabsf(x[32 * b + k]));
+			d = amax / 127;
+			id = d ? 1 / d : 0;
+			memcpy(&dh, q + 34 * b, 2);
+			assert_int_equal(dh, mu__f32_to_f16(d));
+			dd = mu__f16_to_f32(dh);
+			for (int k = 0; k < 32; k++) {
+				int8_t v = (int8_t)q[34 * b + 2 + k];
+
+				assert_int_equal(v, (int)roundf(x[32 * b + k] * id));
+				assert_true(v != -128);
+				/* the format: x = d * q */
+				assert_true(f_bits(back[32 * b + k]) == f_bits(dd * (float)v));
+				assert_true(fabsf(back[32 * b + k] - x[32 * b + k]) <=
+				            0.5f * d + amax * 1e-3f);
+			}
+		}
+	}
+	/* d = 1 exactly: ties round away from zero, as roundf */
+	for (int k = 0; k < 32; k++)
+		x[k] = k == 0 ? 127.0f : (float)(k % 5) - 2.5f;
+	mu__quantize_q8_0(x, 32, q);
+	assert_int_equal((int8_t)q[2], 127);
+	assert_int_equal((int8_t)q[3], -2); /* -1.5 */
+	assert_int_equal((int8_t)q[4], -1); /* -0.5 */
+	assert_int_equal((int8_t)q[5], 1);  /* 0.5 */
+	assert_int_equal((int8_t)q[6], 2);  /* 1.5 */
+	assert_int_equal((int8_t)q[7], -3); /* -2.5 */
+	/* all zero, and a block with a NaN or an infinity */
+	memset(x, 0, sizeof(x));
+	x[40] = NAN;
+	x[100] = -INFINITY;
+	mu__quantize_q8_0(x, 128, q);
+	assert_int_equal(q[0] | q[1], 0);
+	for (int b = 1; b < 4; b += 2) {
+		uint16_t dh;
+
+		memcpy(&dh, q + 34 * b, 2);
+		assert_true(isnan(mu__f16_to_f32(dh)));
+		for (int k = 0; k < 32; k++)
+			assert_int_equal(q[34 * b + 2 + k], 0);
+	}
+}
+
+static void test_q4_0(void **state)
+{
+	float x[64], back[64];
+	unsigned char q[2 * 18];
+	mu__wmat_t w = {MU__WT_Q4_0, q, 1, 64};
+
+	(void)state;
+	for (int it = 0; it < 2000; it++) {
+		float scale = ldexpf(1.0f, (int)(rnd32() % 20) - 5); /* d normal in f16 */
+
+		for (int k = 0; k < 64; k++)
+			x[k] = rndf() * scale;
+		mu__quantize_q4_0(x, 64, q);
+		mu__wmat_row(&w, 0, back);
+		for (int b = 0; b < 2; b++) {
+			float amax = 0, max = 0, d, id, dd;
+			uint16_t dh;
+
+			for (int k = 0; k < 32; k++)
+				if (fabsf(x[32 * b + k]) > amax) {
+					amax = fabsf(x[32 * b + k]);
+					max = x[32 * b + k];
+				}
+			d = max / -8;
+			id = d ? 1 / d : 0;
+			memcpy(&dh, q + 18 * b, 2);
+			assert_int_equal(dh, mu__f32_to_f16(d));
+			dd = mu__f16_to_f32(dh);
+			for (int k = 0; k < 32; k++) {
+				/* low nibbles are elements 0..15, high ones 16..31 */
+				int nib = k < 16 ? q[18 * b + 2 + k] & 15 : q[18 * b + 2 + k - 16] >> 4;
+				int want = (int)(x[32 * b + k] * id + 8.5f);
+				float err = fabsf(back[32 * b + k] - x[32 * b + k]);
+
+				assert_int_equal(nib, want > 15 ? 15 : want);
+				assert_true(f_bits(back[32 * b + k]) == f_bits(dd * (float)(nib - 8)));
+				/* the largest magnitude is -8 exactly; +8 clamps to 7 */
+				if (x[32 * b + k] == max)
+					assert_int_equal(nib, 0);
+				assert_true(err <= (want > 15 ? 1.0f : 0.5f) * fabsf(d) + amax * 1e-3f);
+			}
+		}
+	}
+}
+
+/* Every row quantizer gives the portable one's bytes, edge cases too. */
+static void test_quant_row_isas(void **state)
+{
+	const char *names[3];
+	int nisa = isas_here(names);
+	enum { C = 32 * 12 };
+	float x[C], dp[C / 32], da[C / 32];
+	int8_t qp[C], qa[C];
+
+	(void)state;
+	if (nisa == 1)
+		print_message("no AVX2 kernels here (CPU or build): the portable quantizer alone is checked\n");
+	for (int it = 0; it < 3000; it++) {
+		const mu__kern_isa_t *avx = mu__kern_isa_by_name(names[it % nisa]);
+
+		float scale = ldexpf(1.0f, (int)(rnd32() % 250) - 125);
+
+		for (int k = 0; k < C; k++)
+			x[k] = rndf() * scale;
+		/* block 1: exact halves with d = 1; block 2: one huge and zeros;
+		 * block 3: only f32 subnormals (1/d overflows); 4: NaN; 5: inf;
+		 * 6: so large that d overflows f16 */
+		for (int k = 0; k < 32; k++) {
+			x[32 + k] = k == 0 ? -127.0f : (float)((int)(rnd32() % 253) - 126) + 0.5f;
+			x[64 + k] = k == 3 ? 1e30f : 0.0f;
+			x[96 + k] = bits_f(rnd32() % 4) * (k & 1 ? -1.0f : 1.0f);
+			x[192 + k] = 1e37f * rndf();
+		}
+		x[128 + it % 32] = NAN;
+		x[160 + it % 32] = it & 1 ? INFINITY : -INFINITY;
+		mu__kern_portable.quant_row(x, C, qp, dp);
+		avx->quant_row(x, C, qa, da);
+		assert_memory_equal(qp, qa, sizeof(qp));
+		assert_memory_equal(dp, da, sizeof(dp));
+		for (int b = 0; b < C / 32; b++) {
+			uint16_t dh;
+			int8_t q8[32];
+
+			mu__q8_block(x + 32 * b, q8, &dh);
+			assert_memory_equal(q8, qp + 32 * b, 32);
+			assert_true(f_bits(dp[b]) == f_bits(mu__f16_to_f32(dh)));
+		}
+	}
+}
+
+/* ---- mu__matmul ---- */
+
+enum { NMAX = 17, TMAX = 4 };
+
+typedef struct {
+	mu__wmat_t w;
+	unsigned char *buf; /* data is buf + 1: weights need no alignment */
+	float *deq;         /* rows x cols, as the kernels read them */
+} wm_t;
+
+static void wm_make(wm_t *m, mu__wtype_t t, int64_t rows, int64_t cols)
+{
+	size_t rb = mu__wtype_row_bytes(t, cols);
+	float *src = malloc(sizeof(float) * (size_t)cols);
+	unsigned char *d;
+
+	assert_true(rb > 0 && src != NULL);
+	m->buf = malloc(rb * (size_t)rows + 1);
+	m->deq = malloc(sizeof(float) * (size_t)(rows * cols));
+	assert_non_null(m->buf);
+	assert_non_null(m->deq);
+	d = m->buf + 1;
+	for (int64_t r = 0; r < rows; r++) {
+		unsigned char *row = d + (size_t)r * rb;
+
+		for (int64_t k = 0; k < cols; k++)
+			src[k] = rndf();
+		for (int64_t k = 0; k < cols && t <= MU__WT_BF16; k++) {
+			uint16_t h = t == MU__WT_F16 ? mu__f32_to_f16(src[k]) : mu__f32_to_bf16(src[k]);
+
+			if (t == MU__WT_F32)
+				memcpy(row + 4 * k, &src[k], 4);
+			else
+				memcpy(row + 2 * k, &h, 2);
+		}
+		if (t == MU__WT_Q8_0) {
+			mu__quantize_q8_0(src, cols, row);
+			if (r % 3 == 0) /* a file may hold -128, which we never write */
+				row[2 + (size_t)r % 32] = 0x80;
+		}
+		if (t == MU__WT_Q4_0)
+			mu__quantize_q4_0(src, cols, row);
+	}
+	m->w = (mu__wmat_t){t, d, rows, cols};
+	for (int64_t r = 0; r < rows; r++)
+		mu__wmat_row(&m->w, r, m->deq + r * cols);
+	free(src);
+}
+
+static void wm_free(wm_t *m)
+{
+	free(m->buf);
+	free(m->deq);
+}
+
+/* y[i][r] in double from the weights as read and x as the kernel sees it
+ * (its Q8_0 form for quantized weights); checks y within the error of
+ * eight float lanes of cols/8 terms each. */
+static void check_ref(const wm_t *m, const float *x, int64_t n, const float *bias, const float *y)
+{
+	int64_t rows = m->w.rows, cols = m->w.cols;
+	int quant = m->w.type >= MU__WT_Q8_0;
+	float *xe = malloc(sizeof(float) * (size_t)cols);
+	unsigned char *xq = malloc((size_t)cols / 32 * 34 + 34);
+
+	for (int64_t i = 0; i < n; i++) {
+		if (quant) {
+			mu__wmat_t xm = {MU__WT_Q8_0, xq, 1, cols};
+
+			mu__quantize_q8_0(x + i * cols, cols, xq);
+			mu__wmat_row(&xm, 0, xe);
+		} else {
+			memcpy(xe, x + i * cols, sizeof(float) * (size_t)cols);
+		}
+		for (int64_t r = 0; r < rows; r++) {
+			double s = bias ? bias[r] : 0, a = bias ? fabs(bias[r]) : 0;
+
+			for (int64_t k = 0; k < cols; k++) {
+				s += (double)m->deq[r * cols + k] * xe[k];
+				a += fabs((double)m->deq[r * cols + k] * xe[k]);
+			}
+			if (!(fabs(y[i * rows + r] - s) <= 1.2e-7 * (cols / 8.0 + 4) * a + 1e-30))
+				fail_msg("%s %lldx%lld row %lld of x, out %lld: %.9g, want %.9g",
+				         mu__wtype_name(m->w.type), (long long)rows, (long long)cols,
+				         (long long)i, (long long)r, y[i * rows + r], s);
+		}
+	}
+	free(xe);
+	free(xq);
+}
+
+static const int64_t float_shapes[][2] = {{1, 1}, {3, 7}, {5, 8}, {17, 9}, {33, 100},
+                                          {37, 129}, {9, 4100}, {20, 16}};
+static const int64_t quant_shapes[][2] = {{1, 32}, {5, 64}, {17, 96}, {37, 160},
+                                          {6, 12800}, {20, 32}};
+
+/*
+ * For each type and shape: the n = 1 result of every row of x through the
+ * portable kernels, checked against the reference; then, on every
+ * instruction set this CPU has, every n in 1..17 on pools of 1..4 threads
+ * (and none), each compared bit for bit with those rows.
+ */
+static void run_type(mu__wtype_t t, mu__pool_t *pools[TMAX])
+{
+	int quant = t >= MU__WT_Q8_0, nshapes = quant ? 6 : 8;
+	const char *isas[3];
+	int nisa = isas_here(isas);
+
+	for (int s = 0; s < nshapes; s++) {
+		int64_t rows = quant ? quant_shapes[s][0] : float_shapes[s][0];
+		int64_t cols = quant ? quant_shapes[s][1] : float_shapes[s][1];
+		float *x = malloc(sizeof(float) * (size_t)(NMAX * cols));
+		float *bias = s % 2 ? malloc(sizeof(float) * (size_t)rows) : NULL;
+		float *one = malloc(sizeof(float) * (size_t)(NMAX * rows));
+		float *y = malloc(sizeof(float) * (size_t)(NMAX * rows));
+		wm_t m;
+
+		wm_make(&m, t, rows, cols);
+		for (int64_t k = 0; k < NMAX * cols; k++)
+			x[k] = rndf() * 4;
+		for (int64_t r = 0; bias && r < rows; r++)
+			bias[r] = rndf();
+		assert_int_equal(mu__kern_force_isa("portable"), 0);
+		for (int64_t i = 0; i < NMAX; i++)
+			assert_int_equal(mu__matmul(NULL, &m.w, x + i * cols, 1, one + i * rows, bias), 0);
+		check_ref(&m, x, NMAX, bias, one);
+		for (int is = 0; is < nisa; is++) {
+			assert_int_equal(mu__kern_force_isa(isas[is]), 0);
+			for (int64_t n = 1; n <= NMAX; n++) {
+				for (int th = 0; th <= TMAX; th++) {
+					mu__pool_t *p = th == 0 ? NULL : pools[th - 1];
+					int64_t off = (n * 7 + th) % (NMAX - n + 1); /* any rows of x */
+
+					memset(y, 0xff, sizeof(float) * (size_t)(n * rows));
+					assert_int_equal(mu__matmul(p, &m.w, x + off * cols, n, y, bias), 0);
+					if (memcmp(y, one + off * rows, sizeof(float) * (size_t)(n * rows)) != 0)
+						fail_msg("%s %lldx%lld: n=%lld on %d threads (%s) differs from n=1 (portable)",
+						         mu__wtype_name(t), (long long)rows, (long long)cols,
+						         (long long)n, th, isas[is]);
+				}
+			}
+		}
+		wm_free(&m);
+		free(x);
+		free(bias);
+		free(one);
+		free(y);
+	}
+	assert_int_equal(mu__kern_force_isa(NULL), 0);
+}
+
+static int pools_setup(void **state)
+{
+	mu__pool_t **pools = calloc(TMAX, sizeof(*pools));
+
+	for (int i = 0; i < TMAX; i++)
+		if (pools == NULL || mu__pool_new(i + 1, &pools[i]) != 0)
+			return -1;
+	*state = pools;
+	return 0;
+}
+
+static int pools_teardown(void **state)
+{
+	mu__pool_t **pools = *state;
+
+	for (int i = 0; i < TMAX; i++)
+		mu__pool_free(pools[i]);
+	free(pools);
+	return 0;
+}
+
+static void test_matmul_f32(void **state)
+{
+	run_type(MU__WT_F32, *state);
+}
+
+static void test_matmul_f16(void **state)
+{
+	run_type(MU__WT_F16, *state);
+}
+
+static void test_matmul_bf16(void **state)
+{
+	run_type(MU__WT_BF16, *state);
+}
+
+static void test_matmul_q8_0(void **state)
+{
+	run_type(MU__WT_Q8_0, *state);
+}
+
+static void test_matmul_q4_0(void **state)
+{
+	const char *names[3];
+	int nisa = isas_here(names);
+
+	run_type(MU__WT_Q4_0, *state);
+	if (nisa == 1)
+		print_message("instruction sets compared: portable only (no AVX2 here: portable "
+		              "against itself across n and threads)\n");
+	else
+		print_message("instruction sets compared bit for bit: portable, %s%s%s\n", names[1],
+		              nisa > 2 ? ", " : "", nisa > 2 ? names[2] : "");
+}
+
+static void test_matmul_edges(void **state)
+{
+	float x[64], y[8] = {0};
+	unsigned char q[2 * 34] = {0};
+	mu__wmat_t w = {MU__WT_Q8_0, q, 2, 32};
+	mu__pool_t **pools = *state;
+
+	(void)state;
+	for (int k = 0; k < 64; k++)
+		x[k] = (float)k;
+	/* n = 0 and rows = 0 touch nothing */
+	assert_int_equal(mu__matmul(pools[1], &w, x, 0, y, NULL), 0);
+	w.rows = 0;
+	assert_int_equal(mu__matmul(pools[1], &w, x, 2, y, NULL), 0);
+	for (int k = 0; k < 8; k++)
+		assert_true(y[k] == 0);
+	/* the one failure: no memory for x's quants */
+	w.rows = 2;
+	mu_test_fail_after(0);
+	assert_int_equal(mu__matmul(pools[1], &w, x, 2, y, NULL), MU_ENOMEM);
+	w.type = MU__WT_F32; /* no allocation for F32 */
+	w.data = x;
+	assert_int_equal(mu__matmul(pools[1], &w, x, 1, y, NULL), 0);
+	mu_test_alloc_reset();
+}
+
+static void test_types(void **state)
+{
+	(void)state;
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_F32, 3), 12);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_F16, 3), 6);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_BF16, 1), 2);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q8_0, 64), 68);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q4_0, 64), 36);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q8_0, 48), 0);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q4_0, 16), 0);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_F32, 0), 0);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_F32, -32), 0);
+	assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)7, 32), 0);
+	assert_string_equal(mu__wtype_name(MU__WT_BF16), "BF16");
+	assert_string_equal(mu__wtype_name(MU__WT_Q4_0), "Q4_0");
+}
+
+static void test_isa_choice(void **state)
+{
+	const char *names[3], *best;
+	int nisa = isas_here(names);
+
+	(void)state;
+	best = names[nisa - 1];
+	assert_true((mu__kern_avx2() != NULL) == (nisa > 1));
+	assert_null(mu__kern_isa_by_name("sse9"));
+	assert_int_equal(setenv("MUSTER_KERNELS", "portable", 1), 0);
+	assert_int_equal(mu__kern_force_isa(NULL), 0);
+	assert_string_equal(mu__kern_isa(), "portable");
+	assert_int_equal(unsetenv("MUSTER_KERNELS"), 0);
+	assert_int_equal(mu__kern_force_isa(NULL), 0);
+	assert_string_equal(mu__kern_isa(), best);
+	assert_int_equal(mu__kern_force_isa("sse9"), MU_EARG);
+	for (int i = 0; i < 3; i++) {
+		int here = mu__kern_isa_by_name(all_isas[i]) != NULL;
+
+		/* forced in-process, and by name from the environment */
+		assert_int_equal(mu__kern_force_isa(all_isas[i]), here ? 0 : MU_EARG);
+		if (here)
+			assert_string_equal(mu__kern_isa(), all_isas[i]);
+		assert_int_equal(setenv("MUSTER_KERNELS", all_isas[i], 1), 0);
+		assert_int_equal(mu__kern_force_isa(NULL), 0);
+		assert_string_equal(mu__kern_isa(), here ? all_isas[i] : best);
+	}
+	assert_int_equal(unsetenv("MUSTER_KERNELS"), 0);
+	assert_int_equal(mu__kern_force_isa(NULL), 0);
+	print_message("kernels on this CPU: %s (of %d here)\n", best, nisa);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_f16),
+		cmocka_unit_test(test_bf16),
+		cmocka_unit_test(test_q8_0),
+		cmocka_unit_test(test_q4_0),
+		cmocka_unit_test(test_quant_row_isas),
+		cmocka_unit_test(test_types),
+		cmocka_unit_test(test_isa_choice),
+		cmocka_unit_test(test_matmul_edges),
+		cmocka_unit_test(test_matmul_f32),
+		cmocka_unit_test(test_matmul_f16),
+		cmocka_unit_test(test_matmul_bf16),
+		cmocka_unit_test(test_matmul_q8_0),
+		cmocka_unit_test(test_matmul_q4_0),
+	};
+	return cmocka_run_group_tests(tests, pools_setup, pools_teardown);
+}

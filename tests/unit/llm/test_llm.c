@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The decoder over a small random llama2.c checkpoint written here:
+ * a split of the layers equals the whole bit for bit, so do chunked and
+ * one-at-a-time prefills and sequences batched in one call; sequence
+ * limits and owners hold; the layer split balances bytes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "muster/common.h"
+#include "llm/llm_int.h"
+
+enum { DIM = 32, HID = 48, LAYERS = 4, HEADS = 4, KVH = 2, VOCAB = 40, SEQ = 64 };
+
+static char path[64];
+static mu__llm_src_t src;
+
+static float rnd(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return ((float)(*s >> 40) / 16777216.0f - 0.5f) * 0.4f;
+}
+
+/* A llama2.c checkpoint (7 int32, then the arrays) with random weights;
+ * norms are 1. */
+static void write_model(void)
+{
+	int32_t hdr[7] = {DIM, HID, LAYERS, HEADS, KVH, -VOCAB, SEQ};
+	size_t kvd = KVH * (DIM / HEADS), counts[] = {
+		VOCAB * DIM, LAYERS * DIM, LAYERS * DIM * DIM, LAYERS * kvd * DIM,
+		LAYERS * kvd * DIM, LAYERS * DIM * DIM, LAYERS * DIM, LAYERS * HID * DIM,
+		LAYERS * DIM * HID, LAYERS * HID * DIM, DIM, SEQ * (DIM / HEADS), VOCAB * DIM};
+	int ones[] = {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0};
+	uint64_t seed = 42;
+	FILE *f;
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/mu_test_llm_XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "wb");
+	fwrite(hdr, sizeof(hdr), 1, f);
+	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+		for (size_t i = 0; i < counts[k]; i++) {
+			float v = ones[k] ? 1.0f : rnd(&seed);
+
+			fwrite(&v, 4, 1, f);
+		}
+	fclose(f);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	write_model();
+	return mu__llm_src_open(path, NULL, &src, NULL, 0);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	mu__llm_src_free(&src);
+	unlink(path);
+	return 0;
+}
+
+static mu__dec_t *dec(int first, int last, int threads)
+{
+	mu__dec_opts_t o = {threads, 4, (uint64_t)1 << 30, 16};
+	mu__dec_t *d = NULL;
+
+	assert_int_equal(mu__dec_new(&src, first, last, &o, &d, NULL, 0), 0);
+	return d;
+}
+
+static const int32_t toks[12] = {1, 7, 3, 39, 0, 12, 12, 5, 30, 2, 8, 19};
+
+/* Logits of every position, fed `chunk` positions at a time. */
+static void run_whole(int chunk, int threads, float *logits)
+{
+	mu__dec_t *d = dec(0, LAYERS, threads);
+	int32_t pos;
+
+	assert_int_equal(mu__dec_seq_open(d, 0, 1, 32, NULL, 0), 0);
+	for (pos = 0; pos < 12; pos += chunk) {
+		int32_t n = 12 - pos < chunk ? 12 - pos : chunk;
+
+		assert_int_equal(mu__dec_forward(d, 0, 1, pos, n, toks + pos, NULL,
+		                                 logits + (size_t)pos * VOCAB, 1, NULL, 0), 0);
+	}
+	mu__dec_free(d);
+}
+
+static void test_chunks_and_threads_agree(void **state)
+{
+	float a[12 * VOCAB], b[12 * VOCAB], c[12 * VOCAB];
+
+	(void)state;
+	run_whole(12, 1, a);
+	run_whole(1, 1, b);
+	run_whole(5, 3, c);
+	assert_memory_equal(a, b, sizeof(a));
+	assert_memory_equal(a, c, sizeof(a));
+}
+
+static void test_split_equals_whole(void **state)
+{
+	float want[12 * VOCAB], x[12 * DIM], y[12 * DIM], got[12 * VOCAB];
+	mu__dec_t *s0 = dec(0, 1, 1), *s1 = dec(1, 3, 2), *s2 = dec(3, LAYERS, 1);
+
+	(void)state;
+	run_whole(12, 1, want);
+	assert_int_equal(mu__dec_seq_open(s0, 9, 5, 32, NULL, 0), 0);
+	assert_int_equal(mu__dec_seq_open(s1, 9, 5, 32, NULL, 0), 0);
+	assert_int_equal(mu__dec_seq_open(s2, 9, 5, 32, NULL, 0), 0);
+	assert_int_equal(mu__dec_forward(s0, 9, 5, 0, 12, toks, NULL, x, 0, NULL, 0), 0);
+	assert_int_equal(mu__dec_forward(s1, 9, 5, 0, 12, NULL, x, y, 0, NULL, 0), 0);
+	assert_int_equal(mu__dec_forward(s2, 9, 5, 0, 12, NULL, y, got, 1, NULL, 0), 0);
+	assert_memory_equal(want, got, sizeof(want));
+	mu__dec_free(s0);
+	mu__dec_free(s1);
+	mu__dec_free(s2);
+}
+
+/* Two sequences batched in one call give each its own bits. */
+static void test_batch_equals_alone(void **state)
+{
+	float want[12 * VOCAB], got[2 * VOCAB], first[VOCAB * 7];
+	mu__dec_t *d = dec(0, LAYERS, 2);
+	mu__dec_item_t it[2] = {{1, 7, 1, 0}, {2, 0, 6, 0}};
+	int32_t t2[7];
+
+	(void)state;
+	run_whole(12, 1, want);
+	assert_int_equal(mu__dec_seq_open(d, 0, 1, 32, NULL, 0), 0);
+	assert_int_equal(mu__dec_seq_open(d, 0, 2, 32, NULL, 0), 0);
+	/* seq 1 has 7 positions; then one call: seq 1's 8th, seq 2's first 6 */
+	assert_int_equal(mu__dec_forward(d, 0, 1, 0, 7, toks, NULL, first, 1, NULL, 0), 0);
+	t2[0] = toks[7];
+	memcpy(t2 + 1, toks, 6 * sizeof(int32_t));
+	assert_int_equal(mu__dec_forward_batch(d, 0, it, 2, t2, NULL, got, NULL, 0), 0);
+	assert_memory_equal(got, want + 7 * VOCAB, VOCAB * sizeof(float));
+	assert_memory_equal(got + VOCAB, want + 5 * VOCAB, VOCAB * sizeof(float));
+	mu__dec_free(d);
+}
+
+static void test_sequence_limits(void **state)
+{
+	mu__dec_opts_t o = {1, 2, 0, 16};
+	mu__dec_t *d = NULL;
+	float out[VOCAB];
+	char why[256];
+	int32_t t = 1;
+
+	(void)state;
+	/* KV per sequence of 10 positions: 4 layers x 2 x 10 x 16 x 4 bytes */
+	o.kv_bytes = 2 * 4 * 2 * 10 * 16 * 4;
+	assert_int_equal(mu__dec_new(&src, 0, LAYERS, &o, &d, NULL, 0), 0);
+	assert_int_equal(mu__dec_kv_per_seq(d, 10), 4 * 2 * 10 * 16 * 4);
+	assert_int_equal(mu__dec_seq_open(d, 1, 1, 10, why, sizeof(why)), 0);
+	assert_int_equal(mu__dec_seq_open(d, 1, 1, 10, why, sizeof(why)), -17 /* EEXIST */);
+	assert_int_equal(mu__dec_seq_open(d, 1, 2, 11, why, sizeof(why)), MU_ETOOBIG);
+	assert_non_null(strstr(why, "--kv-mem"));
+	assert_int_equal(mu__dec_seq_open(d, 2, 1, 10, why, sizeof(why)), 0); /* another owner */
+	assert_int_equal(mu__dec_seq_open(d, 3, 1, 1, why, sizeof(why)), MU_ETOOBIG);
+	assert_non_null(strstr(why, "--max-sequences"));
+	assert_int_equal(mu__dec_seq_open(d, 3, 1, SEQ + 1, why, sizeof(why)), MU_ETOOBIG);
+	assert_int_equal(mu__dec_forward(d, 2, 7, 0, 1, &t, NULL, out, 0, why, sizeof(why)), -2);
+	assert_int_equal(mu__dec_forward(d, 1, 1, 1, 1, &t, NULL, out, 0, why, sizeof(why)), MU_EARG);
+	t = VOCAB;
+	assert_int_equal(mu__dec_forward(d, 1, 1, 0, 1, &t, NULL, out, 0, why, sizeof(why)), MU_EARG);
+	assert_int_equal(mu__dec_seq_close_owner(d, 1), 1);
+	assert_int_equal(mu__dec_seqs(d), 1);
+	assert_int_equal(mu__dec_seq_close(d, 2, 1), 0);
+	assert_int_equal(mu__dec_kv_reserved(d), 0);
+	mu__dec_free(d);
+}
+
+static void test_split_balances_bytes(void **state)
+{
+	int cut[5];
+
+	(void)state;
+	assert_int_equal(mu__llm_split(&src, 4, cut), 0);
+	assert_int_equal(cut[0], 0);
+	assert_int_equal(cut[4], LAYERS);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(cut[i + 1] - cut[i], 1);
+	assert_int_equal(mu__llm_split(&src, 2, cut), 0);
+	assert_true(cut[1] >= 1 && cut[1] <= 3);
+	assert_int_equal(mu__llm_split(&src, 5, cut), MU_EARG);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chunks_and_threads_agree),
+		cmocka_unit_test(test_split_equals_whole),
+		cmocka_unit_test(test_batch_equals_alone),
+		cmocka_unit_test(test_sequence_limits),
+		cmocka_unit_test(test_split_balances_bytes),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
