@@ -20,7 +20,7 @@ install(FILES ${PROJECT_BINARY_DIR}/include/muster/version.h
 
 # The pkg-config modules libmuster links: name in this build = module.
 set(MU_DEP_PAIRS LIBUV=libuv CJSON=libcjson OPENBLAS=openblas PCRE2=libpcre2-8
-    UTF8PROC=libutf8proc SSL=libssl CRYPTO=libcrypto)
+    UTF8PROC=libutf8proc SSL=libssl CRYPTO=libcrypto H2O=libh2o)
 if(MU_WITH_CURL)
   list(APPEND MU_DEP_PAIRS CURL=libcurl)
 endif()
