@@ -15,6 +15,7 @@
 #include "muster/common.h"
 #include "muster/etcd.h"
 #include "muster/md.h"
+#include "muster/model.h"
 #include "muster/pipeline.h"
 #include "muster/server.h"
 #include "muster/store.h"
@@ -122,6 +123,10 @@ static const mu__layout_field_t cluster_opts[] = {
 	F(mu_cluster_opts_t, max_replacements), F(mu_cluster_opts_t, coord),
 	F(mu_cluster_opts_t, say), F(mu_cluster_opts_t, ud), {0}};
 
+static const mu__layout_field_t safetensors_desc[] = {
+	F(mu_safetensors_desc_t, name), F(mu_safetensors_desc_t, dtype),
+	F(mu_safetensors_desc_t, rank), F(mu_safetensors_desc_t, dims), {0}};
+
 #define T(type, fields) {#type, sizeof(type), fields}
 
 static const mu__layout_t types[] = {
@@ -140,6 +145,7 @@ static const mu__layout_t types[] = {
 	T(mu_coord_opts_t, coord_opts),
 	T(mu_cluster_opts_t, cluster_opts),
 	T(mu_secure_opts_t, secure_opts),
+	T(mu_safetensors_desc_t, safetensors_desc),
 	{NULL, 0, NULL}};
 
 const mu__layout_t *mu__layouts(void)

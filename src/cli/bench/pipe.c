@@ -204,7 +204,7 @@ static int bench_frame(int mib, int rounds, const mu_secure_t *sec)
 	int rc;
 
 	mu_tensor_list_init(&l);
-	if (mu__tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
+	if (cli_tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
 		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB tensor\n", mib);
 		return 1;
 	}
@@ -272,7 +272,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
+	rc = cli_gen_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
 	for (int i = 0; rc == 0 && i < nstages; i++) {
 		mu_stage_server_opts_t o;
 
@@ -286,7 +286,7 @@ static int bench_stages(int nstages, int width, int per_stage, int batch, int fo
 		}
 	}
 	mu_tensor_list_init(&in);
-	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 2, &x)) == 0)
+	if (rc == 0 && (rc = cli_tensor_random("x", 2, xd, 2, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_coord_connect(addrs, nstages, NULL, &c, err, sizeof(err));
@@ -380,13 +380,13 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
+	rc = cli_gen_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
 	if (rc == 0)
 		rc = mu_model_open(tmp, &m, err, sizeof(err));
 	mu_tensor_list_init(&in);
 	mu_tensor_list_init(&weights);
 	snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 4, &x)) == 0)
+	if (rc == 0 && (rc = cli_tensor_random("x", 2, xd, 4, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_safetensors_read(path, &weights, err, sizeof(err));
