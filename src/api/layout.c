@@ -123,6 +123,13 @@ static const mu__layout_field_t cluster_opts[] = {
 	F(mu_cluster_opts_t, max_replacements), F(mu_cluster_opts_t, coord),
 	F(mu_cluster_opts_t, say), F(mu_cluster_opts_t, ud), {0}};
 
+static const mu__layout_field_t store_request[] = {
+	F(mu_store_request_t, struct_size), F(mu_store_request_t, dialect),
+	F(mu_store_request_t, op), F(mu_store_request_t, key), F(mu_store_request_t, key_len),
+	F(mu_store_request_t, value), F(mu_store_request_t, value_len),
+	F(mu_store_request_t, desired), F(mu_store_request_t, desired_len),
+	F(mu_store_request_t, delta), F(mu_store_request_t, nonce), {0}};
+
 static const mu__layout_field_t safetensors_desc[] = {
 	F(mu_safetensors_desc_t, name), F(mu_safetensors_desc_t, dtype),
 	F(mu_safetensors_desc_t, rank), F(mu_safetensors_desc_t, dims), {0}};
@@ -145,6 +152,7 @@ static const mu__layout_t types[] = {
 	T(mu_coord_opts_t, coord_opts),
 	T(mu_cluster_opts_t, cluster_opts),
 	T(mu_secure_opts_t, secure_opts),
+	T(mu_store_request_t, store_request),
 	T(mu_safetensors_desc_t, safetensors_desc),
 	{NULL, 0, NULL}};
 
