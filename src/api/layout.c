@@ -15,6 +15,7 @@
 #include "muster/common.h"
 #include "muster/etcd.h"
 #include "muster/md.h"
+#include "muster/model.h"
 #include "muster/pipeline.h"
 #include "muster/serve.h"
 #include "muster/server.h"
@@ -163,6 +164,16 @@ static const mu__layout_field_t serve_opts[] = {
 static const mu__layout_field_t metrics_server_opts[] = {
 	F(mu_metrics_server_opts_t, struct_size), F(mu_metrics_server_opts_t, host),
 	F(mu_metrics_server_opts_t, port), F(mu_metrics_server_opts_t, serve), {0}};
+static const mu__layout_field_t store_request[] = {
+	F(mu_store_request_t, struct_size), F(mu_store_request_t, dialect),
+	F(mu_store_request_t, op), F(mu_store_request_t, key), F(mu_store_request_t, key_len),
+	F(mu_store_request_t, value), F(mu_store_request_t, value_len),
+	F(mu_store_request_t, desired), F(mu_store_request_t, desired_len),
+	F(mu_store_request_t, delta), F(mu_store_request_t, nonce), {0}};
+
+static const mu__layout_field_t safetensors_desc[] = {
+	F(mu_safetensors_desc_t, name), F(mu_safetensors_desc_t, dtype),
+	F(mu_safetensors_desc_t, rank), F(mu_safetensors_desc_t, dims), {0}};
 
 #define T(type, fields) {#type, sizeof(type), fields}
 
@@ -187,6 +198,8 @@ static const mu__layout_t types[] = {
 	T(mu_llm_plan_stage_t, llm_plan_stage),
 	T(mu_serve_opts_t, serve_opts),
 	T(mu_metrics_server_opts_t, metrics_server_opts),
+	T(mu_store_request_t, store_request),
+	T(mu_safetensors_desc_t, safetensors_desc),
 	{NULL, 0, NULL}};
 
 const mu__layout_t *mu__layouts(void)
