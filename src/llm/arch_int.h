@@ -244,4 +244,18 @@ void mu__hpf_range_text(const mu__hpf_t *f, char *out, size_t n);
 /* A GGUF key pattern for architecture arch (a leading "%s" is replaced). */
 void mu__hpf_gguf_key(const char *pattern, const char *arch, char *out, size_t n);
 
+/* ---- a field on the wire (llm/wire.c) ---- */
+
+struct cJSON;
+/* Does f travel for h (a wire name, and not a MU__HPF_WIRE_NEW field at
+ * its default)? What the JSON carries and the digest mixes. */
+int mu__hpf_travels(const mu__hpf_t *f, const mu__llm_hp_t *h);
+/* f into object o when it travels. */
+void mu__hpf_to_json(const mu__hpf_t *f, const mu__llm_hp_t *h, struct cJSON *o);
+/* f from object o: in its range, MU_EPROTO naming it when not; absent is
+ * an error unless f is MU__HPF_WIRE_NEW (then def); a field that does not
+ * travel is def. */
+int mu__hpf_from_json(const mu__hpf_t *f, const struct cJSON *o, mu__llm_hp_t *h, char *why,
+                      size_t wl);
+
 #endif

@@ -217,31 +217,39 @@ static int read_window(const cJSON *c, const mu__arch_t *e, mu__llm_hp_t *h, cha
 	const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c, "sliding_window");
 	const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types"), *t;
 	const cJSON *types = cJSON_IsArray(lt) ? lt : NULL;
+	int32_t size = 0, mwl = 28;
 	int slide = 0, full = 0, rc;
-	int32_t mwl = 28;
 
+	/* Mistral's is 4096 when config.json omits it (transformers'
+	 * MistralConfig), none when it is null */
+	if (mu__json_is_int(sw, 1, 1 << 30))
+		size = (int32_t)sw->valuedouble;
+	else if (e->window == MU__WIN_ALWAYS && sw == NULL)
+		size = 4096;
 	cJSON_ArrayForEach(t, types) {
-		slide += cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
-		full += !(cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0);
+		if (cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0)
+			slide++;
+		else
+			full++;
 	}
-	if (e->window == MU__WIN_OPT_IN && !cJSON_IsArray(lt) &&
-	    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window"))) {
-		/* transformers' Qwen2: layers from max_window_layers on slide */
+	/* transformers' Qwen2: no window without use_sliding_window; with it,
+	 * the layers layer_types says, else those from max_window_layers on */
+	if (e->window == MU__WIN_NONE || size == 0 ||
+	    (e->window == MU__WIN_OPT_IN &&
+	     !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window"))))
+		return 0;
+	if (e->window == MU__WIN_OPT_IN && types == NULL) {
 		if ((rc = cfg_int(c, "max_window_layers", 28, 0, 1 << 20, &mwl, why, wl)) != 0)
 			return rc;
 		slide = h->n_layers > mwl ? h->n_layers - mwl : 0;
 		full = h->n_layers - slide;
 	}
-	if (e->window == MU__WIN_NONE || (slide > 0 && !mu__json_is_int(sw, 1, 1 << 30)))
-		return 0;
 	if (!(e->features & MU__AF_SWA_LAYERS) && slide > 0 && full > 0)
 		return mu__why(why, wl, MU_EPROTO, "config.json: %d of %d layers slide (layer_types, "
 		               "max_window_layers): a sliding window on some layers, which muster "
 		               "does not run for %s", slide, slide + full, e->name);
-	if (e->window == MU__WIN_ALWAYS && sw == NULL)
-		h->window = 4096;
-	else if (mu__json_is_int(sw, 1, 1 << 30) && (e->window == MU__WIN_ALWAYS || slide > 0))
-		h->window = (int32_t)sw->valuedouble;
+	if (e->window == MU__WIN_ALWAYS || slide > 0)
+		h->window = size;
 	return 0;
 }
 

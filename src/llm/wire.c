@@ -24,9 +24,7 @@
 
 #define HASHES_VERSION 1
 
-/* Does field f travel, and is it written for h? A field added after the
- * first wire version is left out at its default (arch_int.h). */
-static int travels(const mu__hpf_t *f, const mu__llm_hp_t *h)
+int mu__hpf_travels(const mu__hpf_t *f, const mu__llm_hp_t *h)
 {
 	return f->wire != NULL &&
 	       (!(f->flags & MU__HPF_WIRE_NEW) || mu__hpf_get(f, h) != f->def);
@@ -54,7 +52,7 @@ uint64_t mu__llm_digest(const mu__llm_src_t *src)
 			int32_t iv = (int32_t)mu__hpf_get(f, h);
 			float fv = (float)mu__hpf_get(f, h);
 
-			if (!travels(f, h) || (f->kind == MU__HPK_NUM) != pass)
+			if (!mu__hpf_travels(f, h) || (f->kind == MU__HPK_NUM) != pass)
 				continue;
 			if (pass == 0)
 				MIX(&iv, sizeof(iv));
@@ -71,31 +69,37 @@ uint64_t mu__llm_digest(const mu__llm_src_t *src)
 	return d;
 }
 
+void mu__hpf_to_json(const mu__hpf_t *f, const mu__llm_hp_t *h, cJSON *o)
+{
+	if (!mu__hpf_travels(f, h))
+		return;
+	if (f->kind == MU__HPK_BOOL)
+		cJSON_AddBoolToObject(o, f->wire, mu__hpf_get(f, h) != 0);
+	else
+		cJSON_AddNumberToObject(o, f->wire, mu__hpf_get(f, h));
+}
+
 int mu__llm_hp_to_json(const mu__llm_hp_t *h, cJSON *o)
 {
-	const mu__hpf_t *f;
 	size_t i;
 
 	cJSON_AddStringToObject(o, "arch", h->arch);
-	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++) {
-		if (!travels(f, h))
-			continue;
-		if (f->kind == MU__HPK_BOOL)
-			cJSON_AddBoolToObject(o, f->wire, mu__hpf_get(f, h) != 0);
-		else
-			cJSON_AddNumberToObject(o, f->wire, mu__hpf_get(f, h));
-	}
+	for (i = 0; mu__hpf_at(i) != NULL; i++)
+		mu__hpf_to_json(mu__hpf_at(i), h, o);
 	return 0;
 }
 
-/* One field from o: absent is an error unless the field is newer than the
- * sender may be (then its default); present must be in range. */
-static int field_from_json(const cJSON *o, const mu__hpf_t *f, mu__llm_hp_t *h, char *why,
-                           size_t wl)
+int mu__hpf_from_json(const mu__hpf_t *f, const cJSON *o, mu__llm_hp_t *h, char *why,
+                      size_t wl)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, f->wire);
+	const cJSON *v;
 	double x;
 
+	if (f->wire == NULL) { /* bos, eos: the tokenizer's business */
+		mu__hpf_set(f, h, f->def);
+		return 0;
+	}
+	v = cJSON_GetObjectItemCaseSensitive(o, f->wire);
 	if (f->kind == MU__HPK_BOOL) {
 		mu__hpf_set(f, h, v == NULL && (f->flags & MU__HPF_WIRE_NEW) ? f->def
 		                                                             : cJSON_IsTrue(v));
@@ -123,12 +127,9 @@ int mu__llm_hp_from_json(const cJSON *o, mu__llm_hp_t *h, char *why, size_t wl)
 	if (!cJSON_IsString(a) || strlen(a->valuestring) >= sizeof(h->arch))
 		return mu__why(why, wl, MU_EPROTO, "config.arch is missing");
 	memcpy(h->arch, a->valuestring, strlen(a->valuestring) + 1);
-	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++) {
-		if (f->wire == NULL)
-			mu__hpf_set(f, h, f->def); /* bos, eos: the tokenizer's business */
-		else if ((rc = field_from_json(o, f, h, why, wl)) != 0)
+	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++)
+		if ((rc = mu__hpf_from_json(f, o, h, why, wl)) != 0)
 			return rc;
-	}
 	return 0;
 }
 
