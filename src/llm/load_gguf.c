@@ -104,8 +104,10 @@ static int read_fields(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t w
 	return 0;
 }
 
-/* A GGUF key that asks for a feature the architecture does not run. */
-static int refuse_features(const mu__gguf_t *g, const mu__arch_t *a, char *why, size_t wl)
+/* A GGUF key (under prefix, the file's architecture name) that asks for a
+ * feature the entry does not run. */
+static int refuse_features(const mu__gguf_t *g, const char *prefix, const mu__arch_t *a,
+                           char *why, size_t wl)
 {
 	const mu__feature_t *ft;
 	const mu__gguf_kv_t *kv;
@@ -114,7 +116,7 @@ static int refuse_features(const mu__gguf_t *g, const mu__arch_t *a, char *why, 
 
 	for (i = 0; (ft = mu__arch_feature_at(i)) != NULL; i++)
 		for (k = 0; !(a->features & ft->flag) && k < 2 && ft->gguf_keys[k] != NULL; k++) {
-			mu__hpf_gguf_key(ft->gguf_keys[k], a->name, key, sizeof(key));
+			mu__hpf_gguf_key(ft->gguf_keys[k], prefix, key, sizeof(key));
 			kv = mu__gguf_find(g, key);
 			if (kv != NULL && (kv->type == MU__GGUF_ARRAY ? kv->arr_n > 0
 			                                              : kv->u != 0 || kv->f != 0))
@@ -142,11 +144,11 @@ static int read_hp(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
 		return mu__why(why, wl, MU_EPROTO, "general.architecture \"%.*s\" is not supported "
 		               "(muster runs %s)", (int)(alen > 64 ? 64 : alen), arch, list);
 	}
-	/* the GGUF name is the key prefix; ours goes in hp (GGUF's llama
-	 * is our llama, so the two agree today) */
+	/* the file's name prefixes its keys while they are read; then hp
+	 * takes the entry's (GGUF's llama is our llama) */
 	snprintf(h->arch, sizeof(h->arch), "%.*s", (int)alen, arch);
-	if ((rc = refuse_features(g, a, why, wl)) != 0 || (rc = read_fields(g, h, why, wl)) != 0 ||
-	    (rc = read_scaling(g, h->arch, h, why, wl)) != 0)
+	if ((rc = refuse_features(g, h->arch, a, why, wl)) != 0 ||
+	    (rc = read_fields(g, h, why, wl)) != 0 || (rc = read_scaling(g, h->arch, h, why, wl)) != 0)
 		return rc;
 	snprintf(h->arch, sizeof(h->arch), "%s", a->name);
 	h->rope = a->rope_gguf;
