@@ -68,7 +68,7 @@ typedef struct {
 /* What the options asked for. */
 typedef struct {
 	int threads[8], nthreads, reps, prefill;
-	int types[5], ntypes;
+	int types[MU__WT_COUNT], ntypes;
 	uint64_t set_bytes;
 } opts_t;
 
@@ -143,25 +143,7 @@ static int wset_make(wset_t *s, const float *f, int rows, int cols, mu__wtype_t 
 		unsigned char *row = (unsigned char *)s->data + (size_t)r * rb;
 		const float *src = f + (size_t)r * (size_t)cols;
 
-		switch (t) {
-		case MU__WT_F32:
-			memcpy(row, src, rb);
-			break;
-		case MU__WT_F16:
-		case MU__WT_BF16:
-			for (int k = 0; k < cols; k++) {
-				uint16_t h = t == MU__WT_F16 ? mu__f32_to_f16(src[k]) : mu__f32_to_bf16(src[k]);
-
-				memcpy(row + 2 * k, &h, 2);
-			}
-			break;
-		case MU__WT_Q8_0:
-			mu__quantize_q8_0(src, cols, row);
-			break;
-		case MU__WT_Q4_0:
-			mu__quantize_q4_0(src, cols, row);
-			break;
-		}
+		mu__wtypes[t].from_f32(src, cols, row);
 	}
 	for (int c = 0; c < s->copies; c++) {
 		if (c > 0)
@@ -262,10 +244,10 @@ static int bench_shape(const opts_t *o, mu__pool_t **pools, const shape_t *sh, i
 {
 	const char *mode = n == 1 ? "decode" : "prefill";
 	uint64_t set = n == 1 ? o->set_bytes : 0;
-	size_t nf = (size_t)sh->rows * (size_t)sh->cols, wbytes[5] = {0};
+	size_t nf = (size_t)sh->rows * (size_t)sh->cols, wbytes[MU__WT_COUNT] = {0};
 	float *f = malloc(nf * sizeof(float)), *x = malloc((size_t)n * sh->cols * sizeof(float));
 	float *y = malloc((size_t)n * sh->rows * sizeof(float));
-	tm_t bl[8] = {{0, 0}}, tm[5][8] = {{{0, 0}}};
+	tm_t bl[8] = {{0, 0}}, tm[MU__WT_COUNT][8] = {{{0, 0}}};
 	wset_t s = {0};
 	int rc = f == NULL || x == NULL || y == NULL ? -1 : 0;
 
@@ -327,7 +309,7 @@ static int parse_types(const char *s, int *out)
 {
 	int n = 0;
 
-	for (int t = 0; t < 5; t++) {
+	for (int t = 0; t < MU__WT_COUNT; t++) {
 		const char *name = mu__wtype_name((mu__wtype_t)t), *p = strstr(s, name);
 		size_t len = strlen(name);
 
