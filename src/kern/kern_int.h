@@ -4,7 +4,8 @@
  * matrix products over weights kept in the type they have on disk (one of
  * the table's), and the thread pool that runs them.
  * The decoder (dec.c), the loaders and the stage sessions call these;
- * nothing here knows about layers, files or the network.
+ * nothing here knows about layers, files or the network. Programs outside
+ * the library use include/muster/kern.h, a checked front to the same code.
  *
  * Determinism is the contract, not a side effect. Every output element is
  * computed by the same sequence of floating-point operations whatever the
@@ -25,6 +26,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "muster/kern.h"
 
 /* ---- the weight-type traits table ---- */
 
@@ -136,11 +139,15 @@ typedef struct {
 
 /* ---- thread pool ---- */
 
-typedef struct mu__pool_s mu__pool_t;
+/* The public handle (muster/kern.h) is this pool. */
+typedef struct mu_pool_s mu__pool_t;
+
+#define MU__POOL_MAX_THREADS 1024
 
 /*
- * threads >= 1 workers in all, the calling thread counted as one (so 1
- * starts no thread). MU_ENOMEM or a thread error; *out NULL then.
+ * threads in [1, MU__POOL_MAX_THREADS] workers in all, the calling thread
+ * counted as one (so 1 starts no thread). MU_EARG for a count out of
+ * range, MU_ENOMEM or a thread error; *out NULL then.
  */
 int mu__pool_new(int threads, mu__pool_t **out);
 void mu__pool_free(mu__pool_t *p); /* NULL is fine; joins the workers */
@@ -151,7 +158,7 @@ int mu__pool_threads(const mu__pool_t *p);
  * on the pool's threads and the caller's; returns when all are done. One
  * caller at a time per pool. A pool may be NULL: fn(arg, 0, n) runs here.
  */
-typedef void (*mu__pool_fn)(void *arg, int64_t lo, int64_t hi);
+typedef mu_pool_fn mu__pool_fn;
 void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n);
 
 /* ---- products ---- */
