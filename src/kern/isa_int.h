@@ -12,8 +12,8 @@
  *   - for each group g of eight k (k = 8g + l; past cols both factors
  *     are 0): F32/F16/BF16: acc[l] = fma(W[k], x[k], acc[l]), W[k]
  *     converted exactly to f32 first;
- *     Q8_0/Q4_0, per block b of 32 (x in the Q8_0 activation format,
- *     MU__ACTFMT_Q8_0, made by the table's quantizer first): with
+ *     Q8_0/Q4_0, per block b of 32 (x first in the Q8_0 activation
+ *     format, MU__ACTFMT_Q8_0, each block as mu__q8_block makes it): with
  *     d = dw_b * dx_b (an f32 product) and s_l = the exact integer sum of
  *     wq[4l+m] * xq[4l+m] for m = 0..3, acc[l] = fma(d, (float)s_l, acc[l]);
  *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),

@@ -75,7 +75,8 @@ typedef void (*mu__from_f32_fn)(const float *x, int64_t cols, void *row);
  * names and ggml ids are unique; block >= 1; a row of cols elements is
  * cols / block * block_bytes bytes; block is a multiple of the activation
  * format's block; every instruction set's table (kern/isa_int.h) has a
- * kernel for the type and a quantizer for its activation format.
+ * kernel for the type and a quantizer for its activation format (unless
+ * that is F32, x as it is).
  */
 typedef struct {
 	const char *name;         /* ggml's spelling: "Q8_0" */
