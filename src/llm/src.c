@@ -155,11 +155,13 @@ static int want(const mu__llm_src_t *src, const char *name, int64_t rows,
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is [%lld, %lld]; the configuration "
 		               "implies [%lld, %lld]", src->path, name, (long long)t->m.rows,
 		               (long long)t->m.cols, (long long)rows, (long long)cols);
-	if (vector && t->m.type != MU__WT_F32 && t->m.type != MU__WT_F16 &&
-	    t->m.type != MU__WT_BF16)
+	if (vector && mu__wtypes[t->m.type].block != 1) {
+		char list[128];
+
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is %s; muster takes norms and "
-		               "biases as F32, F16 or BF16", src->path, name,
-		               mu__wtype_name(t->m.type));
+		               "biases in an unquantized type (%s)", src->path, name, mu__wtype_name(t->m.type),
+		               mu__wtype_list(1, list, sizeof(list)));
+	}
 	return 0;
 }
 
