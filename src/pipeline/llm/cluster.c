@@ -2,7 +2,7 @@
 /*
  * The main job for a decoder LLM, coordinator side: devices from the
  * tracker (devices.c), the layers cut so each device's share fits its
- * memory budget with the KV cache its sequences will need, each stage
+ * memory budget with the KV cache its sequences will need (llm/plan.c), each stage
  * loaded from the device's own copy of the checkpoint or streamed to it
  * tensor by tensor with SHA-256 (a device's cache keeps what it already
  * has), and a lost device replaced by another with the same layers (the
@@ -60,136 +60,14 @@ void mu__llm_cluster_opts_init(mu__llm_cluster_opts_t *o)
 	o->max_replacements = 3;
 }
 
-/* What placement needs to know: the checkpoint and the KV it must hold. */
-typedef struct {
-	const mu__llm_src_t *src;
-	int32_t ctx;
-	int max_seqs;
-} fit_t;
-
-/* KV bytes of layers [a, b) for ctx positions of max_seqs sequences. */
-static uint64_t fit_kv(const fit_t *f, int a, int b)
-{
-	const mu__llm_hp_t *h = &f->src->hp;
-
-	return (uint64_t)(b - a) * 2 * (uint64_t)h->n_kv_heads * (uint64_t)h->head_dim *
-	       sizeof(float) * (uint64_t)f->ctx * (uint64_t)f->max_seqs;
-}
-
-/* What a device needs for layers [a, b): weights and KV cache. */
-static uint64_t fit_need(const fit_t *f, int a, int b)
-{
-	return mu__llm_src_bytes(f->src, a, b) + fit_kv(f, a, b);
-}
-
-uint64_t mu__llm_kv_bytes(const mu__llm_src_t *src, int a, int b, int32_t ctx, int max_seqs)
-{
-	fit_t f = {src, ctx, max_seqs};
-
-	return fit_kv(&f, a, b);
-}
-
 static uint64_t kv_bytes(const mu__llm_cluster_t *c, int a, int b)
 {
-	fit_t f = {c->src, c->o.ctx, c->o.max_seqs};
-
-	return fit_kv(&f, a, b);
+	return mu__llm_kv_bytes(c->src, a, b, c->o.ctx, c->o.max_seqs);
 }
 
 static uint64_t need(const mu__llm_cluster_t *c, int a, int b)
 {
-	fit_t f = {c->src, c->o.ctx, c->o.max_seqs};
-
-	return fit_need(&f, a, b);
-}
-
-/* Devices in `order`, each taking layers while they fit cap = budget * r;
- * cut[i] is where device order[i] ends. 1 when every layer found a place. */
-static int pack(const fit_t *c, const uint64_t *budget, const int *order, int nd,
-                double r, int *cut)
-{
-	int L = c->src->hp.n_layers, a = 0, b, i;
-
-	for (i = 0; i < nd; i++) {
-		double cap = (double)budget[order[i]] * r;
-
-		for (b = a; b < L && (double)fit_need(c, a, b + 1) <= cap; b++)
-			;
-		cut[i] = b;
-		a = b;
-	}
-	return a == L;
-}
-
-/* The smallest r (<= 1) with which this order packs; 2 when none. */
-static double best_ratio(const fit_t *c, const uint64_t *budget, const int *order,
-                         int nd, int *cut)
-{
-	double lo = 0, hi = 1;
-
-	if (!pack(c, budget, order, nd, 1.0, cut))
-		return 2;
-	for (int it = 0; it < 40; it++) {
-		double mid = (lo + hi) / 2;
-
-		if (pack(c, budget, order, nd, mid, cut))
-			hi = mid;
-		else
-			lo = mid;
-	}
-	pack(c, budget, order, nd, hi, cut);
-	return hi;
-}
-
-static int next_perm(int *a, int n)
-{
-	int i = n - 2, j = n - 1, t;
-
-	while (i >= 0 && a[i] >= a[i + 1])
-		i--;
-	if (i < 0)
-		return 0;
-	while (a[j] <= a[i])
-		j--;
-	t = a[i], a[i] = a[j], a[j] = t;
-	for (i++, j = n - 1; i < j; i++, j--)
-		t = a[i], a[i] = a[j], a[j] = t;
-	return 1;
-}
-
-/* Cut the layers over the devices: every order of up to 6 devices, else
- * the largest budget first; the order whose fullest device is least full
- * wins. order[] and cut[] describe it; MU_ETOOBIG when nothing fits. */
-int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, const uint64_t *budget,
-                 int nd, int *order, int *cut, char *err, size_t el)
-{
-	fit_t f = {src, ctx, max_seqs}, *c = &f;
-	int perm[64], tcut[64], i, j, t;
-	double best = 2, r;
-
-	for (i = 0; i < nd; i++)
-		perm[i] = i;
-	if (nd > 6) /* by budget, largest first */
-		for (i = 0; i < nd; i++)
-			for (j = i + 1; j < nd; j++)
-				if (budget[perm[j]] > budget[perm[i]])
-					t = perm[i], perm[i] = perm[j], perm[j] = t;
-	do {
-		r = best_ratio(c, budget, perm, nd, tcut);
-		if (r < best) {
-			best = r;
-			memcpy(order, perm, (size_t)nd * sizeof(int));
-			memcpy(cut, tcut, (size_t)nd * sizeof(int));
-		}
-	} while (nd <= 6 && next_perm(perm, nd));
-	if (best <= 1)
-		return 0;
-	snprintf(err, el, "the model (%.1f MiB of weights, %d layers) with a KV cache for %d "
-	         "sequence%s of %d positions (%.1f MiB) does not fit the %d device%s granted",
-	         (double)mu__llm_src_bytes(c->src, 0, c->src->hp.n_layers) / 1048576.0,
-	         c->src->hp.n_layers, max_seqs, max_seqs == 1 ? "" : "s", ctx,
-	         (double)fit_kv(c, 0, c->src->hp.n_layers) / 1048576.0, nd, nd == 1 ? "" : "s");
-	return MU_ETOOBIG;
+	return mu__llm_src_bytes(c->src, a, b) + kv_bytes(c, a, b);
 }
 
 /* ---- a stage on a device ---- */
