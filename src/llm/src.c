@@ -300,60 +300,6 @@ uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)
 	return n;
 }
 
-/* Bytes of stage [a, b): its layers, the embedding on the first stage,
- * the final norm and head on the last. */
-static uint64_t stage_bytes(const mu__llm_src_t *src, int a, int b)
-{
-	return mu__llm_src_bytes(src, a, b);
-}
-
-/* Greedy: the fewest stages of at most cap bytes (cut[] filled), or -1. */
-static int pack(const mu__llm_src_t *src, uint64_t cap, int *cut)
-{
-	int L = src->hp.n_layers, a = 0, k = 0, b;
-
-	cut[0] = 0;
-	while (a < L) {
-		if (stage_bytes(src, a, a + 1) > cap)
-			return -1;
-		for (b = a + 1; b < L && stage_bytes(src, a, b + 1) <= cap; b++)
-			;
-		cut[++k] = b;
-		a = b;
-	}
-	return k;
-}
-
-int mu__llm_split(const mu__llm_src_t *src, int n, int *cut)
-{
-	int L = src->hp.n_layers, k, i, best;
-	uint64_t lo = 0, hi = mu__llm_src_bytes(src, 0, L), mid;
-
-	if (n < 1 || n > L)
-		return MU_EARG;
-	while (lo < hi) { /* the smallest cap that n stages can meet */
-		mid = lo + (hi - lo) / 2;
-		k = pack(src, mid, cut);
-		if (k > 0 && k <= n)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	k = pack(src, hi, cut);
-	while (k < n) { /* split the heaviest stage of two or more layers */
-		best = -1;
-		for (i = 0; i < k; i++)
-			if (cut[i + 1] - cut[i] > 1 &&
-			    (best < 0 || stage_bytes(src, cut[i], cut[i + 1]) >
-			                     stage_bytes(src, cut[best], cut[best + 1])))
-				best = i;
-		memmove(cut + best + 2, cut + best + 1, (size_t)(k - best) * sizeof(*cut));
-		cut[best + 1] = cut[best] + (cut[best + 2] - cut[best]) / 2;
-		k++;
-	}
-	return 0;
-}
-
 size_t mu__llm_src_files(const mu__llm_src_t *src, size_t i, const char **path,
                          uint64_t *size, int64_t *mtime_ns)
 {
