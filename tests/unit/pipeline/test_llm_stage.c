@@ -294,7 +294,7 @@ static void test_items_refused(void **state)
 /* A stage past the first takes activations, F32 only. */
 static void test_activations_f32_only(void **state)
 {
-	double x[DIM] = {0};
+	double x[8 * DIM] = {0};
 	mu_stage_t *s = open_stage(1, 2);
 	mu__reply_t r;
 
@@ -302,6 +302,9 @@ static void test_activations_f32_only(void **state)
 	open_seq(s, 1);
 	forward1(s, 1, 0, typed("x", MU_DTYPE_I32, 2, 1, DIM, x), &r);
 	expect_refused(&r, "\"x\" is I32: activations are F32");
+	/* a quarter of the bytes 8 rows of F32 take: read as F32, past the end */
+	forward1(s, 1, 0, typed("x", MU_DTYPE_U8, 2, 8, DIM, x), &r);
+	expect_refused(&r, "\"x\" is U8");
 	forward1(s, 1, 0, typed("x", MU_DTYPE_F32, 2, 1, DIM, x), &r);
 	free(result(&r, 1, VOCAB));
 	mu_stage_free(s);
