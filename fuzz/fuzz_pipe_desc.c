@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/stream_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/graph/coord_int.h"
 #include "server/session_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "core/stream_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/device_int.h"
 
 static mu_device_t *device;
 

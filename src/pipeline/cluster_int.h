@@ -17,7 +17,7 @@
 
 #include "muster/pipeline.h"
 #include "pipeline/msg_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/devices_int.h"
 
 /*
  * A stage kind's side of the lifecycle. ud is the kind's cluster; i a

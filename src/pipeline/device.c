@@ -12,10 +12,8 @@
  * that `muster request` and the tests use to see a session arrive.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "muster/md.h"
 #include "core/alloc_int.h"
@@ -24,17 +22,15 @@
 #include "core/log_int.h"
 #include "core/net_int.h"
 #include "core/opts_int.h"
-#include "pipeline/pipeline_int.h"
 #include "core/time_int.h"
+#include "pipeline/device_int.h"
 
 #define LOG "device"
 
 typedef struct {
 	char *dir;
-	uint64_t digest;
-	uint64_t param_bytes;
-	int llm;            /* a decoder checkpoint, not a graph model */
-	int layers;
+	const mu__stage_kind_t *kind; /* whose model it is */
+	mu__held_t h;
 } held_t;
 
 struct mu_device_s {
@@ -67,34 +63,32 @@ int mu__device_threads(const mu_device_t *d)
 	return d->threads;
 }
 
-/* A held model: a graph model directory, else a decoder checkpoint. */
+const char *mu__device_held(const mu_device_t *d, const mu__stage_kind_t *k, uint64_t digest)
+{
+	for (int i = 0; i < d->nmodels; i++)
+		if (d->models[i].kind == k && d->models[i].h.digest == digest)
+			return d->models[i].dir;
+	return NULL;
+}
+
+/* A held model: the first kind that knows it (mu__stage_kinds' order). */
 static int open_held(held_t *h, const char *path, char *err, size_t el)
 {
-	char p[4200];
-	mu__llm_src_t src;
-	mu_model_t *m;
-	int rc;
+	int rc = 1;
 
-	snprintf(p, sizeof(p), "%s/model.json", path);
-	if (access(p, F_OK) == 0) {
-		if ((rc = mu_model_open(path, &m, err, el)) != 0)
-			return rc;
-		h->digest = mu_model_digest(m);
-		h->param_bytes = mu_model_param_bytes(m);
-		mu_model_close(m);
-	} else {
-		if ((rc = mu__llm_src_open(path, NULL, &src, err, el)) != 0)
-			return rc;
-		h->llm = 1;
-		h->digest = mu__llm_digest(&src);
-		h->layers = src.hp.n_layers;
-		h->param_bytes = mu__llm_src_bytes(&src, 0, src.hp.n_layers);
-		mu__llm_src_free(&src);
+	for (int i = 0; rc == 1 && mu__stage_kinds[i] != NULL; i++) {
+		rc = mu__stage_kinds[i]->probe(path, &h->h, err, el);
+		h->kind = mu__stage_kinds[i];
 	}
+	if (rc == 1) {
+		snprintf(err, el, "%s is no model of a kind this device serves", path);
+		rc = MU_EARG;
+	}
+	if (rc != 0)
+		return rc;
 	h->dir = mu__strdup(path);
 	return h->dir != NULL ? 0 : MU_ENOMEM;
 }
-
 
 uint64_t mu_mem_available(void)
 {
@@ -214,16 +208,15 @@ static cJSON *caps_json(const mu_device_t *d, const char *addr)
 	cJSON_AddNumberToObject(o, "threads", d->threads);
 	a = cJSON_AddArrayToObject(o, "models");
 	for (int i = 0; i < d->nmodels; i++) {
+		const held_t *h = &d->models[i];
 		cJSON *m = cJSON_CreateObject();
 
-		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)d->models[i].digest);
-		cJSON_AddStringToObject(m, "dir", d->models[i].dir);
+		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h->h.digest);
+		cJSON_AddStringToObject(m, "dir", h->dir);
 		cJSON_AddStringToObject(m, "digest", hex);
-		cJSON_AddNumberToObject(m, "param_bytes", (double)d->models[i].param_bytes);
-		if (d->models[i].llm) {
-			cJSON_AddStringToObject(m, "kind", "llm");
-			cJSON_AddNumberToObject(m, "layers", d->models[i].layers);
-		}
+		cJSON_AddNumberToObject(m, "param_bytes", (double)h->h.param_bytes);
+		if (h->kind->held_caps != NULL)
+			h->kind->held_caps(&h->h, m);
 		cJSON_AddItemToArray(a, m);
 	}
 	cJSON_AddStringToObject(o, "muster", mu_version());
@@ -313,31 +306,30 @@ const char *mu_device_describe(const mu_device_t *d)
 
 /* ---- a session ---- */
 
-/* A graph stage's forwards use the device's OpenBLAS threads (an LLM
- * stage's own kernel pool got as many when it was opened). */
-static void ready(mu__serve_ctx_t *ctx, const mu_device_t *d, uint64_t id, mu_stage_t *s,
-                  mu__reply_t *r)
+void mu__device_ready(mu__device_sess_t *ss, uint64_t id, mu_stage_t *s, mu__reply_t *r)
 {
-	ctx->stage = s;
-	if (s->llm == NULL)
-		mu_stage_set_threads(s, d->threads);
-	r->m = (mu__msg_t){MU_MSG_READY, 0, id, 0, 0, 0};
-	r->text = (char *)mu_stage_describe(s);
+	ss->ctx->stage = s;
+	mu__reply_text(r, MU_MSG_READY, id, mu_stage_describe(s));
 }
 
-static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m, const char *body,
-                   mu__reply_t *r)
+static void drop_pending(mu__device_sess_t *ss)
 {
-	mu_device_t *d = ss->d;
-	cJSON *o = NULL;
-	const cJSON *w, *g, *dg;
-	unsigned long long digest = 0;
-	int idx, of, first, last, rc;
-	double need;
-	char err[768] = "";
-	mu_stage_t *s = NULL;
+	if (ss->kind != NULL)
+		ss->kind->pending_free(ss->pending);
+	ss->kind = NULL;
+	ss->pending = NULL;
+}
 
-	if (ctx->stage != NULL || ss->pending != NULL || ss->llm != NULL) {
+/* ASSIGN: the stage kind it names ("kind"; a graph stage without one, as
+ * coordinators before kinds send) takes it from here. */
+static void assign(mu__device_sess_t *ss, const mu__msg_t *m, const char *body, mu__reply_t *r)
+{
+	cJSON *o = NULL;
+	const cJSON *kind;
+	const mu__stage_kind_t *k;
+	char names[128];
+
+	if (ss->ctx->stage != NULL || ss->pending != NULL) {
 		mu__reply_error(r, m->id, MU_EPROTO, 1, "this session already has a stage");
 		return;
 	}
@@ -347,143 +339,46 @@ static void assign(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t 
 		return;
 	}
 	ss->t0 = mu__clock_ms();
-	if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "kind")) &&
-	    strcmp(cJSON_GetObjectItemCaseSensitive(o, "kind")->valuestring, "llm") == 0) {
-		const char *path = NULL;
-
-		dg = cJSON_GetObjectItemCaseSensitive(o, "digest");
-		if (cJSON_IsString(dg) && sscanf(dg->valuestring, "%llx", &digest) == 1)
-			for (int i = 0; i < d->nmodels && path == NULL; i++)
-				if (d->models[i].llm && d->models[i].digest == digest)
-					path = d->models[i].dir;
-		mu__device_assign_llm(ctx, ss, m, o, path, r);
-		cJSON_Delete(o);
-		return;
-	}
-	w = cJSON_GetObjectItemCaseSensitive(o, "weights");
-	g = cJSON_GetObjectItemCaseSensitive(o, "graph");
-	dg = cJSON_GetObjectItemCaseSensitive(o, "digest");
-	/* every number range-checked before it becomes an int: node indices
-	 * are non-negative ints, and cut() computes last - 1 */
-	if (mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "of"), 1, INT_MAX, &of) != 0 ||
-	    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "stage"), 0, of - 1, &idx) != 0 ||
-	    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "first"), 0, INT_MAX, &first) != 0 ||
-	    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "last"), 0, INT_MAX, &last) != 0 ||
-	    mu__json_double(cJSON_GetObjectItemCaseSensitive(o, "param_bytes"), 0,
-	                    (double)MU_JSON_INT_MAX, &need) != 0 ||
-	    !cJSON_IsString(w) || !cJSON_IsString(dg) || sscanf(dg->valuestring, "%llx", &digest) != 1) {
-		cJSON_Delete(o);
-		mu__reply_error(r, m->id, MU_EPROTO, 1, "ASSIGN lacks stage, of, first, last, "
-		                "param_bytes, digest or weights, or one is out of range");
-		return;
-	}
-	if (need > (double)d->mem) {
-		cJSON_Delete(o);
-		mu__reply_error(r, m->id, MU_ETOOBIG, 1, "stage %d/%d needs %.0f bytes of weights; this "
-		                "device's budget is %llu", idx, of, need, (unsigned long long)d->mem);
-		return;
-	}
-	if (strcmp(w->valuestring, "local") == 0) {
-		const held_t *h = NULL;
-
-		for (int i = 0; i < d->nmodels && h == NULL; i++)
-			if (d->models[i].digest == digest)
-				h = &d->models[i];
-		if (h == NULL) {
-			mu__reply_error(r, m->id, MU_EARG, 1, "this device holds no model with digest %016llx",
-			                digest);
-		} else if ((rc = mu_stage_load_range(h->dir, idx, of, first, last, &s, err, sizeof(err))) != 0) {
-			mu__reply_error(r, m->id, rc, 1, "loading stage %d/%d from %s: %s", idx, of, h->dir, err);
-		} else {
-			mu__log(MU_LOG_INFO, LOG, "stage %d/%d (nodes %d..%d) loaded from %s", idx, of, first,
-			        last - 1, h->dir);
-			ready(ctx, d, m->id, s, r);
-		}
-	} else if (strcmp(w->valuestring, "stream") == 0 && cJSON_IsString(g)) {
-		rc = mu__stage_new(g->valuestring, strlen(g->valuestring), first, last, idx, of, digest,
-		                   cJSON_GetObjectItemCaseSensitive(o, "input_shapes"),
-		                   cJSON_GetObjectItemCaseSensitive(o, "input_dtypes"), &s, err, sizeof(err));
-		if (rc != 0) {
-			mu__reply_error(r, m->id, rc, 1, "stage %d/%d: %s", idx, of, err);
-		} else {
-			ss->pending = s;
-			ss->received = 0;
-			ss->budget_need = (uint64_t)need;
-			r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
-			r->text = mu__strdup("{\"weights\": \"stream\"}");
-			r->text_owned = 1;
-		}
+	kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+	k = kind == NULL ? &mu__stage_kind_graph
+	    : cJSON_IsString(kind) ? mu__stage_kind_find(kind->valuestring) : NULL;
+	if (k == NULL) {
+		mu__stage_kind_names(names, sizeof(names));
+		mu__reply_error(r, m->id, MU_EPROTO, 1, "ASSIGN: \"kind\" must be one of the stage "
+		                "kinds this device serves: %s", names);
 	} else {
-		mu__reply_error(r, m->id, MU_EPROTO, 1, "weights must be \"local\" or \"stream\" "
-		                "(with the graph)");
+		k->assign(ss, m, o, r);
 	}
 	cJSON_Delete(o);
-}
-
-static void weights(mu__device_sess_t *ss, const mu__msg_t *m, mu_tensor_list_t *in, mu__reply_t *r)
-{
-	char err[512];
-
-	if (ss->pending == NULL) {
-		mu__reply_error(r, m->id, MU_EPROTO, 1, "WEIGHTS before an ASSIGN that streams them");
-		return;
-	}
-	for (size_t i = 0; i < in->n; i++) {
-		mu_tensor_t *t = in->t[i];
-
-		ss->received += mu_tensor_nbytes(t);
-		if (ss->received > ss->d->mem) {
-			mu__reply_error(r, m->id, MU_ETOOBIG, 1, "the weights sent pass this device's budget "
-			                "of %llu bytes", (unsigned long long)ss->d->mem);
-			return;
-		}
-		if (mu__stage_add_param(ss->pending, t, err, sizeof(err)) != 0) {
-			mu__reply_error(r, m->id, MU_EPROTO, 1, "%s", err);
-			return;
-		}
-		in->t[i] = NULL; /* the stage has it */
-	}
-	in->n = 0;
 }
 
 static void on_other(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
                      mu_tensor_list_t *in, mu__reply_t *r)
 {
 	mu__device_sess_t *ss = ctx->other_ud;
-	char err[512];
 
 	switch (m->type) {
 	case MU_MSG_INFO:
-		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
-		r->text = ss->d->info != NULL ? ss->d->info : (char *)"{}";
+		mu__reply_text(r, MU_MSG_INFO, m->id, ss->d->info != NULL ? ss->d->info : "{}");
 		return;
 	case MU_MSG_ASSIGN:
-		assign(ctx, ss, m, body != NULL ? body : "", r);
+		assign(ss, m, body, r);
 		return;
 	case MU_MSG_WEIGHTS:
-		weights(ss, m, in, r);
-		return;
 	case MU_MSG_TENSOR:
-		mu__device_tensor_llm(ss, m, body != NULL ? body : "", r);
-		return;
-	case MU_MSG_LOAD:
-		if (ss->llm != NULL) {
-			mu__device_load_llm(ctx, ss, m, r);
+		if (ss->pending == NULL || (ss->kind->dev_msgs & MU__MSG_BIT(m->type)) == 0) {
+			mu__reply_error(r, m->id, MU_EPROTO, 1, "%s before an ASSIGN that streams them",
+			                mu__msg_type_name(m->type));
 			return;
 		}
+		ss->kind->receive(ss, m, body, in, r);
+		return;
+	case MU_MSG_LOAD:
 		if (ss->pending == NULL) {
 			mu__reply_error(r, m->id, MU_EPROTO, 1, "LOAD with no stage streaming");
 			return;
 		}
-		if (mu__stage_finish(ss->pending, mu__clock_ms() - ss->t0, err, sizeof(err)) != 0) {
-			mu__reply_error(r, m->id, MU_EPROTO, 1, "%s", err);
-			return;
-		}
-		mu__log(MU_LOG_INFO, LOG, "stage %d/%d (nodes %d..%d) built from %llu streamed bytes",
-		        ss->pending->index, ss->pending->of, ss->pending->plan.s[0].first,
-		        ss->pending->plan.s[0].last - 1, (unsigned long long)ss->received);
-		ready(ctx, ss->d, m->id, ss->pending, r);
-		ss->pending = NULL;
+		ss->kind->load(ss, m, r);
 		return;
 	default:
 		mu__reply_error(r, m->id, MU_EPROTO, 0, "a %s message is not expected here",
@@ -512,6 +407,7 @@ void mu__device_ctx(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, mu_device_t *d)
 	memset(ctx, 0, sizeof(*ctx));
 	memset(ss, 0, sizeof(*ss));
 	ss->d = d;
+	ss->ctx = ctx;
 	ctx->name = "session";
 	ctx->idle_ms = -1;
 	ctx->on_other = on_other;
@@ -523,11 +419,8 @@ void mu__device_ctx_done(mu__serve_ctx_t *ctx)
 	mu__device_sess_t *ss = ctx->other_ud;
 
 	mu_stage_free(ctx->stage);
-	mu_stage_free(ss->pending);
-	mu__llm_pending_free(ss->llm);
 	ctx->stage = NULL;
-	ss->pending = NULL;
-	ss->llm = NULL;
+	drop_pending(ss);
 }
 
 void mu_device_session(mu_session_t *s, void *ud)

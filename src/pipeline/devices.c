@@ -23,7 +23,7 @@
 #include "core/progress_int.h"
 #include "core/rand_int.h"
 #include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/devices_int.h"
 
 void mu__devpool_say(const mu__devpool_t *p, const char *fmt, ...)
 {

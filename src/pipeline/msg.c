@@ -31,6 +31,7 @@ void mu__chan_init(mu__chan_t *c, mu_stream_t *st, mu_session_t *sess, int io_ms
 	c->io_ms = io_ms;
 	c->max_frame = max_frame;
 	c->got = 0;
+	c->version = MU_MSG_VERSION;
 }
 
 const char *mu__msg_type_name(int type)
@@ -94,6 +95,16 @@ int mu__msg_decode(const unsigned char *h, uint64_t max_frame, mu__msg_t *m)
 	return m->len > limit ? MU_ETOOBIG : 0;
 }
 
+int mu__msg_version(const unsigned char *h)
+{
+	return mu_le16_get(h + 4);
+}
+
+int mu__msg_frame_check(int version, const mu_tensor_list_t *l)
+{
+	return version < MU_MSG_VERSION_TYPED && mu__frame_typed(l) ? MU_EPROTO : 0;
+}
+
 /* ---- reading ---- */
 
 /* Up to len bytes; *n > 0 on success. wait_ms bounds the wait. */
@@ -148,6 +159,7 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 	if (rc != 0)
 		return rc;
 	rc = mu__msg_decode(h, c->max_frame, m);
+	c->version = rc == 0 ? mu__msg_version(h) : MU_MSG_VERSION;
 	if (rc == MU_EBADMAGIC && c->st != NULL && (why = mu__auth_sniff(c->st, h, sizeof(h))) != 0)
 		rc = why; /* a stage that wants a secret or TLS we lack */
 	return rc;
@@ -231,7 +243,7 @@ int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out)
 	}
 	if (rc == 1 && left != 0)
 		rc = MU_EPROTO; /* bytes after the frame inside the body */
-	if (rc == 1)
+	if (rc == 1 && (rc = mu__msg_frame_check(c->version, &r.got)) == 0)
 		rc = mu__frame_reader_take(&r, out);
 	mu__frame_reader_free(&r);
 	return rc;

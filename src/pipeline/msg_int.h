@@ -81,6 +81,7 @@ typedef struct {
 	uint64_t got;        /* after a failed receive: how many bytes of the
 	                      * header (or of the body) had come, so a reply can
 	                      * say how far a truncated message got */
+	int version;         /* of the last header received (mu__msg_frame_check) */
 } mu__chan_t;
 
 /* A channel over st (borrowed), or over a session's stream (sess). */
@@ -106,6 +107,16 @@ void mu__msg_encode_frame(const mu__msg_t *m, const mu_tensor_list_t *l, unsigne
 /* MU_EBADMAGIC, MU_EPROTO (version, type), MU_ETOOBIG (length vs limit).
  * Version 2 is taken only for frame types. */
 int mu__msg_decode(const unsigned char *hdr, uint64_t max_frame, mu__msg_t *m);
+/* The version a header says (read it after mu__msg_decode took it). */
+int mu__msg_version(const unsigned char *hdr);
+/*
+ * A frame read whole under a header of this version: MU_EPROTO when a
+ * version-1 header carries a tensor that is not F32 (what such a header
+ * promises, so a peer of before typed tensors can read the body), else 0.
+ * mu__msg_recv_frame checks it; a reader of its own (the stage server)
+ * calls it once the frame is in.
+ */
+int mu__msg_frame_check(int version, const mu_tensor_list_t *l);
 
 /* Send a header and a body of bytes (len in m is set here). */
 int mu__msg_send(mu__chan_t *c, mu__msg_t *m, const void *body, size_t len);
@@ -128,7 +139,8 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms);
  */
 /* Read a body of m->len bytes into a new NUL-terminated buffer. */
 int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body);
-/* Read a frame body (it must fill m->len exactly); tensors go into out. */
+/* Read a frame body (it must fill m->len exactly, and hold only F32
+ * tensors under a version-1 header); tensors go into out. */
 int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out);
 /* Read and drop a body. */
 int mu__msg_skip(mu__chan_t *c, const mu__msg_t *m);

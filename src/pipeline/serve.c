@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Serving a stage. mu__pipe_handle turns a message read in full into its
- * reply, apart from any I/O. Two transports drive it:
+ * reply, apart from any I/O: INFO and CLOSE here, the messages of the
+ * stage's kind through the kind's table (pipeline/stage_int.h), those of
+ * a device's session to the device. Two transports drive it:
  *
  *  - mu__serve_chan (here): a blocking loop over one tracker session, on
  *    the session's own thread (the device serves one job at a time);
  *  - `muster stage`'s server, one libuv loop for every connection
- *    (stage_server.c).
+ *    (stage_server.c, stage_conn.c).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -15,10 +17,7 @@
 
 #include "core/alloc_int.h"
 #include "core/log_int.h"
-#include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
-#include "core/endian_int.h"
-#include "tensor/frame_int.h"
+#include "pipeline/serve_int.h"
 
 #define LOG "stage"
 
@@ -53,76 +52,59 @@ void mu__reply_error(mu__reply_t *r, uint64_t id, int code, int fatal, const cha
 	r->fatal = fatal;
 }
 
-/* An LLM stage answers INFO and the SEQ_* messages; FORWARD is for graph
- * stages. */
-static int llm_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
-                      const char *body, mu_tensor_list_t *in, mu__reply_t *r)
+void mu__reply_text(mu__reply_t *r, int type, uint64_t id, const char *text)
 {
-	switch (m->type) {
-	case MU_MSG_INFO:
-		if (ctx->stage == NULL || ctx->stage->llm == NULL)
-			return 0;
-		mu__llm_stage_handle(ctx->stage->llm, owner, m, body, in, r);
-		return 1;
-	case MU_MSG_SEQ_OPEN:
-	case MU_MSG_SEQ_FORWARD:
-	case MU_MSG_SEQ_BATCH:
-	case MU_MSG_SEQ_CLOSE:
-		if (ctx->stage == NULL || ctx->stage->llm == NULL) {
-			mu__reply_error(r, m->id, MU_EPROTO, 0, "%s: this stage serves no LLM",
-			                mu__msg_type_name(m->type));
-			return 1;
-		}
-		mu__llm_stage_handle(ctx->stage->llm, owner, m, body, in, r);
-		return 1;
-	case MU_MSG_FORWARD:
-		if (ctx->stage == NULL || ctx->stage->llm == NULL)
-			return 0;
-		mu__reply_error(r, m->id, MU_EPROTO, 0, "this stage serves an LLM: send SEQ_OPEN and "
-		                "SEQ_FORWARD, not FORWARD");
-		return 1;
-	default:
-		return 0;
-	}
+	r->m = (mu__msg_t){(uint16_t)type, 0, id, 0, 0, 0};
+	r->text = (char *)text;
+	r->text_owned = 0;
+}
+
+/* INFO: the stage's description (its kind's, as of now, when it keeps
+ * one), or the device's before a stage is assigned. */
+static void info(mu__serve_ctx_t *ctx, const mu__msg_t *m, const char *body,
+                 mu_tensor_list_t *in, mu__reply_t *r)
+{
+	if (ctx->stage == NULL && ctx->on_other != NULL)
+		ctx->on_other(ctx, m, body, in, r); /* a device not assigned yet */
+	else if (ctx->stage == NULL)
+		mu__reply_error(r, m->id, MU_EARG, 0, "no stage is loaded here yet");
+	else if (ctx->stage->kind->info != NULL)
+		ctx->stage->kind->info(ctx->stage, m, r);
+	else
+		mu__reply_text(r, MU_MSG_INFO, m->id, mu_stage_describe(ctx->stage));
+}
+
+/* A message of a stage kind that is not this stage's. */
+static void other_kind(mu__serve_ctx_t *ctx, const mu__stage_kind_t *k, const mu__msg_t *m,
+                       mu__reply_t *r)
+{
+	const mu__stage_kind_t *mine = ctx->stage->kind;
+	char msgs[256];
+
+	mu__stage_kind_msgs(mine, msgs, sizeof(msgs));
+	mu__reply_error(r, m->id, MU_EPROTO, 0, "%s is for %s stages; this is a stage of kind %s, "
+	                "which answers %s", mu__msg_type_name(m->type), k->name, mine->name, msgs);
+}
+
+int mu__pipe_may_wait(const mu__serve_ctx_t *ctx, const mu__msg_t *m)
+{
+	const mu__stage_kind_t *k = ctx->stage != NULL ? ctx->stage->kind : NULL;
+
+	return k != NULL && ((k->msgs & MU__MSG_BIT(m->type)) != 0 ||
+	                     (m->type == MU_MSG_INFO && k->info != NULL));
 }
 
 void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
                      const char *body, mu_tensor_list_t *in, mu__reply_t *r)
 {
-	char why[768] = "";
-	double t0;
-	int rc;
+	const mu__stage_kind_t *k;
 
 	mu__reply_init(r);
-	if (llm_handle(ctx, owner, m, body, in, r))
-		return;
-	if (m->type == MU_MSG_INFO && ctx->stage == NULL && ctx->on_other != NULL) {
-		ctx->on_other(ctx, m, body, in, r); /* a device not assigned yet */
-		return;
-	}
+	if (body == NULL)
+		body = "";
 	switch (m->type) {
 	case MU_MSG_INFO:
-		if (ctx->stage == NULL) {
-			mu__reply_error(r, m->id, MU_EARG, 0, "no stage is loaded here yet");
-			return;
-		}
-		r->m = (mu__msg_t){MU_MSG_INFO, 0, m->id, 0, 0, 0};
-		r->text = (char *)mu_stage_describe(ctx->stage);
-		return;
-	case MU_MSG_FORWARD:
-		if (ctx->stage == NULL) {
-			mu__reply_error(r, m->id, MU_EARG, 0, "no stage is loaded here yet");
-			return;
-		}
-		t0 = mu__clock_ms();
-		rc = mu_stage_forward(ctx->stage, in, &r->out, why, sizeof(why));
-		if (rc != 0) { /* a well-formed request that failed: the connection stays */
-			mu__log(MU_LOG_WARN, LOG, "%s: forward %llu failed: %s", ctx->name,
-			        (unsigned long long)m->id, why);
-			mu__reply_error(r, m->id, rc, 0, "%s", why);
-			return;
-		}
-		r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
+		info(ctx, m, body, in, r);
 		return;
 	case MU_MSG_CLOSE:
 		r->fatal = 1; /* no reply: the peer is going */
@@ -138,6 +120,19 @@ void mu__pipe_handle(mu__serve_ctx_t *ctx, uint64_t owner, const mu__msg_t *m,
 		break;
 	default:
 		break;
+	}
+	if (ctx->stage != NULL && (ctx->stage->kind->msgs & MU__MSG_BIT(m->type)) != 0) {
+		ctx->stage->kind->handle(ctx->stage, owner, ctx->name, m, body, in, r);
+		return;
+	}
+	k = mu__stage_kind_owning(m->type);
+	if (k != NULL && ctx->stage == NULL) {
+		mu__reply_error(r, m->id, MU_EARG, 0, "no stage is loaded here yet");
+		return;
+	}
+	if (k != NULL) {
+		other_kind(ctx, k, m, r);
+		return;
 	}
 	mu__reply_error(r, m->id, MU_EPROTO, 0, "a %s message is not expected here",
 	                mu__msg_type_name(m->type));

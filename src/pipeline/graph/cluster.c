@@ -19,6 +19,11 @@
 #include "core/opts_int.h"
 #include "core/progress_int.h"
 #include "pipeline/cluster_int.h"
+#include "core/rand_int.h"
+#include "formats/safetensors_int.h"
+#include "graph/model_int.h"
+#include "pipeline/devices_int.h"
+#include "pipeline/graph/coord_int.h"
 
 #define STREAM_FRAME_BYTES ((uint64_t)64 << 20)
 

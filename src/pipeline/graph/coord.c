@@ -25,7 +25,8 @@
 #include "core/opts_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/graph/coord_int.h"
+#include "pipeline/msg_int.h"
 
 #define LOG "coord"
 

@@ -1,33 +1,68 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A stage: a contiguous range of a graph's nodes with only the weights
- * those nodes read. Loaded from a model directory (its own tensors read
- * from the mapped file, nothing else touched) or assigned over a session
- * (the graph as text, the weights streamed in frames). Forwards check
- * their inputs by name and shape before anything runs.
+ * The graph stage kind: a contiguous range of a graph's nodes with only
+ * the weights those nodes read. Loaded from a model directory (its own
+ * tensors read from the mapped file, nothing else touched) or assigned
+ * over a session (the graph as text, the weights streamed in frames;
+ * pipeline/graph/device.c). Forwards check their inputs by name, shape
+ * and dtype before anything runs. Its table (mu__stage_kind_graph) is at
+ * the end.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include <uv.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
+#include "core/log_int.h"
+#include "core/proc_int.h"
+#include "core/strmap_int.h"
 #include "core/time_int.h"
+#include "graph/graph_int.h"
+#include "graph/model_int.h"
+#include "graph/plan_int.h"
+#include "formats/safetensors_int.h"
 #include "kern/blas_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/graph/stage_int.h"
+
+#define LOG "stage"
+
+/* A graph stage: the common head first (pipeline/stage_int.h). */
+typedef struct {
+	mu_stage_t base;
+	mu_model_t *model;     /* owned, when loaded from a directory */
+	mu__graph_t own;       /* the graph, when assigned over a session */
+	const mu__graph_t *g;
+	mu__plan_t plan;       /* one stage: the range and its boundary */
+	mu__strmap_t in_shapes;/* input -> mu__shape_t, when known */
+	mu__strmap_t params;   /* name -> mu_tensor_t */
+	uint64_t resident;     /* bytes of the weights held */
+	uint64_t rss;          /* the process's resident set after loading */
+	double load_ms;
+	uv_mutex_t lock;       /* one forward at a time */
+	int threads;           /* OpenBLAS threads of its forwards; 1 */
+} gstage_t;
+
+/* Every stage of this file's functions is a graph stage (the table's). */
+static gstage_t *gs(mu_stage_t *s)
+{
+	return (gstage_t *)s;
+}
 
 static void tensor_free(void *t)
 {
 	mu_tensor_free(t);
 }
 
-static mu_stage_t *stage_alloc(void)
+static gstage_t *stage_alloc(void)
 {
-	mu_stage_t *s = mu__calloc(1, sizeof(*s));
+	gstage_t *s = mu__calloc(1, sizeof(*s));
 
 	if (s == NULL)
 		return NULL;
+	s->base.kind = &mu__stage_kind_graph;
 	mu__strmap_init(&s->in_shapes);
 	mu__strmap_init(&s->params);
 	uv_mutex_init(&s->lock);
@@ -35,33 +70,40 @@ static mu_stage_t *stage_alloc(void)
 	return s;
 }
 
-int mu_stage_set_threads(mu_stage_t *s, int threads)
+static int set_threads(mu_stage_t *st, int threads)
 {
-	if (s == NULL || threads < 1)
-		return MU_EARG;
+	gstage_t *s = gs(st);
+
 	uv_mutex_lock(&s->lock); /* not under a forward */
 	s->threads = threads;
 	uv_mutex_unlock(&s->lock);
 	return 0;
 }
 
-void mu_stage_free(mu_stage_t *s)
+static void stage_free(mu_stage_t *st)
 {
-	if (s == NULL)
-		return;
+	gstage_t *s = gs(st);
+
 	mu__strmap_free(&s->params, tensor_free);
 	mu__strmap_free(&s->in_shapes, mu__free);
 	mu__plan_free(&s->plan);
 	if (s->g == &s->own)
 		mu__graph_free(&s->own);
 	mu_model_close(s->model);
-	mu__free(s->desc);
-	mu__llm_stage_free(s->llm);
+	mu__free(s->base.desc);
 	uv_mutex_destroy(&s->lock);
 	mu__free(s);
 }
 
-static int put_shape(mu_stage_t *s, const char *name, const mu__shape_t *sh)
+void mu__graph_stage_nodes(const mu_stage_t *st, int *first, int *last)
+{
+	const gstage_t *s = (const gstage_t *)st;
+
+	*first = s->plan.s[0].first;
+	*last = s->plan.s[0].last;
+}
+
+static int put_shape(gstage_t *s, const char *name, const mu__shape_t *sh)
 {
 	mu__shape_t *c = mu__memdup(sh, sizeof(*sh));
 
@@ -74,7 +116,7 @@ static int put_shape(mu_stage_t *s, const char *name, const mu__shape_t *sh)
 	return 0;
 }
 
-static int cut(mu_stage_t *s, int first, int last, const mu__strmap_t *bytes,
+static int cut(gstage_t *s, int first, int last, const mu__strmap_t *bytes,
                const double *flops, char *err, size_t el)
 {
 	int cuts[2] = {first, last};
@@ -93,21 +135,21 @@ int mu__stage_new(const char *graph_json, size_t len, int first, int last, int i
                   mu_stage_t **out, char *err, size_t el)
 {
 	char why[512] = "";
-	mu_stage_t *s = stage_alloc();
+	gstage_t *s = stage_alloc();
 	const cJSON *it;
 	int rc;
 
 	*out = NULL;
 	if (s == NULL)
 		return MU_ENOMEM;
-	s->index = index;
-	s->of = of;
-	s->digest = digest;
+	s->base.index = index;
+	s->base.of = of;
+	s->base.digest = digest;
 	rc = mu__graph_parse(graph_json, len, &s->own, why, sizeof(why));
 	if (rc != 0) {
 		snprintf(err, el, "the assigned graph is not valid: %s", why);
 		s->g = NULL; /* a failed parse frees what it made */
-		mu_stage_free(s);
+		stage_free(&s->base);
 		return rc;
 	}
 	s->g = &s->own;
@@ -143,14 +185,14 @@ int mu__stage_new(const char *graph_json, size_t len, int first, int last, int i
 			rc = put_shape(s, it->string, &sh);
 	}
 	if (rc != 0) {
-		mu_stage_free(s);
+		stage_free(&s->base);
 		return rc;
 	}
-	*out = s;
+	*out = &s->base;
 	return 0;
 }
 
-static int is_param(const mu_stage_t *s, const char *name)
+static int is_param(const gstage_t *s, const char *name)
 {
 	for (int i = 0; i < s->plan.s[0].nparams; i++)
 		if (strcmp(s->plan.s[0].params[i], name) == 0)
@@ -158,8 +200,10 @@ static int is_param(const mu_stage_t *s, const char *name)
 	return 0;
 }
 
-int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t el)
+int mu__stage_add_param(mu_stage_t *st, mu_tensor_t *t, char *err, size_t el)
 {
+	gstage_t *s = gs(st);
+
 	if (!is_param(s, t->name)) {
 		snprintf(err, el, "%.200s is not a weight of this stage", t->name);
 		return MU_EPROTO;
@@ -174,7 +218,7 @@ int mu__stage_add_param(mu_stage_t *s, mu_tensor_t *t, char *err, size_t el)
 	return 0;
 }
 
-static int describe(mu_stage_t *s)
+static int describe(gstage_t *s)
 {
 	const mu__stage_t *io = &s->plan.s[0];
 	cJSON *o = cJSON_CreateObject(), *a, *x;
@@ -184,9 +228,9 @@ static int describe(mu_stage_t *s)
 
 	if (o == NULL)
 		return MU_ENOMEM;
-	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)s->digest);
-	cJSON_AddNumberToObject(o, "stage", s->index);
-	cJSON_AddNumberToObject(o, "of", s->of);
+	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)s->base.digest);
+	cJSON_AddNumberToObject(o, "stage", s->base.index);
+	cJSON_AddNumberToObject(o, "of", s->base.of);
 	cJSON_AddNumberToObject(o, "first", io->first);
 	cJSON_AddNumberToObject(o, "last", io->last);
 	cJSON_AddNumberToObject(o, "nodes", s->g->nnodes);
@@ -224,13 +268,14 @@ static int describe(mu_stage_t *s)
 		mu__buf_free(&b);
 		return rc;
 	}
-	mu__free(s->desc);
-	s->desc = mu__buf_take(&b, NULL);
-	return s->desc != NULL ? 0 : MU_ENOMEM;
+	mu__free(s->base.desc);
+	s->base.desc = mu__buf_take(&b, NULL);
+	return s->base.desc != NULL ? 0 : MU_ENOMEM;
 }
 
-int mu__stage_finish(mu_stage_t *s, double load_ms, char *err, size_t el)
+int mu__stage_finish(mu_stage_t *st, double load_ms, char *err, size_t el)
 {
+	gstage_t *s = gs(st);
 	const mu__stage_t *io = &s->plan.s[0];
 	int rc;
 
@@ -252,7 +297,7 @@ static int load(const char *dir, int i, int n, int first, int last, mu_stage_t *
                 size_t el)
 {
 	double t0 = mu__clock_ms();
-	mu_stage_t *s;
+	gstage_t *s;
 	mu_plan_t *plan = NULL;
 	mu_stage_info_t si;
 	int rc;
@@ -266,12 +311,12 @@ static int load(const char *dir, int i, int n, int first, int last, mu_stage_t *
 	}
 	if ((s = stage_alloc()) == NULL)
 		return MU_ENOMEM;
-	s->index = i;
-	s->of = n;
+	s->base.index = i;
+	s->base.of = n;
 	rc = mu_model_open(dir, &s->model, err, el);
 	if (rc == 0) {
 		s->g = &s->model->g;
-		s->digest = s->model->digest;
+		s->base.digest = s->model->digest;
 	}
 	if (rc == 0 && first < 0) {
 		rc = mu_plan_balanced(s->model, n, MU_SPLIT_PARAMS, &plan, err, el);
@@ -297,18 +342,18 @@ static int load(const char *dir, int i, int n, int first, int last, mu_stage_t *
 		mu_tensor_t *t;
 
 		rc = mu__st_load(&s->model->st, mu__st_find(&s->model->st, p), &t);
-		if (rc == 0 && (rc = mu__stage_add_param(s, t, err, el)) != 0)
+		if (rc == 0 && (rc = mu__stage_add_param(&s->base, t, err, el)) != 0)
 			mu_tensor_free(t);
 		else if (rc != 0)
 			snprintf(err, el, "loading weight %.200s: %s", p, mu_strerror(rc));
 	}
 	if (rc == 0)
-		rc = mu__stage_finish(s, mu__clock_ms() - t0, err, el);
+		rc = mu__stage_finish(&s->base, mu__clock_ms() - t0, err, el);
 	if (rc != 0) {
-		mu_stage_free(s);
+		stage_free(&s->base);
 		return rc;
 	}
-	*out = s;
+	*out = &s->base;
 	return 0;
 }
 
@@ -328,12 +373,7 @@ int mu_stage_load_range(const char *dir, int i, int n, int first, int last, mu_s
 	return load(dir, i, n, first, last, out, err, el);
 }
 
-const char *mu_stage_describe(const mu_stage_t *s)
-{
-	return s->desc;
-}
-
-static int check_inputs(mu_stage_t *s, const mu_tensor_list_t *in, char *err, size_t el)
+static int check_inputs(gstage_t *s, const mu_tensor_list_t *in, char *err, size_t el)
 {
 	const mu__stage_t *io = &s->plan.s[0];
 	char a[128], b[128];
@@ -376,15 +416,22 @@ static int check_inputs(mu_stage_t *s, const mu_tensor_list_t *in, char *err, si
 	return 0;
 }
 
-int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *in, mu_tensor_list_t *out,
+int mu_stage_forward(mu_stage_t *st, const mu_tensor_list_t *in, mu_tensor_list_t *out,
                      char *err, size_t el)
 {
-	const mu__stage_t *io = &s->plan.s[0];
+	gstage_t *s = gs(st);
+	const mu__stage_t *io;
 	char why[512] = "";
 	int rc;
 
 	if (err == NULL)
 		el = 0;
+	if (st == NULL || st->kind != &mu__stage_kind_graph) {
+		snprintf(err, el, "mu_stage_forward runs graph stages, not one of kind %s",
+		         st != NULL ? st->kind->name : "(none)");
+		return MU_EARG;
+	}
+	io = &s->plan.s[0];
 	rc = check_inputs(s, in, err, el);
 	if (rc != 0)
 		return rc;
@@ -398,3 +445,37 @@ int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *in, mu_tensor_list_t
 		snprintf(err, el, "%s", why);
 	return rc;
 }
+
+/* FORWARD: the stage's inputs in, a RESULT of its outputs. */
+static void handle(mu_stage_t *s, uint64_t owner, const char *who, const mu__msg_t *m,
+                   const char *body, mu_tensor_list_t *in, mu__reply_t *r)
+{
+	char why[768] = "";
+	double t0 = mu__clock_ms();
+	int rc = mu_stage_forward(s, in, &r->out, why, sizeof(why));
+
+	(void)owner;
+	(void)body;
+	if (rc != 0) { /* a well-formed request that failed: the connection stays */
+		mu__log(MU_LOG_WARN, LOG, "%s: forward %llu failed: %s", who, (unsigned long long)m->id,
+		        why);
+		mu__reply_error(r, m->id, rc, 0, "%s", why);
+		return;
+	}
+	r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
+}
+
+const mu__stage_kind_t mu__stage_kind_graph = {
+	.version = MU__STAGE_KIND_VERSION,
+	.name = "graph",
+	.msgs = MU__MSG_BIT(MU_MSG_FORWARD),
+	.dev_msgs = MU__MSG_BIT(MU_MSG_WEIGHTS),
+	.handle = handle,
+	.set_threads = set_threads,
+	.free = stage_free,
+	.probe = mu__graph_dev_probe,
+	.assign = mu__graph_dev_assign,
+	.receive = mu__graph_dev_weights,
+	.load = mu__graph_dev_load,
+	.pending_free = mu__graph_dev_pending_free,
+};

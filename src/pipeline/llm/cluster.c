@@ -16,6 +16,7 @@
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
+#include "core/proc_int.h"
 #include "core/progress_int.h"
 #include "core/time_int.h"
 #include "pipeline/cluster_int.h"

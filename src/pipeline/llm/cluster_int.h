@@ -7,8 +7,9 @@
 #define MU_PIPELINE_LLM_CLUSTER_INT_H
 
 #include "llm/plan_int.h"
+#include "pipeline/devices_int.h"
 #include "pipeline/llm/coord_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/llm/stage_int.h"
 
 typedef struct mu__llm_cluster_s mu__llm_cluster_t;
 

@@ -19,6 +19,8 @@
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "pipeline/llm/coord_int.h"
+#include "pipeline/llm/seqmsg_int.h"
+#include "pipeline/msg_int.h"
 
 typedef struct {
 	struct mu__llm_coord_s *co;
@@ -32,6 +34,8 @@ typedef struct {
 	mu__chan_t c;
 	char *desc;
 	int first, last;
+	int ids_f32;         /* it reads ids as F32 only: a stage of before I32 ids */
+	int32_t want_rows, want_cols; /* the outstanding batch's result: [rows, cols] */
 	double compute_ms;   /* the stage's own time, summed */
 } lstage_t;
 
@@ -117,7 +121,7 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 {
 	lstage_t *s = &c->s[i];
 	cJSON *d = NULL;
-	const cJSON *dg, *kind;
+	const cJSON *dg, *kind, *ids;
 	int32_t first, last, layers, dim, vocab, ctx, chunk, seqs;
 	int rc = MU_EPROTO;
 
@@ -143,6 +147,9 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	else
 		rc = 0;
 	if (rc == 0) {
+		/* a stage of before I32 ids says nothing, and reads F32 ids only */
+		ids = cJSON_GetObjectItemCaseSensitive(d, "ids");
+		s->ids_f32 = !cJSON_IsString(ids) || strcmp(ids->valuestring, "I32") != 0;
 		s->first = first;
 		s->last = last;
 		s->max_seqs = seqs;
@@ -368,17 +375,15 @@ static int coord_forward(void *ud, uint64_t id, int32_t pos, int32_t n, const in
 {
 	mu__llm_coord_t *c = ud;
 	mu_tensor_list_t in, out;
-	mu_tensor_t *t;
-	uint64_t dims[1] = {(uint64_t)n};
+	mu_tensor_t *t = NULL, *l;
 	int i, rc;
 
 	mu_tensor_list_init(&in);
-	if ((rc = mu_tensor_new("tokens", 1, dims, &t)) != 0 || (rc = mu_tensor_list_push(&in, t)) != 0) {
+	if ((rc = mu__seq_tokens_new(tokens, n, c->s[0].ids_f32, &t, why, wl)) != 0 ||
+	    (rc = mu_tensor_list_push(&in, t)) != 0) {
 		mu_tensor_free(t);
 		return rc;
 	}
-	for (i = 0; i < n; i++)
-		t->data[i] = (float)tokens[i];
 	for (i = 0; i < c->n; i++) {
 		mu_tensor_list_init(&out);
 		rc = step(c, i, id, pos, &in, &out, why, wl);
@@ -387,13 +392,15 @@ static int coord_forward(void *ud, uint64_t id, int32_t pos, int32_t n, const in
 		if (rc != 0)
 			break;
 	}
-	if (rc == 0 && (in.t[0]->rank != 2 || in.t[0]->dims[1] != (uint64_t)c->vocab)) {
-		snprintf(why, wl, "the last stage returned %s, not the logits of the vocabulary",
-		         in.t[0]->name);
+	l = rc == 0 ? in.t[0] : NULL;
+	if (rc == 0 && (l->dtype != MU_DTYPE_F32 || l->rank != 2 || l->dims[0] < 1 ||
+	                l->dims[1] != (uint64_t)c->vocab)) {
+		snprintf(why, wl, "the last stage returned %s, not the F32 logits of the vocabulary",
+		         l->name);
 		rc = MU_EPROTO;
 	}
 	if (rc == 0)
-		memcpy(logits, in.t[0]->data + (in.t[0]->dims[0] - 1) * (uint64_t)c->vocab,
+		memcpy(logits, l->data + (l->dims[0] - 1) * (uint64_t)c->vocab,
 		       (size_t)c->vocab * sizeof(float));
 	mu_tensor_list_free(&in);
 	return rc;
@@ -434,36 +441,34 @@ static int link_close(void *ud, uint64_t seq, char *why, size_t wl)
 	return ask(s->co, s->i, &m, NULL, MU_MSG_READY, NULL, why, wl, "closing a sequence");
 }
 
-/* A SEQ_BATCH: items [k, 4] and the rows. */
+/* A SEQ_BATCH: items [k, 4] and the rows (ids as the stage reads them). */
 static int link_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
                        const int32_t *tokens, const float *x, char *why, size_t wl)
 {
 	lstage_t *s = ud;
 	mu__llm_coord_t *c = s->co;
-	uint64_t idims[2] = {(uint64_t)k, 4}, xdims[2] = {(uint64_t)rows, (uint64_t)c->dim};
+	uint64_t xdims[2] = {(uint64_t)rows, (uint64_t)c->dim};
 	mu_tensor_t *items = NULL, *in = NULL;
 	mu_tensor_list_t l;
 	mu__msg_t m = {MU_MSG_SEQ_BATCH, 0, ++c->next_id, 0, 0, 0};
-	int rc, j;
+	int head = s->last == c->layers, rc, j;
 
 	mu_tensor_list_free(&s->res);
 	mu_tensor_list_init(&l);
-	rc = mu_tensor_new("items", 2, idims, &items);
+	rc = mu__seq_items_new(it, k, s->ids_f32, &items, why, wl);
 	if (rc == 0)
-		rc = tokens != NULL ? mu_tensor_new("tokens", 1, xdims, &in)
+		rc = tokens != NULL ? mu__seq_tokens_new(tokens, rows, s->ids_f32, &in, why, wl)
 		                    : mu_tensor_wrap("x", 2, xdims, (float *)x, &in);
 	if (rc == 0 && (rc = mu_tensor_list_push(&l, items)) == 0)
 		items = NULL;
 	if (rc == 0 && (rc = mu_tensor_list_push(&l, in)) == 0)
 		in = NULL;
-	for (j = 0; rc == 0 && j < k; j++) {
-		l.t[0]->data[4 * j] = (float)it[j].id;
-		l.t[0]->data[4 * j + 1] = (float)it[j].pos;
-		l.t[0]->data[4 * j + 2] = (float)it[j].n;
-		l.t[0]->data[4 * j + 3] = (float)it[j].all_logits;
-	}
-	for (j = 0; rc == 0 && tokens != NULL && j < rows; j++)
-		l.t[1]->data[j] = (float)tokens[j];
+	/* what the RESULT must be: every row's activations, or the logits of
+	 * each item's last row (all its rows with all_logits) */
+	s->want_rows = head ? 0 : rows;
+	s->want_cols = head ? c->vocab : c->dim;
+	for (j = 0; head && j < k; j++)
+		s->want_rows += it[j].all_logits ? it[j].n : 1;
 	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &l)) != 0)
 		fail(c, s->i, rc, why, wl, "sending a batch");
 	s->want_id = m.id;
@@ -490,6 +495,7 @@ static mu_stream_t *link_stream(void *ud)
 static int link_finish(void *ud, const float **out, double *ms, char *why, size_t wl)
 {
 	lstage_t *s = ud;
+	const mu_tensor_t *t;
 	mu__msg_t m;
 	int rc = reply(s->co, s->i, s->want_id, MU_MSG_RESULT, &m, why, wl, "in a batch");
 
@@ -504,7 +510,15 @@ static int link_finish(void *ud, const float **out, double *ms, char *why, size_
 		         s->addr, s->res.n);
 		return MU_EPROTO;
 	}
-	*out = s->res.t[0]->data;
+	t = s->res.t[0];
+	/* the engine reads want_rows x want_cols floats: nothing else passes */
+	if (t->dtype != MU_DTYPE_F32 || t->rank != 2 || t->dims[0] != (uint64_t)s->want_rows ||
+	    t->dims[1] != (uint64_t)s->want_cols) {
+		snprintf(why, wl, "stage %d/%d (%s) returned %s, not F32 [%d, %d]", s->i, s->co->n,
+		         s->addr, t->name, (int)s->want_rows, (int)s->want_cols);
+		return MU_EPROTO;
+	}
+	*out = t->data;
 	return 0;
 }
 

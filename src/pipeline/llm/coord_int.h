@@ -11,7 +11,7 @@
 
 #include "llm/gen_int.h"
 #include "pipeline/llm/engine_int.h"
-#include "pipeline/pipeline_int.h"
+#include "muster/server.h"
 
 typedef struct mu__llm_coord_s mu__llm_coord_t;
 

@@ -27,11 +27,13 @@
 #include "core/log_int.h"
 #include "core/sha256_int.h"
 #include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/device_int.h"
+#include "pipeline/llm/stage_int.h"
 
 #define LOG "device"
 
-struct mu__llm_pending_s {
+/* A stage whose tensors stream in (ss->pending). */
+typedef struct {
 	int index, of, first, last;
 	uint64_t digest;
 	mu__llm_hp_t hp;
@@ -48,16 +50,39 @@ struct mu__llm_pending_s {
 	int temp_dir;            /* ours for this session only: removed after */
 	uint64_t streamed;
 	double t0;
-};
+} lpending_t;
 
-static void part_name(const mu__llm_pending_t *p, size_t i, char *out, size_t n)
+static void part_name(const lpending_t *p, size_t i, char *out, size_t n)
 {
 	/* several devices may share a cache directory: each writes its own */
 	snprintf(out, n, "%s.%ld.%p.part", p->files[i].path, (long)getpid(), (const void *)p);
 }
 
-void mu__llm_pending_free(mu__llm_pending_t *p)
+int mu__llm_dev_probe(const char *path, mu__held_t *h, char *err, size_t el)
 {
+	mu__llm_src_t src;
+	int rc;
+
+	/* the last kind asked: whatever is no other kind's model is a checkpoint or nothing */
+	if ((rc = mu__llm_src_open(path, NULL, &src, err, el)) != 0)
+		return rc;
+	h->digest = mu__llm_digest(&src);
+	h->layers = src.hp.n_layers;
+	h->param_bytes = mu__llm_src_bytes(&src, 0, src.hp.n_layers);
+	mu__llm_src_free(&src);
+	return 0;
+}
+
+void mu__llm_dev_held_caps(const mu__held_t *h, cJSON *m)
+{
+	cJSON_AddStringToObject(m, "kind", "llm");
+	cJSON_AddNumberToObject(m, "layers", h->layers);
+}
+
+void mu__llm_dev_pending_free(void *pending)
+{
+	lpending_t *p = pending;
+
 	if (p == NULL)
 		return;
 	if (p->out != NULL) { /* cut off mid-tensor: nothing half-written stays */
@@ -105,7 +130,7 @@ static int cached_ok(const char *path, const char *sha, uint64_t bytes)
 }
 
 /* One entry of ASSIGN's "tensors". */
-static int read_tensor(mu__llm_pending_t *p, size_t i, const cJSON *t, char *err, size_t el)
+static int read_tensor(lpending_t *p, size_t i, const cJSON *t, char *err, size_t el)
 {
 	const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
 	const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
@@ -139,7 +164,7 @@ static int read_tensor(mu__llm_pending_t *p, size_t i, const cJSON *t, char *err
 }
 
 /* The cache directory, or a private one for this session. */
-static int pick_dir(mu__llm_pending_t *p, const char *cache_dir, char *err, size_t el)
+static int pick_dir(lpending_t *p, const char *cache_dir, char *err, size_t el)
 {
 	if (cache_dir != NULL) {
 		snprintf(p->dir, sizeof(p->dir), "%s", cache_dir);
@@ -160,7 +185,7 @@ static int pick_dir(mu__llm_pending_t *p, const char *cache_dir, char *err, size
 	return 0;
 }
 
-static int read_assign(mu__llm_pending_t *p, const cJSON *o, const char *cache_dir, char *err,
+static int read_assign(lpending_t *p, const cJSON *o, const char *cache_dir, char *err,
                        size_t el)
 {
 	const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "tensors"), *t;
@@ -192,7 +217,7 @@ static int read_assign(mu__llm_pending_t *p, const cJSON *o, const char *cache_d
 }
 
 /* The READY body for a stream: which tensors to send. */
-static char *need_json(const mu__llm_pending_t *p)
+static char *need_json(const lpending_t *p)
 {
 	cJSON *o = cJSON_CreateObject(), *a;
 	uint64_t cached = 0;
@@ -215,8 +240,7 @@ static char *need_json(const mu__llm_pending_t *p)
 	return s;
 }
 
-static int open_stage(mu__llm_pending_t *p, mu__device_sess_t *ss, const char *path,
-                      mu_stage_t **st, char *err, size_t el)
+static int open_stage(lpending_t *p, const char *path, mu_stage_t **st, char *err, size_t el)
 {
 	mu__llm_src_t src;
 	int rc;
@@ -228,15 +252,50 @@ static int open_stage(mu__llm_pending_t *p, mu__device_sess_t *ss, const char *p
 	if (rc == 0)
 		rc = mu__stage_from_llm_src(&src, p->digest, p->index, p->of, p->first, p->last,
 		                            &p->so, st, err, el);
-	(void)ss;
 	return rc;
 }
 
-void mu__device_assign_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
-                           const cJSON *o, const char *local_path, mu__reply_t *r)
+/* ASSIGN's weights "local": the device's own copy of that digest. */
+static int assign_local(mu__device_sess_t *ss, lpending_t *p, const mu__msg_t *m,
+                        mu_stage_t **st, char *err, size_t el)
+{
+	const char *path = mu__device_held(ss->d, &mu__stage_kind_llm, p->digest);
+	int rc;
+
+	(void)m;
+	if (path == NULL) {
+		snprintf(err, el, "this device holds no checkpoint with digest %016llx",
+		         (unsigned long long)p->digest);
+		return MU_EARG;
+	}
+	if ((rc = open_stage(p, path, st, err, el)) == 0)
+		mu__log(MU_LOG_INFO, LOG, "LLM stage %d/%d (layers %d..%d) loaded from %s", p->index,
+		        p->of, p->first, p->last - 1, path);
+	return rc;
+}
+
+/* ASSIGN's weights "stream": READY lists the tensors to send. */
+static int assign_stream(mu__device_sess_t *ss, lpending_t *p, const mu__msg_t *m,
+                         const cJSON *o, mu__reply_t *r, char *err, size_t el)
+{
+	int rc = read_assign(p, o, mu__device_cache_dir(ss->d), err, el);
+
+	if (rc == 0 && (r->text = need_json(p)) == NULL)
+		rc = MU_ENOMEM;
+	if (rc != 0)
+		return rc;
+	r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
+	r->text_owned = 1;
+	ss->kind = &mu__stage_kind_llm;
+	ss->pending = p;
+	return 0;
+}
+
+void mu__llm_dev_assign(mu__device_sess_t *ss, const mu__msg_t *m, const cJSON *o,
+                        mu__reply_t *r)
 {
 	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o, "weights");
-	mu__llm_pending_t *p = mu__calloc(1, sizeof(*p));
+	lpending_t *p = mu__calloc(1, sizeof(*p));
 	unsigned long long dg = 0;
 	const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "digest");
 	double need;
@@ -276,41 +335,27 @@ void mu__device_assign_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu
 	}
 	if (rc == 0) {
 		p->digest = dg;
-		if (strcmp(w->valuestring, "local") == 0) {
-			if (local_path == NULL) {
-				snprintf(err, sizeof(err), "this device holds no checkpoint with digest %016llx",
-				         dg);
-				rc = MU_EARG;
-			} else if ((rc = open_stage(p, ss, local_path, &st, err, sizeof(err))) == 0) {
-				mu__log(MU_LOG_INFO, LOG, "LLM stage %d/%d (layers %d..%d) loaded from %s",
-				        p->index, p->of, p->first, p->last - 1, local_path);
-				ctx->stage = st;
-				r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
-				r->text = (char *)mu_stage_describe(st);
-			}
-		} else if (strcmp(w->valuestring, "stream") == 0) {
-			rc = read_assign(p, o, mu__device_cache_dir(ss->d), err, sizeof(err));
-			if (rc == 0 && (r->text = need_json(p)) == NULL)
-				rc = MU_ENOMEM;
-			if (rc == 0) {
-				r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
-				r->text_owned = 1;
-				ss->llm = p;
-				p = NULL;
-			}
-		} else {
+		if (strcmp(w->valuestring, "local") == 0)
+			rc = assign_local(ss, p, m, &st, err, sizeof(err));
+		else if (strcmp(w->valuestring, "stream") == 0)
+			rc = assign_stream(ss, p, m, o, r, err, sizeof(err));
+		else {
 			snprintf(err, sizeof(err), "weights must be \"local\" or \"stream\"");
 			rc = MU_EPROTO;
 		}
 	}
+	if (rc == 0 && st != NULL)
+		mu__device_ready(ss, m->id, st, r);
+	if (rc == 0 && ss->pending == p)
+		p = NULL; /* the session holds it */
 	if (rc != 0)
 		mu__reply_error(r, m->id, rc, 1, "%s", err[0] ? err : mu_strerror(rc));
-	mu__llm_pending_free(p); /* NULL once the session holds it */
+	mu__llm_dev_pending_free(p);
 }
 
 /* Start writing tensor i: its file in the cache, named .part until it
  * is whole and checked. */
-static int begin_tensor(mu__llm_pending_t *p, size_t i, char *err, size_t el)
+static int begin_tensor(lpending_t *p, size_t i, char *err, size_t el)
 {
 	char part[4400];
 	int rc;
@@ -330,7 +375,7 @@ static int begin_tensor(mu__llm_pending_t *p, size_t i, char *err, size_t el)
 }
 
 /* Tensor i has all its bytes: keep it under its hash, or refuse it. */
-static int end_tensor(mu__llm_pending_t *p, char *err, size_t el)
+static int end_tensor(lpending_t *p, char *err, size_t el)
 {
 	char hex[MU_SHA256_HEX], part[4400];
 	size_t i = p->cur;
@@ -352,7 +397,7 @@ static int end_tensor(mu__llm_pending_t *p, char *err, size_t el)
 }
 
 /* The JSON header of a TENSOR message: which tensor, from which offset. */
-static int tensor_header(const mu__llm_pending_t *p, const mu__msg_t *m, const char *body,
+static int tensor_header(const lpending_t *p, const mu__msg_t *m, const char *body,
                          size_t *idx, uint64_t *off, char *err, size_t el)
 {
 	cJSON *j = NULL;
@@ -384,19 +429,16 @@ static int tensor_header(const mu__llm_pending_t *p, const mu__msg_t *m, const c
 	return rc;
 }
 
-void mu__device_tensor_llm(mu__device_sess_t *ss, const mu__msg_t *m, const char *body,
-                           mu__reply_t *r)
+void mu__llm_dev_tensor(mu__device_sess_t *ss, const mu__msg_t *m, const char *body,
+                        mu_tensor_list_t *in, mu__reply_t *r)
 {
-	mu__llm_pending_t *p = ss->llm;
+	lpending_t *p = ss->pending;
 	uint64_t off, n;
 	char err[512];
 	size_t i;
 	int rc;
 
-	if (p == NULL) {
-		mu__reply_error(r, m->id, MU_EPROTO, 1, "TENSOR before an ASSIGN that streams an LLM");
-		return;
-	}
+	(void)in; /* a TENSOR's body is bytes, not a frame */
 	if ((rc = tensor_header(p, m, body, &i, &off, err, sizeof(err))) != 0) {
 		mu__reply_error(r, m->id, rc, 1, "%s", err);
 		return;
@@ -423,10 +465,9 @@ void mu__device_tensor_llm(mu__device_sess_t *ss, const mu__msg_t *m, const char
 		mu__reply_error(r, m->id, rc, 1, "%s", err);
 }
 
-void mu__device_load_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__msg_t *m,
-                         mu__reply_t *r)
+void mu__llm_dev_load(mu__device_sess_t *ss, const mu__msg_t *m, mu__reply_t *r)
 {
-	mu__llm_pending_t *p = ss->llm;
+	lpending_t *p = ss->pending;
 	mu_stage_t *st = NULL;
 	char err[768] = "";
 	int rc;
@@ -437,7 +478,7 @@ void mu__device_load_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__
 			                p->files[i].name);
 			return;
 		}
-	rc = open_stage(p, ss, NULL, &st, err, sizeof(err));
+	rc = open_stage(p, NULL, &st, err, sizeof(err));
 	if (rc != 0) {
 		mu__reply_error(r, m->id, rc, 1, "stage %d/%d: %s", p->index, p->of, err);
 		return;
@@ -445,10 +486,9 @@ void mu__device_load_llm(mu__serve_ctx_t *ctx, mu__device_sess_t *ss, const mu__
 	mu__log(MU_LOG_INFO, LOG, "LLM stage %d/%d (layers %d..%d) built from %llu streamed bytes "
 	        "and %s", p->index, p->of, p->first, p->last - 1, (unsigned long long)p->streamed,
 	        p->temp_dir ? "no cache" : p->dir);
-	ctx->stage = st;
-	r->m = (mu__msg_t){MU_MSG_READY, 0, m->id, 0, 0, 0};
-	r->text = (char *)mu_stage_describe(st);
+	mu__device_ready(ss, m->id, st, r);
 	/* the stage has the files mapped: a private directory can go now */
-	mu__llm_pending_free(p);
-	ss->llm = NULL;
+	mu__llm_dev_pending_free(p);
+	ss->pending = NULL;
+	ss->kind = NULL;
 }

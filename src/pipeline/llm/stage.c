@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A stage of a decoder LLM: layers [first, last) of a checkpoint loaded
+ * The LLM stage kind: layers [first, last) of a decoder checkpoint loaded
  * from this machine's copy, serving sequences (docs/protocols/pipeline.md,
- * "Sequences"). SEQ_OPEN reserves a sequence's KV cache, SEQ_FORWARD runs
- * positions through the layers (token ids in on the first stage,
- * activations in between, logits out of the last), SEQ_CLOSE frees it.
- * Sequences belong to the connection that opened them and go with it.
+ * "Sequences"). SEQ_OPEN reserves a sequence's KV cache, SEQ_FORWARD and
+ * SEQ_BATCH run positions through the layers (token ids in on the first
+ * stage, activations in between, logits out of the last), SEQ_CLOSE frees
+ * it. Sequences belong to the connection that opened them and go with it.
+ * Its table (mu__stage_kind_llm) is at the end.
  *
  * One forward at a time per stage (the decoder's scratch is shared); the
  * stage server calls in from libuv's thread pool, so every entry point
@@ -22,34 +23,38 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/log_int.h"
+#include "core/proc_int.h"
 #include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/llm/seqmsg_int.h"
+#include "pipeline/llm/stage_int.h"
 
 #define LOG "stage"
 
-struct mu__llm_stage_s {
+/* An LLM stage: the common head first (pipeline/stage_int.h). */
+typedef struct {
+	mu_stage_t base;
 	mu__llm_src_t src;
 	mu__dec_t *dec;
 	mu__llm_stage_opts_t o;
-	int index, of, first, last;
-	uint64_t digest;
+	int first, last;      /* its layers */
 	uv_mutex_t lock;
 	int32_t *tok;         /* token ids of the chunk being run */
 	double load_ms;
-	mu_stage_t *stage;    /* the stage this is the LLM of */
 	uint64_t kv_now;      /* atomic: mu__dec_kv_reserved after the last change */
 	int seqs_now;         /* atomic: mu__dec_seqs ... */
-};
+} lstage_t;
 
 /* Under s->lock, after sequences opened or closed. */
-static void usage_changed(mu__llm_stage_t *s)
+static void usage_changed(lstage_t *s)
 {
 	__atomic_store_n(&s->kv_now, mu__dec_kv_reserved(s->dec), __ATOMIC_RELAXED);
 	__atomic_store_n(&s->seqs_now, mu__dec_seqs(s->dec), __ATOMIC_RELAXED);
 }
 
-void mu__llm_stage_usage(mu__llm_stage_t *s, uint64_t *kv_bytes, int *seqs)
+static void usage(mu_stage_t *st, uint64_t *kv_bytes, int *seqs)
 {
+	lstage_t *s = (lstage_t *)st;
+
 	*kv_bytes = __atomic_load_n(&s->kv_now, __ATOMIC_RELAXED);
 	*seqs = __atomic_load_n(&s->seqs_now, __ATOMIC_RELAXED);
 }
@@ -64,7 +69,7 @@ void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
 }
 
 /* The stage's description as at load, plus what it holds now. */
-static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
+static int describe(lstage_t *s, double load_ms)
 {
 	const mu__llm_hp_t *h = &s->src.hp;
 	mu__buf_t b;
@@ -76,13 +81,14 @@ static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
 	                    "\"first\": %d, \"last\": %d, \"layers\": %d, \"dim\": %d, "
 	                    "\"vocab\": %d, \"ctx\": %d, \"embeds\": %s, \"head\": %s, "
 	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, \"kv_bytes\": %llu, "
-	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"threads\": %d, "
+	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"ids\": \"I32\", "
+	                    "\"threads\": %d, "
 	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
 	                    "\"load_ms\": %.3f, \"sequences_open\": %d, \"kv_reserved\": %llu}",
-	                    s->index, s->of, h->arch, s->first, s->last, h->n_layers, h->dim,
+	                    s->base.index, s->base.of, h->arch, s->first, s->last, h->n_layers, h->dim,
 	                    h->vocab, h->ctx, s->first == 0 ? "true" : "false",
 	                    s->last == h->n_layers ? "true" : "false",
-	                    (unsigned long long)s->digest, s->o.max_seqs,
+	                    (unsigned long long)s->base.digest, s->o.max_seqs,
 	                    (unsigned long long)s->o.kv_bytes,
 	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
 	                    s->o.threads, mu__kern_isa(),
@@ -93,13 +99,13 @@ static int describe(mu_stage_t *st, mu__llm_stage_t *s, double load_ms)
 		mu__buf_free(&b);
 		return rc;
 	}
-	mu__free(st->desc);
-	st->desc = mu__buf_take(&b, NULL);
+	mu__free(s->base.desc);
+	s->base.desc = mu__buf_take(&b, NULL);
 	return 0;
 }
 
 /* Layers [first, last) for stage index of `of`, balanced by bytes. */
-static int place(mu__llm_stage_t *s, int first, int last, char *err, size_t el)
+static int place(lstage_t *s, int first, int last, char *err, size_t el)
 {
 	int n = s->src.hp.n_layers, cut[1025], rc;
 
@@ -108,63 +114,62 @@ static int place(mu__llm_stage_t *s, int first, int last, char *err, size_t el)
 		s->last = last;
 		return 0;
 	}
-	if (s->of < 1 || s->index < 0 || s->index >= s->of || s->of > n || s->of > 1024) {
-		snprintf(err, el, "stage %d of %d: the model has %d layers", s->index, s->of, n);
+	if (s->base.of < 1 || s->base.index < 0 || s->base.index >= s->base.of || s->base.of > n || s->base.of > 1024) {
+		snprintf(err, el, "stage %d of %d: the model has %d layers", s->base.index, s->base.of, n);
 		return MU_EARG;
 	}
-	rc = mu__llm_split(&s->src, s->of, cut);
+	rc = mu__llm_split(&s->src, s->base.of, cut);
 	if (rc != 0)
 		return rc;
-	s->first = cut[s->index];
-	s->last = cut[s->index + 1];
+	s->first = cut[s->base.index];
+	s->last = cut[s->base.index + 1];
 	return 0;
 }
 
-/* A stage around an LLM stage s (its fields set); on failure frees both. */
-static int wrap(mu__llm_stage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
+static void stage_free(mu_stage_t *st)
+{
+	lstage_t *s = (lstage_t *)st;
+
+	mu__dec_free(s->dec);
+	if (s->src.path != NULL)
+		mu__llm_src_free(&s->src);
+	mu__free(s->tok);
+	mu__free(s->base.desc);
+	uv_mutex_destroy(&s->lock);
+	mu__free(s);
+}
+
+/* Make the decoder of s (its fields set) and describe it; on failure
+ * frees s. */
+static int finish(lstage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
 {
 	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk};
-	mu_stage_t *st = mu__calloc(1, sizeof(*st));
-	int rc = st == NULL ? MU_ENOMEM : 0;
+	int rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
 
-	if (st != NULL) {
-		uv_mutex_init(&st->lock);
-		mu__strmap_init(&st->in_shapes);
-		mu__strmap_init(&st->params);
-		st->llm = s;
-		st->index = s->index;
-		st->of = s->of;
-		st->digest = s->digest;
-		s->stage = st;
-	}
-	if (rc == 0)
-		rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
 	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
 		rc = MU_ENOMEM;
 	if (rc == 0) {
 		mu__llm_src_touch(&s->src, s->first, s->last);
-		rc = describe(st, s, mu__clock_ms() - t0);
+		rc = describe(s, mu__clock_ms() - t0);
 	}
 	if (rc != 0) {
-		if (st != NULL)
-			mu_stage_free(st); /* frees s too */
-		else
-			mu__llm_stage_free(s);
+		stage_free(&s->base);
 		return rc;
 	}
-	*out = st;
+	*out = &s->base;
 	return 0;
 }
 
-static mu__llm_stage_t *stage_alloc(int index, int of, const mu__llm_stage_opts_t *o)
+static lstage_t *stage_alloc(int index, int of, const mu__llm_stage_opts_t *o)
 {
-	mu__llm_stage_t *s = mu__calloc(1, sizeof(*s));
+	lstage_t *s = mu__calloc(1, sizeof(*s));
 
 	if (s == NULL)
 		return NULL;
 	uv_mutex_init(&s->lock);
-	s->index = index;
-	s->of = of;
+	s->base.kind = &mu__stage_kind_llm;
+	s->base.index = index;
+	s->base.of = of;
 	s->o = *o;
 	s->first = -1;
 	return s;
@@ -174,7 +179,7 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
                        int first, int last, const mu__llm_stage_opts_t *o,
                        mu_stage_t **out, char *err, size_t el)
 {
-	mu__llm_stage_t *s = stage_alloc(index, of, o);
+	lstage_t *s = stage_alloc(index, of, o);
 	double t0 = mu__clock_ms();
 	int rc;
 
@@ -183,21 +188,21 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
 		return MU_ENOMEM;
 	rc = mu__llm_src_open(path, tok_path, &s->src, err, el);
 	if (rc == 0) {
-		s->digest = mu__llm_digest(&s->src);
+		s->base.digest = mu__llm_digest(&s->src);
 		rc = place(s, first, last, err, el);
 	}
 	if (rc != 0) {
-		mu__llm_stage_free(s);
+		stage_free(&s->base);
 		return rc;
 	}
-	return wrap(s, t0, out, err, el);
+	return finish(s, t0, out, err, el);
 }
 
 int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
                            int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
                            char *err, size_t el)
 {
-	mu__llm_stage_t *s = stage_alloc(index, of, o);
+	lstage_t *s = stage_alloc(index, of, o);
 
 	*out = NULL;
 	if (s == NULL) {
@@ -206,26 +211,15 @@ int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int o
 	}
 	s->src = *src;
 	memset(src, 0, sizeof(*src));
-	s->digest = digest;
+	s->base.digest = digest;
 	s->first = first;
 	s->last = last;
-	return wrap(s, mu__clock_ms(), out, err, el);
+	return finish(s, mu__clock_ms(), out, err, el);
 }
 
-void mu__llm_stage_free(mu__llm_stage_t *s)
+static void release(mu_stage_t *st, uint64_t owner)
 {
-	if (s == NULL)
-		return;
-	mu__dec_free(s->dec);
-	if (s->src.path != NULL)
-		mu__llm_src_free(&s->src);
-	mu__free(s->tok);
-	uv_mutex_destroy(&s->lock);
-	mu__free(s);
-}
-
-void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner)
-{
+	lstage_t *s = (lstage_t *)st;
 	int n;
 
 	uv_mutex_lock(&s->lock);
@@ -234,7 +228,7 @@ void mu__llm_stage_release(mu__llm_stage_t *s, uint64_t owner)
 	uv_mutex_unlock(&s->lock);
 	if (n > 0)
 		mu__log(MU_LOG_INFO, LOG, "stage %d/%d: freed %d sequence%s of a closed connection",
-		        s->index, s->of, n, n == 1 ? "" : "s");
+		        s->base.index, s->base.of, n, n == 1 ? "" : "s");
 }
 
 static void ready(mu__reply_t *r, uint64_t id, uint64_t seq, const char *fmt, ...)
@@ -256,7 +250,7 @@ static void ready(mu__reply_t *r, uint64_t id, uint64_t seq, const char *fmt, ..
 		mu__reply_error(r, id, MU_ENOMEM, 0, "out of memory");
 }
 
-static void seq_open(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, const char *body,
+static void seq_open(lstage_t *s, uint64_t owner, const mu__msg_t *m, const char *body,
                      mu__reply_t *r)
 {
 	cJSON *j = NULL;
@@ -280,7 +274,7 @@ static void seq_open(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, con
 	usage_changed(s);
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
-		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->base.index, s->base.of, why);
 	else
 		ready(r, m->id, m->aux, "{\"seq\": %llu, \"ctx\": %d, \"kv_bytes\": %llu}",
 		      (unsigned long long)m->aux, (int)ctx->valuedouble,
@@ -288,7 +282,7 @@ static void seq_open(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, con
 	cJSON_Delete(j);
 }
 
-static void seq_close(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, mu__reply_t *r)
+static void seq_close(lstage_t *s, uint64_t owner, const mu__msg_t *m, mu__reply_t *r)
 {
 	int rc;
 
@@ -298,21 +292,21 @@ static void seq_close(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m, mu
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: sequence %llu is not open here",
-		                s->index, s->of, (unsigned long long)m->aux);
+		                s->base.index, s->base.of, (unsigned long long)m->aux);
 	else
 		ready(r, m->id, m->aux, "{\"seq\": %llu, \"closed\": true}", (unsigned long long)m->aux);
 }
 
-/* The rows' input: token ids (exact integers carried as f32) on the first
- * stage, activations [rows, dim] elsewhere; `extra` other tensors may come
- * with it (SEQ_BATCH's items). Rows, or -1 with why. */
-static int32_t rows_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, size_t extra,
+/* The rows' input: token ids (I32, or exact integers as F32 from a peer
+ * of before I32 ids) on the first stage, activations [rows, dim] (F32)
+ * elsewhere; `extra` other tensors may come with it (SEQ_BATCH's items).
+ * Rows, or -1 with why. */
+static int32_t rows_input(lstage_t *s, const mu_tensor_list_t *in, size_t extra,
                           const float **x, char *why, size_t wl)
 {
 	const mu__llm_hp_t *h = &s->src.hp;
 	int embeds = s->first == 0;
 	const mu_tensor_t *t = mu_tensor_list_find(in, embeds ? "tokens" : "x");
-	uint64_t i;
 
 	*x = NULL;
 	if (t == NULL || in->n != 1 + extra || t->rank != (embeds ? 1u : 2u) || t->dims[0] < 1 ||
@@ -322,48 +316,33 @@ static int32_t rows_input(mu__llm_stage_t *s, const mu_tensor_list_t *in, size_t
 		         embeds ? "" : " (dim is the model's)");
 		return -1;
 	}
-	for (i = 0; embeds && i < t->dims[0]; i++) {
-		float v = t->data[i];
-
-		if (!(v >= 0 && v < (float)h->vocab) || v != (float)(int32_t)v) {
-			snprintf(why, wl, "token %llu is %g, not an id of the vocabulary of %d",
-			         (unsigned long long)i, (double)v, h->vocab);
-			return -1;
-		}
-		s->tok[i] = (int32_t)v;
+	if (embeds)
+		return mu__seq_tokens_read(t, s->o.max_chunk, h->vocab, s->tok, why, wl);
+	if (t->dtype != MU_DTYPE_F32) {
+		snprintf(why, wl, "\"x\" is %s: activations are F32", mu_dtype_name((int)t->dtype));
+		return -1;
 	}
-	if (!embeds)
-		*x = t->data;
+	*x = t->data;
 	return (int32_t)t->dims[0];
 }
 
-/* SEQ_BATCH's items [k, 4]: (seq, pos, n, all_logits), exact integers
- * below 2^24. Items, or -1 with why. */
-static int batch_items(const mu__llm_stage_t *s, const mu_tensor_list_t *in,
-                       mu__dec_item_t *it, int32_t *rows, int32_t *outrows, char *why,
-                       size_t wl)
+/* SEQ_BATCH's items [k, 4]: (seq, pos, n, all_logits). Items, or -1 with
+ * why. */
+static int batch_items(const lstage_t *s, const mu_tensor_list_t *in, mu__dec_item_t *it,
+                       int32_t *rows, int32_t *outrows, char *why, size_t wl)
 {
 	const mu_tensor_t *t = mu_tensor_list_find(in, "items");
-	uint64_t k, i, j;
+	int k, i;
 
 	*rows = *outrows = 0;
-	if (t == NULL || t->rank != 2 || t->dims[1] != 4 || t->dims[0] < 1 ||
-	    t->dims[0] > MU__DEC_MAX_ITEMS) {
+	if (t == NULL) {
 		snprintf(why, wl, "SEQ_BATCH carries \"items\" [k, 4] with k from 1 to %d",
 		         MU__DEC_MAX_ITEMS);
 		return -1;
 	}
-	k = t->dims[0];
+	if ((k = mu__seq_items_read(t, MU__DEC_MAX_ITEMS, it, why, wl)) < 0)
+		return -1;
 	for (i = 0; i < k; i++) {
-		const float *v = t->data + i * 4;
-
-		for (j = 0; j < 4; j++)
-			if (!(v[j] >= 0 && v[j] < 16777216.0f) || v[j] != (float)(int32_t)v[j]) {
-				snprintf(why, wl, "item %llu: %g is not an integer from 0 to 2^24",
-				         (unsigned long long)i, (double)v[j]);
-				return -1;
-			}
-		it[i] = (mu__dec_item_t){(uint64_t)v[0], (int32_t)v[1], (int32_t)v[2], v[3] != 0};
 		if (it[i].n < 1 || it[i].n > s->o.max_chunk - *rows) {
 			snprintf(why, wl, "the items hold more than %d positions, or an empty one",
 			         s->o.max_chunk);
@@ -372,12 +351,12 @@ static int batch_items(const mu__llm_stage_t *s, const mu_tensor_list_t *in,
 		*rows += it[i].n;
 		*outrows += it[i].all_logits ? it[i].n : 1;
 	}
-	return (int)k;
+	return k;
 }
 
 /* Run items on the decoder into a RESULT "x" [rows, dim] or "logits"
  * [outrows, vocab]. Called with the lock held. */
-static int run_items(mu__llm_stage_t *s, uint64_t owner, const mu__dec_item_t *it, int k,
+static int run_items(lstage_t *s, uint64_t owner, const mu__dec_item_t *it, int k,
                      int32_t rows, int32_t outrows, const float *x, mu__reply_t *r,
                      char *why, size_t wl)
 {
@@ -402,7 +381,7 @@ static int run_items(mu__llm_stage_t *s, uint64_t owner, const mu__dec_item_t *i
 }
 
 /* SEQ_FORWARD (one sequence, in the header) and SEQ_BATCH (items). */
-static void seq_run(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
+static void seq_run(lstage_t *s, uint64_t owner, const mu__msg_t *m,
                     const mu_tensor_list_t *in, mu__reply_t *r)
 {
 	mu__dec_item_t it[MU__DEC_MAX_ITEMS];
@@ -427,14 +406,14 @@ static void seq_run(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
 	}
 	if (k < 0 || n < 0) {
 		uv_mutex_unlock(&s->lock);
-		mu__reply_error(r, m->id, MU_EPROTO, 0, "stage %d/%d: %s", s->index, s->of, why);
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "stage %d/%d: %s", s->base.index, s->base.of, why);
 		return;
 	}
 	t0 = mu__clock_ms();
 	rc = run_items(s, owner, it, k, n, outrows, x, r, why, sizeof(why));
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0) {
-		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->index, s->of, why);
+		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->base.index, s->base.of, why);
 		return;
 	}
 	r->m = (mu__msg_t){MU_MSG_RESULT, 0, m->id, (uint64_t)((mu__clock_ms() - t0) * 1e6), 0, 0};
@@ -442,13 +421,14 @@ static void seq_run(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
 }
 
 /* INFO: the description with the sequences held right now. */
-static void info(mu__llm_stage_t *s, const mu__msg_t *m, mu__reply_t *r)
+static void info(mu_stage_t *st, const mu__msg_t *m, mu__reply_t *r)
 {
+	lstage_t *s = (lstage_t *)st;
 	int rc;
 
 	uv_mutex_lock(&s->lock);
-	rc = describe(s->stage, s, s->load_ms);
-	r->text = rc == 0 ? mu__strdup(s->stage->desc) : NULL;
+	rc = describe(s, s->load_ms);
+	r->text = rc == 0 ? mu__strdup(s->base.desc) : NULL;
 	uv_mutex_unlock(&s->lock);
 	if (r->text == NULL) {
 		mu__reply_error(r, m->id, MU_ENOMEM, 0, "out of memory");
@@ -458,13 +438,13 @@ static void info(mu__llm_stage_t *s, const mu__msg_t *m, mu__reply_t *r)
 	r->text_owned = 1;
 }
 
-void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m,
-                          const char *body, mu_tensor_list_t *in, mu__reply_t *r)
+static void handle(mu_stage_t *st, uint64_t owner, const char *who, const mu__msg_t *m,
+                   const char *body, mu_tensor_list_t *in, mu__reply_t *r)
 {
+	lstage_t *s = (lstage_t *)st;
+
+	(void)who;
 	switch (m->type) {
-	case MU_MSG_INFO:
-		info(s, m, r);
-		return;
 	case MU_MSG_SEQ_OPEN:
 		seq_open(s, owner, m, body != NULL ? body : "", r);
 		return;
@@ -480,3 +460,22 @@ void mu__llm_stage_handle(mu__llm_stage_t *s, uint64_t owner, const mu__msg_t *m
 		                mu__msg_type_name(m->type));
 	}
 }
+
+const mu__stage_kind_t mu__stage_kind_llm = {
+	.version = MU__STAGE_KIND_VERSION,
+	.name = "llm",
+	.msgs = MU__MSG_BIT(MU_MSG_SEQ_OPEN) | MU__MSG_BIT(MU_MSG_SEQ_FORWARD) |
+	        MU__MSG_BIT(MU_MSG_SEQ_BATCH) | MU__MSG_BIT(MU_MSG_SEQ_CLOSE),
+	.dev_msgs = MU__MSG_BIT(MU_MSG_TENSOR),
+	.handle = handle,
+	.info = info,
+	.release = release,
+	.usage = usage,
+	.free = stage_free,
+	.probe = mu__llm_dev_probe,
+	.held_caps = mu__llm_dev_held_caps,
+	.assign = mu__llm_dev_assign,
+	.receive = mu__llm_dev_tensor,
+	.load = mu__llm_dev_load,
+	.pending_free = mu__llm_dev_pending_free,
+};

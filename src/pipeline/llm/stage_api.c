@@ -13,8 +13,9 @@
 #include "core/alloc_int.h"
 #include "core/error_int.h"
 #include "core/opts_int.h"
-#include "pipeline/llm/cluster_int.h"
-#include "pipeline/pipeline_int.h"
+#include "llm/llm_int.h"
+#include "llm/plan_int.h"
+#include "pipeline/llm/stage_int.h"
 
 #define PLAN_MAX_DEVICES 64
 #define PLAN_MAX_STAGES 1024

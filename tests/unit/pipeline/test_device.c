@@ -15,7 +15,7 @@
 
 #include "core/endian_int.h"
 #include "core/stream_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/device_int.h"
 
 static mu_device_t *device;
 
@@ -147,6 +147,66 @@ static void test_assign_in_range_reaches_the_model(void **state)
 	assert_non_null(strstr(r.text, "holds no model"));
 }
 
+/* ASSIGN picks the stage kind it names; one that is none is refused with
+ * the kinds there are (from the table). */
+static void test_assign_kind(void **state)
+{
+	unsigned char buf[1024];
+	reply_t r;
+
+	(void)state;
+	run(buf, assign_msg("{\"kind\":\"tensor-parallel\",\"stage\":0,\"of\":1}", buf,
+	                    sizeof(buf)), &r);
+	assert_int_equal(r.type, MU_MSG_ERROR);
+	assert_int_equal(r.status, MU_EPROTO);
+	assert_non_null(strstr(r.text, "one of the stage kinds this device serves: graph, llm"));
+	run(buf, assign_msg("{\"kind\":7}", buf, sizeof(buf)), &r);
+	assert_int_equal(r.type, MU_MSG_ERROR);
+	assert_non_null(strstr(r.text, "graph, llm"));
+	/* named or not, a graph stage's ASSIGN reaches the graph kind */
+	run(buf, assign_msg("{\"kind\":\"graph\",\"stage\":0,\"of\":2,\"first\":0,\"last\":2,"
+	                    "\"param_bytes\":0,\"digest\":\"1\",\"weights\":\"local\"}",
+	                    buf, sizeof(buf)), &r);
+	assert_non_null(strstr(r.text, "holds no model"));
+	/* and an LLM's the LLM kind */
+	run(buf, assign_msg("{\"kind\":\"llm\",\"stage\":0,\"of\":1,\"first\":0,\"last\":2,"
+	                    "\"max_sequences\":1,\"kv_bytes\":1,\"max_chunk\":1,"
+	                    "\"param_bytes\":0,\"digest\":\"1\",\"weights\":\"local\"}",
+	                    buf, sizeof(buf)), &r);
+	assert_int_equal(r.status, MU_EARG);
+	assert_non_null(strstr(r.text, "holds no checkpoint"));
+}
+
+/* Weights, LOAD and a stage's own messages before there is a stage. */
+static void test_out_of_order(void **state)
+{
+	static const int types[] = {MU_MSG_WEIGHTS, MU_MSG_TENSOR, MU_MSG_LOAD, MU_MSG_SEQ_FORWARD,
+	                            MU_MSG_FORWARD};
+	static const char *const says[] = {"WEIGHTS before an ASSIGN", "TENSOR before an ASSIGN",
+	                                   "LOAD with no stage streaming", "no stage is loaded",
+	                                   "no stage is loaded"};
+	unsigned char buf[MU_MSG_HEADER + 4];
+	reply_t r;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		mu__msg_t m = {(uint16_t)types[i], 0, 1, 0, 0, 0};
+		size_t n = MU_MSG_HEADER;
+
+		if (mu__msg_is_frame(types[i])) { /* an empty frame */
+			m.len = 4;
+			memset(buf + MU_MSG_HEADER, 0, 4);
+			n += 4;
+		}
+		mu__msg_encode(&m, buf);
+		run(buf, n, &r);
+		assert_int_equal(r.type, MU_MSG_ERROR);
+		if (strstr(r.text, says[i]) == NULL)
+			fail_msg("%s: \"%s\" does not say \"%s\"", mu__msg_type_name(types[i]), r.text,
+			         says[i]);
+	}
+}
+
 static int setup(void **state)
 {
 	mu_device_opts_t o;
@@ -168,6 +228,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_corpus_assign_last_2p40),
+		cmocka_unit_test(test_assign_kind),
+		cmocka_unit_test(test_out_of_order),
 		cmocka_unit_test(test_assign_numbers_out_of_range),
 		cmocka_unit_test(test_assign_in_range_reaches_the_model),
 	};

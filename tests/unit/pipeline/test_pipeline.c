@@ -19,7 +19,7 @@
 #include "core/time_int.h"
 #include "formats/safetensors_int.h"
 #include "pipeline/msg_int.h"
-#include "pipeline/pipeline_int.h"
+#include "pipeline/serve_int.h"
 
 static char dir[64];
 
@@ -201,6 +201,14 @@ static void test_header_typed_frames(void **state)
 	assert_int_equal(d.type, MU_MSG_FORWARD);
 	h[4] = 3;
 	assert_int_equal(mu__msg_decode(h, 1 << 20, &d), MU_EPROTO);
+	/* a typed frame under a version-1 header is what a version-1 reader
+	 * could not read: refused; F32 frames pass under either */
+	assert_int_equal(mu__msg_frame_check(1, &l), MU_EPROTO);
+	assert_int_equal(mu__msg_frame_check(2, &l), 0);
+	mu_tensor_free(l.t[1]);
+	l.n = 1;
+	assert_int_equal(mu__msg_frame_check(1, &l), 0);
+	assert_int_equal(mu__msg_frame_check(2, &l), 0);
 	mu_tensor_list_free(&l);
 }
 
@@ -606,6 +614,120 @@ static void test_session_cut_short(void **state)
 	               "truncated message: 16 of 200 ASSIGN body bytes, then the stream ended");
 }
 
+/* A FORWARD of one I32 tensor "x" [1] under a header of this version. */
+static size_t typed_forward(int version, unsigned char *h)
+{
+	mu__msg_t m = {MU_MSG_FORWARD, 0, 3, 0, 0, 0};
+	unsigned char *p = h + MU_MSG_HEADER;
+
+	mu_le32_put(p, 1);             /* one tensor */
+	mu_le32_put(p + 4, 1);         /* name "x" */
+	p[8] = 'x';
+	mu_le32_put(p + 9, 1 | MU_DTYPE_I32 << 8);
+	mu_le64_put(p + 13, 1);        /* dim 1 */
+	mu_le64_put(p + 21, 1);        /* numel 1 */
+	mu_le32_put(p + 29, 7);
+	m.len = 33;
+	mu__msg_encode(&m, h);
+	mu_le16_put(h + 4, (uint16_t)version);
+	return MU_MSG_HEADER + 33;
+}
+
+/* A version-1 header promises F32 tensors: one that carries another is
+ * a broken message, on the stage server and on a session alike. Under
+ * version 2 the same frame is read, and the stage says why it does not
+ * take it. */
+static void test_typed_frame_needs_version_2(void **state)
+{
+	unsigned char h[MU_MSG_HEADER + 64];
+	mu__serve_ctx_t ctx;
+	mu__chan_t ch;
+	mu_stream_t *st;
+	cluster_t c;
+	size_t n;
+	int sv[2], fd;
+
+	(void)state;
+	cluster_start(&c, 1, 2000);
+	n = typed_forward(1, h);
+	expect_error_after(c.addr[0], h, n, 0, MU_EPROTO, "a version-1 header carries only F32");
+	n = typed_forward(2, h);
+	fd = raw_connect(c.addr[0]);
+	assert_int_equal(raw_send_all(fd, h, n, mu__deadline(1000)), 0);
+	{
+		unsigned char r[MU_MSG_HEADER + 512];
+		mu__msg_t m;
+
+		assert_int_equal(raw_recv_all(fd, r, MU_MSG_HEADER, mu__deadline(5000)), 0);
+		assert_int_equal(mu__msg_decode(r, 1 << 20, &m), 0);
+		assert_int_equal(m.type, MU_MSG_ERROR);
+		assert_true(m.len < 512);
+		assert_int_equal(raw_recv_all(fd, r + MU_MSG_HEADER, m.len, mu__deadline(5000)), 0);
+		r[MU_MSG_HEADER + m.len] = '\0';
+		assert_non_null(strstr((char *)r + MU_MSG_HEADER, "input x has shape [1]"));
+	}
+	close(fd);
+	still_serves(&c);
+	cluster_stop(&c);
+	/* a session's blocking loop reads frames with mu__msg_recv_frame */
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.name = "test";
+	ctx.idle_ms = -1;
+	n = typed_forward(1, h);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(raw_send_all(sv[1], h, n, mu__deadline(1000)), 0);
+	assert_int_equal(mu__stream_tcp_new(sv[0], &st), 0);
+	mu__chan_init(&ch, st, NULL, 300, 1 << 20);
+	assert_int_equal(mu__serve_chan(&ch, &ctx), MU_EPROTO);
+	mu__stream_close(st);
+	expect_error_on(sv[1], MU_EPROTO, "bad FORWARD body");
+	close(sv[1]);
+}
+
+/* The graph kind: its table, and what a graph stage says of another
+ * kind's message. */
+static void test_stage_kinds(void **state)
+{
+	mu__serve_ctx_t ctx;
+	mu__msg_t m = {MU_MSG_SEQ_FORWARD, 0, 4, 1, 0, 0};
+	mu_tensor_list_t in;
+	mu__reply_t r;
+	mu_stage_t *s;
+	char err[512], names[64];
+
+	(void)state;
+	assert_int_equal(mu_stage_load(dir, 0, 1, &s, err, sizeof(err)), 0);
+	assert_ptr_equal(s->kind, &mu__stage_kind_graph);
+	assert_int_equal(s->kind->version, MU__STAGE_KIND_VERSION);
+	assert_ptr_equal(mu__stage_kind_find("graph"), &mu__stage_kind_graph);
+	assert_null(mu__stage_kind_find("tensor-parallel"));
+	assert_ptr_equal(mu__stage_kind_owning(MU_MSG_FORWARD), &mu__stage_kind_graph);
+	assert_null(mu__stage_kind_owning(MU_MSG_INFO));
+	assert_null(mu__stage_kind_owning(0));
+	mu__stage_kind_names(names, sizeof(names));
+	assert_string_equal(names, "graph, llm");
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.stage = s;
+	ctx.name = "test";
+	mu_tensor_list_init(&in);
+	mu__pipe_handle(&ctx, 1, &m, "", &in, &r);
+	assert_int_equal(r.m.type, MU_MSG_ERROR);
+	assert_int_equal(r.m.status, MU_EPROTO);
+	assert_false(r.fatal);
+	assert_string_equal(r.text, "SEQ_FORWARD is for llm stages; this is a stage of kind graph, "
+	                    "which answers INFO, FORWARD");
+	mu__reply_free(&r);
+	m.type = MU_MSG_INFO;
+	mu__pipe_handle(&ctx, 1, &m, "", &in, &r);
+	assert_int_equal(r.m.type, MU_MSG_INFO);
+	assert_ptr_equal(r.text, mu_stage_describe(s));
+	mu__reply_free(&r);
+	assert_int_equal(mu_stage_set_threads(s, 0), MU_EARG);
+	assert_int_equal(mu_stage_set_threads(s, 2), 0);
+	mu_stage_free(s);
+	mu_stage_free(NULL);
+}
+
 /* Connections that never send cannot lock a server out: the newest
  * displaces the oldest of them; only busy ones make a newcomer refused. */
 static void test_connection_limit(void **state)
@@ -794,6 +916,8 @@ int main(void)
 		cmocka_unit_test(test_stage_gone),
 		cmocka_unit_test(test_bad_peers),
 		cmocka_unit_test(test_truncated_frame),
+		cmocka_unit_test(test_typed_frame_needs_version_2),
+		cmocka_unit_test(test_stage_kinds),
 		cmocka_unit_test(test_session_cut_short),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_silent_timeout),
