@@ -313,8 +313,8 @@ const char *mu_device_describe(const mu_device_t *d)
 
 /* ---- a session ---- */
 
-/* A graph stage's forwards use the device's OpenBLAS threads (an LLM
- * stage's own kernel pool got as many when it was opened). */
+/* A graph stage's forwards split their products over the device's threads
+ * (an LLM stage's own kernel pool got as many when it was opened). */
 static void ready(mu__serve_ctx_t *ctx, const mu_device_t *d, uint64_t id, mu_stage_t *s,
                   mu__reply_t *r)
 {

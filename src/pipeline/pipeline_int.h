@@ -35,7 +35,8 @@ struct mu_stage_s {
 	double load_ms;
 	char *desc;            /* JSON */
 	uv_mutex_t lock;  /* one forward at a time */
-	int threads;           /* OpenBLAS threads of its forwards; 1 */
+	mu__pool_t *pool;      /* its forwards' products split over it; NULL:
+	                        * one thread (mu_stage_set_threads) */
 	struct mu__llm_stage_s *llm; /* set: a decoder LLM's stage (pipeline/llm/stage.c) */
 };
 

@@ -14,7 +14,6 @@
 #include "core/buf_int.h"
 #include "core/json_int.h"
 #include "core/time_int.h"
-#include "kern/blas_int.h"
 #include "pipeline/pipeline_int.h"
 
 static void tensor_free(void *t)
@@ -31,18 +30,19 @@ static mu_stage_t *stage_alloc(void)
 	mu__strmap_init(&s->in_shapes);
 	mu__strmap_init(&s->params);
 	uv_mutex_init(&s->lock);
-	s->threads = 1;
 	return s;
 }
 
 int mu_stage_set_threads(mu_stage_t *s, int threads)
 {
-	if (s == NULL || threads < 1)
+	int rc;
+
+	if (s == NULL)
 		return MU_EARG;
 	uv_mutex_lock(&s->lock); /* not under a forward */
-	s->threads = threads;
+	rc = mu__model_pool_set(&s->pool, threads);
 	uv_mutex_unlock(&s->lock);
-	return 0;
+	return rc;
 }
 
 void mu_stage_free(mu_stage_t *s)
@@ -57,6 +57,7 @@ void mu_stage_free(mu_stage_t *s)
 	mu_model_close(s->model);
 	mu__free(s->desc);
 	mu__llm_stage_free(s->llm);
+	mu__pool_free(s->pool);
 	uv_mutex_destroy(&s->lock);
 	mu__free(s);
 }
@@ -389,10 +390,8 @@ int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *in, mu_tensor_list_t
 	if (rc != 0)
 		return rc;
 	uv_mutex_lock(&s->lock);
-	mu__blas_enter(s->threads);
-	rc = mu__exec_run(s->g, io->first, io->last, &s->params, in, io->outputs, io->noutputs,
-	                  out, why, sizeof(why));
-	mu__blas_leave();
+	rc = mu__exec_run_pool(s->pool, s->g, io->first, io->last, &s->params, in, io->outputs,
+	                       io->noutputs, out, why, sizeof(why));
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		snprintf(err, el, "%s", why);
