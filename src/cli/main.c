@@ -9,7 +9,7 @@
 
 #include "muster/common.h"
 #include "cli/cli_int.h"
-#include "core/progress_int.h"
+#include "cli/progress_int.h"
 
 static const struct {
 	const char *name;
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 	 * count is the program's to set, and this is the program. */
 	openblas_set_num_threads(1);
 	/* status lines for long steps, when stderr is a terminal then */
-	mu__progress_enable(1);
+	cli_progress_install();
 	for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)
 			return commands[i].fn(argc - 1, argv + 1);
