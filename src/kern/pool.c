@@ -12,7 +12,13 @@
  * claims a chunk with a compare-and-swap on one word holding the job's
  * number and the next chunk, and reads the job's fields (atomics) before
  * that CAS: if the CAS succeeds, the job was not over, so the fields it
- * read were that job's; if not, it read nothing it will use.
+ * read were that job's; if not, it read nothing it will use. For that the
+ * caller first closes the word (the new job's number, no chunk left), then
+ * writes the fields (release), then opens it: a worker that read a field
+ * of the new job (acquire) sees the closed word or later, so its CAS from
+ * the old job's word fails. Without the closing, a late worker could pair
+ * the old job's word with the new job's fields and run a chunk of the new
+ * job before it started, and count it done twice.
  *
  * A decode step calls the pool several times per layer with little work
  * each, so waking must be fast: a waiting thread spins on the job counter
@@ -60,7 +66,8 @@ struct mu__pool_s {
 	atomic_int sleepers;        /* workers asleep (or about to be) on wake */
 	atomic_int caller_asleep;
 	atomic_int stop;
-	/* the current job: written by the caller before it sets claim */
+	/* the current job: written by the caller between closing claim and
+	 * opening it (release), read by workers before their CAS (acquire) */
 	_Atomic(mu__pool_fn) fn;     /* one of fn and ifn is set */
 	_Atomic(mu__pool_ifn) ifn;
 	_Atomic(void *) arg;
@@ -91,13 +98,13 @@ static void work(mu__pool_t *p, uint32_t g, int self)
 		void *arg;
 		int64_t n, chunk, lo;
 
-		if ((uint32_t)(c >> 32) != g || idx >= atomic_load_explicit(&p->nchunks, memory_order_relaxed))
+		if ((uint32_t)(c >> 32) != g || idx >= atomic_load_explicit(&p->nchunks, memory_order_acquire))
 			return;
-		fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-		ifn = atomic_load_explicit(&p->ifn, memory_order_relaxed);
-		arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-		n = atomic_load_explicit(&p->n, memory_order_relaxed);
-		chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+		fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+		ifn = atomic_load_explicit(&p->ifn, memory_order_acquire);
+		arg = atomic_load_explicit(&p->arg, memory_order_acquire);
+		n = atomic_load_explicit(&p->n, memory_order_acquire);
+		chunk = atomic_load_explicit(&p->chunk, memory_order_acquire);
 		if (!atomic_compare_exchange_weak(&p->claim, &c, c + 1))
 			continue;
 		lo = (int64_t)idx * chunk;
@@ -241,12 +248,13 @@ static void run(mu__pool_t *p, mu__pool_fn fn, mu__pool_ifn ifn, void *arg, int6
 	chunk = (n + chunks - 1) / chunks;
 	nch = (uint32_t)((n + chunk - 1) / chunk);
 	g = (uint32_t)atomic_load(&p->gen) + 1;
-	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-	atomic_store_explicit(&p->ifn, ifn, memory_order_relaxed);
-	atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-	atomic_store_explicit(&p->n, n, memory_order_relaxed);
-	atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
-	atomic_store_explicit(&p->nchunks, nch, memory_order_relaxed);
+	atomic_store(&p->claim, (uint64_t)g << 32 | UINT32_MAX); /* closed: see the top */
+	atomic_store_explicit(&p->fn, fn, memory_order_release);
+	atomic_store_explicit(&p->ifn, ifn, memory_order_release);
+	atomic_store_explicit(&p->arg, arg, memory_order_release);
+	atomic_store_explicit(&p->n, n, memory_order_release);
+	atomic_store_explicit(&p->chunk, chunk, memory_order_release);
+	atomic_store_explicit(&p->nchunks, nch, memory_order_release);
 	atomic_store(&p->finished, 0);
 	atomic_store(&p->claim, (uint64_t)g << 32);
 	atomic_store(&p->gen, g);
