@@ -15,7 +15,9 @@
 #include "muster/common.h"
 #include "muster/etcd.h"
 #include "muster/md.h"
+#include "muster/model.h"
 #include "muster/pipeline.h"
+#include "muster/serve.h"
 #include "muster/server.h"
 #include "muster/store.h"
 #include "muster/stream.h"
@@ -122,6 +124,57 @@ static const mu__layout_field_t cluster_opts[] = {
 	F(mu_cluster_opts_t, max_replacements), F(mu_cluster_opts_t, coord),
 	F(mu_cluster_opts_t, say), F(mu_cluster_opts_t, ud), {0}};
 
+static const mu__layout_field_t llm_stage_opts[] = {
+	F(mu_llm_stage_opts_t, struct_size), F(mu_llm_stage_opts_t, tokenizer),
+	F(mu_llm_stage_opts_t, index), F(mu_llm_stage_opts_t, of),
+	F(mu_llm_stage_opts_t, first), F(mu_llm_stage_opts_t, last),
+	F(mu_llm_stage_opts_t, threads), F(mu_llm_stage_opts_t, max_seqs),
+	F(mu_llm_stage_opts_t, kv_bytes), F(mu_llm_stage_opts_t, max_chunk), {0}};
+
+static const mu__layout_field_t llm_plan_opts[] = {
+	F(mu_llm_plan_opts_t, struct_size), F(mu_llm_plan_opts_t, stages),
+	F(mu_llm_plan_opts_t, budgets), F(mu_llm_plan_opts_t, nbudgets),
+	F(mu_llm_plan_opts_t, ctx), F(mu_llm_plan_opts_t, max_seqs), {0}};
+
+static const mu__layout_field_t llm_plan_stage[] = {
+	F(mu_llm_plan_stage_t, device), F(mu_llm_plan_stage_t, first),
+	F(mu_llm_plan_stage_t, last), F(mu_llm_plan_stage_t, embeds),
+	F(mu_llm_plan_stage_t, head), F(mu_llm_plan_stage_t, weight_bytes),
+	F(mu_llm_plan_stage_t, kv_bytes), {0}};
+
+static const mu__layout_field_t serve_opts[] = {
+	F(mu_serve_opts_t, struct_size), F(mu_serve_opts_t, model),
+	F(mu_serve_opts_t, tokenizer), F(mu_serve_opts_t, stages),
+	F(mu_serve_opts_t, nstages), F(mu_serve_opts_t, coord),
+	F(mu_serve_opts_t, cluster), F(mu_serve_opts_t, max_seqs),
+	F(mu_serve_opts_t, replay_bytes), F(mu_serve_opts_t, threads),
+	F(mu_serve_opts_t, ctx), F(mu_serve_opts_t, chunk),
+	F(mu_serve_opts_t, parallel), F(mu_serve_opts_t, batch),
+	F(mu_serve_opts_t, keepalive_ms), F(mu_serve_opts_t, host),
+	F(mu_serve_opts_t, port), F(mu_serve_opts_t, model_name),
+	F(mu_serve_opts_t, max_conns), F(mu_serve_opts_t, max_body),
+	F(mu_serve_opts_t, io_timeout_ms), F(mu_serve_opts_t, api_key),
+	F(mu_serve_opts_t, api_key_file), F(mu_serve_opts_t, metrics),
+	F(mu_serve_opts_t, max_tokens), F(mu_serve_opts_t, temperature),
+	F(mu_serve_opts_t, top_k), F(mu_serve_opts_t, top_p),
+	F(mu_serve_opts_t, have_seed), F(mu_serve_opts_t, seed),
+	F(mu_serve_opts_t, no_bos), F(mu_serve_opts_t, ignore_eos),
+	F(mu_serve_opts_t, chat_template), {0}};
+
+static const mu__layout_field_t metrics_server_opts[] = {
+	F(mu_metrics_server_opts_t, struct_size), F(mu_metrics_server_opts_t, host),
+	F(mu_metrics_server_opts_t, port), F(mu_metrics_server_opts_t, serve), {0}};
+static const mu__layout_field_t store_request[] = {
+	F(mu_store_request_t, struct_size), F(mu_store_request_t, dialect),
+	F(mu_store_request_t, op), F(mu_store_request_t, key), F(mu_store_request_t, key_len),
+	F(mu_store_request_t, value), F(mu_store_request_t, value_len),
+	F(mu_store_request_t, desired), F(mu_store_request_t, desired_len),
+	F(mu_store_request_t, delta), F(mu_store_request_t, nonce), {0}};
+
+static const mu__layout_field_t safetensors_desc[] = {
+	F(mu_safetensors_desc_t, name), F(mu_safetensors_desc_t, dtype),
+	F(mu_safetensors_desc_t, rank), F(mu_safetensors_desc_t, dims), {0}};
+
 #define T(type, fields) {#type, sizeof(type), fields}
 
 static const mu__layout_t types[] = {
@@ -140,6 +193,13 @@ static const mu__layout_t types[] = {
 	T(mu_coord_opts_t, coord_opts),
 	T(mu_cluster_opts_t, cluster_opts),
 	T(mu_secure_opts_t, secure_opts),
+	T(mu_llm_stage_opts_t, llm_stage_opts),
+	T(mu_llm_plan_opts_t, llm_plan_opts),
+	T(mu_llm_plan_stage_t, llm_plan_stage),
+	T(mu_serve_opts_t, serve_opts),
+	T(mu_metrics_server_opts_t, metrics_server_opts),
+	T(mu_store_request_t, store_request),
+	T(mu_safetensors_desc_t, safetensors_desc),
 	{NULL, 0, NULL}};
 
 const mu__layout_t *mu__layouts(void)

@@ -99,7 +99,7 @@ static int fail(const gen_args_t *a, const char *what, const char *why)
 	return 1;
 }
 
-static int check_args(const gen_args_t *a)
+int gen_args_check(const gen_args_t *a)
 {
 	const char *bad = NULL;
 	uint64_t size;
@@ -265,7 +265,7 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 
 	memset(r, 0, sizeof(*r));
 	r->a = *a;
-	if ((rc = check_args(a)) != 0)
+	if ((rc = gen_args_check(a)) != 0)
 		return rc;
 	if ((rc = mu__llm_src_open(a->model, a->tokenizer, &r->src, why, sizeof(why))) != 0)
 		return fail(&r->a, "cannot open the model", why);
