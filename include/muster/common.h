@@ -16,14 +16,16 @@
  * the return value. An asynchronous operation's reason travels with its
  * completion instead (mu_md_event_t's detail), since no call is waiting.
  *
- * Global state: the log sink and the allocator are the only process-wide
- * settings. Set them once, before any other muster call, from one thread.
+ * Global state: the log sink, the progress sink and the allocator are the
+ * only process-wide settings. Set them once, before any other muster call,
+ * from one thread.
  */
 #ifndef MUSTER_COMMON_H
 #define MUSTER_COMMON_H
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "muster/version.h"
 
@@ -91,6 +93,50 @@ MU_EXTERN void mu_log_set_sink(mu_log_sink_cb cb, void *ud,
  */
 MU_EXTERN void mu_log_stderr_sink(mu_log_level_t level, const char *module,
                                   const char *msg, void *ud);
+
+/*
+ * Progress of the library's long steps, for a program that shows it (the
+ * muster command draws a status line on a terminal; the library draws
+ * nothing). A step -- streaming a stage's weights to a device, hashing a
+ * large checkpoint, waiting for devices -- is one MU_PROGRESS_BEGIN, then
+ * any number of MU_PROGRESS_BYTES or MU_PROGRESS_STATE, then one
+ * MU_PROGRESS_END, all with the step's id and all from the one thread
+ * that runs the step. Steps on different threads interleave.
+ */
+typedef enum {
+	MU_PROGRESS_BEGIN = 0, /* a step starts: what, total */
+	MU_PROGRESS_BYTES = 1, /* done of total bytes */
+	MU_PROGRESS_STATE = 2, /* where the step stands, in words: state */
+	MU_PROGRESS_END = 3    /* the step is over, done or failed */
+} mu_progress_kind_t;
+
+typedef struct {
+	size_t struct_size;       /* what the library filled: fields past it
+	                             are absent (an older library) */
+	mu_progress_kind_t kind;
+	uint64_t id;              /* the step's, unique in the process */
+	const char *what;         /* the step in words: "weights -> HOST:PORT",
+	                             "hashing FILE", "devices" */
+	uint64_t done;            /* BYTES: bytes so far (the last event of a
+	                             step that finished has done == total) */
+	uint64_t total;           /* bytes in all; 0 when unknown */
+	const char *state;        /* STATE: "1 of 2 devices; waiting for key K,
+	                             3 s"; NULL for the other kinds */
+	int changed;              /* STATE: more than its clock changed since
+	                             the last one (worth showing at once) */
+	int64_t elapsed_ms;       /* since the step's BEGIN (monotonic) */
+} mu_progress_event_t;
+
+/* Receives each event; the event and its strings live for the call. */
+typedef void (*mu_progress_sink_cb)(const mu_progress_event_t *ev, void *ud);
+
+/*
+ * Install the sink; NULL (the default) for none, and with none the
+ * library reports no progress at all. The sink is called on the step's
+ * thread, between pieces of its work: it must be thread-safe and quick.
+ * Not thread-safe: call before starting anything, as mu_log_set_sink.
+ */
+MU_EXTERN void mu_progress_set_sink(mu_progress_sink_cb cb, void *ud);
 
 /*
  * Replace the allocator used by libmuster. All three must be given (NULL

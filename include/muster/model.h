@@ -100,14 +100,25 @@ MU_EXTERN int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs,
                            mu_tensor_list_t *out, char *err, size_t errlen);
 
 /*
- * How many OpenBLAS threads the model's forwards (mu_model_run), or the
- * stage's (mu_stage_forward), use; 1 unless set. OpenBLAS has one thread
- * count for the whole process, shared with everything else in it that
- * uses OpenBLAS (numpy, under the Python binding): a forward sets it as
- * it starts and puts the caller's count back as it returns, so outside
- * the library's calls the count is whatever the program set. Forwards
- * that overlap in one process run at the count of the first to start.
- * MU_EARG for threads < 1. Not during a forward of the same object.
+ * How many threads the model's forwards (mu_model_run), or the stage's
+ * (mu_stage_forward), split their matrix products over (matmul, gemm,
+ * conv): the object's own pool, the calling thread counted; 1 unless set.
+ * The outputs are the same bits at every count.
+ *
+ * OpenBLAS, which computes each piece, has one thread count for the whole
+ * process, shared with everything else in it that uses OpenBLAS (numpy,
+ * under the Python binding). That count is the program's: the library
+ * never reads or changes it. The bits the library promises (a split run
+ * equal to the whole run, any thread count here) are those of OpenBLAS
+ * on one thread, so a program that wants them sets that once, before its
+ * first forward (openblas_set_num_threads(1), or OPENBLAS_NUM_THREADS=1 in
+ * the environment); the muster command does so at start. With more,
+ * OpenBLAS adds its own threads inside each piece, and its threaded code
+ * rounds differently.
+ *
+ * MU_EARG for threads < 1; a thread error, or MU_ENOMEM, when the threads
+ * cannot start (the count then stays as it was). Not during a forward of
+ * the same object.
  */
 MU_EXTERN int mu_model_set_threads(mu_model_t *m, int threads);
 

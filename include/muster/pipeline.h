@@ -56,7 +56,9 @@ MU_EXTERN int mu_stage_load_range(const char *dir, int i, int n, int first,
 MU_EXTERN int mu_stage_forward(mu_stage_t *s, const mu_tensor_list_t *inputs,
                                mu_tensor_list_t *out, char *err,
                                size_t errlen);
-/* OpenBLAS threads of its forwards; see mu_model_set_threads. */
+/* Threads its forwards split their products over, and what OpenBLAS's own
+ * count must be for the promised bits: see mu_model_set_threads. Waits for
+ * a forward under way. */
 MU_EXTERN int mu_stage_set_threads(mu_stage_t *s, int threads);
 /* The stage's description as JSON text (the INFO message's body). */
 MU_EXTERN const char *mu_stage_describe(const mu_stage_t *s);
@@ -212,8 +214,8 @@ typedef struct {
 	size_t struct_size;       /* set by mu_device_opts_init */
 	const char *key;            /* the tracker key it registers under */
 	uint64_t mem_budget;        /* bytes of weights; 0: MemAvailable now */
-	int threads;                /* threads per forward, default 1: OpenBLAS
-	                               for a graph stage (mu_stage_set_threads),
+	int threads;                /* threads per forward, default 1: a graph
+	                               stage's products (mu_stage_set_threads),
 	                               the kernels' pool for an LLM stage */
 	const char *const *models;  /* models held here: graph model
 	                               directories, or decoder LLM checkpoints

@@ -17,9 +17,9 @@
 
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
+#include "cli/progress_int.h"
 #include "core/net_int.h"
 #include "core/proc_int.h"
-#include "core/progress_int.h"
 #include "core/time_int.h"
 
 /* ---- run ---- */
@@ -217,7 +217,7 @@ void cli_print_cluster(mu_cluster_t *c, int json, double wall_ms, int forwards, 
 static void say_stderr(void *ud, const char *line)
 {
 	(void)ud;
-	mu__progress_clear();
+	cli_progress_clear();
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -333,7 +333,7 @@ static int open_cluster(run_t *r)
 	o.coord = &co;
 	o.say = r->quiet ? NULL : say_stderr;
 	if (r->quiet)
-		mu__progress_enable(0);
+		cli_progress_enable(0);
 	return mu_cluster_start(r->m, &o, &r->cl, r->err, sizeof(r->err));
 }
 

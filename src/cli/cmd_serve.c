@@ -16,10 +16,10 @@
 #include "muster/serve.h"
 #include "cli/cli_int.h"
 #include "cli/gen_int.h"
+#include "cli/progress_int.h"
 #include "cli/svc_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
-#include "core/progress_int.h"
 
 #define SERVE_OPTS (6 + CLI_SVC_NOPTS)
 #define MAX_STAGES 1024
@@ -101,7 +101,7 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 static void narrate(void *ud, const char *line)
 {
 	(void)ud;
-	mu__progress_clear();
+	cli_progress_clear();
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -159,7 +159,7 @@ static int placement(gen_args_t *a, serve_run_t *sr)
 	sr->cluster.coord = &sr->coord;
 	sr->cluster.say = a->quiet ? NULL : narrate;
 	if (a->quiet)
-		mu__progress_enable(0);
+		cli_progress_enable(0);
 	sr->o.cluster = &sr->cluster;
 	sr->o.max_seqs = a->max_seqs;
 	return 0;

@@ -11,9 +11,9 @@
 
 #include "muster/common.h"
 #include "cli/gen_int.h"
+#include "cli/progress_int.h"
 #include "core/alloc_int.h"
 #include "core/net_int.h"
-#include "core/progress_int.h"
 #include "pipeline/llm/cluster_int.h"
 #include "pipeline/llm/coord_int.h"
 #include "pipeline/llm/link_int.h"
@@ -212,7 +212,7 @@ static int open_remote(gen_run_t *r)
 static void narrate(void *ud, const char *line)
 {
 	(void)ud;
-	mu__progress_clear();
+	cli_progress_clear();
 	fprintf(stderr, "%s\n", line);
 }
 
@@ -242,7 +242,7 @@ static int open_cluster(gen_run_t *r)
 	o.coord.sec = r->sec;
 	o.pool.say = r->a.quiet ? NULL : narrate;
 	if (r->a.quiet)
-		mu__progress_enable(0);
+		cli_progress_enable(0);
 	o.devices = r->a.devices;
 	o.weights = r->a.weights == NULL || strcmp(r->a.weights, "auto") == 0 ? MU_WEIGHTS_AUTO
 	          : strcmp(r->a.weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;

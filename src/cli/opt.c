@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli_int.h"
+#include "cli/progress_int.h"
 #include "core/cidr_int.h"
 #include "core/log_int.h"
 
@@ -369,7 +370,7 @@ int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec)
 	/* a client command logs nothing by default, but why a peer refused
 	 * it (a certificate, a secret) is logged: show that much */
 	if (*sec != NULL && !mu__log_enabled(MU_LOG_WARN))
-		mu_log_set_sink(mu_log_stderr_sink, NULL, MU_LOG_WARN);
+		mu_log_set_sink(cli_log_stderr_sink, NULL, MU_LOG_WARN);
 	return 0;
 }
 

@@ -11,7 +11,6 @@
 
 #include "muster/common.h"
 #include "core/log_int.h"
-#include "core/progress_int.h"
 
 static mu_log_sink_cb sink_cb;
 static void *sink_ud;
@@ -140,8 +139,6 @@ void mu_log_stderr_sink(mu_log_level_t level, const char *module,
 	(void)ud;
 	/* One fprintf per line: stdio locks the stream, so threads' lines
 	 * never interleave mid-line. */
-	if (mu__log_format(line, sizeof(line), 0, level, module, msg) > 0) {
-		mu__progress_clear(); /* a status line on show would run into it */
+	if (mu__log_format(line, sizeof(line), 0, level, module, msg) > 0)
 		fputs(line, stderr);
-	}
 }

@@ -60,8 +60,8 @@ static void mark_last(const mu__graph_t *g, int first, int last, mu__strmap_t *l
 			               (void *)(intptr_t)(i + 1), NULL);
 }
 
-static int run_node(const mu__node_t *n, mu__strmap_t *env, const mu__strmap_t *params,
-                    char *why, size_t wl)
+static int run_node(mu__pool_t *pool, const mu__node_t *n, mu__strmap_t *env,
+                    const mu__strmap_t *params, char *why, size_t wl)
 {
 	mu_tensor_t *in[MU_NODE_MAX_IO], *out[MU_NODE_MAX_IO] = {0};
 	mu__shape_t si[MU_NODE_MAX_IO], so[MU_NODE_MAX_IO];
@@ -82,7 +82,7 @@ static int run_node(const mu__node_t *n, mu__strmap_t *env, const mu__strmap_t *
 	for (j = 0; rc == 0 && j < n->nout; j++)
 		rc = mu_tensor_new_typed(n->out[j], so[j].dtype, so[j].rank, so[j].dims, &out[j]);
 	if (rc == 0) {
-		rc = n->op->run(n, in, out);
+		rc = n->op->run_pool != NULL ? n->op->run_pool(pool, n, in, out) : n->op->run(n, in, out);
 		if (rc != 0)
 			snprintf(why, wl, "node %.100s (%s) failed: %s", n->name, n->op->name,
 			         rc == MU_EPROTO ? "bad input values (an id outside the table?)" : mu_strerror(rc));
@@ -113,6 +113,14 @@ int mu__exec_run(const mu__graph_t *g, int first, int last,
                  char *const *want, int nwant, mu_tensor_list_t *out,
                  char *why, size_t wl)
 {
+	return mu__exec_run_pool(NULL, g, first, last, params, inputs, want, nwant, out, why, wl);
+}
+
+int mu__exec_run_pool(mu__pool_t *pool, const mu__graph_t *g, int first, int last,
+                      const mu__strmap_t *params, const mu_tensor_list_t *inputs,
+                      char *const *want, int nwant, mu_tensor_list_t *out,
+                      char *why, size_t wl)
+{
 	mu__strmap_t env, lastuse;
 	int i, rc = 0;
 
@@ -122,7 +130,7 @@ int mu__exec_run(const mu__graph_t *g, int first, int last,
 	for (i = 0; rc == 0 && inputs != NULL && (size_t)i < inputs->n; i++)
 		rc = put(&env, inputs->t[i], 0);
 	for (i = first; rc == 0 && i < last; i++) {
-		rc = run_node(&g->nodes[i], &env, params, why, wl);
+		rc = run_node(pool, &g->nodes[i], &env, params, why, wl);
 		if (rc == 0) {
 			/* wanted values must survive their last reader */
 			for (int k = 0; k < nwant; k++) {

@@ -28,6 +28,7 @@
 #include <cjson/cJSON.h>
 
 #include "muster/tensor.h"
+#include "kern/kern_int.h"
 #include "core/strmap_int.h"
 
 #define MU_GRAPH_MAX_BYTES (64u << 20)
@@ -92,6 +93,11 @@ typedef struct {
  *
  * A node has from min_out (0: nout) to nout outputs; shape and run fill
  * the node's n->nout of them.
+ *
+ * run_pool, set by the ops whose products go through mu__sgemm (matmul,
+ * gemm, conv, conv_transpose), is run with the executor's pool to split
+ * them over; the executor calls it instead of run, which is then the same
+ * on no pool. The results do not depend on the pool (kern/blas_int.h).
  */
 struct mu__op_s {
 	const char *name;
@@ -103,6 +109,8 @@ struct mu__op_s {
 	double (*flops)(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out);
 	int typed;
 	int min_out;
+	int (*run_pool)(mu__pool_t *pool, const mu__node_t *n, mu_tensor_t *const *in,
+	                mu_tensor_t **out);
 };
 
 const mu__op_t *mu__op_find(const char *name);
@@ -140,6 +148,12 @@ int mu__exec_run(const mu__graph_t *g, int first, int last,
                  const mu__strmap_t *params, const mu_tensor_list_t *inputs,
                  char *const *want, int nwant, mu_tensor_list_t *out,
                  char *why, size_t wl);
+/* The same, the products split over pool (NULL: all on this thread, as
+ * mu__exec_run); the outputs are the same bits either way. */
+int mu__exec_run_pool(mu__pool_t *pool, const mu__graph_t *g, int first, int last,
+                      const mu__strmap_t *params, const mu_tensor_list_t *inputs,
+                      char *const *want, int nwant, mu_tensor_list_t *out,
+                      char *why, size_t wl);
 
 /* Shapes of every value of g from its declared input shapes (planning). */
 int mu__graph_shapes(const mu__graph_t *g, const mu__strmap_t *param_shapes,

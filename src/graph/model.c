@@ -15,7 +15,6 @@
 #include "core/cut_int.h"
 #include "core/error_int.h"
 #include "core/proc_int.h"
-#include "kern/blas_int.h"
 #include "graph/model_int.h"
 
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n)
@@ -98,7 +97,6 @@ int mu_model_open(const char *dir, mu_model_t **out, char *err, size_t el)
 	mu__strmap_init(&m->pshapes);
 	mu__strmap_init(&m->shapes);
 	mu__strmap_init(&m->loaded);
-	m->threads = 1;
 	/* read once: the text parsed is the text digested, and the text a
 	 * cluster streams to its devices (mu__model_text) */
 	snprintf(path, sizeof(path), "%s/model.json", dir);
@@ -161,6 +159,7 @@ void mu_model_close(mu_model_t *m)
 	mu__strmap_free(&m->shapes, mu__free);
 	mu__graph_free(&m->g);
 	mu__st_close(&m->st);
+	mu__pool_free(m->pool);
 	mu__free(m->text);
 	mu__free(m->flops);
 	mu__free(m->dir);
@@ -459,22 +458,33 @@ int mu_model_run(mu_model_t *m, const mu_tensor_list_t *inputs, mu_tensor_list_t
 		}
 	}
 	if (rc == 0) {
-		mu__blas_enter(m->threads);
-		rc = mu__exec_run(&m->g, 0, m->g.nnodes, &m->loaded, inputs, m->g.outputs,
-		                  m->g.noutputs, out, why, sizeof(why));
-		mu__blas_leave();
+		rc = mu__exec_run_pool(m->pool, &m->g, 0, m->g.nnodes, &m->loaded, inputs,
+		                       m->g.outputs, m->g.noutputs, out, why, sizeof(why));
 		if (rc != 0)
 			snprintf(err, el, "%s", why);
 	}
 	return rc;
 }
 
+int mu__model_pool_set(mu__pool_t **pool, int threads)
+{
+	mu__pool_t *p = NULL;
+	int rc;
+
+	if (threads < 1)
+		return MU_EARG;
+	if (threads == mu__pool_threads(*pool))
+		return 0;
+	if (threads > 1 && (rc = mu__pool_new(threads, &p)) != 0)
+		return rc; /* the old pool stays */
+	mu__pool_free(*pool);
+	*pool = p;
+	return 0;
+}
+
 int mu_model_set_threads(mu_model_t *m, int threads)
 {
-	if (m == NULL || threads < 1)
-		return MU_EARG;
-	m->threads = threads;
-	return 0;
+	return m == NULL ? MU_EARG : mu__model_pool_set(&m->pool, threads);
 }
 
 /* ---- tensors in files ---- */

@@ -30,7 +30,8 @@ struct mu_model_s {
 	uint64_t param_bytes;
 	uint64_t digest;
 	mu__strmap_t loaded;   /* mu_model_run's weights: name -> tensor */
-	int threads;           /* OpenBLAS threads of mu_model_run; 1 */
+	mu__pool_t *pool;      /* mu_model_run's products split over it;
+	                        * NULL: one thread (mu_model_set_threads) */
 };
 
 struct mu_plan_s {
@@ -40,6 +41,11 @@ struct mu_plan_s {
 /* FNV-1a, 64 bits, continued from h (start with MU_FNV_INIT). */
 #define MU_FNV_INIT 0xcbf29ce484222325ULL
 uint64_t mu__fnv(uint64_t h, const void *p, size_t n);
+
+/* *pool becomes a pool of threads threads (NULL for 1), the old one freed:
+ * mu_model_set_threads and mu_stage_set_threads. MU_EARG for threads < 1;
+ * when the threads cannot start, the error and *pool unchanged. */
+int mu__model_pool_set(mu__pool_t **pool, int threads);
 
 /* "[1, 2400]" */
 void mu__dims_text(uint32_t rank, const uint64_t *dims, char *buf, size_t len);

@@ -15,10 +15,10 @@
 #include <math.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "core/alloc_int.h"
 #include "graph/conv_int.h"
+#include "kern/blas_int.h"
 
 /* An int list attr of length want (absent: every entry dflt); -1 when it
  * is there with another length. */
@@ -277,7 +277,8 @@ static void depthwise(const mu__geom_t *g, const float *restrict x, const float 
 	}
 }
 
-static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+static int conv_run_pool(mu__pool_t *pool, const mu__node_t *n, mu_tensor_t *const *in,
+                         mu_tensor_t **out)
 {
 	mu__shape_t s[3];
 	mu__geom_t g;
@@ -322,9 +323,9 @@ static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 			if (cg * kk == 0) {
 				memset(y, 0, (size_t)(mg * pos) * 4);
 			} else {
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)mg, (blasint)pos,
-				            (blasint)(cg * kk), 1.0f, in[1]->data + gr * mg * cg * kk,
-				            (blasint)(cg * kk), dir ? x : cols, (blasint)pos, 0.0f, y, (blasint)pos);
+				mu__sgemm(pool, 0, 0, (int64_t)mg, (int64_t)pos, (int64_t)(cg * kk), 1.0f,
+				          in[1]->data + gr * mg * cg * kk, (int64_t)(cg * kk), dir ? x : cols,
+				          (int64_t)pos, 0.0f, y, (int64_t)pos);
 			}
 			for (uint64_t m = 0; n->nin == 3 && m < mg; m++) {
 				float bias = in[2]->data[gr * mg + m];
@@ -337,6 +338,11 @@ static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	return 0;
 }
 
+static int conv_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	return conv_run_pool(NULL, n, in, out);
+}
+
 static double conv_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
 {
 	uint64_t w = mu__shape_numel(&in[1]);
@@ -346,7 +352,8 @@ static double conv_flops(const mu__node_t *n, const mu__shape_t *in, const mu__s
 	return 2.0 * (double)mu__shape_numel(&out[0]) * (double)(in[1].dims[0] ? w / in[1].dims[0] : 0);
 }
 
-const mu__op_t mu__op_conv = {"conv", 2, 3, 1, mu__conv_check, conv_shape, conv_run, conv_flops, 0, 0};
+const mu__op_t mu__op_conv = {"conv", 2, 3, 1, mu__conv_check, conv_shape, conv_run, conv_flops, 0, 0,
+                              conv_run_pool};
 
 /* ---- conv_transpose (x, w[, b]): w is [C, M/group, K...] ---- */
 
@@ -435,7 +442,8 @@ static void col2im(const mu__geom_t *g, const float *cols, uint64_t mg, float *y
 		}
 }
 
-static int convt_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+static int convt_run_pool(mu__pool_t *pool, const mu__node_t *n, mu_tensor_t *const *in,
+                          mu_tensor_t **out)
 {
 	mu__shape_t s[3];
 	mu__geom_t g;
@@ -461,10 +469,10 @@ static int convt_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **
 	for (uint64_t b = 0; b < g.n; b++)
 		for (uint64_t gr = 0; gr < g.group; gr++) {
 			/* cols [mg * kk, pin] = W_g^T [mg * kk, cg] x X_g [cg, pin] */
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)(mg * kk), (blasint)pin,
-			            (blasint)cg, 1.0f, in[1]->data + gr * cg * mg * kk, (blasint)(mg * kk),
-			            in[0]->data + (b * g.c + gr * cg) * pin, (blasint)pin, 0.0f, cols,
-			            (blasint)pin);
+			mu__sgemm(pool, 1, 0, (int64_t)(mg * kk), (int64_t)pin, (int64_t)cg, 1.0f,
+			          in[1]->data + gr * cg * mg * kk, (int64_t)(mg * kk),
+			          in[0]->data + (b * g.c + gr * cg) * pin, (int64_t)pin, 0.0f, cols,
+			          (int64_t)pin);
 			col2im(&g, cols, mg, out[0]->data + (b * g.m + gr * mg) * pout);
 		}
 	mu__free(cols);
@@ -479,6 +487,11 @@ bias:
 	return 0;
 }
 
+static int convt_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	return convt_run_pool(NULL, n, in, out);
+}
+
 static double convt_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
 {
 	(void)n;
@@ -489,4 +502,4 @@ static double convt_flops(const mu__node_t *n, const mu__shape_t *in, const mu__
 }
 
 const mu__op_t mu__op_conv_transpose = {"conv_transpose", 2, 3, 1, mu__conv_check, convt_shape,
-                                        convt_run, convt_flops, 0, 0};
+                                        convt_run, convt_flops, 0, 0, convt_run_pool};

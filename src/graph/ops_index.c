@@ -55,7 +55,7 @@ static int embedding_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_
 }
 
 const mu__op_t mu__op_embedding = {"embedding", 2, 2, 1, NULL, embedding_shape, embedding_run,
-                                   mu__no_flops, 1, 0};
+                                   mu__no_flops, 1, 0, NULL};
 
 /* ---- gather: data[..., indices[...], ...] along axis; negatives count
  * from the end (ONNX Gather) ---- */
@@ -119,7 +119,7 @@ static int gather_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 	return 0;
 }
 
-const mu__op_t mu__op_gather = {"gather", 2, 2, 1, axis_check, gather_shape, gather_run, mu__no_flops, 1, 0};
+const mu__op_t mu__op_gather = {"gather", 2, 2, 1, axis_check, gather_shape, gather_run, mu__no_flops, 1, 0, NULL};
 
 /* ---- gather_elements: out[i] = data[i with i[axis] = indices[i]] ---- */
 
@@ -173,7 +173,7 @@ static int gel_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 }
 
 const mu__op_t mu__op_gather_elements = {"gather_elements", 2, 2, 1, axis_check, gel_shape, gel_run,
-                                         mu__no_flops, 1, 0};
+                                         mu__no_flops, 1, 0, NULL};
 
 /* ---- trilu: keep the upper (j - i >= k) or lower (j - i <= k) triangle
  * of the last two dims, zero the rest ---- */
@@ -212,7 +212,7 @@ static int trilu_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **
 	return 0;
 }
 
-const mu__op_t mu__op_trilu = {"trilu", 1, 1, 1, trilu_check, trilu_shape, trilu_run, mu__no_flops, 1, 0};
+const mu__op_t mu__op_trilu = {"trilu", 1, 1, 1, trilu_check, trilu_shape, trilu_run, mu__no_flops, 1, 0, NULL};
 
 /* ---- pad: "pads" = [begin_0 .. begin_r-1, end_0 .. end_r-1] (negative
  * crops); mode constant ("value", 0 by default), reflect or edge ---- */
@@ -329,4 +329,4 @@ static int pad_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 	return 0;
 }
 
-const mu__op_t mu__op_pad = {"pad", 1, 1, 1, pad_check, pad_shape, pad_run, mu__no_flops, 1, 0};
+const mu__op_t mu__op_pad = {"pad", 1, 1, 1, pad_check, pad_shape, pad_run, mu__no_flops, 1, 0, NULL};

@@ -234,7 +234,7 @@ static int mod_check(const mu__node_t *n, char *why, size_t wl)
 		return binary(OP, n, in, out);                                 \
 	}                                                                      \
 	const mu__op_t mu__op_##NAME = {#NAME, 2, 2, 1, CHECK, shape_##NAME,   \
-	                                run_##NAME, mu__flops_numel, 1, 0}
+	                                run_##NAME, mu__flops_numel, 1, 0, NULL}
 
 BINARY(add, B_ADD, NULL);
 BINARY(sub, B_SUB, NULL);
@@ -300,4 +300,4 @@ static int where_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **
 	return 0;
 }
 
-const mu__op_t mu__op_where = {"where", 3, 3, 1, NULL, where_shape, where_run, mu__flops_numel, 1, 0};
+const mu__op_t mu__op_where = {"where", 3, 3, 1, NULL, where_shape, where_run, mu__flops_numel, 1, 0, NULL};

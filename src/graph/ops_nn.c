@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Linear algebra and normalization: matmul (numpy semantics, batch dims
- * broadcast) and gemm (ONNX: alpha * A' * B' + beta * C) through OpenBLAS;
+ * broadcast) and gemm (ONNX: alpha * A' * B' + beta * C) through OpenBLAS,
+ * split over the executor's pool (mu__sgemm);
  * layernorm, rmsnorm, batchnorm, instance_norm and lrn, accumulated in
  * index order; det (LU in double). All F32.
  */
 #include <math.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "core/alloc_int.h"
 #include "graph/ops_int.h"
+#include "kern/blas_int.h"
 
 /* ---- attribute checks (at load: a wrong type is an error, never a
  * silent default) ---- */
@@ -68,16 +68,16 @@ static int matmul_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t 
 	return 0;
 }
 
-static void sgemm(int ta, int tb, uint64_t m, uint64_t n, uint64_t k, float alpha,
-                  const float *a, uint64_t lda, const float *b, uint64_t ldb,
+static void sgemm(mu__pool_t *pool, int ta, int tb, uint64_t m, uint64_t n, uint64_t k,
+                  float alpha, const float *a, uint64_t lda, const float *b, uint64_t ldb,
                   float beta, float *c)
 {
-	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-	            tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
-	            alpha, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)n);
+	mu__sgemm(pool, ta, tb, (int64_t)m, (int64_t)n, (int64_t)k, alpha, a, (int64_t)lda, b,
+	          (int64_t)ldb, beta, c, (int64_t)n);
 }
 
-static int matmul_run(const mu__node_t *node, mu_tensor_t *const *in, mu_tensor_t **out)
+static int matmul_run_pool(mu__pool_t *pool, const mu__node_t *node, mu_tensor_t *const *in,
+                           mu_tensor_t **out)
 {
 	mu__shape_t sa, sb, ba, bb, bo;
 	uint64_t m, k, kb, n, sta[MU_TENSOR_MAX_RANK], stb[MU_TENSOR_MAX_RANK];
@@ -101,7 +101,7 @@ static int matmul_run(const mu__node_t *node, mu_tensor_t *const *in, mu_tensor_
 		return 0;
 	}
 	for (i = 0; i < nb; i++) {
-		sgemm(0, 0, m, n, k, 1.0f, in[0]->data + oa * m * k, k,
+		sgemm(pool, 0, 0, m, n, k, 1.0f, in[0]->data + oa * m * k, k,
 		      in[1]->data + ob * k * n, n, 0.0f, out[0]->data + i * m * n);
 		for (int d = (int)bo.rank - 1; d >= 0; d--) { /* next batch index */
 			idx[d]++;
@@ -117,6 +117,11 @@ static int matmul_run(const mu__node_t *node, mu_tensor_t *const *in, mu_tensor_
 	return 0;
 }
 
+static int matmul_run(const mu__node_t *node, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	return matmul_run_pool(NULL, node, in, out);
+}
+
 static double matmul_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
 {
 	uint64_t m, k, kb, nn;
@@ -127,7 +132,8 @@ static double matmul_flops(const mu__node_t *n, const mu__shape_t *in, const mu_
 	return 2.0 * (double)k * (double)mu__shape_numel(&out[0]);
 }
 
-const mu__op_t mu__op_matmul = {"matmul", 2, 2, 1, NULL, matmul_shape, matmul_run, matmul_flops, 0, 0};
+const mu__op_t mu__op_matmul = {"matmul", 2, 2, 1, NULL, matmul_shape, matmul_run, matmul_flops, 0, 0,
+                                matmul_run_pool};
 
 /* ---- gemm ---- */
 
@@ -166,7 +172,8 @@ static int gemm_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *o
 	return 0;
 }
 
-static int gemm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+static int gemm_run_pool(mu__pool_t *pool, const mu__node_t *n, mu_tensor_t *const *in,
+                         mu_tensor_t **out)
 {
 	int ta = mu__attr_int(n, "transA", 0) != 0, tb = mu__attr_int(n, "transB", 0) != 0;
 	float alpha = (float)mu__attr_num(n, "alpha", 1.0), beta = (float)mu__attr_num(n, "beta", 1.0);
@@ -194,8 +201,13 @@ static int gemm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 			y->data[i] *= beta;
 		return 0;
 	}
-	sgemm(ta, tb, m, nn, k, alpha, a->data, a->dims[1], b->data, b->dims[1], beta, y->data);
+	sgemm(pool, ta, tb, m, nn, k, alpha, a->data, a->dims[1], b->data, b->dims[1], beta, y->data);
 	return 0;
+}
+
+static int gemm_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out)
+{
+	return gemm_run_pool(NULL, n, in, out);
 }
 
 static double gemm_flops(const mu__node_t *n, const mu__shape_t *in, const mu__shape_t *out)
@@ -205,7 +217,8 @@ static double gemm_flops(const mu__node_t *n, const mu__shape_t *in, const mu__s
 	return 2.0 * (double)in[0].dims[ta ? 0 : 1] * (double)mu__shape_numel(&out[0]);
 }
 
-const mu__op_t mu__op_gemm = {"gemm", 2, 3, 1, gemm_check, gemm_shape, gemm_run, gemm_flops, 0, 0};
+const mu__op_t mu__op_gemm = {"gemm", 2, 3, 1, gemm_check, gemm_shape, gemm_run, gemm_flops, 0, 0,
+                              gemm_run_pool};
 
 /* ---- normalization ---- */
 
@@ -306,8 +319,8 @@ static int norm_check(const mu__node_t *n, char *why, size_t wl)
 }
 
 const mu__op_t mu__op_layernorm = {"layernorm", 2, 3, 1, norm_check, norm_shape, layernorm_run, norm_flops,
-                                   0, 0};
-const mu__op_t mu__op_rmsnorm = {"rmsnorm", 2, 2, 1, norm_check, norm_shape, rmsnorm_run, norm_flops, 0, 0};
+                                   0, 0, NULL};
+const mu__op_t mu__op_rmsnorm = {"rmsnorm", 2, 2, 1, norm_check, norm_shape, rmsnorm_run, norm_flops, 0, 0, NULL};
 
 /* ---- batchnorm (inference): (x - mean) / sqrt(var + eps) * scale + b per
  * channel (dim 1); instance_norm: the same with each (n, c)'s own mean and
@@ -375,9 +388,9 @@ static int eps_check(const mu__node_t *n, char *why, size_t wl)
 	return want_num(n, "epsilon", why, wl);
 }
 
-const mu__op_t mu__op_batchnorm = {"batchnorm", 5, 5, 1, eps_check, bn_shape, batchnorm_run, norm_flops, 0, 0};
+const mu__op_t mu__op_batchnorm = {"batchnorm", 5, 5, 1, eps_check, bn_shape, batchnorm_run, norm_flops, 0, 0, NULL};
 const mu__op_t mu__op_instance_norm = {"instance_norm", 3, 3, 1, eps_check, bn_shape, instnorm_run,
-                                       norm_flops, 0, 0};
+                                       norm_flops, 0, 0, NULL};
 
 
 
@@ -431,7 +444,7 @@ static int lrn_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 	return 0;
 }
 
-const mu__op_t mu__op_lrn = {"lrn", 1, 1, 1, lrn_check, lrn_shape, lrn_run, norm_flops, 0, 0};
+const mu__op_t mu__op_lrn = {"lrn", 1, 1, 1, lrn_check, lrn_shape, lrn_run, norm_flops, 0, 0, NULL};
 
 /* ---- det: the determinant of each [.., M, M] matrix, by LU with partial
  * pivoting in double ---- */
@@ -498,4 +511,4 @@ static double det_flops(const mu__node_t *n, const mu__shape_t *in, const mu__sh
 	return (double)mu__shape_numel(&out[0]) * m * m * m * 2.0 / 3.0;
 }
 
-const mu__op_t mu__op_det = {"det", 1, 1, 1, NULL, det_shape, det_run, det_flops, 0, 0};
+const mu__op_t mu__op_det = {"det", 1, 1, 1, NULL, det_shape, det_run, det_flops, 0, 0, NULL};

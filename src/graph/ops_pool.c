@@ -179,5 +179,5 @@ static double pool_flops(const mu__node_t *n, const mu__shape_t *in, const mu__s
 	return k * (double)mu__shape_numel(&out[0]);
 }
 
-const mu__op_t mu__op_maxpool = {"maxpool", 1, 1, 2, mu__conv_check, pool_shape, pool_run, pool_flops, 1, 1};
-const mu__op_t mu__op_avgpool = {"avgpool", 1, 1, 1, mu__conv_check, pool_shape, pool_run, pool_flops, 0, 0};
+const mu__op_t mu__op_maxpool = {"maxpool", 1, 1, 2, mu__conv_check, pool_shape, pool_run, pool_flops, 1, 1, NULL};
+const mu__op_t mu__op_avgpool = {"avgpool", 1, 1, 1, mu__conv_check, pool_shape, pool_run, pool_flops, 0, 0, NULL};

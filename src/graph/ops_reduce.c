@@ -90,7 +90,7 @@ static int smax_run(smax_t kind, const mu__node_t *n, mu_tensor_t *const *in, mu
 		return smax_run(KIND, n, in, out);                             \
 	}                                                                      \
 	const mu__op_t mu__op_##NAME = {#NAME, 1, 1, 1, axis_check, same_shape, \
-	                                run_##NAME, flops5, 0, 0}
+	                                run_##NAME, flops5, 0, 0, NULL}
 
 SMAX(softmax, S_SOFTMAX);
 SMAX(log_softmax, S_LOG);
@@ -211,7 +211,7 @@ static int reduce_run(rop_t op, const mu__node_t *n, mu_tensor_t *const *in, mu_
 		return reduce_run(OP, n, in, out);                             \
 	}                                                                      \
 	const mu__op_t mu__op_##NAME = {#NAME, 1, 1, 1, reduce_check,          \
-	                                reduce_shape, run_##NAME, mu__flops_numel, 0, 0}
+	                                reduce_shape, run_##NAME, mu__flops_numel, 0, 0, NULL}
 
 REDUCE(reduce_mean, R_MEAN);
 REDUCE(reduce_sum, R_SUM);
@@ -281,8 +281,8 @@ static int arg_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 	return 0;
 }
 
-const mu__op_t mu__op_argmax = {"argmax", 1, 1, 1, arg_check, arg_shape, arg_run, mu__flops_numel, 1, 0};
-const mu__op_t mu__op_argmin = {"argmin", 1, 1, 1, arg_check, arg_shape, arg_run, mu__flops_numel, 1, 0};
+const mu__op_t mu__op_argmax = {"argmax", 1, 1, 1, arg_check, arg_shape, arg_run, mu__flops_numel, 1, 0, NULL};
+const mu__op_t mu__op_argmin = {"argmin", 1, 1, 1, arg_check, arg_shape, arg_run, mu__flops_numel, 1, 0, NULL};
 
 /* ---- cumsum along axis; exclusive and reverse as ONNX ---- */
 
@@ -359,7 +359,7 @@ static int cumsum_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 }
 
 const mu__op_t mu__op_cumsum = {"cumsum", 1, 1, 1, cumsum_check, cumsum_shape, cumsum_run,
-                                mu__flops_numel, 1, 0};
+                                mu__flops_numel, 1, 0, NULL};
 
 /* ---- topk: the k largest (or smallest) along axis, values and I64
  * indices, sorted (ties: the lower index first; NaN counts as the
@@ -448,4 +448,4 @@ static int topk_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	return 0;
 }
 
-const mu__op_t mu__op_topk = {"topk", 1, 1, 2, topk_check, topk_shape, topk_run, mu__flops_numel, 1, 0};
+const mu__op_t mu__op_topk = {"topk", 1, 1, 2, topk_check, topk_shape, topk_run, mu__flops_numel, 1, 0, NULL};

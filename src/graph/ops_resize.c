@@ -296,4 +296,4 @@ static int resize_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 }
 
 const mu__op_t mu__op_resize = {"resize", 1, 1, 1, resize_check, resize_shape, resize_run,
-                                mu__no_flops, 1, 0};
+                                mu__no_flops, 1, 0, NULL};

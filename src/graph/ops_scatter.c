@@ -102,7 +102,7 @@ static int sel_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 }
 
 const mu__op_t mu__op_scatter_elements = {"scatter_elements", 3, 3, 1, scatter_check, sel_shape,
-                                          sel_run, mu__no_flops, 1, 0};
+                                          sel_run, mu__no_flops, 1, 0, NULL};
 
 /* ---- gather_nd (data, indices [..., k]; batch_dims b) and scatter_nd
  * (data, indices [..., k], updates): ONNX GatherND / ScatterND ---- */
@@ -181,7 +181,7 @@ static int bd_check(const mu__node_t *n, char *why, size_t wl)
 	return mu__want_int(n, "batch_dims", 0, why, wl);
 }
 
-const mu__op_t mu__op_gather_nd = {"gather_nd", 2, 2, 1, bd_check, gnd_shape, gnd_run, mu__no_flops, 1, 0};
+const mu__op_t mu__op_gather_nd = {"gather_nd", 2, 2, 1, bd_check, gnd_shape, gnd_run, mu__no_flops, 1, 0, NULL};
 
 static int snd_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
                      size_t wl)
@@ -230,7 +230,7 @@ static int snd_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 }
 
 const mu__op_t mu__op_scatter_nd = {"scatter_nd", 3, 3, 1, scatter_check, snd_shape, snd_run,
-                                    mu__no_flops, 1, 0};
+                                    mu__no_flops, 1, 0, NULL};
 
 /* ---- reverse_sequence (x, lens): along time_axis (0), each entry of
  * batch_axis (1) reversed over its first lens[b] steps ---- */
@@ -291,4 +291,4 @@ static int rs_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **out
 }
 
 const mu__op_t mu__op_reverse_sequence = {"reverse_sequence", 2, 2, 1, rs_check, rs_shape, rs_run,
-                                          mu__no_flops, 1, 0};
+                                          mu__no_flops, 1, 0, NULL};

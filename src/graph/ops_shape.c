@@ -79,7 +79,7 @@ static int reshape_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t
 	return 0;
 }
 
-const mu__op_t mu__op_reshape = {"reshape", 1, 1, 1, reshape_check, reshape_shape, copy_run, no_flops, 1, 0};
+const mu__op_t mu__op_reshape = {"reshape", 1, 1, 1, reshape_check, reshape_shape, copy_run, no_flops, 1, 0, NULL};
 
 /* ---- flatten: [prod(dims < axis), prod(dims >= axis)] ---- */
 
@@ -101,7 +101,7 @@ static int flatten_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t
 	return 0;
 }
 
-const mu__op_t mu__op_flatten = {"flatten", 1, 1, 1, axis_check, flatten_shape, copy_run, no_flops, 1, 0};
+const mu__op_t mu__op_flatten = {"flatten", 1, 1, 1, axis_check, flatten_shape, copy_run, no_flops, 1, 0, NULL};
 
 /* ---- transpose ---- */
 
@@ -174,7 +174,7 @@ static int transpose_check(const mu__node_t *n, char *why, size_t wl)
 }
 
 const mu__op_t mu__op_transpose = {"transpose", 1, 1, 1, transpose_check, transpose_shape, transpose_run,
-                                   no_flops, 1, 0};
+                                   no_flops, 1, 0, NULL};
 
 /* ---- concat along one axis ---- */
 
@@ -219,7 +219,7 @@ static int concat_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 }
 
 const mu__op_t mu__op_concat = {"concat", 1, MU_NODE_MAX_IO, 1, axis_check, concat_shape, concat_run,
-                                no_flops, 1, 0};
+                                no_flops, 1, 0, NULL};
 
 /* ---- slice: starts, ends[, axes, steps]; ONNX clamping, steps >= 1 ---- */
 
@@ -324,7 +324,7 @@ static int slice_check(const mu__node_t *n, char *why, size_t wl)
 	return 0;
 }
 
-const mu__op_t mu__op_slice = {"slice", 1, 1, 1, slice_check, slice_shape, slice_run, no_flops, 1, 0};
+const mu__op_t mu__op_slice = {"slice", 1, 1, 1, slice_check, slice_shape, slice_run, no_flops, 1, 0, NULL};
 
 /* ---- expand: numpy broadcasting of x to "shape" (both ways, as ONNX) ---- */
 
@@ -372,7 +372,7 @@ static int expand_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t *
 	return 0;
 }
 
-const mu__op_t mu__op_expand = {"expand", 1, 1, 1, expand_check, expand_shape, expand_run, no_flops, 1, 0};
+const mu__op_t mu__op_expand = {"expand", 1, 1, 1, expand_check, expand_shape, expand_run, no_flops, 1, 0, NULL};
 
 /* ---- tile: each dim repeated "repeats" times ---- */
 
@@ -428,4 +428,4 @@ static int tile_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	return 0;
 }
 
-const mu__op_t mu__op_tile = {"tile", 1, 1, 1, tile_check, tile_shape, tile_run, no_flops, 1, 0};
+const mu__op_t mu__op_tile = {"tile", 1, 1, 1, tile_check, tile_shape, tile_run, no_flops, 1, 0, NULL};

@@ -231,7 +231,7 @@ static int num_check(const mu__node_t *n, char *why, size_t wl)
 		return unary(OP, n, in, out);                                  \
 	}                                                                      \
 	const mu__op_t mu__op_##NAME = {#NAME, 1, 1, 1, num_check, shape_##NAME, \
-	                                run_##NAME, mu__flops_numel, TYPED_OP(OP), 0}
+	                                run_##NAME, mu__flops_numel, TYPED_OP(OP), 0, NULL}
 
 UNARY(relu, U_RELU);
 UNARY(sigmoid, U_SIGMOID);
@@ -294,7 +294,7 @@ static int not_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 	return 0;
 }
 
-const mu__op_t mu__op_not = {"not", 1, 1, 1, NULL, not_shape, not_run, mu__flops_numel, 1, 0};
+const mu__op_t mu__op_not = {"not", 1, 1, 1, NULL, not_shape, not_run, mu__flops_numel, 1, 0, NULL};
 
 static int isx_shape(const mu__node_t *n, const mu__shape_t *in, mu__shape_t *out, char *why,
                      size_t wl)
@@ -321,8 +321,8 @@ static int isx_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **ou
 	return 0;
 }
 
-const mu__op_t mu__op_isnan = {"isnan", 1, 1, 1, NULL, isx_shape, isx_run, mu__flops_numel, 1, 0};
-const mu__op_t mu__op_isinf = {"isinf", 1, 1, 1, NULL, isx_shape, isx_run, mu__flops_numel, 1, 0};
+const mu__op_t mu__op_isnan = {"isnan", 1, 1, 1, NULL, isx_shape, isx_run, mu__flops_numel, 1, 0, NULL};
+const mu__op_t mu__op_isinf = {"isinf", 1, 1, 1, NULL, isx_shape, isx_run, mu__flops_numel, 1, 0, NULL};
 
 /* ---- cast: "to" names the dtype ("I64", "F16", ...) ---- */
 
@@ -351,4 +351,4 @@ static int cast_run(const mu__node_t *n, mu_tensor_t *const *in, mu_tensor_t **o
 	return 0;
 }
 
-const mu__op_t mu__op_cast = {"cast", 1, 1, 1, cast_check, cast_shape, cast_run, mu__flops_numel, 1, 0};
+const mu__op_t mu__op_cast = {"cast", 1, 1, 1, cast_check, cast_shape, cast_run, mu__flops_numel, 1, 0, NULL};

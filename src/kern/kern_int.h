@@ -162,6 +162,15 @@ int mu__pool_threads(const mu__pool_t *p);
 typedef mu_pool_fn mu__pool_fn;
 void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n);
 
+/*
+ * The same, fn also told which of the pool's threads runs the range:
+ * thread in [0, mu__pool_threads(p)), the caller being 0. No two ranges
+ * run at once on one thread, so per-thread scratch indexed by it needs no
+ * lock.
+ */
+typedef void (*mu__pool_ifn)(void *arg, int64_t lo, int64_t hi, int thread);
+void mu__pool_run_indexed(mu__pool_t *p, mu__pool_ifn fn, void *arg, int64_t n);
+
 /* ---- products ---- */
 
 /*

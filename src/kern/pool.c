@@ -12,7 +12,13 @@
  * claims a chunk with a compare-and-swap on one word holding the job's
  * number and the next chunk, and reads the job's fields (atomics) before
  * that CAS: if the CAS succeeds, the job was not over, so the fields it
- * read were that job's; if not, it read nothing it will use.
+ * read were that job's; if not, it read nothing it will use. For that the
+ * caller first closes the word (the new job's number, no chunk left), then
+ * writes the fields (release), then opens it: a worker that read a field
+ * of the new job (acquire) sees the closed word or later, so its CAS from
+ * the old job's word fails. Without the closing, a late worker could pair
+ * the old job's word with the new job's fields and run a chunk of the new
+ * job before it started, and count it done twice.
  *
  * A decode step calls the pool several times per layer with little work
  * each, so waking must be fast: a waiting thread spins on the job counter
@@ -25,6 +31,9 @@
  *
  * The results never depend on which thread ran which chunk: callers give
  * each index its own output (the kernels' determinism rests on that).
+ * mu__pool_run_indexed also tells the function which of the pool's threads
+ * runs it (the caller is 0, worker i is i + 1), so a caller can give each
+ * thread its own scratch, allocated once, instead of allocating per chunk.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -40,9 +49,15 @@
 /* Chunks per thread in a job, for balance on a shared machine. */
 #define MU__POOL_CHUNKS 4
 
+typedef struct {
+	mu__pool_t *p;
+	int self;         /* 1 .. threads - 1 */
+	uv_thread_t tid;
+} worker_t;
+
 struct mu_pool_s {
 	int threads;
-	uv_thread_t *tid; /* threads - 1 */
+	worker_t *wk;     /* threads - 1 */
 	int started;      /* workers running */
 	uv_mutex_t mu;
 	uv_cond_t wake;   /* workers sleep on it, waiting for a job */
@@ -51,8 +66,10 @@ struct mu_pool_s {
 	atomic_int sleepers;        /* workers asleep (or about to be) on wake */
 	atomic_int caller_asleep;
 	atomic_int stop;
-	/* the current job: written by the caller before it sets claim */
-	_Atomic(mu__pool_fn) fn;
+	/* the current job: written by the caller between closing claim and
+	 * opening it (release), read by workers before their CAS (acquire) */
+	_Atomic(mu__pool_fn) fn;     /* one of fn and ifn is set */
+	_Atomic(mu__pool_ifn) ifn;
 	_Atomic(void *) arg;
 	atomic_int_fast64_t n, chunk;
 	atomic_uint_fast32_t nchunks;
@@ -69,26 +86,32 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Run chunks of job g until none is left (or the job is not g's). */
-static void work(mu__pool_t *p, uint32_t g)
+/* Run chunks of job g on thread self until none is left (or the job is
+ * not g's). */
+static void work(mu__pool_t *p, uint32_t g, int self)
 {
 	for (;;) {
 		uint64_t c = atomic_load(&p->claim);
 		uint32_t idx = (uint32_t)c;
 		mu__pool_fn fn;
+		mu__pool_ifn ifn;
 		void *arg;
 		int64_t n, chunk, lo;
 
-		if ((uint32_t)(c >> 32) != g || idx >= atomic_load_explicit(&p->nchunks, memory_order_relaxed))
+		if ((uint32_t)(c >> 32) != g || idx >= atomic_load_explicit(&p->nchunks, memory_order_acquire))
 			return;
-		fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-		arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-		n = atomic_load_explicit(&p->n, memory_order_relaxed);
-		chunk = atomic_load_explicit(&p->chunk, memory_order_relaxed);
+		fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+		ifn = atomic_load_explicit(&p->ifn, memory_order_acquire);
+		arg = atomic_load_explicit(&p->arg, memory_order_acquire);
+		n = atomic_load_explicit(&p->n, memory_order_acquire);
+		chunk = atomic_load_explicit(&p->chunk, memory_order_acquire);
 		if (!atomic_compare_exchange_weak(&p->claim, &c, c + 1))
 			continue;
 		lo = (int64_t)idx * chunk;
-		fn(arg, lo, n - lo < chunk ? n : lo + chunk);
+		if (ifn != NULL)
+			ifn(arg, lo, n - lo < chunk ? n : lo + chunk, self);
+		else
+			fn(arg, lo, n - lo < chunk ? n : lo + chunk);
 		if (atomic_fetch_add(&p->finished, 1) + 1 ==
 		        atomic_load_explicit(&p->nchunks, memory_order_relaxed) &&
 		    atomic_load(&p->caller_asleep)) {
@@ -115,7 +138,8 @@ static int spin_u32(atomic_uint_fast32_t *v, uint32_t old)
 
 static void worker(void *arg)
 {
-	mu__pool_t *p = arg;
+	worker_t *w = arg;
+	mu__pool_t *p = w->p;
 	uint32_t seen = 0;
 
 	for (;;) {
@@ -130,7 +154,7 @@ static void worker(void *arg)
 		if (atomic_load(&p->stop))
 			return;
 		seen = (uint32_t)atomic_load(&p->gen);
-		work(p, seen);
+		work(p, seen, w->self);
 	}
 }
 
@@ -145,30 +169,34 @@ int mu__pool_new(int threads, mu__pool_t **out)
 	if (p == NULL)
 		return MU_ENOMEM;
 	p->threads = threads;
-	if (threads > 1 && (p->tid = mu__calloc((size_t)threads - 1, sizeof(*p->tid))) == NULL) {
+	if (threads > 1 && (p->wk = mu__calloc((size_t)threads - 1, sizeof(*p->wk))) == NULL) {
 		mu__free(p);
 		return MU_ENOMEM;
 	}
 	if (uv_mutex_init(&p->mu) != 0) {
-		mu__free(p->tid);
+		mu__free(p->wk);
 		mu__free(p);
 		return MU_ENOMEM;
 	}
 	if (uv_cond_init(&p->wake) != 0) {
 		uv_mutex_destroy(&p->mu);
-		mu__free(p->tid);
+		mu__free(p->wk);
 		mu__free(p);
 		return MU_ENOMEM;
 	}
 	if (uv_cond_init(&p->done) != 0) {
 		uv_cond_destroy(&p->wake);
 		uv_mutex_destroy(&p->mu);
-		mu__free(p->tid);
+		mu__free(p->wk);
 		mu__free(p);
 		return MU_ENOMEM;
 	}
 	for (int i = 0; i < threads - 1; i++) {
-		int rc = uv_thread_create(&p->tid[i], worker, p);
+		int rc;
+
+		p->wk[i].p = p;
+		p->wk[i].self = i + 1;
+		rc = uv_thread_create(&p->wk[i].tid, worker, &p->wk[i]);
 
 		if (rc != 0) {
 			mu__pool_free(p);
@@ -189,11 +217,11 @@ void mu__pool_free(mu__pool_t *p)
 	uv_cond_broadcast(&p->wake);
 	uv_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->started; i++)
-		uv_thread_join(&p->tid[i]);
+		uv_thread_join(&p->wk[i].tid);
 	uv_cond_destroy(&p->done);
 	uv_cond_destroy(&p->wake);
 	uv_mutex_destroy(&p->mu);
-	mu__free(p->tid);
+	mu__free(p->wk);
 	mu__free(p);
 }
 
@@ -202,7 +230,7 @@ int mu__pool_threads(const mu__pool_t *p)
 	return p ? p->threads : 1;
 }
 
-void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n)
+static void run(mu__pool_t *p, mu__pool_fn fn, mu__pool_ifn ifn, void *arg, int64_t n)
 {
 	int64_t chunks, chunk;
 	uint32_t g, nch;
@@ -210,18 +238,23 @@ void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n)
 	if (n <= 0)
 		return;
 	if (p == NULL || p->threads == 1 || n == 1) {
-		fn(arg, 0, n);
+		if (ifn != NULL)
+			ifn(arg, 0, n, 0);
+		else
+			fn(arg, 0, n);
 		return;
 	}
 	chunks = (int64_t)p->threads * MU__POOL_CHUNKS;
 	chunk = (n + chunks - 1) / chunks;
 	nch = (uint32_t)((n + chunk - 1) / chunk);
 	g = (uint32_t)atomic_load(&p->gen) + 1;
-	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-	atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-	atomic_store_explicit(&p->n, n, memory_order_relaxed);
-	atomic_store_explicit(&p->chunk, chunk, memory_order_relaxed);
-	atomic_store_explicit(&p->nchunks, nch, memory_order_relaxed);
+	atomic_store(&p->claim, (uint64_t)g << 32 | UINT32_MAX); /* closed: see the top */
+	atomic_store_explicit(&p->fn, fn, memory_order_release);
+	atomic_store_explicit(&p->ifn, ifn, memory_order_release);
+	atomic_store_explicit(&p->arg, arg, memory_order_release);
+	atomic_store_explicit(&p->n, n, memory_order_release);
+	atomic_store_explicit(&p->chunk, chunk, memory_order_release);
+	atomic_store_explicit(&p->nchunks, nch, memory_order_release);
 	atomic_store(&p->finished, 0);
 	atomic_store(&p->claim, (uint64_t)g << 32);
 	atomic_store(&p->gen, g);
@@ -230,7 +263,7 @@ void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n)
 		uv_cond_broadcast(&p->wake);
 		uv_mutex_unlock(&p->mu);
 	}
-	work(p, g);
+	work(p, g, 0);
 	/* the others may still run the chunks they took */
 	{
 		uint64_t t0 = uv_hrtime();
@@ -249,4 +282,14 @@ void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n)
 		atomic_store(&p->caller_asleep, 0);
 		uv_mutex_unlock(&p->mu);
 	}
+}
+
+void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n)
+{
+	run(p, fn, NULL, arg, n);
+}
+
+void mu__pool_run_indexed(mu__pool_t *p, mu__pool_ifn fn, void *arg, int64_t n)
+{
+	run(p, NULL, fn, arg, n);
 }

@@ -179,7 +179,7 @@ int mu__dec_new(const mu__llm_src_t *src, int first, int last,
 	if (rc == 0 && (d->seqs = mu__calloc((size_t)o->max_seqs, sizeof(*d->seqs))) == NULL)
 		rc = MU_ENOMEM;
 	if (rc == 0)
-		rc = mu__dec_scratch_init(&d->s, h, o->max_chunk);
+		rc = mu__dec_scratch_init(&d->s, h, o->max_chunk, o->threads);
 	if (rc == 0 && ((d->rpos = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
 	                (d->rctx = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
 	                (d->rkv = mu__calloc((size_t)o->max_chunk, sizeof(float *))) == NULL))
@@ -416,6 +416,8 @@ int mu__dec_forward_batch(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it
 		memcpy(d->s.x, x, (size_t)rows * (size_t)d->hp.dim * sizeof(float));
 	st = (mu__dec_step_t){&d->hp, d->pool, &d->s, d->inv_freq, NULL, 0, rows,
 	                      d->rpos, d->rctx, d->rkv};
+	if (d->first < d->last)
+		mu__dec_rope_rows(&st); /* the same angles in every layer */
 	for (l = d->first; l < d->last; l++) {
 		st.L = &d->L[l - d->first];
 		st.layer = l - d->first;

@@ -8,7 +8,10 @@
  * Every value of token i depends only on token i's inputs and the cache,
  * computed in a fixed order (no reassociation: the build does not contract
  * or reorder floating point), so chunking and splitting never change bits.
- * Attention runs one (token, head) pair per task on the pool.
+ * Attention runs one (token, head) pair per task on the pool, each pool
+ * thread with its own row of attention weights from the scratch; RoPE's
+ * angles are computed once per forward call (mu__dec_rope_rows) for every
+ * layer to use. A layer allocates nothing.
  */
 #include <math.h>
 #include <string.h>
@@ -27,9 +30,10 @@ static int64_t kvdim(const mu__llm_hp_t *h)
 	return (int64_t)h->n_kv_heads * h->head_dim;
 }
 
-int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk)
+int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk, int threads)
 {
 	size_t c = (size_t)chunk, wide = (size_t)(hp->dim > qdim(hp) ? hp->dim : qdim(hp));
+	size_t half = (size_t)(hp->head_dim / 2);
 
 	memset(s, 0, sizeof(*s));
 	s->x = mu__malloc(c * (size_t)hp->dim * sizeof(float));
@@ -40,7 +44,13 @@ int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk
 	s->att = mu__malloc(c * (size_t)qdim(hp) * sizeof(float));
 	s->hb = mu__malloc(c * (size_t)hp->hidden * sizeof(float));
 	s->hb2 = mu__malloc(c * (size_t)hp->hidden * sizeof(float));
-	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2) {
+	s->cs = mu__malloc((c * half > 0 ? c * half : 1) * sizeof(float));
+	s->sn = mu__malloc((c * half > 0 ? c * half : 1) * sizeof(float));
+	s->ctx = hp->ctx > 0 ? hp->ctx : 1;
+	s->threads = threads > 0 ? threads : 1;
+	s->w = mu__malloc((size_t)s->threads * (size_t)s->ctx * sizeof(float));
+	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
+	    !s->cs || !s->sn || !s->w) {
 		mu__dec_scratch_free(s);
 		return MU_ENOMEM;
 	}
@@ -57,6 +67,9 @@ void mu__dec_scratch_free(mu__dec_scratch_t *s)
 	mu__free(s->att);
 	mu__free(s->hb);
 	mu__free(s->hb2);
+	mu__free(s->cs);
+	mu__free(s->sn);
+	mu__free(s->w);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -144,20 +157,31 @@ static void rope(float *v, int32_t nh, int32_t hd, mu__rope_t layout, const floa
 	}
 }
 
-static void rope_chunk(const mu__dec_step_t *st)
+void mu__dec_rope_rows(const mu__dec_step_t *st)
 {
-	const mu__llm_hp_t *h = st->hp;
-	float cs[512], sn[512];
+	int32_t half = st->hp->head_dim / 2;
 
 	for (int32_t i = 0; i < st->n; i++) {
-		float p = (float)st->pos[i];
+		float p = (float)st->pos[i], *cs = st->s->cs + (size_t)i * (size_t)half;
+		float *sn = st->s->sn + (size_t)i * (size_t)half;
 
-		for (int32_t j = 0; j < h->head_dim / 2; j++) {
+		for (int32_t j = 0; j < half; j++) {
 			float a = p * st->inv_freq[j];
 
 			cs[j] = cosf(a);
 			sn[j] = sinf(a);
 		}
+	}
+}
+
+static void rope_chunk(const mu__dec_step_t *st)
+{
+	const mu__llm_hp_t *h = st->hp;
+	size_t half = (size_t)(h->head_dim / 2);
+
+	for (int32_t i = 0; i < st->n; i++) {
+		const float *cs = st->s->cs + (size_t)i * half, *sn = st->s->sn + (size_t)i * half;
+
 		rope(st->s->q + (size_t)i * (size_t)qdim(h), h->n_heads, h->head_dim, h->rope, cs, sn);
 		rope(st->s->k + (size_t)i * (size_t)kvdim(h), h->n_kv_heads, h->head_dim, h->rope, cs, sn);
 	}
@@ -188,30 +212,17 @@ static float dot(const float *a, const float *b, int32_t n)
 	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-typedef struct {
-	const mu__dec_step_t *st;
-	int failed;
-} att_arg_t;
-
 /* Tasks [lo, hi) are (token, head) pairs: causal softmax attention over
- * the cache, within the sliding window if the model has one. */
-static void attend(void *argp, int64_t lo, int64_t hi)
+ * the cache, within the sliding window if the model has one. thread's row
+ * of the scratch holds the weights (a position is below the model's ctx). */
+static void attend(void *argp, int64_t lo, int64_t hi, int thread)
 {
-	att_arg_t *arg = argp;
-	const mu__dec_step_t *st = arg->st;
+	const mu__dec_step_t *st = argp;
 	const mu__llm_hp_t *h = st->hp;
 	int32_t hd = h->head_dim, group = h->n_heads / h->n_kv_heads;
 	float scale = 1.0f / sqrtf((float)hd);
-	int32_t most = 0;
-	float *w;
+	float *w = st->s->w + (size_t)thread * (size_t)st->s->ctx;
 
-	for (int64_t t = lo; t < hi; t++)
-		most = st->pos[t / h->n_heads] > most ? st->pos[t / h->n_heads] : most;
-	w = mu__malloc((size_t)(most + 1) * sizeof(float));
-	if (w == NULL) {
-		arg->failed = 1;
-		return;
-	}
 	for (int64_t t = lo; t < hi; t++) {
 		int32_t i = (int32_t)(t / h->n_heads), head = (int32_t)(t % h->n_heads);
 		int32_t p = st->pos[i], j0 = h->window > 0 && p + 1 > h->window ? p + 1 - h->window : 0;
@@ -238,7 +249,6 @@ static void attend(void *argp, int64_t lo, int64_t hi)
 				o[e] += pj * v[e];
 		}
 	}
-	mu__free(w);
 }
 
 static void add_rows(float *x, const float *y, size_t n)
@@ -253,7 +263,6 @@ static int attention(const mu__dec_step_t *st)
 	mu__dec_scratch_t *s = st->s;
 	const mu__dec_layer_t *L = st->L;
 	size_t kvd = (size_t)kvdim(h);
-	att_arg_t arg = {st, 0};
 
 	rmsnorm(s->x, L->attn_norm, s->xb, st->n, h->dim, h->eps);
 	if (mu__matmul(st->pool, &L->wq, s->xb, st->n, s->q, L->bq) != 0 ||
@@ -267,9 +276,7 @@ static int attention(const mu__dec_step_t *st)
 		memcpy(layer_v(st, i) + (size_t)st->pos[i] * kvd, s->v + (size_t)i * kvd,
 		       kvd * sizeof(float));
 	}
-	mu__pool_run(st->pool, attend, &arg, (int64_t)st->n * h->n_heads);
-	if (arg.failed)
-		return MU_ENOMEM;
+	mu__pool_run_indexed(st->pool, attend, (void *)st, (int64_t)st->n * h->n_heads);
 	if (mu__matmul(st->pool, &L->wo, s->att, st->n, s->xb, L->bo) != 0)
 		return MU_ENOMEM;
 	add_rows(s->x, s->xb, (size_t)st->n * (size_t)h->dim);

@@ -2,7 +2,7 @@
 /*
  * One layer of a Llama-style decoder over a chunk of positions, and the
  * final norm and head; used by llm/dec.c. Scratch sized for the decoder's
- * largest chunk is allocated once.
+ * largest chunk and its pool's threads is allocated once.
  */
 #ifndef MU_LLM_OPS_INT_H
 #define MU_LLM_OPS_INT_H
@@ -24,6 +24,12 @@ typedef struct {
 	float *k, *v; /* [chunk][kv_dim] */
 	float *att; /* [chunk][q_dim] */
 	float *hb, *hb2; /* [chunk][hidden] */
+	float *cs, *sn; /* [chunk][head_dim / 2]: each row's RoPE angles, set
+	                   once per forward call (mu__dec_rope_rows) */
+	float *w;       /* [threads][ctx]: attention weights, a row per pool
+	                   thread (the pool's thread index picks it) */
+	int32_t ctx;    /* the model's context: no position reaches it */
+	int threads;    /* the pool's threads the rows of w are for */
 } mu__dec_scratch_t;
 
 /*
@@ -46,7 +52,11 @@ typedef struct {
 	float *const *kv;
 } mu__dec_step_t;
 
-int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk);
+/* Scratch for chunks of up to chunk rows, run on a pool of threads
+ * threads: everything a layer needs, so the forward allocates nothing
+ * more. 0 or MU_ENOMEM (then s holds nothing). */
+int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk,
+                         int threads);
 void mu__dec_scratch_free(mu__dec_scratch_t *s);
 
 /* RoPE inverse frequencies for head_dim/2 pairs, with the model's scaling
@@ -54,7 +64,12 @@ void mu__dec_scratch_free(mu__dec_scratch_t *s);
 int mu__llm_inv_freq(const mu__llm_hp_t *hp, const mu__llm_src_t *src,
                      float **out);
 
-/* st->s->x (n rows) through one layer, in place. 0 or MU_ENOMEM. */
+/* RoPE's cos and sin of each of the call's rows (st->pos) into st->s:
+ * once per forward call, before its first layer (all layers share them). */
+void mu__dec_rope_rows(const mu__dec_step_t *st);
+
+/* st->s->x (n rows) through one layer, in place, with the angles of
+ * mu__dec_rope_rows. 0 or MU_ENOMEM. */
 int mu__dec_layer(const mu__dec_step_t *st);
 /* logits[rows][vocab] = head(rms(x rows)). 0 or MU_ENOMEM. */
 int mu__dec_head(const mu__dec_step_t *st, const float *norm,

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
 """OpenBLAS's thread count is one setting per process, shared by libmuster
 and numpy (Debian's numpy reaches OpenBLAS through libblas.so.3, which is
-libopenblas.so.0, the library libmuster links). A forward through the
-library (mu_model_run, mu_stage_forward) sets its own count while it runs
-and leaves the caller's in place afterwards (issue 16): a Python program
-that set numpy's threads finds them as it set them.
+libopenblas.so.0, the library libmuster links). It is the program's: the
+library never changes it (issue 21; issue 16 had it set for the length of
+a forward and put back). A forward splits its products over the model's
+own threads instead (mu_model_set_threads, mu_stage_set_threads), and its
+outputs are the same bits at every count when OpenBLAS runs on one thread,
+the program's choice that muster/model.h asks for.
 
 The model calls go straight through ctypes (the binding does not wrap the
 model layer); the library is build/lib/libmuster.so or $MUSTER_LIB, the
@@ -18,7 +20,8 @@ import numpy  # noqa: F401 - loaded first, as a numpy program would
 
 from conftest import REPO
 
-lib = ctypes.CDLL(os.environ.get("MUSTER_LIB") or str(REPO / "build" / "lib" / "libmuster.so"))
+LIB = os.environ.get("MUSTER_LIB") or str(REPO / "build" / "lib" / "libmuster.so")
+lib = ctypes.CDLL(LIB)
 blas = ctypes.CDLL("libopenblas.so.0")
 blas.openblas_get_num_threads.restype = ctypes.c_int
 blas.openblas_set_num_threads.argtypes = [ctypes.c_int]
@@ -37,13 +40,13 @@ def call(fn, *args):
     assert rc == 0, f"{fn.__name__}: {rc} {err.value.decode()}"
 
 
-def model_dir(tmp_path, muster_bin):
+def model_dir(tmp_path, muster_bin, widths="64,96,32", batch=4):
     """A generated MLP and an input for it, made by the command (the
     generator is a fixture, not the library's API); the input is read
     with mu_safetensors_read (inputs())."""
     d = tmp_path / "mlp"
-    subprocess.run([str(muster_bin), "model", "gen", "--out", str(d), "--widths", "64,96,32",
-                    "--batch", "4"], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(muster_bin), "model", "gen", "--out", str(d), "--widths", widths,
+                    "--batch", str(batch)], check=True, capture_output=True, timeout=60)
     subprocess.run([str(muster_bin), "model", "input", "--model", str(d), "--out",
                     str(tmp_path / "in.safetensors")], check=True, capture_output=True,
                    timeout=60)
@@ -121,3 +124,44 @@ def test_a_stage_load_and_forward_leave_it_too(tmp_path, muster_bin):
         lib.mu_tensor_list_free(ctypes.byref(lst))
         lib.mu_tensor_list_free(ctypes.byref(out))
         lib.mu_stage_free(s)
+
+
+def test_the_library_never_sets_the_count():
+    # not imported at all, so no call of the library can change it
+    syms = subprocess.run(["nm", "-D", "--undefined-only", LIB], check=True,
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "cblas_sgemm" in syms  # the premise: the products are OpenBLAS's
+    assert "openblas_set_num_threads" not in syms and "goto_set_num_threads" not in syms, syms
+
+
+def test_outputs_are_the_same_bits_at_every_thread_count(tmp_path, muster_bin):
+    """Products large enough to be split over the model's threads (256 rows
+    of 512 by 256): one output file per count, byte for byte the same."""
+    d = model_dir(tmp_path, muster_bin, widths="256,512,256,64", batch=256)
+    m = ctypes.c_void_p()
+    lib.mu_model_open.argtypes = [ctypes.c_char_p, c_void_pp, ctypes.c_char_p, ctypes.c_size_t]
+    call(lib.mu_model_open, d, ctypes.byref(m))
+    lib.mu_model_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(TensorList),
+                                 ctypes.POINTER(TensorList), ctypes.c_char_p, ctypes.c_size_t]
+    lib.mu_model_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.mu_safetensors_write.argtypes = [ctypes.c_char_p, ctypes.POINTER(TensorList)]
+    before = blas.openblas_get_num_threads()
+    lst, files = inputs(tmp_path), []
+    try:
+        blas.openblas_set_num_threads(1)
+        for threads in (1, 2, 3, 1):
+            out = TensorList()
+            lib.mu_tensor_list_init(ctypes.byref(out))
+            assert lib.mu_model_set_threads(m, threads) == 0
+            call(lib.mu_model_run, m, ctypes.byref(lst), ctypes.byref(out))
+            assert blas.openblas_get_num_threads() == 1
+            path = tmp_path / f"out-{len(files)}-{threads}.safetensors"
+            assert lib.mu_safetensors_write(str(path).encode(), ctypes.byref(out)) == 0
+            lib.mu_tensor_list_free(ctypes.byref(out))
+            files.append(path.read_bytes())
+    finally:
+        blas.openblas_set_num_threads(before)
+        lib.mu_tensor_list_free(ctypes.byref(lst))
+        lib.mu_model_close(m)
+    assert len(files[0]) > 256 * 64 * 4
+    assert all(f == files[0] for f in files), "an output changed with the thread count"

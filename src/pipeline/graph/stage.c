@@ -24,7 +24,6 @@
 #include "graph/model_int.h"
 #include "graph/plan_int.h"
 #include "formats/safetensors_int.h"
-#include "kern/blas_int.h"
 #include "pipeline/graph/stage_int.h"
 
 #define LOG "stage"
@@ -42,7 +41,8 @@ typedef struct {
 	uint64_t rss;          /* the process's resident set after loading */
 	double load_ms;
 	uv_mutex_t lock;       /* one forward at a time */
-	int threads;           /* OpenBLAS threads of its forwards; 1 */
+	mu__pool_t *pool;      /* its forwards' products split over it; NULL:
+	                        * one thread (mu_stage_set_threads) */
 } gstage_t;
 
 /* Every stage of this file's functions is a graph stage (the table's). */
@@ -66,18 +66,18 @@ static gstage_t *stage_alloc(void)
 	mu__strmap_init(&s->in_shapes);
 	mu__strmap_init(&s->params);
 	uv_mutex_init(&s->lock);
-	s->threads = 1;
 	return s;
 }
 
 static int set_threads(mu_stage_t *st, int threads)
 {
 	gstage_t *s = gs(st);
+	int rc;
 
 	uv_mutex_lock(&s->lock); /* not under a forward */
-	s->threads = threads;
+	rc = mu__model_pool_set(&s->pool, threads);
 	uv_mutex_unlock(&s->lock);
-	return 0;
+	return rc;
 }
 
 static void stage_free(mu_stage_t *st)
@@ -91,6 +91,7 @@ static void stage_free(mu_stage_t *st)
 		mu__graph_free(&s->own);
 	mu_model_close(s->model);
 	mu__free(s->base.desc);
+	mu__pool_free(s->pool);
 	uv_mutex_destroy(&s->lock);
 	mu__free(s);
 }
@@ -436,10 +437,8 @@ int mu_stage_forward(mu_stage_t *st, const mu_tensor_list_t *in, mu_tensor_list_
 	if (rc != 0)
 		return rc;
 	uv_mutex_lock(&s->lock);
-	mu__blas_enter(s->threads);
-	rc = mu__exec_run(s->g, io->first, io->last, &s->params, in, io->outputs, io->noutputs,
-	                  out, why, sizeof(why));
-	mu__blas_leave();
+	rc = mu__exec_run_pool(s->pool, s->g, io->first, io->last, &s->params, in, io->outputs,
+	                       io->noutputs, out, why, sizeof(why));
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		snprintf(err, el, "%s", why);

@@ -3,7 +3,9 @@
  * Unit tests for the kernels' thread pool (src/kern/pool.c): n = 0, n
  * below the thread count, every index run exactly once in non-empty
  * ranges, the workers really taking work, many short jobs in a row, jobs
- * after the workers went to sleep, and pools freed busy or asleep.
+ * after the workers went to sleep, and pools freed busy or asleep; the
+ * indexed run's thread numbers, each within the pool and never running
+ * two ranges at once (what per-thread scratch relies on).
  */
 #include <stdatomic.h>
 #include <unistd.h>
@@ -104,10 +106,76 @@ static void test_pool(void **state)
 		mu__pool_free(pools[t]);
 }
 
+typedef struct {
+	atomic_int hits[4096];
+	atomic_int busy[TMAX]; /* ranges running on thread i now */
+	atomic_int used[TMAX]; /* ranges thread i ran */
+	atomic_int bad;
+	int threads;
+} indexed_t;
+
+static void indexed_fn(void *arg, int64_t lo, int64_t hi, int thread)
+{
+	indexed_t *c = arg;
+
+	if (thread < 0 || thread >= c->threads || lo < 0 || lo >= hi || hi > 4096) {
+		atomic_store(&c->bad, 1);
+		return;
+	}
+	if (atomic_fetch_add(&c->busy[thread], 1) != 0)
+		atomic_store(&c->bad, 2); /* two ranges at once on one thread */
+	atomic_fetch_add(&c->used[thread], 1);
+	for (int64_t i = lo; i < hi; i++)
+		atomic_fetch_add(&c->hits[i], 1);
+	usleep(200); /* long enough for the others to overlap */
+	atomic_fetch_sub(&c->busy[thread], 1);
+}
+
+static void test_pool_indexed(void **state)
+{
+	static const int64_t ns[] = {0, 1, 3, 17, 256, 4096};
+
+	(void)state;
+	for (int t = 1; t <= TMAX; t++) {
+		mu__pool_t *p;
+		int others = 0;
+
+		assert_int_equal(mu__pool_new(t, &p), 0);
+		for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++) {
+			indexed_t *c = calloc(1, sizeof(*c));
+
+			assert_non_null(c);
+			c->threads = t;
+			mu__pool_run_indexed(p, indexed_fn, c, ns[k]);
+			assert_int_equal(atomic_load(&c->bad), 0);
+			for (int64_t i = 0; i < 4096; i++)
+				assert_int_equal(atomic_load(&c->hits[i]), i < ns[k] ? 1 : 0);
+			for (int i = 1; i < TMAX; i++)
+				others += atomic_load(&c->used[i]);
+			free(c);
+		}
+		if (t == 1)
+			assert_int_equal(others, 0); /* the caller alone: thread 0 */
+		mu__pool_free(p);
+	}
+	/* no pool: the caller runs it all as thread 0 */
+	{
+		indexed_t *c = calloc(1, sizeof(*c));
+
+		assert_non_null(c);
+		c->threads = 1;
+		mu__pool_run_indexed(NULL, indexed_fn, c, 100);
+		assert_int_equal(atomic_load(&c->bad), 0);
+		assert_int_equal(atomic_load(&c->used[0]), 1);
+		free(c);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pool),
+		cmocka_unit_test(test_pool_indexed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
