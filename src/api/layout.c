@@ -14,6 +14,7 @@
 
 #include "muster/common.h"
 #include "muster/etcd.h"
+#include "muster/llm.h"
 #include "muster/md.h"
 #include "muster/pipeline.h"
 #include "muster/server.h"
@@ -122,6 +123,44 @@ static const mu__layout_field_t cluster_opts[] = {
 	F(mu_cluster_opts_t, max_replacements), F(mu_cluster_opts_t, coord),
 	F(mu_cluster_opts_t, say), F(mu_cluster_opts_t, ud), {0}};
 
+static const mu__layout_field_t llm_opts[] = {
+	F(mu_llm_opts_t, struct_size), F(mu_llm_opts_t, tokenizer), F(mu_llm_opts_t, threads),
+	F(mu_llm_opts_t, max_sequences), F(mu_llm_opts_t, ctx), F(mu_llm_opts_t, chunk),
+	F(mu_llm_opts_t, batch), F(mu_llm_opts_t, io_timeout_ms), F(mu_llm_opts_t, keepalive_ms),
+	F(mu_llm_opts_t, sec), F(mu_llm_opts_t, stages), F(mu_llm_opts_t, nstages),
+	F(mu_llm_opts_t, tracker_host), F(mu_llm_opts_t, tracker_port), F(mu_llm_opts_t, key),
+	F(mu_llm_opts_t, devices), F(mu_llm_opts_t, weights), F(mu_llm_opts_t, device_sequences),
+	F(mu_llm_opts_t, request_timeout_ms), F(mu_llm_opts_t, max_recoveries),
+	F(mu_llm_opts_t, replay_bytes), F(mu_llm_opts_t, say), F(mu_llm_opts_t, ud), {0}};
+
+static const mu__layout_field_t llm_info[] = {
+	F(mu_llm_info_t, arch), F(mu_llm_info_t, format), F(mu_llm_info_t, layers),
+	F(mu_llm_info_t, dim), F(mu_llm_info_t, vocab), F(mu_llm_info_t, trained_ctx),
+	F(mu_llm_info_t, ctx), F(mu_llm_info_t, weight_bytes), F(mu_llm_info_t, stages),
+	F(mu_llm_info_t, where), {0}};
+
+static const mu__layout_field_t llm_stage[] = {
+	F(mu_llm_stage_t, address), F(mu_llm_stage_t, first), F(mu_llm_stage_t, last),
+	F(mu_llm_stage_t, batches), F(mu_llm_stage_t, rows), F(mu_llm_stage_t, busy_ms),
+	F(mu_llm_stage_t, replaced), {0}};
+
+static const mu__layout_field_t llm_recovery[] = {
+	F(mu_llm_recovery_t, recoveries), F(mu_llm_recovery_t, recovery_ms),
+	F(mu_llm_recovery_t, replayed), F(mu_llm_recovery_t, kept_bytes), {0}};
+
+static const mu__layout_field_t llm_stats[] = {
+	F(mu_llm_stats_t, prompt_tokens), F(mu_llm_stats_t, new_tokens),
+	F(mu_llm_stats_t, decode_steps), F(mu_llm_stats_t, stop), F(mu_llm_stats_t, prefill_ms),
+	F(mu_llm_stats_t, ttft_ms), F(mu_llm_stats_t, decode_ms), {0}};
+
+static const mu__layout_field_t llm_gen_opts[] = {
+	F(mu_llm_gen_opts_t, struct_size), F(mu_llm_gen_opts_t, max_tokens),
+	F(mu_llm_gen_opts_t, temperature), F(mu_llm_gen_opts_t, top_k), F(mu_llm_gen_opts_t, top_p),
+	F(mu_llm_gen_opts_t, seed), F(mu_llm_gen_opts_t, no_bos), F(mu_llm_gen_opts_t, ignore_eos),
+	F(mu_llm_gen_opts_t, prompt_ids), F(mu_llm_gen_opts_t, nprompt_ids),
+	F(mu_llm_gen_opts_t, ctx), F(mu_llm_gen_opts_t, on_token), F(mu_llm_gen_opts_t, on_logits),
+	F(mu_llm_gen_opts_t, on_done), F(mu_llm_gen_opts_t, ud), {0}};
+
 #define T(type, fields) {#type, sizeof(type), fields}
 
 static const mu__layout_t types[] = {
@@ -140,6 +179,12 @@ static const mu__layout_t types[] = {
 	T(mu_coord_opts_t, coord_opts),
 	T(mu_cluster_opts_t, cluster_opts),
 	T(mu_secure_opts_t, secure_opts),
+	T(mu_llm_opts_t, llm_opts),
+	T(mu_llm_info_t, llm_info),
+	T(mu_llm_stage_t, llm_stage),
+	T(mu_llm_recovery_t, llm_recovery),
+	T(mu_llm_stats_t, llm_stats),
+	T(mu_llm_gen_opts_t, llm_gen_opts),
 	{NULL, 0, NULL}};
 
 const mu__layout_t *mu__layouts(void)

@@ -19,6 +19,7 @@
 #include "core/buf_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "pipeline/llm/handle_int.h"
 #include "serve/api_int.h"
 
 #define SERVE_OPTS (6 + CLI_SVC_NOPTS)
@@ -116,7 +117,6 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 {
 	mu__srv_opts_t o = {0};
 	mu__chat_tmpl_t probe;
-	mu__eng_t *e = NULL;
 	mu__srv_t *srv = NULL;
 	char host[256], name[256], why[1024] = "";
 	uint64_t body;
@@ -134,14 +134,14 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 	o.max_conns = sa->max_conns;
 	o.max_body = (size_t)body;
 	o.io_timeout_ms = a->io_timeout * 1000;
-	o.sample = r->g.sample;
+	o.sample = (mu__sample_opts_t){(float)a->temperature, a->top_k, (float)a->top_p, r->seed};
 	o.have_seed = a->seed >= 0;
 	o.max_tokens = a->max_tokens;
-	o.ctx = r->g.ctx;
+	o.ctx = r->info.ctx;
 	o.no_bos = a->no_bos;
 	o.ignore_eos = a->ignore_eos;
 	o.chat_template = sa->chat_template;
-	o.where = r->where;
+	o.where = r->info.where;
 	o.metrics = sv->reg;
 	o.api_key = sa->key[0] != '\0' ? sa->key : NULL;
 	if (sa->chat_template != NULL && mu__chat_by_name(sa->chat_template, "", "", &probe) != 0) {
@@ -151,22 +151,17 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 	}
 	if (sa->chat_template != NULL)
 		mu__chat_free(&probe);
-	if ((rc = gen_run_engine(r, a->parallel, &e)) != 0) {
-		fprintf(stderr, "muster serve: cannot start the engine: %s\n", mu_strerror(rc));
-		return 1;
-	}
-	if ((rc = mu__srv_new(&o, e, r->tok, &srv, why, sizeof(why))) != 0) {
+	rc = mu__srv_new(&o, mu__llm_engine(r->llm), mu__llm_tok(r->llm), &srv, why, sizeof(why));
+	if (rc != 0) {
 		fprintf(stderr, "muster serve: %s\n", why[0] ? why : mu_strerror(rc));
-		mu__eng_free(e);
 		return 1;
 	}
 	if ((rc = cli_svc_listen(sv, "muster serve", mu__srv_loop(srv))) != 0) {
 		mu__srv_free(srv);
-		mu__eng_free(e);
 		return rc;
 	}
 	printf("muster serve: listening on http://%s:%d (model %s, %d in flight, context %d, %s)\n",
-	       host, mu__srv_port(srv), o.model_name, a->parallel, o.ctx, r->where);
+	       host, mu__srv_port(srv), o.model_name, a->parallel, o.ctx, r->info.where);
 	fflush(stdout);
 	cli_on_signal(stop_server, srv);
 	cli_svc_ready(sv, "serving HTTP");
@@ -174,7 +169,6 @@ static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_
 	cli_signal_disarm();
 	cli_svc_stop(sv); /* its endpoint is on srv's loop */
 	mu__srv_free(srv);
-	mu__eng_free(e);
 	return 0;
 }
 
