@@ -31,18 +31,20 @@ int mu_tokenizer_from_hf(const char *json, size_t len, const char *config, size_
                          mu_tokenizer_t **out, char *err, size_t el)
 {
 	mu__tok_t *t = NULL;
+	int rc = mu__tok_from_hf(json, len, config, config_len, &t, err, el);
 
 	*out = NULL;
-	return wrap(mu__tok_from_hf(json, len, config, config_len, &t, err, el), t, out, err, el);
+	return wrap(rc, t, out, err, el);
 }
 
 int mu_tokenizer_from_llama2c(const void *data, size_t len, int32_t vocab, mu_tokenizer_t **out,
                               char *err, size_t el)
 {
 	mu__tok_t *t = NULL;
+	int rc = mu__tok_from_llama2c(data, len, vocab, &t, err, el);
 
 	*out = NULL;
-	return wrap(mu__tok_from_llama2c(data, len, vocab, &t, err, el), t, out, err, el);
+	return wrap(rc, t, out, err, el);
 }
 
 /* ---- a GGUF's tokenizer metadata as JSON ---- */
