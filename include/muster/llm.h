@@ -85,7 +85,7 @@ MU_EXTERN void mu_tokenizer_free(mu_tokenizer_t *t);
 /*
  * len bytes of UTF-8 text to token ids (invalid UTF-8 is encoded byte by
  * byte, never refused), in an array the call allocates (*ids, *n; free
- * with mu_free; NULL when n is 0). What a generation request feeds the
+ * with mu_free, even when n is 0). What a generation request feeds the
  * model is encoded with MU_TOK_BOS | MU_TOK_SPECIAL. MU_ENOMEM only.
  */
 MU_EXTERN int mu_tokenizer_encode(const mu_tokenizer_t *t, const char *text, size_t len,

@@ -15,12 +15,14 @@ seed give the same text either way. Several calls may run at once on one
 LLM from different threads (max_sequences= of them generate together).
 """
 
+import atexit
 import codecs
 import ctypes
 import itertools
 import queue
 import secrets
 import threading
+import weakref
 
 from . import _lib
 from ._lib import check
@@ -75,6 +77,18 @@ def _register(sink):
 def _unregister(key):
     with _requests_lock:
         _requests.pop(key, None)
+
+
+# Handles still open when the interpreter exits are closed before it
+# finalizes: their thread calls back into Python as what runs ends, which
+# it can no longer do once finalization has begun.
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for llm in list(_live):
+        llm.close()
 
 
 class _Pieces:
@@ -155,6 +169,7 @@ class LLM:
                            len(err))
         check(f"cannot open the model {path}", rc, err.value.decode(errors="replace"))
         self._h = handle
+        _live.add(self)
         self._tok = _lib.llm_tokenizer(handle)
         info = _lib.LlmInfo()
         _lib.llm_info(handle, ctypes.byref(info))
