@@ -63,7 +63,8 @@ static mu__eng_seq_t *seq_new(mu__eng_t *e, const mu__eng_req_t *r)
 		return NULL;
 	}
 	memcpy(q->toks, r->prompt, (size_t)r->nprompt * sizeof(int32_t));
-	memcpy(q->eos, r->eos, r->neos * sizeof(int32_t));
+	if (r->neos > 0) /* eos may be NULL when there is none */
+		memcpy(q->eos, r->eos, r->neos * sizeof(int32_t));
 	q->r.prompt = q->toks;
 	q->r.eos = q->eos;
 	q->ntok = q->nprompt = r->nprompt;
