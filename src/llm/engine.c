@@ -227,16 +227,16 @@ static int round_once(mu__eng_t *e, mu__eng_seq_t **all)
 	mu__list_foreach(it, &e->active) {
 		mu__eng_seq_t *q = mu__container_of(it, mu__eng_seq_t, node);
 
-		if (e->stopping || __atomic_load_n(&q->cancel, __ATOMIC_RELAXED))
+		if (mu__eng_stopping(e) || __atomic_load_n(&q->cancel, __ATOMIC_RELAXED))
 			mu__eng_seq_end(q, MU_ESTOPPED, MU__STOP_LENGTH,
-			                e->stopping ? "the engine stopped" : "cancelled");
+			                mu__eng_stopping(e) ? "the engine stopped" : "cancelled");
 		all[nall++] = q;
 	}
 	for (k = 0; k < e->n; k++) {
 		if (e->s[k].busy)
 			continue;
 		moved |= mu__eng_control(e, k);
-		if (e->stopping)
+		if (mu__eng_stopping(e))
 			continue;
 		if (mu__eng_start_batch(e, k, all, nall, why, sizeof(why), &err)) {
 			moved = 1;
@@ -280,7 +280,7 @@ static void keepalive(mu__eng_t *e)
 	char why[512];
 	int k, rc;
 
-	for (k = 0; k < e->n && !e->stopping; k++)
+	for (k = 0; k < e->n && !mu__eng_stopping(e); k++)
 		if (e->s[k].l.ping != NULL && (rc = e->s[k].l.ping(e->s[k].l.ud, why, sizeof(why))) != 0)
 			mu__eng_stage_failed(e, k, rc, why);
 }
@@ -293,18 +293,18 @@ static void engine_thread(void *arg)
 
 	uv_mutex_lock(&e->lock);
 	for (;;) {
-		while (!e->stopping && admit_one(e))
+		while (!mu__eng_stopping(e) && admit_one(e))
 			;
-		if (e->stopping)
+		if (mu__eng_stopping(e))
 			fail_queued(e);
-		if (e->stopping && mu__list_empty(&e->active))
+		if (mu__eng_stopping(e) && mu__list_empty(&e->active))
 			break;
 		uv_mutex_unlock(&e->lock);
 		moved = all != NULL ? round_once(e, all) : 0;
 		if (all == NULL)
-			e->stopping = 1;
+			mu__eng_stop(e);
 		uv_mutex_lock(&e->lock);
-		if (moved || e->stopping || !mu__list_empty(&e->queue))
+		if (moved || mu__eng_stopping(e) || !mu__list_empty(&e->queue))
 			continue;
 		if (e->o.keepalive_ms <= 0) {
 			uv_cond_wait(&e->cond, &e->lock);
@@ -373,7 +373,7 @@ int mu__eng_submit(mu__eng_t *e, const mu__eng_req_t *r, uint64_t *id)
 	if ((q = seq_new(e, r)) == NULL)
 		return MU_ENOMEM;
 	uv_mutex_lock(&e->lock);
-	if (e->stopping) {
+	if (mu__eng_stopping(e)) {
 		uv_mutex_unlock(&e->lock);
 		seq_free(e, q);
 		return MU_ESTOPPED;
@@ -431,7 +431,7 @@ void mu__eng_free(mu__eng_t *e)
 		return;
 	if (e->thread_started) {
 		uv_mutex_lock(&e->lock);
-		e->stopping = 1;
+		mu__eng_stop(e);
 		uv_cond_broadcast(&e->cond);
 		uv_mutex_unlock(&e->lock);
 		uv_thread_join(&e->thread);

@@ -65,12 +65,25 @@ struct mu__eng_s {
 	uv_cond_t cond;       /* new work for the thread; drained for callers */
 	mu__list_t queue;     /* submitted, not yet admitted */
 	mu__list_t active;
-	int nactive, stopping, thread_started;
+	int nactive, thread_started;
+	int stopping;         /* atomic (mu__eng_stopping): set once, by either side */
 	uint64_t next_rid, pending;
 	uint64_t last_sid;    /* the sequence id given last */
 	int rotate;
 	mu__eng_stats_t st;
 };
+
+/* The engine stops: mu__eng_free asked, or a chain broke for good. Read
+ * and set from both the engine's thread and the callers'. */
+static inline int mu__eng_stopping(const mu__eng_t *e)
+{
+	return __atomic_load_n(&e->stopping, __ATOMIC_ACQUIRE);
+}
+
+static inline void mu__eng_stop(mu__eng_t *e)
+{
+	__atomic_store_n(&e->stopping, 1, __ATOMIC_RELEASE);
+}
 
 /* ---- engine.c ---- */
 

@@ -304,7 +304,7 @@ static void fail_all(mu__eng_t *e, int k, int rc, const char *why)
 		memset(q->inflight, 0, (size_t)e->n * sizeof(int));
 		memset(q->opened, 0, (size_t)e->n * sizeof(int));
 	}
-	e->stopping = 1;
+	mu__eng_stop(e);
 }
 
 /* A stage answered a batch with an error of its own: those sequences end;
