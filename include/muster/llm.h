@@ -8,7 +8,7 @@
  * is chosen when it is opened (mu_llm_opts_t):
  *   - this process, on `threads` compute threads (the default);
  *   - `muster stage` servers, by address in layer order (`stages`);
- *   - devices found through a tracker (`tracker_host`, `key`): the layers
+ *   - devices found through a tracker (`cluster`, muster/pipeline.h): the layers
  *     are cut to fit each device's memory with its KV cache, and loaded
  *     from the device's own copy or streamed to it; a device lost
  *     mid-generation is replaced and the text goes on unchanged.
@@ -36,7 +36,6 @@
 
 #include "muster/common.h"
 #include "muster/pipeline.h"
-#include "muster/stream.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,35 +121,29 @@ typedef struct {
 	int batch;                 /* 1 (default): requests waiting for a stage
 	                            * share its batch; 0: one per batch (to
 	                            * measure what batching gives) */
-	int io_timeout_ms;         /* a stage or device silent this long on a reply
+	int io_timeout_ms;         /* a stage or device silent this long on a batch
 	                            * has failed; default 60000 */
 	int keepalive_ms;          /* ping idle stages and devices this often, so
 	                            * they keep the session; default 60000; 0:
 	                            * never */
-	const mu_secure_t *sec;    /* TLS / shared secret toward stages and devices
-	                            * (muster/stream.h); NULL: plain TCP. Must
-	                            * outlive the handle */
 	/* over `muster stage` servers: nstages addresses ("host:port") in
-	 * layer order (copied); NULL: not */
+	 * layer order (read during mu_llm_open); NULL: not */
 	const char *const *stages;
 	int nstages;
-	/* over devices of key from the tracker at tracker_host:tracker_port
-	 * (`muster server --key KEY`); tracker_host NULL: not */
-	const char *tracker_host;
-	int tracker_port;          /* default 9190 */
-	const char *key;
-	int devices;               /* how many to request; default 1 */
-	mu_weights_t weights;      /* from a device's own copy or streamed */
-	int device_sequences;      /* sequences each device keeps a KV cache for;
-	                            * 0 (default): max_sequences */
-	int request_timeout_ms;    /* to get each device; default 30000 */
-	int max_recoveries;        /* lost devices replaced, in all; default 3 */
-	uint64_t replay_bytes;     /* activations kept to rebuild a lost device's
-	                            * KV cache; default 256 MiB */
-	/* narration of the placement (devices), one line at a time, on the
-	 * thread that opens; NULL: none */
-	void (*say)(void *ud, const char *line);
-	void *ud;
+	const mu_coord_opts_t *coord; /* toward the stages (connect and I/O
+	                            * timeouts, reply bound, TLS or secret);
+	                            * NULL: the defaults. Read during open; its
+	                            * sec must outlive the handle */
+	const mu_cluster_opts_t *cluster; /* over devices from a tracker (the
+	                            * tracker, key, devices, weights, lost
+	                            * devices replaced, narration; its coord
+	                            * toward them): cut to fit their memory, a
+	                            * device lost mid-generation replaced. NULL
+	                            * (default): not. Not with stages */
+	int device_sequences;      /* with cluster: sequences each device keeps a
+	                            * KV cache for; 0 (default): max_sequences */
+	uint64_t replay_bytes;     /* with cluster: activations kept to rebuild a
+	                            * lost device's KV cache; default 256 MiB */
 } mu_llm_opts_t;
 
 MU_EXTERN void mu_llm_opts_init_size(mu_llm_opts_t *o, size_t size);
@@ -204,14 +197,14 @@ typedef struct {
 	uint64_t rows;             /* positions in them */
 	double busy_ms;            /* its own compute time */
 	int replaced;              /* devices: times it moved to a new device */
-} mu_llm_stage_t;
+} mu_llm_stage_info_t;
 
 /*
  * Stage i (0 <= i < info.stages): where it runs and what it did so far.
  * The figures are exact once nothing runs (after mu_llm_drain) or from a
  * callback. MU_EARG for an i out of range.
  */
-MU_EXTERN int mu_llm_stage(const mu_llm_t *llm, int i, mu_llm_stage_t *out);
+MU_EXTERN int mu_llm_stage_info(const mu_llm_t *llm, int i, mu_llm_stage_info_t *out);
 
 typedef struct {
 	int recoveries;            /* devices lost and replaced */

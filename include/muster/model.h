@@ -121,6 +121,65 @@ MU_EXTERN int mu_safetensors_read(const char *path, mu_tensor_list_t *out,
 MU_EXTERN int mu_safetensors_write(const char *path,
                                    const mu_tensor_list_t *l);
 
+/*
+ * A safetensors file written as a stream: the header of tensors described
+ * up front, then their data in the same order, a piece at a time, so a
+ * file far larger than memory (a generated model's weights, a row at a
+ * time) is written holding one piece. The bytes are those
+ * mu_safetensors_write writes for the same tensors. A writer is used by
+ * one thread at a time.
+ */
+typedef struct {
+	const char *name;       /* NUL-terminated */
+	mu_dtype_t dtype;
+	uint32_t rank;          /* at most MU_TENSOR_MAX_RANK */
+	const uint64_t *dims;   /* rank entries (may be NULL for rank 0) */
+} mu_safetensors_desc_t;
+
+typedef struct mu_safetensors_writer_s mu_safetensors_writer_t;
+
+/*
+ * Create path (truncated if it exists) and write the header of the n
+ * tensors d describes; d is read during the call only. 0; MU_EARG (a name
+ * NULL, a dtype that is not one, rank over the limit, dims NULL with a
+ * rank); MU_ETOOBIG (a tensor's size overflows, or the header is over
+ * the 100 MiB a reader accepts); MU_ENOMEM; -errno when the file cannot
+ * be created or written, with the cause in err. On failure *out is NULL
+ * and nothing stays open (a file may be left behind, incomplete).
+ */
+MU_EXTERN int mu_safetensors_writer_open(const char *path,
+                                         const mu_safetensors_desc_t *d,
+                                         size_t n,
+                                         mu_safetensors_writer_t **out,
+                                         char *err, size_t errlen);
+/*
+ * Append count elements of the tensor being written, in host order
+ * (stored little-endian), of its dtype's size each. The tensors fill in
+ * the order described; a put may complete the current tensor but not run
+ * past it (MU_EARG, nothing written, the writer as it was). -EIO when the
+ * write fails: then every later put and the close fail with it too.
+ */
+MU_EXTERN int mu_safetensors_writer_put(mu_safetensors_writer_t *w,
+                                        const void *data, uint64_t count);
+/*
+ * Close the file and free the writer (NULL: a no-op returning 0). 0;
+ * -EIO when a write failed or less data was put than the header
+ * announced (the file is then incomplete: remove it).
+ */
+MU_EXTERN int mu_safetensors_writer_close(mu_safetensors_writer_t *w);
+
+/*
+ * A new tensor, named as t, holding t's values in dtype `to`, by the
+ * rules of the graph's `cast` op (docs/model-format.md, numpy's astype):
+ * floats round to nearest even (F16 and BF16 too), a float becomes an
+ * integer by truncation toward zero, integers wrap to the target's low
+ * bits, anything non-zero becomes BOOL 1; exact wherever `to` holds the
+ * value. MU_EARG for a `to` that is not a dtype, MU_ENOMEM; *out is NULL
+ * on failure.
+ */
+MU_EXTERN int mu_tensor_cast(const mu_tensor_t *t, mu_dtype_t to,
+                             mu_tensor_t **out);
+
 #ifdef __cplusplus
 }
 #endif

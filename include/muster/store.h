@@ -193,6 +193,58 @@ MU_EXTERN int mu_store_multi_set(mu_store_client_t *c, const char *const *keys,
 MU_EXTERN int mu_store_list(mu_store_client_t *c, mu_store_value_t **keys,
                             size_t *n);
 
+/*
+ * The request codec, for a program that drives many connections from an
+ * event loop of its own (a load generator: `muster bench store`), where a
+ * blocking mu_store_client_t per connection will not do. It encodes the
+ * requests of one key that torch's clients send, in either dialect; the
+ * program reads the replies itself: their shapes follow from the request
+ * (docs/protocols/tcpstore.md has the table), e.g. GET's is a u64 length
+ * and the value, ADD's an i64, WAIT's a u8 0 once the key exists.
+ */
+typedef enum {
+	MU_STORE_OP_VALIDATE = 0, /* v2: the magic, first on a connection */
+	MU_STORE_OP_PING,         /* v2: nonce; the reply echoes it */
+	MU_STORE_OP_SET,          /* key, value */
+	MU_STORE_OP_COMPARE_SET,  /* key, value (the expected one), desired */
+	MU_STORE_OP_GET,          /* key */
+	MU_STORE_OP_ADD,          /* key, delta */
+	MU_STORE_OP_CHECK,        /* key (a key list of one) */
+	MU_STORE_OP_WAIT,         /* key (a key list of one) */
+	MU_STORE_OP_NUM_KEYS,     /* nothing */
+	MU_STORE_OP_DELETE,       /* key */
+	MU_STORE_OP_APPEND        /* v2: key, value */
+} mu_store_op_t;
+
+typedef struct {
+	size_t struct_size;         /* set by mu_store_request_init */
+	mu_store_dialect_t dialect; /* V1 or V2 (AUTO, the init's, is refused) */
+	mu_store_op_t op;
+	const void *key;            /* sent as it is: no "/" goes in front */
+	size_t key_len;
+	const void *value;          /* SET, APPEND; COMPARE_SET's expected */
+	size_t value_len;
+	const void *desired;        /* COMPARE_SET */
+	size_t desired_len;
+	int64_t delta;              /* ADD */
+	uint32_t nonce;             /* PING */
+} mu_store_request_t;
+
+MU_EXTERN void mu_store_request_init_size(mu_store_request_t *r, size_t size);
+#define mu_store_request_init(r) mu_store_request_init_size((r), sizeof(*(r)))
+
+/*
+ * Encode r's request into buf (cap bytes); *len gets its size. Pure: no
+ * I/O, no allocation, any thread. 0; MU_ETOOBIG when cap is short
+ * (nothing written, *len the size needed) or a length is past what any
+ * buffer holds; -ENOTSUP when the dialect has
+ * no such request (VALIDATE, PING and APPEND in v1); MU_EARG for a request
+ * not set up by mu_store_request_init, dialect AUTO, an op that is not
+ * one, or a NULL pointer with a length.
+ */
+MU_EXTERN int mu_store_request_encode(const mu_store_request_t *r, void *buf,
+                                      size_t cap, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

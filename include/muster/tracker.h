@@ -194,6 +194,36 @@ MU_EXTERN int mu_tracker_client_stop(mu_tracker_client_t *c,
  */
 MU_EXTERN int mu_tracker_summary_text(const char *summary_json, char **text);
 
+/*
+ * The framing, for a program that drives many tracker connections from
+ * an event loop of its own (a load generator: `muster bench tracker`),
+ * where a blocking mu_tracker_client_t per connection will not do. Each
+ * side of a connection first sends MU_TRACKER_MAGIC as a little-endian
+ * u32 (the other echoes it); then every message is a frame: a
+ * little-endian i32 length, then that many bytes of JSON text, whose
+ * meaning is TVM's (docs/protocols/tvm-tracker.md). Both calls are pure:
+ * no I/O, no allocation, any thread.
+ */
+#define MU_TRACKER_MAGIC 0x2F271
+
+/*
+ * Put a frame of body (len bytes) into buf (cap bytes); *n gets 4 + len.
+ * MU_EARG for a len of 0 (no frame is empty) or body NULL; MU_ETOOBIG
+ * when len is over 2^31 - 1 or cap is short (nothing written, *n the size
+ * needed).
+ */
+MU_EXTERN int mu_tracker_frame_encode(const void *body, size_t len, void *buf,
+                                      size_t cap, size_t *n);
+/*
+ * Look at the start of a byte stream: 1 when a whole frame is there (its
+ * body is the *body_len bytes from offset 4), 0 when more bytes are
+ * needed, MU_EPROTO (a length of 0 or less) or MU_ETOOBIG (over max) as
+ * soon as the 4 length bytes are in: the connection is then not worth
+ * reading on.
+ */
+MU_EXTERN int mu_tracker_frame_peek(const void *data, size_t len, size_t max,
+                                    size_t *body_len);
+
 #ifdef __cplusplus
 }
 #endif

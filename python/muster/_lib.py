@@ -121,11 +121,9 @@ class LlmOpts(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("tokenizer", c_char_p), ("threads", c_int),
                 ("max_sequences", c_int), ("ctx", ctypes.c_int32), ("chunk", ctypes.c_int32),
                 ("batch", c_int), ("io_timeout_ms", c_int), ("keepalive_ms", c_int),
-                ("sec", c_void_p), ("stages", ctypes.POINTER(c_char_p)), ("nstages", c_int),
-                ("tracker_host", c_char_p), ("tracker_port", c_int), ("key", c_char_p),
-                ("devices", c_int), ("weights", c_int), ("device_sequences", c_int),
-                ("request_timeout_ms", c_int), ("max_recoveries", c_int),
-                ("replay_bytes", ctypes.c_uint64), ("say", c_void_p), ("ud", c_void_p)]
+                ("stages", ctypes.POINTER(c_char_p)), ("nstages", c_int), ("coord", c_void_p),
+                ("cluster", c_void_p), ("device_sequences", c_int),
+                ("replay_bytes", ctypes.c_uint64)]
 
 
 class LlmGenOpts(ctypes.Structure):

@@ -16,7 +16,9 @@
 #include "muster/etcd.h"
 #include "muster/llm.h"
 #include "muster/md.h"
+#include "muster/model.h"
 #include "muster/pipeline.h"
+#include "muster/serve.h"
 #include "muster/server.h"
 #include "muster/store.h"
 #include "muster/stream.h"
@@ -123,15 +125,64 @@ static const mu__layout_field_t cluster_opts[] = {
 	F(mu_cluster_opts_t, max_replacements), F(mu_cluster_opts_t, coord),
 	F(mu_cluster_opts_t, say), F(mu_cluster_opts_t, ud), {0}};
 
+static const mu__layout_field_t llm_stage_opts[] = {
+	F(mu_llm_stage_opts_t, struct_size), F(mu_llm_stage_opts_t, tokenizer),
+	F(mu_llm_stage_opts_t, index), F(mu_llm_stage_opts_t, of),
+	F(mu_llm_stage_opts_t, first), F(mu_llm_stage_opts_t, last),
+	F(mu_llm_stage_opts_t, threads), F(mu_llm_stage_opts_t, max_seqs),
+	F(mu_llm_stage_opts_t, kv_bytes), F(mu_llm_stage_opts_t, max_chunk), {0}};
+
+static const mu__layout_field_t llm_plan_opts[] = {
+	F(mu_llm_plan_opts_t, struct_size), F(mu_llm_plan_opts_t, stages),
+	F(mu_llm_plan_opts_t, budgets), F(mu_llm_plan_opts_t, nbudgets),
+	F(mu_llm_plan_opts_t, ctx), F(mu_llm_plan_opts_t, max_seqs), {0}};
+
+static const mu__layout_field_t llm_plan_stage[] = {
+	F(mu_llm_plan_stage_t, device), F(mu_llm_plan_stage_t, first),
+	F(mu_llm_plan_stage_t, last), F(mu_llm_plan_stage_t, embeds),
+	F(mu_llm_plan_stage_t, head), F(mu_llm_plan_stage_t, weight_bytes),
+	F(mu_llm_plan_stage_t, kv_bytes), {0}};
+
+static const mu__layout_field_t serve_opts[] = {
+	F(mu_serve_opts_t, struct_size), F(mu_serve_opts_t, model),
+	F(mu_serve_opts_t, tokenizer), F(mu_serve_opts_t, stages),
+	F(mu_serve_opts_t, nstages), F(mu_serve_opts_t, coord),
+	F(mu_serve_opts_t, cluster), F(mu_serve_opts_t, max_seqs),
+	F(mu_serve_opts_t, replay_bytes), F(mu_serve_opts_t, threads),
+	F(mu_serve_opts_t, ctx), F(mu_serve_opts_t, chunk),
+	F(mu_serve_opts_t, parallel), F(mu_serve_opts_t, batch),
+	F(mu_serve_opts_t, keepalive_ms), F(mu_serve_opts_t, host),
+	F(mu_serve_opts_t, port), F(mu_serve_opts_t, model_name),
+	F(mu_serve_opts_t, max_conns), F(mu_serve_opts_t, max_body),
+	F(mu_serve_opts_t, io_timeout_ms), F(mu_serve_opts_t, api_key),
+	F(mu_serve_opts_t, api_key_file), F(mu_serve_opts_t, metrics),
+	F(mu_serve_opts_t, max_tokens), F(mu_serve_opts_t, temperature),
+	F(mu_serve_opts_t, top_k), F(mu_serve_opts_t, top_p),
+	F(mu_serve_opts_t, have_seed), F(mu_serve_opts_t, seed),
+	F(mu_serve_opts_t, no_bos), F(mu_serve_opts_t, ignore_eos),
+	F(mu_serve_opts_t, chat_template), {0}};
+
+static const mu__layout_field_t metrics_server_opts[] = {
+	F(mu_metrics_server_opts_t, struct_size), F(mu_metrics_server_opts_t, host),
+	F(mu_metrics_server_opts_t, port), F(mu_metrics_server_opts_t, serve), {0}};
+static const mu__layout_field_t store_request[] = {
+	F(mu_store_request_t, struct_size), F(mu_store_request_t, dialect),
+	F(mu_store_request_t, op), F(mu_store_request_t, key), F(mu_store_request_t, key_len),
+	F(mu_store_request_t, value), F(mu_store_request_t, value_len),
+	F(mu_store_request_t, desired), F(mu_store_request_t, desired_len),
+	F(mu_store_request_t, delta), F(mu_store_request_t, nonce), {0}};
+
+static const mu__layout_field_t safetensors_desc[] = {
+	F(mu_safetensors_desc_t, name), F(mu_safetensors_desc_t, dtype),
+	F(mu_safetensors_desc_t, rank), F(mu_safetensors_desc_t, dims), {0}};
+
 static const mu__layout_field_t llm_opts[] = {
 	F(mu_llm_opts_t, struct_size), F(mu_llm_opts_t, tokenizer), F(mu_llm_opts_t, threads),
 	F(mu_llm_opts_t, max_sequences), F(mu_llm_opts_t, ctx), F(mu_llm_opts_t, chunk),
 	F(mu_llm_opts_t, batch), F(mu_llm_opts_t, io_timeout_ms), F(mu_llm_opts_t, keepalive_ms),
-	F(mu_llm_opts_t, sec), F(mu_llm_opts_t, stages), F(mu_llm_opts_t, nstages),
-	F(mu_llm_opts_t, tracker_host), F(mu_llm_opts_t, tracker_port), F(mu_llm_opts_t, key),
-	F(mu_llm_opts_t, devices), F(mu_llm_opts_t, weights), F(mu_llm_opts_t, device_sequences),
-	F(mu_llm_opts_t, request_timeout_ms), F(mu_llm_opts_t, max_recoveries),
-	F(mu_llm_opts_t, replay_bytes), F(mu_llm_opts_t, say), F(mu_llm_opts_t, ud), {0}};
+	F(mu_llm_opts_t, stages), F(mu_llm_opts_t, nstages), F(mu_llm_opts_t, coord),
+	F(mu_llm_opts_t, cluster), F(mu_llm_opts_t, device_sequences),
+	F(mu_llm_opts_t, replay_bytes), {0}};
 
 static const mu__layout_field_t llm_info[] = {
 	F(mu_llm_info_t, arch), F(mu_llm_info_t, format), F(mu_llm_info_t, layers),
@@ -139,10 +190,11 @@ static const mu__layout_field_t llm_info[] = {
 	F(mu_llm_info_t, ctx), F(mu_llm_info_t, weight_bytes), F(mu_llm_info_t, stages),
 	F(mu_llm_info_t, where), {0}};
 
-static const mu__layout_field_t llm_stage[] = {
-	F(mu_llm_stage_t, address), F(mu_llm_stage_t, first), F(mu_llm_stage_t, last),
-	F(mu_llm_stage_t, batches), F(mu_llm_stage_t, rows), F(mu_llm_stage_t, busy_ms),
-	F(mu_llm_stage_t, replaced), {0}};
+static const mu__layout_field_t llm_stage_info[] = {
+	F(mu_llm_stage_info_t, address), F(mu_llm_stage_info_t, first),
+	F(mu_llm_stage_info_t, last), F(mu_llm_stage_info_t, batches),
+	F(mu_llm_stage_info_t, rows), F(mu_llm_stage_info_t, busy_ms),
+	F(mu_llm_stage_info_t, replaced), {0}};
 
 static const mu__layout_field_t llm_recovery[] = {
 	F(mu_llm_recovery_t, recoveries), F(mu_llm_recovery_t, recovery_ms),
@@ -179,9 +231,16 @@ static const mu__layout_t types[] = {
 	T(mu_coord_opts_t, coord_opts),
 	T(mu_cluster_opts_t, cluster_opts),
 	T(mu_secure_opts_t, secure_opts),
+	T(mu_llm_stage_opts_t, llm_stage_opts),
+	T(mu_llm_plan_opts_t, llm_plan_opts),
+	T(mu_llm_plan_stage_t, llm_plan_stage),
+	T(mu_serve_opts_t, serve_opts),
+	T(mu_metrics_server_opts_t, metrics_server_opts),
+	T(mu_store_request_t, store_request),
+	T(mu_safetensors_desc_t, safetensors_desc),
 	T(mu_llm_opts_t, llm_opts),
 	T(mu_llm_info_t, llm_info),
-	T(mu_llm_stage_t, llm_stage),
+	T(mu_llm_stage_info_t, llm_stage_info),
 	T(mu_llm_recovery_t, llm_recovery),
 	T(mu_llm_stats_t, llm_stats),
 	T(mu_llm_gen_opts_t, llm_gen_opts),

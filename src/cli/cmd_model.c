@@ -84,8 +84,7 @@ static int model_gen(int argc, char **argv)
 		for (int i = 0; i <= layers; i++)
 			w[i] = side > 0 ? side : 1;
 	}
-	rc = mu__model_generate_mlp(out, w, layers, (uint64_t)batch, act, (uint64_t)seed, err,
-	                           sizeof(err));
+	rc = cli_gen_mlp(out, w, layers, (uint64_t)batch, act, (uint64_t)seed, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "muster model gen: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		return 1;
@@ -135,8 +134,8 @@ static int model_input(int argc, char **argv)
 		mu_tensor_t *t;
 
 		mu_model_input(m, i, &name, &rank, dims);
-		rc = mu__tensor_random_typed(name, mu_model_input_dtype(m, i), rank, dims,
-		                            (uint64_t)seed + (uint64_t)i, &t);
+		rc = cli_tensor_random_typed(name, mu_model_input_dtype(m, i), rank, dims,
+		                             (uint64_t)seed + (uint64_t)i, &t);
 		if (rc == 0 && (rc = mu_tensor_list_push(&l, t)) != 0)
 			mu_tensor_free(t);
 		if (rc != 0)

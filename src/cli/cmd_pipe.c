@@ -22,7 +22,6 @@
 #include "core/json_int.h"
 #include "core/net_int.h"
 #include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
 
 /* ---- plan ---- */
 

@@ -21,7 +21,6 @@
 #include "core/proc_int.h"
 #include "core/progress_int.h"
 #include "core/time_int.h"
-#include "pipeline/pipeline_int.h"
 
 /* ---- run ---- */
 

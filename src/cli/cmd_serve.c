@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `muster serve`: an OpenAI-compatible HTTP endpoint (src/serve/) in front
- * of the generation engine, over a model in this process or over `muster
- * stage` servers (--stages). It takes `muster generate`'s options for
- * what runs and how to sample (the defaults of requests that say nothing)
- * and its own for the HTTP side. Where the model runs is gen_run_open's
- * business, so devices from a tracker come in there.
+ * `muster serve`: an OpenAI-compatible HTTP endpoint (mu_serve_*,
+ * muster/serve.h) in front of the generation engine, over a model in this
+ * process, over `muster stage` servers (--stages) or over devices from a
+ * tracker (--tracker). It takes `muster generate`'s options for what runs
+ * and how to sample (the defaults of requests that say nothing) and its
+ * own for the HTTP side.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,73 +13,58 @@
 #include <sys/stat.h>
 
 #include "muster/common.h"
+#include "muster/serve.h"
 #include "cli/cli_int.h"
 #include "cli/gen_int.h"
 #include "cli/svc_int.h"
-#include "core/buf_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
-#include "pipeline/llm/handle_int.h"
-#include "serve/api_int.h"
+#include "core/progress_int.h"
 
 #define SERVE_OPTS (6 + CLI_SVC_NOPTS)
-#define KEY_MAX 512 /* bytes of an API key */
+#define MAX_STAGES 1024
 
 typedef struct {
 	const char *listen, *name, *max_body, *chat_template, *key_file;
 	int max_conns;
-	char key[KEY_MAX + 1]; /* from key_file: what clients send as Bearer */
+	char key[MU_SERVE_KEY_MAX + 1]; /* from key_file: what clients send as Bearer */
 } serve_args_t;
+
+/* What the options become: where the model runs and the HTTP side. */
+typedef struct {
+	mu_serve_opts_t o;
+	mu_coord_opts_t coord;
+	mu_cluster_opts_t cluster;
+	char host[256], thost[256];
+	char *stages;              /* --stages, split in place */
+	const char *addrs[MAX_STAGES];
+	mu_secure_t *sec;
+} serve_run_t;
 
 static void stop_server(void *srv)
 {
-	mu__srv_stop(srv);
-}
-
-/* The id clients name: the checkpoint's file or directory name. */
-static void default_name(const char *path, char *out, size_t n)
-{
-	size_t len = strlen(path);
-	const char *p;
-
-	while (len > 1 && path[len - 1] == '/')
-		len--;
-	for (p = path + len; p > path && p[-1] != '/'; p--)
-		;
-	snprintf(out, n, "%.*s", (int)(len - (size_t)(p - path)), p);
+	mu_serve_stop(srv);
 }
 
 /*
  * --api-key-file: its first line (without the newline) is the key clients
- * send as "Authorization: Bearer KEY", printable ASCII, 1 to KEY_MAX
- * bytes. 0, or 2 after saying why.
+ * send as "Authorization: Bearer KEY" (mu_serve_read_key). 0, or 2 after
+ * saying why.
  */
 static int read_key(serve_args_t *sa)
 {
-	mu__buf_t b;
-	char why[512];
+	char why[1024] = "";
 	struct stat st;
-	size_t n;
+	int rc = mu_serve_read_key(sa->key_file, sa->key, sizeof(sa->key), why, sizeof(why));
 
-	if (mu__buf_read_file(&b, sa->key_file, KEY_MAX + 2, why, sizeof(why)) != 0) {
+	if (rc == MU_EARG) {
+		fprintf(stderr, "muster serve: --api-key-file %s %s\n", sa->key_file, why);
+		return 2;
+	}
+	if (rc != 0) {
 		fprintf(stderr, "muster serve: --api-key-file: %s\n", why);
 		return 2;
 	}
-	n = b.len;
-	while (n > 0 && (b.data[n - 1] == '\n' || b.data[n - 1] == '\r'))
-		n--;
-	for (size_t i = 0; i < n; i++)
-		if (b.data[i] < 0x21 || b.data[i] > 0x7e)
-			n = 0; /* not one printable word: refused below */
-	if (n == 0 || n > KEY_MAX) {
-		mu__buf_free(&b);
-		fprintf(stderr, "muster serve: --api-key-file %s must hold one key of 1 to %d "
-		        "printable characters, without spaces\n", sa->key_file, KEY_MAX);
-		return 2;
-	}
-	memcpy(sa->key, b.data, n);
-	sa->key[n] = '\0';
-	mu__buf_free(&b);
 	if (stat(sa->key_file, &st) == 0 && (st.st_mode & 077) != 0)
 		fprintf(stderr, "muster serve: warning: --api-key-file %s can be read by other users "
 		        "(chmod 600 it)\n", sa->key_file);
@@ -113,62 +98,146 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 	return k;
 }
 
-static int serve(gen_run_t *r, const gen_args_t *a, const serve_args_t *sa, cli_svc_t *sv)
+static void narrate(void *ud, const char *line)
 {
-	mu__srv_opts_t o = {0};
-	mu__chat_tmpl_t probe;
-	mu__srv_t *srv = NULL;
-	char host[256], name[256], why[1024] = "";
-	uint64_t body;
-	int rc;
+	(void)ud;
+	mu__progress_clear();
+	fprintf(stderr, "%s\n", line);
+}
 
-	if (mu__split_hostport(sa->listen, host, sizeof(host), &o.port) != 0 ||
+/* --stages and --tracker into where the model runs. 0, or the exit status
+ * after saying why. */
+static int placement(gen_args_t *a, serve_run_t *sr)
+{
+	char *save = NULL;
+	int n = 0, rc;
+
+	if ((a->stages != NULL || a->tracker != NULL) &&
+	    (rc = cli_secure_apply(a->prog, &a->cs, &sr->sec)) != 0)
+		return rc;
+	mu_coord_opts_init(&sr->coord);
+	sr->coord.io_timeout_ms = a->io_timeout * 1000;
+	sr->coord.sec = sr->sec;
+	sr->o.coord = &sr->coord;
+	if (a->stages != NULL) {
+		if ((sr->stages = strdup(a->stages)) == NULL)
+			return 1;
+		for (char *t = strtok_r(sr->stages, ",", &save); t != NULL;
+		     t = strtok_r(NULL, ",", &save)) {
+			if (n == MAX_STAGES) {
+				n++; /* one too many: refused below */
+				break;
+			}
+			sr->addrs[n++] = t;
+		}
+		if (n < 1 || n > MAX_STAGES) {
+			fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to %d of them)\n", a->prog,
+			        MAX_STAGES);
+			return 2;
+		}
+		sr->o.stages = sr->addrs;
+		sr->o.nstages = n;
+	}
+	if (a->tracker == NULL)
+		return 0;
+	mu_cluster_opts_init(&sr->cluster);
+	if (mu__split_hostport(a->tracker, sr->thost, sizeof(sr->thost),
+	                       &sr->cluster.tracker_port) != 0) {
+		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", a->prog, a->tracker);
+		return 2;
+	}
+	if (cli_parse_size(a->replay_mem != NULL ? a->replay_mem : "256M", &sr->o.replay_bytes)) {
+		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", a->prog);
+		return 2;
+	}
+	sr->cluster.tracker_host = sr->thost;
+	sr->cluster.key = a->key;
+	sr->cluster.devices = a->devices;
+	sr->cluster.weights = a->weights == NULL || strcmp(a->weights, "auto") == 0
+	                      ? MU_WEIGHTS_AUTO : strcmp(a->weights, "local") == 0
+	                      ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;
+	sr->cluster.coord = &sr->coord;
+	sr->cluster.say = a->quiet ? NULL : narrate;
+	if (a->quiet)
+		mu__progress_enable(0);
+	sr->o.cluster = &sr->cluster;
+	sr->o.max_seqs = a->max_seqs;
+	return 0;
+}
+
+/* The options into sr->o. 0, or the exit status after saying why. */
+static int serve_opts(gen_args_t *a, const serve_args_t *sa, serve_run_t *sr)
+{
+	mu_serve_opts_t *o = &sr->o;
+	uint64_t body;
+	int i;
+
+	mu_serve_opts_init(o);
+	if (mu__split_hostport(sa->listen, sr->host, sizeof(sr->host), &o->port) != 0 ||
 	    cli_parse_size(sa->max_body, &body) != 0 || body < 1024 || sa->max_conns < 1) {
 		fprintf(stderr, "muster serve: --listen takes HOST:PORT, --max-body a size of 1K or "
 		        "more, --max-connections 1 or more\n");
 		return 2;
 	}
-	default_name(a->model, name, sizeof(name));
-	o.host = host;
-	o.model_name = sa->name != NULL ? sa->name : name;
-	o.max_conns = sa->max_conns;
-	o.max_body = (size_t)body;
-	o.io_timeout_ms = a->io_timeout * 1000;
-	o.sample = (mu__sample_opts_t){(float)a->temperature, a->top_k, (float)a->top_p, r->seed};
-	o.have_seed = a->seed >= 0;
-	o.max_tokens = a->max_tokens;
-	o.ctx = r->info.ctx;
-	o.no_bos = a->no_bos;
-	o.ignore_eos = a->ignore_eos;
-	o.chat_template = sa->chat_template;
-	o.where = r->info.where;
-	o.metrics = sv->reg;
-	o.api_key = sa->key[0] != '\0' ? sa->key : NULL;
-	if (sa->chat_template != NULL && mu__chat_by_name(sa->chat_template, "", "", &probe) != 0) {
+	for (i = 0; sa->chat_template != NULL && mu_serve_chat_family(i) != NULL; i++)
+		if (strcmp(mu_serve_chat_family(i), sa->chat_template) == 0)
+			break;
+	if (sa->chat_template != NULL && mu_serve_chat_family(i) == NULL) {
 		fprintf(stderr, "muster serve: --chat-template is one of chatml, qwen3, llama3, "
 		        "llama3.1, llama2, mistral\n");
 		return 2;
 	}
-	if (sa->chat_template != NULL)
-		mu__chat_free(&probe);
-	rc = mu__srv_new(&o, mu__llm_engine(r->llm), mu__llm_tok(r->llm), &srv, why, sizeof(why));
-	if (rc != 0) {
+	o->model = a->model;
+	o->tokenizer = a->tokenizer;
+	o->threads = a->threads;
+	o->ctx = a->ctx;
+	o->chunk = a->chunk;
+	o->parallel = a->parallel;
+	o->batch = !a->no_batch;
+	o->keepalive_ms = a->keepalive * 1000;
+	o->host = sr->host;
+	o->model_name = sa->name;
+	o->max_conns = sa->max_conns;
+	o->max_body = (size_t)body;
+	o->io_timeout_ms = a->io_timeout * 1000;
+	o->api_key = sa->key[0] != '\0' ? sa->key : NULL;
+	o->max_tokens = a->max_tokens;
+	o->temperature = (float)a->temperature;
+	o->top_k = a->top_k;
+	o->top_p = (float)a->top_p;
+	o->have_seed = a->seed >= 0;
+	o->seed = a->seed >= 0 ? (uint64_t)a->seed : 0;
+	o->no_bos = a->no_bos;
+	o->ignore_eos = a->ignore_eos;
+	o->chat_template = sa->chat_template;
+	return placement(a, sr);
+}
+
+static int serve(serve_run_t *sr, cli_svc_t *sv)
+{
+	mu_serve_t *srv = NULL;
+	char why[1024] = "";
+	int rc;
+
+	sr->o.metrics = sv->reg;
+	if ((rc = mu_serve_start(&sr->o, &srv, why, sizeof(why))) != 0) {
 		fprintf(stderr, "muster serve: %s\n", why[0] ? why : mu_strerror(rc));
 		return 1;
 	}
-	if ((rc = cli_svc_listen(sv, "muster serve", mu__srv_loop(srv))) != 0) {
-		mu__srv_free(srv);
+	if ((rc = cli_svc_listen(sv, "muster serve", srv)) != 0) {
+		mu_serve_free(srv);
 		return rc;
 	}
 	printf("muster serve: listening on http://%s:%d (model %s, %d in flight, context %d, %s)\n",
-	       host, mu__srv_port(srv), o.model_name, a->parallel, o.ctx, r->info.where);
+	       sr->host, mu_serve_port(srv), mu_serve_model_name(srv), sr->o.parallel,
+	       mu_serve_ctx(srv), mu_serve_where(srv));
 	fflush(stdout);
 	cli_on_signal(stop_server, srv);
 	cli_svc_ready(sv, "serving HTTP");
-	mu__srv_run(srv);
+	mu_serve_run(srv);
 	cli_signal_disarm();
 	cli_svc_stop(sv); /* its endpoint is on srv's loop */
-	mu__srv_free(srv);
+	mu_serve_free(srv);
 	return 0;
 }
 
@@ -176,7 +245,7 @@ int cmd_serve(int argc, char **argv)
 {
 	serve_args_t sa = {"127.0.0.1:8080", NULL, "4M", NULL, NULL, 32, ""};
 	gen_args_t a;
-	gen_run_t r;
+	serve_run_t sr = {0};
 	int npos, rc;
 	cli_svc_t sv;
 	cli_opt_t opts[SERVE_OPTS + GEN_MAX_OPTS] = {
@@ -228,16 +297,17 @@ int cmd_serve(int argc, char **argv)
 		sa.key_file = getenv("MUSTER_API_KEY_FILE");
 	if (sa.key_file != NULL && (rc = read_key(&sa)) != 0)
 		return rc;
-	if ((rc = cli_svc_start(&sv, "muster serve", MU_LOG_INFO)) != 0)
-		return rc;
-	/* Before any thread starts, so only cli_on_signal's thread sees them. */
-	cli_block_signals();
-	if ((rc = gen_run_open(&a, &r)) != 0) {
-		cli_svc_stop(&sv);
+	if ((rc = gen_args_check(&a)) != 0 || (rc = serve_opts(&a, &sa, &sr)) != 0 ||
+	    (rc = cli_svc_start(&sv, "muster serve", MU_LOG_INFO)) != 0) {
+		free(sr.stages);
+		mu_secure_free(sr.sec);
 		return rc;
 	}
-	rc = serve(&r, &a, &sa, &sv);
-	gen_run_close(&r);
+	/* Before any thread starts, so only cli_on_signal's thread sees them. */
+	cli_block_signals();
+	rc = serve(&sr, &sv);
 	cli_svc_stop(&sv);
+	free(sr.stages);
+	mu_secure_free(sr.sec);
 	return rc;
 }

@@ -2,7 +2,9 @@
 /*
  * `muster stage` for a decoder LLM: load layers of a GGUF, HF or llama2.c
  * checkpoint from this machine's copy and serve them to `muster generate
- * --stages` (sequences with their KV caches; docs/protocols/pipeline.md).
+ * --stages` (sequences with their KV caches; docs/protocols/pipeline.md),
+ * and `muster plan` for such a checkpoint: both over muster/pipeline.h
+ * (mu_stage_load_llm, mu_llm_plan).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +18,6 @@
 #include "cli/cli_int.h"
 #include "core/log_int.h"
 #include "cli/stage_serve_int.h"
-#include "pipeline/llm/cluster_int.h"
-#include "pipeline/pipeline_int.h"
 
 int cli_is_llm(const char *path)
 {
@@ -66,7 +66,7 @@ int cmd_stage_llm(int argc, char **argv)
 {
 	const char *path = NULL, *layers = NULL, *kv = "1G", *tok = NULL;
 	int index = -1, of = 0, first = -1, last = -1, npos, rc;
-	mu__llm_stage_opts_t lo;
+	mu_llm_stage_opts_t lo;
 	cli_stage_args_t sa;
 	mu_stage_t *s;
 	char err[1024];
@@ -92,7 +92,7 @@ int cmd_stage_llm(int argc, char **argv)
 		"    muster stage I/N: serving on HOST:PORT",
 		opts, 9, 0, 0};
 
-	mu__llm_stage_opts_init(&lo);
+	mu_llm_stage_opts_init(&lo);
 	lo.threads = cpus > 0 ? (int)cpus : 1;
 	cli_stage_args_init(&sa, 60);
 	cmd.nopts += cli_stage_args_opts(&sa, opts + 9);
@@ -117,7 +117,12 @@ int cmd_stage_llm(int argc, char **argv)
 	if (of < 1)
 		of = 1;
 	cli_block_signals();
-	rc = mu__stage_open_llm(path, tok, index, of, first, last, &lo, &s, err, sizeof(err));
+	lo.tokenizer = tok;
+	lo.index = index;
+	lo.of = of;
+	lo.first = first;
+	lo.last = last;
+	rc = mu_stage_load_llm(path, &lo, &s, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "muster stage: cannot load stage %d/%d of %s: %s\n", index, of, path, err);
 		return 1;
@@ -143,80 +148,75 @@ static int parse_budgets(const char *s, uint64_t *b, int max)
 	return n;
 }
 
-static void plan_row(const mu__llm_src_t *src, int stage, const char *dev, int a, int b,
-                     int32_t ctx, int seqs, int json, int last_row)
+static void plan_row(const mu_llm_plan_t *p, const mu_llm_plan_stage_t *st, int k,
+                     const uint64_t *budgets, int json)
 {
-	uint64_t w = mu__llm_src_bytes(src, a, b), kv = mu__llm_kv_bytes(src, a, b, ctx, seqs);
-	char wb[32], kb[32], tb[32];
+	uint64_t w = st->weight_bytes, kv = st->kv_bytes;
+	char wb[32], kb[32], tb[32], dev[64];
 
+	if (budgets != NULL) {
+		cli_bytes((double)budgets[st->device], wb, sizeof(wb));
+		snprintf(dev, sizeof(dev), json ? "%d" : "#%d (%s)", st->device, wb);
+	} else {
+		snprintf(dev, sizeof(dev), json ? "null" : "-");
+	}
 	if (json) {
 		printf("    {\"stage\": %d, \"device\": %s, \"first\": %d, \"last\": %d, "
 		       "\"embeds\": %s, \"head\": %s, \"weight_bytes\": %llu, \"kv_bytes\": %llu}%s\n",
-		       stage, dev, a, b, a == 0 ? "true" : "false",
-		       b == src->hp.n_layers ? "true" : "false", (unsigned long long)w,
-		       (unsigned long long)kv, last_row ? "" : ",");
+		       k, dev, st->first, st->last, st->embeds ? "true" : "false",
+		       st->head ? "true" : "false", (unsigned long long)w, (unsigned long long)kv,
+		       st->last == mu_llm_plan_layers(p) ? "" : ",");
 		return;
 	}
 	cli_bytes((double)w, wb, sizeof(wb));
 	cli_bytes((double)kv, kb, sizeof(kb));
 	cli_bytes((double)(w + kv), tb, sizeof(tb));
-	printf("%5d  %-12s %6d..%-4d %-9s %10s %10s %10s\n", stage, dev, a, b - 1,
-	       a == 0 && b == src->hp.n_layers ? "emb+head" : a == 0 ? "embed" :
-	       b == src->hp.n_layers ? "head" : "", wb, kb, tb);
+	printf("%5d  %-12s %6d..%-4d %-9s %10s %10s %10s\n", k, dev, st->first, st->last - 1,
+	       st->embeds && st->head ? "emb+head" : st->embeds ? "embed" : st->head ? "head" : "",
+	       wb, kb, tb);
 }
 
 /* `muster plan --model CHECKPOINT (--stages N | --budgets ...)`. */
 int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx, int seqs,
                  int json)
 {
-	mu__llm_src_t src;
+	mu_llm_plan_opts_t o;
+	mu_llm_plan_stage_t st;
+	mu_llm_plan_t *p;
 	uint64_t b[64];
-	int order[64], cut[1025], n, i, k = 0, prev = 0, rc;
-	char err[1024], dev[64];
+	char err[1024];
+	int i, n;
 
-	if ((rc = mu__llm_src_open(path, NULL, &src, err, sizeof(err))) != 0) {
-		fprintf(stderr, "muster plan: %s\n", err);
-		return 1;
-	}
+	mu_llm_plan_opts_init(&o);
+	o.ctx = ctx;
+	o.max_seqs = seqs;
 	if (budgets != NULL) {
-		n = parse_budgets(budgets, b, 64);
-		rc = n < 1 ? MU_EARG : mu__llm_plan(&src, ctx, seqs, b, n, order, cut, err, sizeof(err));
-		if (n < 1)
-			snprintf(err, sizeof(err), "--budgets takes 1 to 64 sizes like 512M,1G");
+		if ((n = parse_budgets(budgets, b, 64)) < 1) {
+			fprintf(stderr, "muster plan: --budgets takes 1 to 64 sizes like 512M,1G\n");
+			return 1;
+		}
+		o.budgets = b;
+		o.nbudgets = n;
 	} else {
-		n = stages;
-		rc = mu__llm_split(&src, stages, cut);
-		if (rc != 0)
-			snprintf(err, sizeof(err), "%d stages of a model of %d layers", stages,
-			         src.hp.n_layers);
+		o.stages = stages;
 	}
-	if (rc != 0) {
+	if (mu_llm_plan(path, &o, &p, err, sizeof(err)) != 0) {
 		fprintf(stderr, "muster plan: %s\n", err);
-		mu__llm_src_free(&src);
 		return 1;
 	}
 	if (json)
 		printf("{\"model\": \"%s\", \"layers\": %d, \"ctx\": %d, \"max_sequences\": %d, "
-		       "\"stages\": [\n", src.hp.arch, src.hp.n_layers, ctx, seqs);
+		       "\"stages\": [\n", mu_llm_plan_arch(p), mu_llm_plan_layers(p), ctx, seqs);
 	else
 		printf("%s: %d layers, KV cache for %d sequence%s of %d positions\n%5s  %-12s %12s "
-		       "%-9s %10s %10s %10s\n", path, src.hp.n_layers, seqs, seqs == 1 ? "" : "s", ctx,
-		       "stage", "device", "layers", "", "weights", "KV", "total");
-	for (i = 0; i < n; i++) {
-		int a = budgets != NULL ? prev : cut[i], e = budgets != NULL ? cut[i] : cut[i + 1];
-
-		if (budgets != NULL) {
-			cli_bytes((double)b[order[i]], err, sizeof(err));
-			snprintf(dev, sizeof(dev), json ? "%d" : "#%d (%s)", order[i], err);
-			prev = cut[i];
-		} else {
-			snprintf(dev, sizeof(dev), json ? "null" : "-");
-		}
-		if (e > a)
-			plan_row(&src, k++, dev, a, e, ctx, seqs, json, e == src.hp.n_layers);
+		       "%-9s %10s %10s %10s\n", path, mu_llm_plan_layers(p), seqs, seqs == 1 ? "" : "s",
+		       ctx, "stage", "device", "layers", "", "weights", "KV", "total");
+	for (i = 0; i < mu_llm_plan_stages(p); i++) {
+		mu_llm_plan_stage(p, i, &st);
+		plan_row(p, &st, i, budgets != NULL ? b : NULL, json);
 	}
 	if (json)
 		printf("  ]}\n");
-	mu__llm_src_free(&src);
+	mu_llm_plan_free(p);
 	return 0;
 }

@@ -38,6 +38,9 @@ typedef struct {
 void gen_args_default(gen_args_t *a);
 /* Fill opts with the shared options; returns how many. */
 int gen_args_opts(gen_args_t *a, cli_opt_t *opts);
+/* Check them after cli_parse (gen_run_open does): 0, or 2 after printing
+ * why. */
+int gen_args_check(const gen_args_t *a);
 /* Open the model where it runs, with room for --parallel requests at
  * once (1 without it). 0, or the exit status after printing why. */
 int gen_run_open(const gen_args_t *a, gen_run_t *r);

@@ -89,9 +89,9 @@ static void report(gen_run_t *r, par_seq_t *p, int n, double wall_ms)
 	fprintf(stderr, "%d sequences (%d in flight), %d new tokens in %.1f ms: %.2f tok/s in all "
 	        "| %s\n", n, r->a.parallel, toks, wall_ms, toks / (wall_ms / 1e3), r->info.where);
 	for (i = 0; i < r->info.stages; i++) {
-		mu_llm_stage_t st;
+		mu_llm_stage_info_t st;
 
-		mu_llm_stage(r->llm, i, &st);
+		mu_llm_stage_info(r->llm, i, &st);
 		fprintf(stderr, "  link %d: %llu batches, %.2f rows each, busy %.1f ms (%.0f%%)\n", i,
 		        (unsigned long long)st.batches, st.batches ? (double)st.rows / st.batches : 0.0,
 		        st.busy_ms, wall_ms > 0 ? 100 * st.busy_ms / wall_ms : 0.0);

@@ -89,7 +89,7 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 	return (int)(sizeof(v) / sizeof(v[0]));
 }
 
-static int check_args(const gen_args_t *a)
+int gen_args_check(const gen_args_t *a)
 {
 	const char *bad = NULL;
 	uint64_t size;
@@ -153,15 +153,27 @@ static void narrate(void *ud, const char *line)
 	fprintf(stderr, "%s\n", line);
 }
 
-/* --tracker's parts of o: host and port (in host), replay memory. 0, or
- * the exit status after saying why. */
-static int tracker_opts(gen_run_t *r, mu_llm_opts_t *o, char *host, size_t hl)
+/* What mu_llm_open reads: the handle's options and, over the network,
+ * the coordinator's and the cluster's, which they point to. */
+typedef struct {
+	mu_llm_opts_t o;
+	mu_coord_opts_t coord;
+	mu_cluster_opts_t cluster;
+	char host[256];
+	char *stages;         /* --stages, split in place */
+	char *addrs[1024];
+} gen_open_t;
+
+/* --tracker's part: the cluster of devices. 0, or the exit status after
+ * saying why. */
+static int tracker_opts(gen_run_t *r, gen_open_t *g)
 {
 	const gen_args_t *a = &r->a;
+	mu_cluster_opts_t *c = &g->cluster;
 	uint64_t replay;
 	int port;
 
-	if (mu__split_hostport(a->tracker, host, hl, &port) != 0) {
+	if (mu__split_hostport(a->tracker, g->host, sizeof(g->host), &port) != 0) {
 		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", a->prog, a->tracker);
 		return 2;
 	}
@@ -169,59 +181,78 @@ static int tracker_opts(gen_run_t *r, mu_llm_opts_t *o, char *host, size_t hl)
 		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", a->prog);
 		return 2;
 	}
-	o->tracker_host = host;
-	o->tracker_port = port;
-	o->key = a->key;
-	o->devices = a->devices;
-	o->weights = a->weights == NULL || strcmp(a->weights, "auto") == 0 ? MU_WEIGHTS_AUTO
+	mu_cluster_opts_init(c);
+	c->tracker_host = g->host;
+	c->tracker_port = port;
+	c->key = a->key;
+	c->devices = a->devices;
+	c->weights = a->weights == NULL || strcmp(a->weights, "auto") == 0 ? MU_WEIGHTS_AUTO
 	           : strcmp(a->weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;
-	o->device_sequences = a->max_seqs;
-	o->replay_bytes = replay;
-	o->say = a->quiet ? NULL : narrate;
+	c->coord = &g->coord;
+	c->say = a->quiet ? NULL : narrate;
 	if (a->quiet)
 		mu__progress_enable(0);
+	g->o.cluster = c;
+	g->o.device_sequences = a->max_seqs;
+	g->o.replay_bytes = replay;
 	r->tracker = 1;
+	return 0;
+}
+
+/* --stages's part. 0, or the exit status after saying why. */
+static int stages_opts(gen_run_t *r, gen_open_t *g)
+{
+	int n;
+
+	if ((g->stages = strdup(r->a.stages)) == NULL) {
+		fprintf(stderr, "%s: out of memory\n", r->a.prog);
+		return 1;
+	}
+	if ((n = split_addrs(g->stages, g->addrs, 1024)) < 1) {
+		fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to 1024 of them)\n", r->a.prog);
+		return 2;
+	}
+	g->o.stages = (const char *const *)g->addrs;
+	g->o.nstages = n;
 	return 0;
 }
 
 static int open_llm(gen_run_t *r)
 {
 	const gen_args_t *a = &r->a;
-	mu_llm_opts_t o;
-	char host[256], *copy = NULL, *v[1024], err[2048] = "";
-	int n, rc;
+	gen_open_t *g = calloc(1, sizeof(*g));
+	char err[2048] = "";
+	int rc = 0;
 
-	mu_llm_opts_init(&o);
-	o.tokenizer = a->tokenizer;
-	o.threads = a->threads;
-	o.max_sequences = a->parallel > 0 ? a->parallel : 1;
-	o.ctx = a->ctx;
-	o.chunk = a->chunk;
-	o.batch = !a->no_batch;
-	o.io_timeout_ms = a->io_timeout * 1000;
-	o.keepalive_ms = a->keepalive * 1000;
-	o.sec = r->sec;
-	if (a->stages != NULL) {
-		if ((copy = strdup(a->stages)) == NULL) {
-			fprintf(stderr, "%s: out of memory\n", a->prog);
-			return 1;
-		}
-		if ((n = split_addrs(copy, v, 1024)) < 1) {
-			free(copy);
-			fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to 1024 of them)\n", a->prog);
-			return 2;
-		}
-		o.stages = (const char *const *)v;
-		o.nstages = n;
-	} else if (a->tracker != NULL && (rc = tracker_opts(r, &o, host, sizeof(host))) != 0) {
-		return rc;
-	}
-	rc = mu_llm_open(a->model, &o, &r->llm, err, sizeof(err));
-	free(copy);
-	if (rc != 0) {
-		fprintf(stderr, "%s: %s\n", a->prog, err[0] ? err : mu_strerror(rc));
+	if (g == NULL) {
+		fprintf(stderr, "%s: out of memory\n", a->prog);
 		return 1;
 	}
+	mu_llm_opts_init(&g->o);
+	g->o.tokenizer = a->tokenizer;
+	g->o.threads = a->threads;
+	g->o.max_sequences = a->parallel > 0 ? a->parallel : 1;
+	g->o.ctx = a->ctx;
+	g->o.chunk = a->chunk;
+	g->o.batch = !a->no_batch;
+	g->o.io_timeout_ms = a->io_timeout * 1000;
+	g->o.keepalive_ms = a->keepalive * 1000;
+	mu_coord_opts_init(&g->coord);
+	g->coord.io_timeout_ms = g->o.io_timeout_ms;
+	g->coord.sec = r->sec;
+	g->o.coord = &g->coord;
+	if (a->stages != NULL)
+		rc = stages_opts(r, g);
+	else if (a->tracker != NULL)
+		rc = tracker_opts(r, g);
+	if (rc == 0 && (rc = mu_llm_open(a->model, &g->o, &r->llm, err, sizeof(err))) != 0) {
+		fprintf(stderr, "%s: %s\n", a->prog, err[0] ? err : mu_strerror(rc));
+		rc = 1;
+	}
+	free(g->stages);
+	free(g);
+	if (rc != 0)
+		return rc;
 	mu_llm_info(r->llm, &r->info);
 	r->tok = mu_llm_tokenizer(r->llm);
 	return 0;
@@ -233,7 +264,7 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 
 	memset(r, 0, sizeof(*r));
 	r->a = *a;
-	if ((rc = check_args(a)) != 0)
+	if ((rc = gen_args_check(a)) != 0)
 		return rc;
 	if (a->seed < 0) {
 		if (getrandom(&r->seed, sizeof(r->seed), 0) != (ssize_t)sizeof(r->seed))

@@ -124,23 +124,27 @@ int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level)
 	return 0;
 }
 
-int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop)
+int cli_svc_listen(cli_svc_t *sv, const char *cmd, mu_serve_t *on)
 {
+	mu_metrics_server_opts_t o;
 	char why[256] = "", addr[300];
-	int rc, port = 0;
+	int rc;
 
 	if (sv->reg == NULL || sv->http != NULL)
 		return 0;
 	cli_block_signals();
-	rc = cli_metrics_start(sv->reg, loop, sv->mhost, sv->mport, &sv->http, &port, why,
-	                       sizeof(why));
+	mu_metrics_server_opts_init(&o);
+	o.host = sv->mhost;
+	o.port = sv->mport;
+	o.serve = on;
+	rc = mu_metrics_server_start(sv->reg, &o, &sv->http, why, sizeof(why));
 	if (rc != 0) {
 		mu__log(MU_LOG_ERROR, "metrics", "%s: cannot serve metrics on %s: %s", cmd,
 		        sv->metrics, why[0] != '\0' ? why : mu_strerror(rc));
 		return 1;
 	}
-	sv->lent = loop != NULL;
-	mu__hostport_text(sv->mhost, port, addr, sizeof(addr));
+	sv->lent = on != NULL;
+	mu__hostport_text(sv->mhost, mu_metrics_server_port(sv->http), addr, sizeof(addr));
 	mu__log(MU_LOG_INFO, "metrics", "serving metrics on http://%s/metrics", addr);
 	return 0;
 }
@@ -173,7 +177,7 @@ void cli_svc_wait(cli_svc_t *sv, void (*wait_fn)(void *), void *ud)
 
 void cli_svc_stop(cli_svc_t *sv)
 {
-	cli_metrics_stop(sv->http);
+	mu_metrics_server_free(sv->http);
 	sv->http = NULL;
 	mu_metrics_free(sv->reg);
 	sv->reg = NULL;

@@ -10,13 +10,10 @@
 #ifndef MU_CLI_SVC_INT_H
 #define MU_CLI_SVC_INT_H
 
-#include <uv.h>
-
 #include "muster/common.h"
 #include "muster/metrics.h"
+#include "muster/serve.h"
 #include "cli/cli_int.h"
-
-typedef struct cli_metrics_srv_s cli_metrics_srv_t;
 
 typedef struct {
 	const char *log_format; /* --log-format: "text" (default) or "json" */
@@ -25,10 +22,10 @@ typedef struct {
 	/* With --metrics, from cli_svc_start: the registry to hand the
 	 * server (opts.metrics); NULL without. */
 	mu_metrics_t *reg;
-	cli_metrics_srv_t *http;
+	mu_metrics_server_t *http;
 	char mhost[256];
 	int mport;
-	int lent;               /* the endpoint is on the caller's loop */
+	int lent;               /* the endpoint is on an API server's loop */
 } cli_svc_t;
 
 #define CLI_SVC_NOPTS 3
@@ -52,12 +49,12 @@ void cli_svc_init(cli_svc_t *sv);
  */
 int cli_svc_start(cli_svc_t *sv, const char *cmd, mu_log_level_t level);
 /*
- * With --metrics: bind the endpoint (on loop, run by the caller, or NULL:
- * cli_svc_wait runs it) and log "serving metrics on
- * http://HOST:PORT/metrics". Blocks SIGINT/SIGTERM first. 0, or the exit
- * status after saying why.
+ * With --metrics: bind the endpoint (on the loop of on, an API server
+ * that mu_serve_run runs, or with on NULL on its own, which cli_svc_wait
+ * runs) and log "serving metrics on http://HOST:PORT/metrics". Blocks
+ * SIGINT/SIGTERM first. 0, or the exit status after saying why.
  */
-int cli_svc_listen(cli_svc_t *sv, const char *cmd, struct uv_loop_s *loop);
+int cli_svc_listen(cli_svc_t *sv, const char *cmd, mu_serve_t *on);
 /*
  * Call wait_fn(ud) (it returns when the server has stopped), serving the
  * metrics meanwhile when cli_svc_listen bound them without a loop.
@@ -72,10 +69,8 @@ void cli_svc_stopping(void);
  * counts into it has stopped. Safe after a failed or no listen. */
 void cli_svc_stop(cli_svc_t *sv);
 
-/* svc_metrics.c: the /metrics endpoint (see there). */
-int cli_metrics_start(mu_metrics_t *m, struct uv_loop_s *loop, const char *host, int port,
-                      cli_metrics_srv_t **out, int *bound, char *why, size_t wl);
-void cli_metrics_run(cli_metrics_srv_t *ms, void (*wait_fn)(void *), void *ud);
-void cli_metrics_stop(cli_metrics_srv_t *ms);
+/* svc_metrics.c: run the endpoint's own loop on this thread while
+ * wait_fn(ud) waits on another (see there). */
+void cli_metrics_run(mu_metrics_server_t *ms, void (*wait_fn)(void *), void *ud);
 
 #endif

@@ -11,12 +11,14 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/error_int.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 #include "llm/ops_int.h"
 
@@ -69,32 +71,46 @@ static int mat(const mu__llm_src_t *src, const char *name, mu__wmat_t *m)
 	return 0;
 }
 
-static int bind_layer(const mu__llm_src_t *src, int l, mu__dec_layer_t *L)
+/* Where the binder puts each layer role in ops_int.h's layer (vectors are
+ * float *, matrices mu__wmat_t); set: the role has a place. */
+#define SLOT(r, m) [r] = {offsetof(mu__dec_layer_t, m), 1}
+static const struct {
+	size_t off;
+	int set;
+} slots[MU__R_COUNT] = {
+	SLOT(MU__R_ATTN_NORM, attn_norm), SLOT(MU__R_Q, wq), SLOT(MU__R_K, wk),
+	SLOT(MU__R_V, wv), SLOT(MU__R_O, wo), SLOT(MU__R_Q_BIAS, bq), SLOT(MU__R_K_BIAS, bk),
+	SLOT(MU__R_V_BIAS, bv), SLOT(MU__R_O_BIAS, bo), SLOT(MU__R_FFN_NORM, ffn_norm),
+	SLOT(MU__R_GATE, gate), SLOT(MU__R_UP, up), SLOT(MU__R_DOWN, down),
+};
+#undef SLOT
+
+/* Layer l's tensors by the architecture's specs (mu__llm_check_range has
+ * checked their shapes). */
+static int bind_layer(const mu__llm_src_t *src, const mu__arch_t *a, int l, mu__dec_layer_t *L)
 {
-	static const char *const mats[] = {"attn_q", "attn_k", "attn_v", "attn_output",
-	                                   "ffn_gate", "ffn_up", "ffn_down"};
-	mu__wmat_t *dst[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
-	float **vec[] = {&L->bq, &L->bk, &L->bv, &L->bo};
-	static const char *const vecs[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+	unsigned char *base = (unsigned char *)L;
 	char name[64];
 	size_t i;
 	int rc;
 
-	for (i = 0; i < 7; i++) {
-		snprintf(name, sizeof(name), "blk.%d.%s.weight", l, mats[i]);
-		if ((rc = mat(src, name, dst[i])) != 0)
+	for (i = 0; i < a->nlayer; i++) {
+		const mu__tspec_t *t = &a->layer[i];
+
+		if (!slots[t->role].set)
+			return MU_EPROTO; /* a role the decoder has no place for */
+		snprintf(name, sizeof(name), "blk.%d.%s", l, t->gguf);
+		if (t->rows == MU__SZ_1)
+			rc = vec_copy(src, name, t->need == MU__NEED_REQUIRED,
+			              (float **)(void *)(base + slots[t->role].off));
+		else if (t->need == MU__NEED_OPTIONAL && mu__llm_src_tensor(src, name) == NULL)
+			rc = 0;
+		else
+			rc = mat(src, name, (mu__wmat_t *)(void *)(base + slots[t->role].off));
+		if (rc != 0)
 			return rc;
 	}
-	for (i = 0; i < 4; i++) {
-		snprintf(name, sizeof(name), "blk.%d.%s.bias", l, vecs[i]);
-		if ((rc = vec_copy(src, name, 0, vec[i])) != 0)
-			return rc;
-	}
-	snprintf(name, sizeof(name), "blk.%d.attn_norm.weight", l);
-	if ((rc = vec_copy(src, name, 1, &L->attn_norm)) != 0)
-		return rc;
-	snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", l);
-	return vec_copy(src, name, 1, &L->ffn_norm);
+	return 0;
 }
 
 static void free_layer(mu__dec_layer_t *L)
@@ -109,20 +125,26 @@ static void free_layer(mu__dec_layer_t *L)
 
 static int bind(mu__dec_t *d, const mu__llm_src_t *src)
 {
+	const mu__arch_t *a = mu__arch_by_name(src->hp.arch);
+	const char *embd, *out;
 	int l, rc;
 
+	if (a == NULL)
+		return MU_EPROTO;
+	embd = mu__arch_model_name(a, MU__R_TOKEN_EMBD);
+	out = mu__arch_model_name(a, d->hp.tied ? MU__R_TOKEN_EMBD : MU__R_OUTPUT);
 	d->L = mu__calloc((size_t)(d->last - d->first) + 1, sizeof(*d->L));
 	if (d->L == NULL)
 		return MU_ENOMEM;
 	for (l = d->first; l < d->last; l++)
-		if ((rc = bind_layer(src, l, &d->L[l - d->first])) != 0)
+		if ((rc = bind_layer(src, a, l, &d->L[l - d->first])) != 0)
 			return rc;
-	if (d->embeds && (rc = mat(src, "token_embd.weight", &d->embd)) != 0)
+	if (d->embeds && (rc = mat(src, embd, &d->embd)) != 0)
 		return rc;
 	if (d->head) {
-		rc = mat(src, d->hp.tied ? "token_embd.weight" : "output.weight", &d->out);
+		rc = mat(src, out, &d->out);
 		if (rc == 0)
-			rc = vec_copy(src, "output_norm.weight", 1, &d->out_norm);
+			rc = vec_copy(src, mu__arch_model_name(a, MU__R_OUTPUT_NORM), 1, &d->out_norm);
 		if (rc != 0)
 			return rc;
 	}

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The decoder family: Llama-style decoders (Llama, Mistral, Qwen2) read
- * from an HF checkpoint directory, a GGUF file or a llama2.c checkpoint
- * into one description, and run a range of their layers with a KV cache
- * per sequence.
+ * The decoder family: Llama-style decoders (the architectures of the
+ * table in llm/arch.c) read from an HF checkpoint directory, a GGUF file or
+ * a llama2.c checkpoint into one description, and run a range of their
+ * layers with a KV cache per sequence.
  *
  * A source (mu__llm_src_t) is an opened model: its hyperparameters and a
  * directory of its tensors under GGUF's names (token_embd, blk.N.attn_q,
@@ -39,17 +39,21 @@ typedef enum {
 
 typedef enum { MU__FMT_HF = 0, MU__FMT_GGUF = 1, MU__FMT_LLAMA2C = 2 } mu__llm_fmt_t;
 
+/* The hyperparameters. Each field is described once, in the table of
+ * llm/hparams.c (where each format keeps it, its default, its range, its
+ * name on the wire): a new field is a member here and a line there. The
+ * numeric members are int32_t or float, as that table reads them. */
 typedef struct {
-	char arch[16];           /* "llama", "mistral", "qwen2" */
+	char arch[16];           /* an entry of the architecture table (llm/arch.c) */
 	int32_t dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab;
 	int32_t ctx;             /* the model's trained context */
 	int32_t window;          /* sliding attention window, 0 for none */
 	float eps, theta;
-	mu__rope_t rope;
-	mu__rope_scaling_t scaling;
+	int32_t rope;            /* a mu__rope_t */
+	int32_t scaling;         /* a mu__rope_scaling_t */
 	float sc_factor, sc_low, sc_high;
 	int32_t sc_orig;         /* original_max_position_embeddings */
-	int tied;                /* the head is the token embedding */
+	int32_t tied;            /* the head is the token embedding */
 	int32_t bos, eos;        /* from the model's config, -1 when absent */
 } mu__llm_hp_t;
 
@@ -134,14 +138,16 @@ int mu__llm_map_file(const char *path, mu__llm_src_t *src,
                      size_t wl);
 int mu__llm_add_tensor(mu__llm_src_t *src, const char *name, mu__wtype_t t,
                        const void *data, int64_t rows, int64_t cols);
-/* Check hp for sanity and that every tensor it implies is present with
- * its shape and a usable type. */
+/* Check hp for sanity and that every tensor its architecture's entry
+ * implies is present with its shape and a usable type (and none that
+ * another architecture or a feature it does not run has). */
 int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl);
 /* The same for the tensors layers [first, last) need (a stage assembled
  * from streamed tensors holds only those). */
 int mu__llm_check_range(const mu__llm_src_t *src, int first, int last, char *why,
                         size_t wl);
-/* The hyperparameters alone, so a loader can refuse a configuration
+/* The hyperparameters alone (every field in its range, hp.arch an entry
+ * of the architecture table), so a loader can refuse a configuration
  * before it opens the weights. */
 int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl);
 

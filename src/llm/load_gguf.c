@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A decoder from a GGUF file: the "llama" and "qwen2" architectures'
- * hyperparameters from their keys, the tensors as they are stored (F32,
- * F16, BF16, Q8_0, Q4_0), and the tokenizer from tokenizer.ggml.*.
+ * A decoder from a GGUF file: general.architecture picks the entry of
+ * the architecture table (llm/arch.c), the hyperparameters come from the
+ * keys the field table names (llm/hparams.c), the tensors as they are
+ * stored (F32, F16, BF16, Q8_0, Q4_0), and the tokenizer from
+ * tokenizer.ggml.*.
  *
- * RoPE: llama.cpp's converter writes "llama" Q/K rows back in Meta's
- * interleaved order and rotates adjacent pairs; "qwen2" keeps HF's order
- * and rotates halves (NEOX). We follow the file, never permute.
+ * RoPE: the entry says how its GGUF rows rotate (llama.cpp's converter
+ * writes "llama" Q/K rows back in Meta's interleaved order and rotates
+ * adjacent pairs; "qwen2" keeps HF's order and rotates halves, NEOX). We
+ * follow the file, never permute.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include "core/alloc_int.h"
 #include "core/error_int.h"
 #include "formats/gguf_int.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 
 static void gguf_priv_free(void *p)
@@ -23,24 +27,6 @@ static void gguf_priv_free(void *p)
 	if (p != NULL)
 		mu__gguf_free(p);
 	mu__free(p);
-}
-
-/* An integer key of the architecture: "<arch>.<suffix>". */
-static int arch_int(const mu__gguf_t *g, const char *arch, const char *suffix,
-                    int64_t def, int32_t *out, char *why, size_t wl)
-{
-	char key[128];
-	int64_t v = def;
-	int rc;
-
-	snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-	rc = mu__gguf_get_int(g, key, 0, INT32_MAX, &v, why, wl);
-	if (rc == -ENOENT && def < 0)
-		return mu__why(why, wl, MU_EPROTO, "GGUF key %s is missing", key);
-	if (rc != 0 && rc != -ENOENT)
-		return rc;
-	*out = (int32_t)v;
-	return 0;
 }
 
 static int arch_f32(const mu__gguf_t *g, const char *arch, const char *suffix,
@@ -79,9 +65,72 @@ static int read_scaling(const mu__gguf_t *g, const char *arch, mu__llm_hp_t *h,
 	return arch_f32(g, arch, "rope.scaling.factor", 1.0, &h->sc_factor, why, wl);
 }
 
+/* The fields the table keys for GGUF, each from "<arch>.<suffix>" (or its
+ * absolute key), else its default. */
+static int read_fields(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
+{
+	char key[128], range[64];
+	const mu__hpf_t *f;
+	int64_t iv;
+	double v;
+	size_t i;
+	int rc;
+
+	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++) {
+		if (f->gguf == NULL)
+			continue;
+		mu__hpf_gguf_key(f->gguf, h->arch, key, sizeof(key));
+		if (f->kind == MU__HPK_TOKEN) { /* lenient: a bad id is no id */
+			rc = mu__gguf_get_int(g, key, 0, INT32_MAX, &iv, NULL, 0);
+			mu__hpf_set(f, h, rc == 0 ? (double)iv : f->gguf_def);
+			continue;
+		}
+		if (f->kind == MU__HPK_NUM)
+			rc = mu__gguf_get_f64(g, key, &v, why, wl);
+		else if ((rc = mu__gguf_get_int(g, key, INT32_MIN, INT32_MAX, &iv, why, wl)) == 0)
+			v = (double)iv;
+		if (rc == -ENOENT && (f->flags & MU__HPF_REQUIRED))
+			return mu__why(why, wl, MU_EPROTO, "GGUF key %s is missing", key);
+		if (rc == -ENOENT)
+			v = mu__hpf_default(f, h, 1);
+		else if (rc != 0)
+			return rc;
+		if (!mu__hpf_in_range(f, v)) {
+			mu__hpf_range_text(f, range, sizeof(range));
+			return mu__why(why, wl, MU_EPROTO, "GGUF %s is %g; muster takes %s", key, v, range);
+		}
+		mu__hpf_set(f, h, v);
+	}
+	return 0;
+}
+
+/* A GGUF key (under prefix, the file's architecture name) that asks for a
+ * feature the entry does not run. */
+static int refuse_features(const mu__gguf_t *g, const char *prefix, const mu__arch_t *a,
+                           char *why, size_t wl)
+{
+	const mu__feature_t *ft;
+	const mu__gguf_kv_t *kv;
+	char key[128];
+	size_t i, k;
+
+	for (i = 0; (ft = mu__arch_feature_at(i)) != NULL; i++)
+		for (k = 0; !(a->features & ft->flag) && k < 2 && ft->gguf_keys[k] != NULL; k++) {
+			mu__hpf_gguf_key(ft->gguf_keys[k], prefix, key, sizeof(key));
+			kv = mu__gguf_find(g, key);
+			if (kv != NULL && (kv->type == MU__GGUF_ARRAY ? kv->arr_n > 0
+			                                              : kv->u != 0 || kv->f != 0))
+				return mu__why(why, wl, MU_EPROTO, "GGUF %s asks for %s, which muster does "
+				               "not run for %s", key, ft->what, a->name);
+		}
+	return 0;
+}
+
 static int read_hp(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
 {
+	const mu__arch_t *a;
 	const char *arch;
+	char list[256];
 	uint64_t alen;
 	int rc;
 
@@ -90,27 +139,20 @@ static int read_hp(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
 		return mu__why(why, wl, MU_EPROTO, "GGUF key general.architecture is missing");
 	if (rc != 0)
 		return rc;
-	if (!(alen == 5 && memcmp(arch, "llama", 5) == 0) && !(alen == 5 && memcmp(arch, "qwen2", 5) == 0))
+	if ((a = mu__arch_by_gguf(arch, (size_t)alen)) == NULL) {
+		mu__arch_list(MU__ARCH_LIST_GGUF, list, sizeof(list));
 		return mu__why(why, wl, MU_EPROTO, "general.architecture \"%.*s\" is not supported "
-		               "(muster runs llama and qwen2)", (int)(alen > 64 ? 64 : alen), arch);
-	memcpy(h->arch, arch, alen);
-	h->arch[alen] = '\0';
-	h->rope = h->arch[0] == 'q' ? MU__ROPE_HALVES : MU__ROPE_PAIRS;
-	if ((rc = arch_int(g, h->arch, "block_count", -1, &h->n_layers, why, wl)) ||
-	    (rc = arch_int(g, h->arch, "embedding_length", -1, &h->dim, why, wl)) ||
-	    (rc = arch_int(g, h->arch, "feed_forward_length", -1, &h->hidden, why, wl)) ||
-	    (rc = arch_int(g, h->arch, "attention.head_count", -1, &h->n_heads, why, wl)) ||
-	    (rc = arch_int(g, h->arch, "attention.head_count_kv", h->n_heads, &h->n_kv_heads, why, wl)) ||
-	    (rc = arch_int(g, h->arch, "context_length", 2048, &h->ctx, why, wl)) ||
-	    (rc = arch_f32(g, h->arch, "attention.layer_norm_rms_epsilon", 1e-5, &h->eps, why, wl)) ||
-	    (rc = arch_f32(g, h->arch, "rope.freq_base", 10000.0, &h->theta, why, wl)))
+		               "(muster runs %s)", (int)(alen > 64 ? 64 : alen), arch, list);
+	}
+	/* the file's name prefixes its keys while they are read; then hp
+	 * takes the entry's (GGUF's llama is our llama) */
+	snprintf(h->arch, sizeof(h->arch), "%.*s", (int)alen, arch);
+	if ((rc = refuse_features(g, h->arch, a, why, wl)) != 0 ||
+	    (rc = read_fields(g, h, why, wl)) != 0 || (rc = read_scaling(g, h->arch, h, why, wl)) != 0)
 		return rc;
-	if (h->n_heads <= 0)
-		return mu__why(why, wl, MU_EPROTO, "GGUF %s.attention.head_count is 0", h->arch);
-	if ((rc = arch_int(g, h->arch, "attention.key_length", h->dim / h->n_heads, &h->head_dim,
-	                   why, wl)) != 0)
-		return rc;
-	return read_scaling(g, h->arch, h, why, wl);
+	snprintf(h->arch, sizeof(h->arch), "%s", a->name);
+	h->rope = a->rope_gguf;
+	return 0;
 }
 
 static int wtype_of(uint32_t ggml, mu__wtype_t *t)
@@ -155,10 +197,11 @@ static int add_tensors(mu__llm_src_t *src, const mu__gguf_t *g, char *why, size_
 
 int mu__llm_open_gguf(const char *path, mu__llm_src_t *src, char *why, size_t wl)
 {
+	const char *embd, *out;
 	const unsigned char *base;
 	const mu__llm_tensor_t *emb;
+	const mu__arch_t *a;
 	mu__gguf_t *g;
-	int64_t v;
 	size_t len;
 	int rc;
 
@@ -177,16 +220,14 @@ int mu__llm_open_gguf(const char *path, mu__llm_src_t *src, char *why, size_t wl
 	}
 	if ((rc = read_hp(g, &src->hp, why, wl)) != 0 || (rc = add_tensors(src, g, why, wl)) != 0)
 		return rc;
-	emb = mu__llm_src_tensor(src, "token_embd.weight");
-	if (emb == NULL)
-		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor token_embd.weight is missing", path);
-	src->hp.vocab = (int32_t)emb->m.rows;
-	src->hp.tied = mu__llm_src_tensor(src, "output.weight") == NULL;
-	src->hp.bos = src->hp.eos = -1;
-	if (mu__gguf_get_int(g, "tokenizer.ggml.bos_token_id", 0, INT32_MAX, &v, NULL, 0) == 0)
-		src->hp.bos = (int32_t)v;
-	if (mu__gguf_get_int(g, "tokenizer.ggml.eos_token_id", 0, INT32_MAX, &v, NULL, 0) == 0)
-		src->hp.eos = (int32_t)v;
+	/* the two fields GGUF keeps in its tensors */
+	a = mu__arch_by_name(src->hp.arch);
+	embd = mu__arch_model_name(a, MU__R_TOKEN_EMBD);
+	out = mu__arch_model_name(a, MU__R_OUTPUT);
+	if ((emb = mu__llm_src_tensor(src, embd)) == NULL)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is missing", path, embd);
+	src->hp.vocab = emb->m.rows > INT32_MAX ? 0 : (int32_t)emb->m.rows;
+	src->hp.tied = mu__llm_src_tensor(src, out) == NULL;
 	src->tokenizer = mu__llm_gguf_tokenizer;
 	return 0;
 }

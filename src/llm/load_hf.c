@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A decoder from an HF checkpoint directory: config.json (Llama, Mistral
- * and Qwen2 causal LMs), model.safetensors or shards listed in
- * model.safetensors.index.json, and tokenizer.json with
- * tokenizer_config.json and generation_config.json when present.
+ * A decoder from an HF checkpoint directory: config.json (its
+ * "architectures" picks the entry of the architecture table, llm/arch.c;
+ * the fields come from the keys of the field table, llm/hparams.c),
+ * model.safetensors or shards listed in model.safetensors.index.json, and
+ * tokenizer.json with tokenizer_config.json and generation_config.json
+ * when present.
  *
- * Tensors get GGUF's names (model.layers.N.self_attn.q_proj.weight is
- * blk.N.attn_q.weight) so the decoder reads every format alike. HF keeps
- * Q/K rows in rotate_half order, so the decoder rotates halves.
+ * Tensors get GGUF's names by the entry's specs
+ * (model.layers.N.self_attn.q_proj.weight is blk.N.attn_q.weight) so the
+ * decoder reads every format alike. HF keeps Q/K rows in rotate_half
+ * order, so the decoder rotates halves.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,8 +19,10 @@
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/endian_int.h"
 #include "core/error_int.h"
 #include "core/json_int.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 #include "formats/safetensors_int.h"
 
@@ -101,45 +106,150 @@ static int cfg_num(const cJSON *c, const char *key, double def, float *out, char
 	return 0;
 }
 
-/* A token id or a list of them (eos_token_id): the first. */
-static int32_t cfg_id(const cJSON *c, const char *key)
+/* A number of field f from config.json's key: in the field's range. */
+static int cfg_value(const cJSON *v, const mu__hpf_t *f, const char *key, mu__llm_hp_t *h,
+                     char *why, size_t wl)
 {
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+	char range[64];
+	int ok = f->kind == MU__HPK_NUM ? cJSON_IsNumber(v) && mu__hpf_in_range(f, v->valuedouble)
+	                                : mu__json_is_int(v, f->lo, f->hi);
 
+	if (!ok) {
+		mu__hpf_range_text(f, range, sizeof(range));
+		return mu__why(why, wl, MU_EPROTO, "config.json: %s is not %s", key, range);
+	}
+	mu__hpf_set(f, h, v->valuedouble);
+	return 0;
+}
+
+/* A token id or a list of them (eos_token_id): the first. */
+static int32_t cfg_id(const cJSON *v)
+{
 	if (cJSON_IsArray(v))
 		v = cJSON_GetArrayItem(v, 0);
 	return mu__json_is_int(v, 0, INT32_MAX) ? (int32_t)v->valuedouble : -1;
 }
 
-static int read_arch(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
+/* Is config.json's value set: present and not null, false or 0? */
+static int is_set(const cJSON *v)
 {
-	static const struct { const char *cls, *arch; } known[] = {
-		{"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
-		{"Qwen2ForCausalLM", "qwen2"},
-	};
+	return v != NULL && !cJSON_IsNull(v) && !cJSON_IsFalse(v) &&
+	       !(cJSON_IsNumber(v) && v->valuedouble == 0);
+}
+
+/* The entry of config.json's "architectures" (or, without one, of its
+ * "model_type"), refusing what the entry does not run. */
+static int read_arch(const cJSON *c, const mu__arch_t **out, char *why, size_t wl)
+{
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "architectures");
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c, "model_type");
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(c, "hidden_act");
-	const char *cls;
-	size_t i;
+	const mu__feature_t *ft;
+	const mu__arch_t *e;
+	char list[256];
+	size_t i, k;
 
 	a = cJSON_IsArray(a) ? cJSON_GetArrayItem(a, 0) : NULL;
-	if (!cJSON_IsString(a))
+	if (cJSON_IsString(a))
+		e = mu__arch_by_hf(a->valuestring);
+	else if (cJSON_IsString(mt))
+		e = mu__arch_by_model_type(mt->valuestring);
+	else
 		return mu__why(why, wl, MU_EPROTO, "config.json: architectures is missing");
-	cls = a->valuestring;
-	for (i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-		if (strcmp(cls, known[i].cls) == 0)
-			break;
-	if (i == sizeof(known) / sizeof(known[0]))
-		return mu__why(why, wl, MU_EPROTO, "config.json: architectures \"%.100s\" is not "
-		               "supported (muster runs LlamaForCausalLM, MistralForCausalLM and "
-		               "Qwen2ForCausalLM)", cls);
-	snprintf(h->arch, sizeof(h->arch), "%s", known[i].arch);
-	if (act != NULL && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
+	if (e == NULL) {
+		mu__arch_list(MU__ARCH_LIST_HF, list, sizeof(list));
+		return mu__why(why, wl, MU_EPROTO, "config.json: %s \"%.100s\" is not supported "
+		               "(muster runs %s)", cJSON_IsString(a) ? "architectures" : "model_type",
+		               cJSON_IsString(a) ? a->valuestring : mt->valuestring, list);
+	}
+	if (act != NULL && (!cJSON_IsString(act) ||
+	                    strcmp(act->valuestring, mu__arch_act_name(e->act)) != 0))
 		return mu__why(why, wl, MU_EPROTO, "config.json: hidden_act \"%.60s\" is not "
-		               "supported (muster runs silu)",
-		               cJSON_IsString(act) ? act->valuestring : "?");
-	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "mlp_bias")))
-		return mu__why(why, wl, MU_EPROTO, "config.json: mlp_bias true is not supported");
+		               "supported (muster runs %s for %s)",
+		               cJSON_IsString(act) ? act->valuestring : "?", mu__arch_act_name(e->act),
+		               e->name);
+	for (i = 0; (ft = mu__arch_feature_at(i)) != NULL; i++)
+		for (k = 0; !(e->features & ft->flag) && k < 3 && ft->hf_keys[k] != NULL; k++)
+			if (is_set(cJSON_GetObjectItemCaseSensitive(c, ft->hf_keys[k])))
+				return mu__why(why, wl, MU_EPROTO, "config.json: %s asks for %s, which "
+				               "muster does not run for %s", ft->hf_keys[k], ft->what,
+				               e->name);
+	*out = e;
+	return 0;
+}
+
+/* The fields the table keys for config.json, each from the first of its
+ * keys present, else its default. */
+static int read_fields(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
+{
+	const mu__hpf_t *f;
+	const cJSON *v;
+	size_t i, k;
+	int rc;
+
+	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++) {
+		if (f->hf[0] == NULL)
+			continue;
+		for (v = NULL, k = 0; k < 2 && f->hf[k] != NULL && v == NULL; k++) {
+			v = cJSON_GetObjectItemCaseSensitive(c, f->hf[k]);
+			v = cJSON_IsNull(v) ? NULL : v;
+		}
+		if (f->kind == MU__HPK_TOKEN)
+			mu__hpf_set(f, h, cfg_id(v));
+		else if (f->kind == MU__HPK_BOOL)
+			mu__hpf_set(f, h, cJSON_IsTrue(v));
+		else if (v == NULL && (f->flags & MU__HPF_REQUIRED))
+			return mu__why(why, wl, MU_EPROTO, "config.json: %s is missing", f->hf[0]);
+		else if (v == NULL)
+			mu__hpf_set(f, h, mu__hpf_default(f, h, 0));
+		else if ((rc = cfg_value(v, f, f->hf[k - 1], h, why, wl)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The sliding window by the entry's rule: on every layer (h->window set),
+ * on none, or refused when only some layers slide (the entry does not run
+ * MU__AF_SWA_LAYERS). */
+static int read_window(const cJSON *c, const mu__arch_t *e, mu__llm_hp_t *h, char *why,
+                       size_t wl)
+{
+	const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c, "sliding_window");
+	const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types"), *t;
+	const cJSON *types = cJSON_IsArray(lt) ? lt : NULL;
+	int32_t size = 0, mwl = 28;
+	int slide = 0, full = 0, rc;
+
+	/* Mistral's is 4096 when config.json omits it (transformers'
+	 * MistralConfig), none when it is null */
+	if (mu__json_is_int(sw, 1, 1 << 30))
+		size = (int32_t)sw->valuedouble;
+	else if (e->window == MU__WIN_ALWAYS && sw == NULL)
+		size = 4096;
+	cJSON_ArrayForEach(t, types) {
+		if (cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0)
+			slide++;
+		else
+			full++;
+	}
+	/* transformers' Qwen2: no window without use_sliding_window; with it,
+	 * the layers layer_types says, else those from max_window_layers on */
+	if (e->window == MU__WIN_NONE || size == 0 ||
+	    (e->window == MU__WIN_OPT_IN &&
+	     !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window"))))
+		return 0;
+	if (e->window == MU__WIN_OPT_IN && types == NULL) {
+		if ((rc = cfg_int(c, "max_window_layers", 28, 0, 1 << 20, &mwl, why, wl)) != 0)
+			return rc;
+		slide = h->n_layers > mwl ? h->n_layers - mwl : 0;
+		full = h->n_layers - slide;
+	}
+	if (!(e->features & MU__AF_SWA_LAYERS) && slide > 0 && full > 0)
+		return mu__why(why, wl, MU_EPROTO, "config.json: %d of %d layers slide (layer_types, "
+		               "max_window_layers): a sliding window on some layers, which muster "
+		               "does not run for %s", slide, slide + full, e->name);
+	if (e->window == MU__WIN_ALWAYS || slide > 0)
+		h->window = size;
 	return 0;
 }
 
@@ -177,71 +287,17 @@ static int read_scaling(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
 
 static int read_config(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
 {
-	const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c, "sliding_window");
+	const mu__arch_t *e;
 	int rc;
 
 	if (!cJSON_IsObject(c))
 		return mu__why(why, wl, MU_EPROTO, "config.json is not a JSON object");
-	if ((rc = read_arch(c, h, why, wl)) != 0 ||
-	    (rc = cfg_int(c, "hidden_size", -1, 1, 1 << 16, &h->dim, why, wl)) != 0 ||
-	    (rc = cfg_int(c, "intermediate_size", -1, 1, 1 << 18, &h->hidden, why, wl)) != 0 ||
-	    (rc = cfg_int(c, "num_hidden_layers", -1, 1, 1024, &h->n_layers, why, wl)) != 0 ||
-	    (rc = cfg_int(c, "num_attention_heads", -1, 1, 1024, &h->n_heads, why, wl)) != 0 ||
-	    (rc = cfg_int(c, "num_key_value_heads", h->n_heads, 1, 1024, &h->n_kv_heads, why, wl)) ||
-	    (rc = cfg_int(c, "head_dim", h->dim / h->n_heads, 1, 1024, &h->head_dim, why, wl)) ||
-	    (rc = cfg_int(c, "vocab_size", -1, 1, 1 << 22, &h->vocab, why, wl)) != 0 ||
-	    (rc = cfg_int(c, "max_position_embeddings", 2048, 1, 1 << 24, &h->ctx, why, wl)) ||
-	    (rc = cfg_num(c, "rms_norm_eps", 1e-6, &h->eps, why, wl)) != 0 ||
-	    (rc = cfg_num(c, "rope_theta", 10000.0, &h->theta, why, wl)) != 0 ||
-	    (rc = read_scaling(c, h, why, wl)) != 0)
+	if ((rc = read_arch(c, &e, why, wl)) != 0 || (rc = read_fields(c, h, why, wl)) != 0 ||
+	    (rc = read_scaling(c, h, why, wl)) != 0 || (rc = read_window(c, e, h, why, wl)) != 0)
 		return rc;
-	/* Mistral's window is 4096 when config.json omits it (transformers'
-	 * MistralConfig), none when it is null; Qwen2 carries one it does not
-	 * use unless use_sliding_window. */
-	if (strcmp(h->arch, "mistral") == 0 && sw == NULL)
-		h->window = 4096;
-	else if (mu__json_is_int(sw, 1, 1 << 30) &&
-	         (strcmp(h->arch, "mistral") == 0 ||
-	          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window"))))
-		h->window = (int32_t)sw->valuedouble;
-	h->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings"));
-	h->rope = MU__ROPE_HALVES;
-	h->bos = cfg_id(c, "bos_token_id");
-	h->eos = cfg_id(c, "eos_token_id");
+	snprintf(h->arch, sizeof(h->arch), "%s", e->name);
+	h->rope = e->rope_hf;
 	return 0;
-}
-
-/* HF's name for a tensor, as GGUF names it; NULL for tensors we skip. */
-static const char *gguf_name(const char *hf, char *out, size_t n)
-{
-	static const struct { const char *hf, *gg; } sub[] = {
-		{"input_layernorm.weight", "attn_norm.weight"},
-		{"post_attention_layernorm.weight", "ffn_norm.weight"},
-		{"self_attn.q_proj.weight", "attn_q.weight"}, {"self_attn.q_proj.bias", "attn_q.bias"},
-		{"self_attn.k_proj.weight", "attn_k.weight"}, {"self_attn.k_proj.bias", "attn_k.bias"},
-		{"self_attn.v_proj.weight", "attn_v.weight"}, {"self_attn.v_proj.bias", "attn_v.bias"},
-		{"self_attn.o_proj.weight", "attn_output.weight"},
-		{"self_attn.o_proj.bias", "attn_output.bias"},
-		{"mlp.gate_proj.weight", "ffn_gate.weight"}, {"mlp.up_proj.weight", "ffn_up.weight"},
-		{"mlp.down_proj.weight", "ffn_down.weight"},
-	};
-	int l, off = 0;
-	size_t i;
-
-	if (strcmp(hf, "model.embed_tokens.weight") == 0)
-		return "token_embd.weight";
-	if (strcmp(hf, "model.norm.weight") == 0)
-		return "output_norm.weight";
-	if (strcmp(hf, "lm_head.weight") == 0)
-		return "output.weight";
-	if (sscanf(hf, "model.layers.%d.%n", &l, &off) != 1 || off == 0 || l < 0)
-		return NULL;
-	for (i = 0; i < sizeof(sub) / sizeof(sub[0]); i++)
-		if (strcmp(hf + off, sub[i].hf) == 0) {
-			snprintf(out, n, "blk.%d.%s", l, sub[i].gg);
-			return out;
-		}
-	return NULL;
 }
 
 /* Data in place when aligned for its element, else an aligned copy. */
@@ -265,13 +321,19 @@ static const void *aligned(hf_t *hf, const unsigned char *p, uint64_t n, size_t 
 static int add_entry(mu__llm_src_t *src, hf_t *hf, const mu__st_file_t *f,
                      const mu__st_entry_t *e, char *why, size_t wl)
 {
-	char buf[64];
-	const char *name = gguf_name(e->name, buf, sizeof(buf));
+	const mu__arch_t *a = mu__arch_by_name(src->hp.arch);
+	const mu__tspec_t *spec;
+	char name[64];
 	mu__wtype_t t;
 	const void *p;
+	int rc, l;
 
-	if (name == NULL || (src->hp.tied && strcmp(name, "output.weight") == 0))
-		return 0;
+	rc = mu__arch_hf_to_gguf(a, e->name, name, sizeof(name), hf->dir, why, wl);
+	if (rc <= 0)
+		return rc; /* refused, or a name we skip */
+	spec = mu__arch_spec(a, name, &l);
+	if (src->hp.tied && spec != NULL && spec->need == MU__NEED_UNTIED)
+		return 0; /* lm_head of a tied model */
 	if (mu__llm_src_tensor(src, name) != NULL)
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.200s appears twice", hf->dir, e->name);
 	if (e->dtype == MU_DT_F32)
@@ -306,10 +368,7 @@ static int add_file(mu__llm_src_t *src, hf_t *hf, const char *file, char *why, s
 	snprintf(path, sizeof(path), "%s/%s", hf->dir, file);
 	if ((rc = mu__llm_map_file(path, src, &base, &len, why, wl)) != 0)
 		return rc;
-	hlen = len >= 8 ? (uint64_t)base[0] | (uint64_t)base[1] << 8 | (uint64_t)base[2] << 16 |
-	                  (uint64_t)base[3] << 24 | (uint64_t)base[4] << 32 |
-	                  (uint64_t)base[5] << 40 | (uint64_t)base[6] << 48 | (uint64_t)base[7] << 56
-	                : 0;
+	hlen = len >= 8 ? mu_le64_get(base) : 0;
 	if (len < 8 || hlen > MU_ST_MAX_HEADER || hlen > len - 8)
 		return mu__why(why, wl, MU_EPROTO, "%.300s is not safetensors (header length)", path);
 	rc = mu__st_parse((const char *)base + 8, (size_t)hlen, len - 8 - hlen, &f, why, wl);

@@ -5,8 +5,9 @@
  * n_heads, n_kv_heads, vocab_size, seq_len; a negative vocab_size means an
  * untied classifier at the end), then F32 arrays layer-major within each
  * kind: token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1 (gate),
- * w2 (down), w3 (up), rms_final, two legacy freq_cis tables, [wcls].
- * Q/K rows are in Meta's interleaved RoPE order. The tokenizer is a
+ * w2 (down), w3 (up), rms_final, two legacy freq_cis tables, [wcls]: the
+ * llama entry's l2c places (llm/arch.c). Q/K rows are in Meta's
+ * interleaved RoPE order. The tokenizer is a
  * separate file (tok_path, else tokenizer.bin or tok<vocab>.bin beside
  * the checkpoint).
  */
@@ -19,60 +20,69 @@
 #include "core/alloc_int.h"
 #include "core/endian_int.h"
 #include "core/error_int.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 
 #define L2C_HEADER 28
 
-/* Lay out the arrays in file order: each kind holds one slice per layer
- * (or one for the whole model). */
-static int add_kinds(mu__llm_src_t *src, const unsigned char *p, int shared)
-{
-	const mu__llm_hp_t *h = &src->hp;
-	int64_t kvd = (int64_t)h->n_kv_heads * h->head_dim, qd = (int64_t)h->n_heads * h->head_dim;
-	struct { const char *n; int64_t r, c; int per_layer; } k[] = {
-		{"token_embd.weight", h->vocab, h->dim, 0}, {"attn_norm.weight", 1, h->dim, 1},
-		{"attn_q.weight", qd, h->dim, 1}, {"attn_k.weight", kvd, h->dim, 1},
-		{"attn_v.weight", kvd, h->dim, 1}, {"attn_output.weight", h->dim, qd, 1},
-		{"ffn_norm.weight", 1, h->dim, 1}, {"ffn_gate.weight", h->hidden, h->dim, 1},
-		{"ffn_down.weight", h->dim, h->hidden, 1}, {"ffn_up.weight", h->hidden, h->dim, 1},
-		{"output_norm.weight", 1, h->dim, 0},
-	};
-	char name[64];
-	size_t i;
-	int l, rc;
+/* The legacy freq_cis tables' place in the file; no tensor is there. */
+#define L2C_FREQ_CIS 11
 
-	for (i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
-		for (l = 0; l < (k[i].per_layer ? h->n_layers : 1); l++) {
-			if (k[i].per_layer)
-				snprintf(name, sizeof(name), "blk.%d.%s", l, k[i].n);
-			else
-				snprintf(name, sizeof(name), "%s", k[i].n);
-			if ((rc = mu__llm_add_tensor(src, name, MU__WT_F32, p, k[i].r, k[i].c)) != 0)
-				return rc;
-			p += (size_t)(k[i].r * k[i].c) * 4;
+/* The spec at place pos of the llama entry (model or layer), or NULL. */
+static const mu__tspec_t *at_place(const mu__arch_t *a, int pos, int *per_layer)
+{
+	size_t i;
+
+	for (i = 0; i < a->nmodel; i++)
+		if (a->model[i].l2c == pos) {
+			*per_layer = 0;
+			return &a->model[i];
 		}
-	}
-	/* The two freq_cis tables (seq_len x head_dim/2 each) are skipped. */
-	p += (size_t)h->ctx * (size_t)h->head_dim * 4;
-	if (!shared)
-		return mu__llm_add_tensor(src, "output.weight", MU__WT_F32, p, h->vocab, h->dim);
-	return 0;
+	for (i = 0; i < a->nlayer; i++)
+		if (a->layer[i].l2c == pos) {
+			*per_layer = 1;
+			return &a->layer[i];
+		}
+	return NULL;
 }
 
-/* Floats the header implies, with the classifier or without. */
-static uint64_t expect_floats(const mu__llm_hp_t *h, int shared)
+/*
+ * Walk the arrays in file order (the entry's l2c places): each spec holds
+ * one slice per layer, or one for the whole model; the classifier only
+ * when untied. With src NULL, count the floats instead; with it, add the
+ * tensors from p. The floats the header implies.
+ */
+static uint64_t walk(mu__llm_src_t *src, const mu__llm_hp_t *h, const unsigned char *p,
+                     int shared, int *rc)
 {
-	uint64_t d = (uint64_t)h->dim, L = (uint64_t)h->n_layers, hid = (uint64_t)h->hidden;
-	uint64_t kvd = (uint64_t)h->n_kv_heads * (uint64_t)h->head_dim;
-	uint64_t n = (uint64_t)h->vocab * d;                 /* token_embedding */
+	const mu__arch_t *a = mu__arch_by_name("llama");
+	const mu__tspec_t *t;
+	uint64_t n = 0, each;
+	char name[64];
+	int pos, l, per_layer;
 
-	n += L * d * 2;                                       /* rms_att, rms_ffn */
-	n += L * (d * d * 2 + kvd * d * 2);                   /* wq, wo, wk, wv */
-	n += L * hid * d * 3;                                 /* w1, w2, w3 */
-	n += d;                                               /* rms_final */
-	n += (uint64_t)h->ctx * (uint64_t)h->head_dim;        /* freq_cis */
-	if (!shared)
-		n += (uint64_t)h->vocab * d;
+	*rc = 0;
+	for (pos = 0; pos <= L2C_FREQ_CIS + 1 && *rc == 0; pos++) {
+		if (pos == L2C_FREQ_CIS) { /* seq_len x head_dim/2, twice */
+			n += (uint64_t)h->ctx * (uint64_t)h->head_dim;
+			continue;
+		}
+		if ((t = at_place(a, pos, &per_layer)) == NULL ||
+		    (t->need == MU__NEED_UNTIED && shared))
+			continue;
+		each = (uint64_t)mu__arch_size(h, t->rows) * (uint64_t)mu__arch_size(h, t->cols);
+		for (l = 0; l < (per_layer ? h->n_layers : 1) && *rc == 0; l++) {
+			if (src != NULL) {
+				if (per_layer)
+					snprintf(name, sizeof(name), "blk.%d.%s", l, t->gguf);
+				else
+					snprintf(name, sizeof(name), "%s", t->gguf);
+				*rc = mu__llm_add_tensor(src, name, MU__WT_F32, p + n * 4,
+				                         mu__arch_size(h, t->rows), mu__arch_size(h, t->cols));
+			}
+			n += each;
+		}
+	}
 	return n;
 }
 
@@ -106,10 +116,6 @@ static int read_header(const unsigned char *p, size_t len, const char *path,
 		return mu__why(why, wl, MU_EPROTO, "%.300s: dim %d is not a multiple of n_heads %d",
 		               path, h->dim, h->n_heads);
 	h->head_dim = h->dim / h->n_heads;
-	if (expect_floats(h, *shared) * 4 != len - L2C_HEADER)
-		return mu__why(why, wl, MU_EPROTO, "%.300s: %zu bytes of weights; a llama2.c checkpoint "
-		               "with this header holds %llu", path, len - L2C_HEADER,
-		               (unsigned long long)(expect_floats(h, *shared) * 4));
 	return 0;
 }
 
@@ -136,6 +142,7 @@ int mu__llm_open_l2c(const char *path, const char *tok_path,
                      mu__llm_src_t *src, char *why, size_t wl)
 {
 	const unsigned char *base;
+	uint64_t floats;
 	size_t len;
 	int shared = 0, rc;
 
@@ -144,6 +151,7 @@ int mu__llm_open_l2c(const char *path, const char *tok_path,
 		return rc;
 	if ((rc = read_header(base, len, path, &src->hp, &shared, why, wl)) != 0)
 		return rc;
+	/* what run.c assumes: a llama in Meta's pair order */
 	memcpy(src->hp.arch, "llama", 6);
 	src->hp.eps = 1e-5f;
 	src->hp.theta = 10000.0f;
@@ -151,7 +159,16 @@ int mu__llm_open_l2c(const char *path, const char *tok_path,
 	src->hp.tied = shared;
 	src->hp.bos = 1;
 	src->hp.eos = 2;
-	if ((rc = add_kinds(src, base + L2C_HEADER, shared)) != 0)
+	/* the sizes in range before they are multiplied */
+	if ((rc = mu__llm_check_hp(src, why, wl)) != 0)
+		return rc;
+	floats = walk(NULL, &src->hp, NULL, shared, &rc);
+	if (floats * 4 != len - L2C_HEADER)
+		return mu__why(why, wl, MU_EPROTO, "%.300s: %zu bytes of weights; a llama2.c checkpoint "
+		               "with this header holds %llu", path, len - L2C_HEADER,
+		               (unsigned long long)(floats * 4));
+	walk(src, &src->hp, base + L2C_HEADER, shared, &rc);
+	if (rc != 0)
 		return rc;
 	src->tokenizer = mu__llm_l2c_tokenizer;
 	return find_tokenizer(src, path, tok_path);

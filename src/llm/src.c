@@ -17,6 +17,7 @@
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/error_int.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 
 struct mu__llm_map_s {
@@ -179,27 +180,47 @@ static int want(const mu__llm_src_t *src, const char *name, int64_t rows,
 	return 0;
 }
 
+/* Every field in its range (the table's), then the rules across fields. */
+static int check_fields(const mu__llm_src_t *src, char *why, size_t wl)
+{
+	char range[64];
+	const mu__hpf_t *f;
+	double v;
+	size_t i;
+
+	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++) {
+		v = mu__hpf_get(f, &src->hp);
+		if (mu__hpf_in_range(f, v))
+			continue;
+		mu__hpf_range_text(f, range, sizeof(range));
+		if (f->kind != MU__HPK_NUM && v > f->hi)
+			return mu__why(why, wl, MU_ETOOBIG, "%.200s: the configuration's %s is %.0f, "
+			               "past what muster loads (%s)", src->path, f->name, v, range);
+		return mu__why(why, wl, MU_EPROTO, "%.200s: the configuration's %s is %g; muster "
+		               "takes %s", src->path, f->name, v, range);
+	}
+	return 0;
+}
+
 int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl)
 {
 	const mu__llm_hp_t *h = &src->hp;
+	char list[256];
+	int rc;
 
-	if (h->dim <= 0 || h->hidden <= 0 || h->n_layers <= 0 || h->n_heads <= 0 ||
-	    h->n_kv_heads <= 0 || h->head_dim <= 0 || h->vocab <= 0 || h->ctx <= 0)
-		return mu__why(why, wl, MU_EPROTO, "%.200s: a size in the configuration is zero or "
-		               "negative", src->path);
-	if (h->dim > (1 << 16) || h->hidden > (1 << 18) || h->n_layers > 1024 ||
-	    h->n_heads > 1024 || h->head_dim > 1024 || h->vocab > (1 << 22))
-		return mu__why(why, wl, MU_ETOOBIG, "%.200s: the configuration's sizes are past what "
-		               "muster loads", src->path);
+	if (mu__arch_by_name(h->arch) == NULL) {
+		mu__arch_list(MU__ARCH_LIST_NAME, list, sizeof(list));
+		return mu__why(why, wl, MU_EPROTO, "%.200s: architecture \"%.16s\" is not supported "
+		               "(muster runs %s)", src->path, h->arch, list);
+	}
+	if ((rc = check_fields(src, why, wl)) != 0)
+		return rc;
 	if (h->n_heads % h->n_kv_heads != 0)
 		return mu__why(why, wl, MU_EPROTO, "%.200s: %d attention heads is not a multiple of "
 		               "%d key/value heads", src->path, h->n_heads, h->n_kv_heads);
 	if (h->head_dim % 2 != 0)
 		return mu__why(why, wl, MU_EPROTO, "%.200s: head_dim %d is odd; RoPE needs pairs",
 		               src->path, h->head_dim);
-	if (!(h->eps > 0 && h->eps < 1) || !(h->theta > 1))
-		return mu__why(why, wl, MU_EPROTO, "%.200s: rms_norm_eps or rope_theta is out of "
-		               "range", src->path);
 	if (h->scaling != MU__RS_NONE && !(h->sc_factor >= 1))
 		return mu__why(why, wl, MU_EPROTO, "%.200s: rope_scaling.factor must be >= 1",
 		               src->path);
@@ -211,55 +232,53 @@ int mu__llm_check_hp(const mu__llm_src_t *src, char *why, size_t wl)
 	return 0;
 }
 
-static int check_layer(const mu__llm_src_t *src, int l, char *why, size_t wl)
+/* The tensor of spec t (of layer l, or of the whole model when l < 0) as
+ * the checker wants it: present unless optional, with its shape. */
+static int want_spec(const mu__llm_src_t *src, const mu__tspec_t *t, int l, char *why,
+                     size_t wl)
 {
-	const mu__llm_hp_t *h = &src->hp;
-	int64_t qd = (int64_t)h->n_heads * h->head_dim, kvd = (int64_t)h->n_kv_heads * h->head_dim;
-	struct { const char *n; int64_t r, c; int vec; } need[] = {
-		{"attn_norm.weight", 1, h->dim, 1}, {"attn_q.weight", qd, h->dim, 0},
-		{"attn_k.weight", kvd, h->dim, 0}, {"attn_v.weight", kvd, h->dim, 0},
-		{"attn_output.weight", h->dim, qd, 0}, {"ffn_norm.weight", 1, h->dim, 1},
-		{"ffn_gate.weight", h->hidden, h->dim, 0}, {"ffn_up.weight", h->hidden, h->dim, 0},
-		{"ffn_down.weight", h->dim, h->hidden, 0},
-	};
-	struct { const char *n; int64_t c; } bias[] = {
-		{"attn_q.bias", qd}, {"attn_k.bias", kvd}, {"attn_v.bias", kvd},
-		{"attn_output.bias", h->dim},
-	};
 	char name[64];
-	size_t i;
-	int rc;
 
-	for (i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
-		snprintf(name, sizeof(name), "blk.%d.%s", l, need[i].n);
-		if ((rc = want(src, name, need[i].r, need[i].c, need[i].vec, why, wl)) != 0)
-			return rc;
-	}
-	for (i = 0; i < sizeof(bias) / sizeof(bias[0]); i++) {
-		snprintf(name, sizeof(name), "blk.%d.%s", l, bias[i].n);
-		if (mu__llm_src_tensor(src, name) != NULL &&
-		    (rc = want(src, name, 1, bias[i].c, 1, why, wl)) != 0)
-			return rc;
-	}
-	return 0;
+	if (l >= 0)
+		snprintf(name, sizeof(name), "blk.%d.%s", l, t->gguf);
+	else
+		snprintf(name, sizeof(name), "%s", t->gguf);
+	if (t->need == MU__NEED_OPTIONAL && mu__llm_src_tensor(src, name) == NULL)
+		return 0;
+	return want(src, name, mu__arch_size(&src->hp, t->rows), mu__arch_size(&src->hp, t->cols),
+	            t->rows == MU__SZ_1, why, wl);
+}
+
+/* Does a stage of layers [first, last) need the whole-model tensor t? */
+static int model_tensor_in(const mu__llm_hp_t *h, const mu__tspec_t *t, int first, int last)
+{
+	int head = last == h->n_layers;
+
+	if (t->need == MU__NEED_UNTIED && h->tied)
+		return 0;
+	if (t->at == MU__AT_FIRST)
+		return first == 0 || (head && h->tied);
+	return t->at == MU__AT_EVERY || head;
 }
 
 int mu__llm_check_range(const mu__llm_src_t *src, int first, int last, char *why, size_t wl)
 {
-	const mu__llm_hp_t *h = &src->hp;
-	int l, rc, head = last == h->n_layers;
+	const mu__arch_t *a = mu__arch_by_name(src->hp.arch);
+	size_t i;
+	int l, rc;
 
 	if ((rc = mu__llm_check_hp(src, why, wl)) != 0)
 		return rc;
-	if ((first == 0 || (head && h->tied)) &&
-	    (rc = want(src, "token_embd.weight", h->vocab, h->dim, 0, why, wl)) != 0)
-		return rc;
-	if (head && (rc = want(src, "output_norm.weight", 1, h->dim, 1, why, wl)) != 0)
-		return rc;
-	if (head && !h->tied && (rc = want(src, "output.weight", h->vocab, h->dim, 0, why, wl)) != 0)
-		return rc;
+	for (i = 0; i < a->nmodel; i++)
+		if (model_tensor_in(&src->hp, &a->model[i], first, last) &&
+		    (rc = want_spec(src, &a->model[i], -1, why, wl)) != 0)
+			return rc;
 	for (l = first; l < last; l++)
-		if ((rc = check_layer(src, l, why, wl)) != 0)
+		for (i = 0; i < a->nlayer; i++)
+			if ((rc = want_spec(src, &a->layer[i], l, why, wl)) != 0)
+				return rc;
+	for (i = 0; i < src->nt; i++)
+		if ((rc = mu__arch_check_foreign(a, src->t[i].name, src->path, why, wl)) != 0)
 			return rc;
 	return 0;
 }
@@ -271,14 +290,18 @@ int mu__llm_check(const mu__llm_src_t *src, char *why, size_t wl)
 
 int mu__llm_tensor_in(const mu__llm_src_t *src, size_t i, int first, int last)
 {
-	const char *nm = src->t[i].name;
+	const mu__arch_t *a = mu__arch_by_name(src->hp.arch);
+	const mu__tspec_t *t;
 	int l;
 
-	if (sscanf(nm, "blk.%d.", &l) == 1)
+	if (sscanf(src->t[i].name, "blk.%d.", &l) == 1)
 		return l >= first && l < last;
-	if (strcmp(nm, "token_embd.weight") == 0)
+	t = a != NULL ? mu__arch_spec(a, src->t[i].name, &l) : NULL;
+	if (t != NULL && t->at == MU__AT_FIRST)
 		return first == 0 || (src->hp.tied && last == src->hp.n_layers);
-	return last == src->hp.n_layers; /* output_norm, output, rope_freqs */
+	if (t != NULL && t->at == MU__AT_EVERY)
+		return 1;
+	return last == src->hp.n_layers; /* the head's, and any no entry names */
 }
 
 uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)

@@ -19,29 +19,46 @@
 #include "core/json_int.h"
 #include "core/progress_int.h"
 #include "core/sha256_int.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 
 #define HASHES_VERSION 1
 
+int mu__hpf_travels(const mu__hpf_t *f, const mu__llm_hp_t *h)
+{
+	return f->wire != NULL &&
+	       (!(f->flags & MU__HPF_WIRE_NEW) || mu__hpf_get(f, h) != f->def);
+}
+
 uint64_t mu__llm_digest(const mu__llm_src_t *src)
 {
 	const mu__llm_hp_t *h = &src->hp;
-	int32_t v[] = {h->dim, h->hidden, h->n_layers, h->n_heads, h->n_kv_heads, h->head_dim,
-	               h->vocab, h->ctx, h->window, (int32_t)h->rope, (int32_t)h->scaling,
-	               h->sc_orig, h->tied};
-	float f[] = {h->eps, h->theta, h->sc_factor, h->sc_low, h->sc_high};
 	uint64_t d = 0xcbf29ce484222325ULL;
 	const unsigned char *p;
+	const mu__hpf_t *f;
 	size_t i, k;
+	int pass;
 
-	/* FNV-1a over the configuration, then every tensor's name, type and
-	 * shape: what a stage can tell without reading another's weights */
+	/* FNV-1a over the configuration (the architecture's name, then every
+	 * integer field that travels as an int32, then every number as a
+	 * float, each in the table's order), then every tensor's name, type
+	 * and shape: what a stage can tell without reading another's weights */
 #define MIX(ptr, n)                                                     \
 	for (p = (const unsigned char *)(ptr), k = 0; k < (n); k++)         \
 		d = (d ^ p[k]) * 0x100000001b3ULL
 	MIX(h->arch, strlen(h->arch));
-	MIX(v, sizeof(v));
-	MIX(f, sizeof(f));
+	for (pass = 0; pass < 2; pass++)
+		for (i = 0; (f = mu__hpf_at(i)) != NULL; i++) {
+			int32_t iv = (int32_t)mu__hpf_get(f, h);
+			float fv = (float)mu__hpf_get(f, h);
+
+			if (!mu__hpf_travels(f, h) || (f->kind == MU__HPK_NUM) != pass)
+				continue;
+			if (pass == 0)
+				MIX(&iv, sizeof(iv));
+			else
+				MIX(&fv, sizeof(fv));
+		}
 	for (i = 0; i < src->nt; i++) {
 		int64_t shape[3] = {src->t[i].m.type, src->t[i].m.rows, src->t[i].m.cols};
 
@@ -52,81 +69,67 @@ uint64_t mu__llm_digest(const mu__llm_src_t *src)
 	return d;
 }
 
+void mu__hpf_to_json(const mu__hpf_t *f, const mu__llm_hp_t *h, cJSON *o)
+{
+	if (!mu__hpf_travels(f, h))
+		return;
+	if (f->kind == MU__HPK_BOOL)
+		cJSON_AddBoolToObject(o, f->wire, mu__hpf_get(f, h) != 0);
+	else
+		cJSON_AddNumberToObject(o, f->wire, mu__hpf_get(f, h));
+}
+
 int mu__llm_hp_to_json(const mu__llm_hp_t *h, cJSON *o)
 {
+	size_t i;
+
 	cJSON_AddStringToObject(o, "arch", h->arch);
-	cJSON_AddNumberToObject(o, "dim", h->dim);
-	cJSON_AddNumberToObject(o, "hidden", h->hidden);
-	cJSON_AddNumberToObject(o, "layers", h->n_layers);
-	cJSON_AddNumberToObject(o, "heads", h->n_heads);
-	cJSON_AddNumberToObject(o, "kv_heads", h->n_kv_heads);
-	cJSON_AddNumberToObject(o, "head_dim", h->head_dim);
-	cJSON_AddNumberToObject(o, "vocab", h->vocab);
-	cJSON_AddNumberToObject(o, "ctx", h->ctx);
-	cJSON_AddNumberToObject(o, "window", h->window);
-	cJSON_AddNumberToObject(o, "eps", h->eps);
-	cJSON_AddNumberToObject(o, "theta", h->theta);
-	cJSON_AddNumberToObject(o, "rope", h->rope);
-	cJSON_AddNumberToObject(o, "scaling", h->scaling);
-	cJSON_AddNumberToObject(o, "sc_factor", h->sc_factor);
-	cJSON_AddNumberToObject(o, "sc_low", h->sc_low);
-	cJSON_AddNumberToObject(o, "sc_high", h->sc_high);
-	cJSON_AddNumberToObject(o, "sc_orig", h->sc_orig);
-	cJSON_AddBoolToObject(o, "tied", h->tied);
+	for (i = 0; mu__hpf_at(i) != NULL; i++)
+		mu__hpf_to_json(mu__hpf_at(i), h, o);
 	return 0;
 }
 
-static int get_i32(const cJSON *o, const char *k, int lo, int hi, int32_t *v, char *why, size_t wl)
+int mu__hpf_from_json(const mu__hpf_t *f, const cJSON *o, mu__llm_hp_t *h, char *why,
+                      size_t wl)
 {
-	int x;
-
-	if (mu__json_int(cJSON_GetObjectItemCaseSensitive(o, k), lo, hi, &x) != 0)
-		return mu__why(why, wl, MU_EPROTO, "config.%s is missing or out of range", k);
-	*v = x;
-	return 0;
-}
-
-static int get_f32(const cJSON *o, const char *k, float *v, char *why, size_t wl)
-{
+	const cJSON *v;
 	double x;
 
-	if (mu__json_double(cJSON_GetObjectItemCaseSensitive(o, k), -1e30, 1e30, &x) != 0)
-		return mu__why(why, wl, MU_EPROTO, "config.%s is missing or not a number", k);
-	*v = (float)x;
+	if (f->wire == NULL) { /* bos, eos: the tokenizer's business */
+		mu__hpf_set(f, h, f->def);
+		return 0;
+	}
+	v = cJSON_GetObjectItemCaseSensitive(o, f->wire);
+	if (f->kind == MU__HPK_BOOL) {
+		mu__hpf_set(f, h, v == NULL && (f->flags & MU__HPF_WIRE_NEW) ? f->def
+		                                                             : cJSON_IsTrue(v));
+		return 0;
+	}
+	if (v == NULL && (f->flags & MU__HPF_WIRE_NEW)) {
+		mu__hpf_set(f, h, f->def);
+		return 0;
+	}
+	if (mu__json_double(v, -1e30, 1e30, &x) != 0 || !mu__hpf_in_range(f, x) ||
+	    (f->kind != MU__HPK_NUM && x != (double)(int32_t)x))
+		return mu__why(why, wl, MU_EPROTO, "config.%s is missing or out of range", f->wire);
+	mu__hpf_set(f, h, x);
 	return 0;
 }
 
 int mu__llm_hp_from_json(const cJSON *o, mu__llm_hp_t *h, char *why, size_t wl)
 {
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "arch");
-	int32_t rope = 0, sc = 0;
+	const mu__hpf_t *f;
+	size_t i;
 	int rc;
 
 	memset(h, 0, sizeof(*h));
 	if (!cJSON_IsString(a) || strlen(a->valuestring) >= sizeof(h->arch))
 		return mu__why(why, wl, MU_EPROTO, "config.arch is missing");
 	memcpy(h->arch, a->valuestring, strlen(a->valuestring) + 1);
-	if ((rc = get_i32(o, "dim", 1, 1 << 16, &h->dim, why, wl)) ||
-	    (rc = get_i32(o, "hidden", 1, 1 << 18, &h->hidden, why, wl)) ||
-	    (rc = get_i32(o, "layers", 1, 1024, &h->n_layers, why, wl)) ||
-	    (rc = get_i32(o, "heads", 1, 1024, &h->n_heads, why, wl)) ||
-	    (rc = get_i32(o, "kv_heads", 1, 1024, &h->n_kv_heads, why, wl)) ||
-	    (rc = get_i32(o, "head_dim", 2, 1024, &h->head_dim, why, wl)) ||
-	    (rc = get_i32(o, "vocab", 1, 1 << 22, &h->vocab, why, wl)) ||
-	    (rc = get_i32(o, "ctx", 1, 1 << 24, &h->ctx, why, wl)) ||
-	    (rc = get_i32(o, "window", 0, 1 << 30, &h->window, why, wl)) ||
-	    (rc = get_i32(o, "rope", 0, 1, &rope, why, wl)) ||
-	    (rc = get_i32(o, "scaling", 0, 2, &sc, why, wl)) ||
-	    (rc = get_i32(o, "sc_orig", 0, 1 << 30, &h->sc_orig, why, wl)) ||
-	    (rc = get_f32(o, "eps", &h->eps, why, wl)) || (rc = get_f32(o, "theta", &h->theta, why, wl)) ||
-	    (rc = get_f32(o, "sc_factor", &h->sc_factor, why, wl)) ||
-	    (rc = get_f32(o, "sc_low", &h->sc_low, why, wl)) ||
-	    (rc = get_f32(o, "sc_high", &h->sc_high, why, wl)))
-		return rc;
-	h->rope = (mu__rope_t)rope;
-	h->scaling = (mu__rope_scaling_t)sc;
-	h->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tied"));
-	h->bos = h->eos = -1;
+	for (i = 0; (f = mu__hpf_at(i)) != NULL; i++)
+		if ((rc = mu__hpf_from_json(f, o, h, why, wl)) != 0)
+			return rc;
 	return 0;
 }
 

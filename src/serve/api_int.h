@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `muster serve`: the OpenAI API over HTTP (http.c) in front of the
- * generation engine (llm/engine_int.h).
+ * The OpenAI API over HTTP (http.c) in front of the generation engine
+ * (llm/engine_int.h): what mu_serve_start (serve.c) runs.
  *
  *   api.c      the server: its loop, the routes, turning a request into
  *              prompt ids and sampling options, the one log line per

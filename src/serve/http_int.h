@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `muster serve`'s HTTP transport: h2o 2.2 (Debian's libh2o-dev, its
+ * The HTTP transport of the API server and the metrics endpoint: h2o 2.2 (Debian's libh2o-dev, its
  * libuv flavour) parses HTTP/1.x on our libuv loop; this file owns the
  * listening socket, the connections and their budgets, and the few raw
  * socket operations h2o 2.2 has no call for (telling that a client went

@@ -15,9 +15,9 @@
 
 #include <cjson/cJSON.h>
 
+#include "muster/tracker.h" /* MU_TRACKER_MAGIC */
 #include "core/buf_int.h"
 
-#define MU_TRACKER_MAGIC 0x2F271
 #define MU_RPC_MAGIC 0xFF271
 #define MU_RPC_CODE_SUCCESS (MU_RPC_MAGIC + 0)
 #define MU_RPC_CODE_DUPLICATE (MU_RPC_MAGIC + 1)

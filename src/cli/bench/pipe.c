@@ -204,7 +204,7 @@ static int bench_frame(int mib, int rounds, const mu_secure_t *sec)
 	int rc;
 
 	mu_tensor_list_init(&l);
-	if (mu__tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
+	if (cli_tensor_random("big", 1, dims, 1, &t) != 0 || mu_tensor_list_push(&l, t) != 0) {
 		fprintf(stderr, "muster bench pipeline: no memory for a %d MiB tensor\n", mib);
 		return 1;
 	}
@@ -253,113 +253,137 @@ static int bench_frame(int mib, int rounds, const mu_secure_t *sec)
 
 /* ---- pipelined stages vs the ideal ---- */
 
-static int bench_stages(int nstages, int width, int per_stage, int batch, int forwards,
-                          const char *tmp)
-{
-	uint64_t w[257];
-	int layers = nstages * per_stage, rc = 0, ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	char err[1024] = "", addr[16][32];
-	const char *addrs[16];
-	mu_stage_t *st[16] = {0};
-	mu_stage_server_t *srv[16] = {0};
-	mu_coord_t *c = NULL;
+/* bench_stages's setting: N stage servers in this process and a
+ * coordinator through them. */
+typedef struct {
+	int n, ncpu;
+	mu_stage_t *st[16];
+	mu_stage_server_t *srv[16];
+	mu_coord_t *c;
 	mu_tensor_list_t in;
-	mu_tensor_t *x;
-	uint64_t xd[2] = {(uint64_t)batch, (uint64_t)width};
-	double maxs = 0, sum = 0;
+	double maxs, sum; /* a stage's compute per forward (s), 1 in flight */
+	char err[1024];
+} stages_t;
 
-	if (nstages > 16 || layers > 256)
-		return 2;
+/* Generate the model, load and serve each stage, connect. */
+static int stages_start(stages_t *s, const char *tmp, int width, int per_stage, int batch)
+{
+	uint64_t w[257], xd[2] = {(uint64_t)batch, (uint64_t)width};
+	int layers = s->n * per_stage, rc;
+	char addr[16][32];
+	const char *addrs[16];
+	mu_tensor_t *x;
+
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, err, sizeof(err));
-	for (int i = 0; rc == 0 && i < nstages; i++) {
+	rc = cli_gen_mlp(tmp, w, layers, (uint64_t)batch, "relu", 1, s->err, sizeof(s->err));
+	for (int i = 0; rc == 0 && i < s->n; i++) {
 		mu_stage_server_opts_t o;
 
-		rc = mu_stage_load(tmp, i, nstages, &st[i], err, sizeof(err));
+		rc = mu_stage_load(tmp, i, s->n, &s->st[i], s->err, sizeof(s->err));
 		mu_stage_server_opts_init(&o);
 		if (rc == 0)
-			rc = mu_stage_server_start(st[i], &o, &srv[i]);
+			rc = mu_stage_server_start(s->st[i], &o, &s->srv[i]);
 		if (rc == 0) {
-			snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", mu_stage_server_port(srv[i]));
+			snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", mu_stage_server_port(s->srv[i]));
 			addrs[i] = addr[i];
 		}
 	}
-	mu_tensor_list_init(&in);
-	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 2, &x)) == 0)
-		rc = mu_tensor_list_push(&in, x);
+	if (rc == 0 && (rc = cli_tensor_random("x", 2, xd, 2, &x)) == 0)
+		rc = mu_tensor_list_push(&s->in, x);
 	if (rc == 0)
-		rc = mu_coord_connect(addrs, nstages, NULL, &c, err, sizeof(err));
+		rc = mu_coord_connect(addrs, s->n, NULL, &s->c, s->err, sizeof(s->err));
+	return rc;
+}
+
+static void stages_stop(stages_t *s)
+{
+	mu_coord_close(s->c);
+	for (int i = 0; i < s->n; i++) {
+		mu_stage_server_free(s->srv[i]);
+		mu_stage_free(s->st[i]);
+	}
+	mu_tensor_list_free(&s->in);
+}
+
+/* Each stage's compute so far (ms), into ms[0..n). */
+static void stages_compute(const stages_t *s, double *ms)
+{
+	for (int k = 0; k < s->n; k++) {
+		mu_stage_timing_t tm;
+
+		mu_coord_timing(s->c, k, &tm);
+		ms[k] = tm.compute_ms;
+	}
+}
+
+/* `forwards` forwards with m in flight, and the table's row for them. */
+static int stages_row(stages_t *s, int m, int forwards)
+{
+	mu_tensor_list_t *ins = calloc((size_t)m, sizeof(*ins)), *outs = calloc((size_t)m, sizeof(*outs));
+	double before[16], after[16], t0, t, ideal, worst = 0;
+	int done = 0, rc = 0;
+
+	stages_compute(s, before);
+	t0 = now_s();
+	while (rc == 0 && done < forwards) {
+		for (int j = 0; j < m; j++) {
+			ins[j] = s->in;
+			mu_tensor_list_init(&outs[j]);
+		}
+		rc = m == 1 ? mu_coord_forward(s->c, &s->in, &outs[0], s->err, sizeof(s->err))
+		            : mu_coord_forward_many(s->c, ins, m, outs, s->err, sizeof(s->err));
+		for (int j = 0; j < m; j++)
+			mu_tensor_list_free(&outs[j]);
+		done += m;
+	}
+	t = now_s() - t0;
+	stages_compute(s, after);
+	/* each stage's own compute per forward, measured alone (one in
+	 * flight): the ideal pipeline is paced by the slowest stage, or by
+	 * the cores when there are more stages than cores */
+	for (int k = 0; m == 1 && k < s->n; k++) {
+		double per = (after[k] - before[k]) / done / 1e3;
+
+		s->maxs = per > s->maxs ? per : s->maxs;
+		s->sum += per;
+	}
+	ideal = m == 1 ? 1.0 / s->sum
+	               : 1.0 / (s->maxs > s->sum / s->ncpu ? s->maxs : s->sum / s->ncpu);
+	for (int k = 0; k < s->n; k++)
+		if ((after[k] - before[k]) / done > worst)
+			worst = (after[k] - before[k]) / done;
+	if (rc == 0)
+		printf("  %-10d %12.1f %12.1f %9.0f%% %18.2f\n", m, done / t, ideal,
+		       100.0 * done / t / ideal, worst);
+	free(ins);
+	free(outs);
+	return rc;
+}
+
+static int bench_stages(int nstages, int width, int per_stage, int batch, int forwards,
+                          const char *tmp)
+{
+	stages_t s = {.n = nstages, .ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN)};
+	int rc;
+
+	if (nstages > 16 || nstages * per_stage > 256)
+		return 2;
+	mu_tensor_list_init(&s.in);
+	rc = stages_start(&s, tmp, width, per_stage, batch);
 	printf("pipeline: %d equal stages of %d layers %dx%d (batch %d), in this process, %d cores\n",
-	       nstages, per_stage, width, width, batch, ncpu);
+	       nstages, per_stage, width, width, batch, s.ncpu);
 	printf("  %-10s %12s %12s %10s %18s\n", "in flight", "forwards/s", "ideal/s", "of ideal",
 	       "slowest stage ms");
-	for (int m = 1; rc == 0 && m <= 2 * nstages; m = m == 1 ? nstages : m * 2) {
-		mu_tensor_list_t *ins = calloc((size_t)m, sizeof(*ins)), *outs = calloc((size_t)m, sizeof(*outs));
-		double before[16], t0, t, ideal;
-		int done = 0;
-
-		for (int k = 0; k < nstages; k++) {
-			mu_stage_timing_t tm;
-
-			mu_coord_timing(c, k, &tm);
-			before[k] = tm.compute_ms;
-		}
-		t0 = now_s();
-		while (rc == 0 && done < forwards) {
-			for (int j = 0; j < m; j++) {
-				ins[j] = in;
-				mu_tensor_list_init(&outs[j]);
-			}
-			rc = m == 1 ? mu_coord_forward(c, &in, &outs[0], err, sizeof(err))
-			            : mu_coord_forward_many(c, ins, m, outs, err, sizeof(err));
-			for (int j = 0; j < m; j++)
-				mu_tensor_list_free(&outs[j]);
-			done += m;
-		}
-		t = now_s() - t0;
-		/* each stage's own compute per forward, measured alone (one in
-		 * flight): the ideal pipeline is paced by the slowest stage, or
-		 * by the cores when there are more stages than cores */
-		for (int k = 0; m == 1 && k < nstages; k++) {
-			mu_stage_timing_t tm;
-			double per;
-
-			mu_coord_timing(c, k, &tm);
-			per = (tm.compute_ms - before[k]) / done / 1e3;
-			maxs = per > maxs ? per : maxs;
-			sum += per;
-		}
-		ideal = m == 1 ? 1.0 / sum : 1.0 / (maxs > sum / ncpu ? maxs : sum / ncpu);
-		{
-			double worst = 0;
-
-			for (int k = 0; k < nstages; k++) {
-				mu_stage_timing_t tm;
-
-				mu_coord_timing(c, k, &tm);
-				if ((tm.compute_ms - before[k]) / done > worst)
-					worst = (tm.compute_ms - before[k]) / done;
-			}
-			if (rc == 0)
-				printf("  %-10d %12.1f %12.1f %9.0f%% %18.2f\n", m, done / t, ideal,
-				       100.0 * done / t / ideal, worst);
-		}
-		free(ins);
-		free(outs);
-	}
+	for (int m = 1; rc == 0 && m <= 2 * nstages; m = m == 1 ? nstages : m * 2)
+		rc = stages_row(&s, m, forwards);
 	printf("  (ideal, from each stage's compute time measured with 1 in flight: their sum\n"
 	       "   for 1 in flight; for more, the slowest stage or all the work spread over\n"
 	       "   every core, whichever is slower. A stage's own compute per forward grows\n"
 	       "   when stages share the cores' caches and memory bandwidth.)\n\n");
 	if (rc != 0)
-		fprintf(stderr, "muster bench pipeline: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
-	mu_coord_close(c);
-	for (int i = 0; i < nstages; i++) {
-		mu_stage_server_free(srv[i]);
-		mu_stage_free(st[i]);
-	}
-	mu_tensor_list_free(&in);
+		fprintf(stderr, "muster bench pipeline: %s\n", s.err[0] != '\0' ? s.err : mu_strerror(rc));
+	stages_stop(&s);
 	return rc == 0 ? 0 : 1;
 }
 
@@ -380,13 +404,13 @@ static int bench_executor(int width, int layers, int batch, int rounds, const ch
 		return 2;
 	for (int i = 0; i <= layers; i++)
 		w[i] = (uint64_t)width;
-	rc = mu__model_generate_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
+	rc = cli_gen_mlp(tmp, w, layers, (uint64_t)batch, "relu", 3, err, sizeof(err));
 	if (rc == 0)
 		rc = mu_model_open(tmp, &m, err, sizeof(err));
 	mu_tensor_list_init(&in);
 	mu_tensor_list_init(&weights);
 	snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-	if (rc == 0 && (rc = mu__tensor_random("x", 2, xd, 4, &x)) == 0)
+	if (rc == 0 && (rc = cli_tensor_random("x", 2, xd, 4, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	if (rc == 0)
 		rc = mu_safetensors_read(path, &weights, err, sizeof(err));

@@ -17,6 +17,9 @@
  * backlog and time the kernel's SYN retries instead of the store).
  *
  * Single-threaded over poll(): pump() drives every client's state machine.
+ * Requests are encoded by the public codec (mu_store_request_encode) into
+ * one scratch buffer: each message goes out whole before the next is built.
+ * Replies are read here.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -30,13 +33,13 @@
 #include <unistd.h>
 
 #include "muster/common.h"
+#include "muster/store.h"
 #include "cli/cli_int.h"
 #include "core/buf_int.h"
 #include "core/endian_int.h"
 #include "core/net_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
-#include "store/proto_int.h"
 
 enum { OP_SET, OP_GET, OP_ADD, NOPS };
 static const char *op_names[NOPS] = {"set", "get", "add"};
@@ -72,7 +75,7 @@ typedef struct {
 typedef struct {
 	char host[256];
 	int port;
-	mu__store_dialect_t d;
+	mu_store_dialect_t d;
 	int mix[8], nmix;
 	size_t vbytes;
 	char *value;
@@ -87,7 +90,17 @@ typedef struct {
 	struct sockaddr_storage addr; /* the target, resolved once */
 	socklen_t addrlen;
 	int64_t joined_us, last_release_us;
+	unsigned char *scratch;       /* the message being built */
+	size_t scratch_cap;
 } sbench_t;
+
+#define SCRATCH_EXTRA 1024 /* past the value: a SET's, or three requests' keys */
+
+/* One message of one or more requests, built in the bench's scratch. */
+typedef struct {
+	unsigned char *p;
+	size_t len, cap;
+} msg_t;
 
 static int64_t now_us(void)
 {
@@ -114,43 +127,64 @@ static void record(sbench_t *b, int op, int64_t us)
 	b->lat[op][b->nlat[op]++] = us;
 }
 
-static int put_key(mu__buf_t *m, int id, const char *name)
+static msg_t message(sbench_t *b)
 {
-	char key[64];
-	int n = snprintf(key, sizeof(key), "/bench/%d/%s", id, name);
-
-	return mu__store_put_str(m, key, (size_t)n);
+	return (msg_t){b->scratch, 0, b->scratch_cap};
 }
 
-static int send_msg(bclient_t *c, mu__buf_t *m)
+/* Append the request of op on key (klen bytes, may be 0) to m, with
+ * whatever else the request carries set by the caller in *r first. */
+static int add_req(sbench_t *b, msg_t *m, mu_store_request_t *r, mu_store_op_t op,
+                   const char *key, size_t klen)
 {
-	int rc = mu__sock_send_all(c->st, m->data, m->len, mu__deadline(30000));
+	size_t n = 0;
+	int rc;
 
-	mu__buf_free(m);
+	r->dialect = b->d;
+	r->op = op;
+	r->key = key;
+	r->key_len = klen;
+	rc = mu_store_request_encode(r, m->p + m->len, m->cap - m->len, &n);
+	if (rc == 0)
+		m->len += n;
 	return rc;
 }
 
-static int op_code(sbench_t *b, mu__store_op_t op)
+static int add_simple(sbench_t *b, msg_t *m, mu_store_op_t op, const char *key, size_t klen)
 {
-	return mu__store_opcode(b->d, op);
+	mu_store_request_t r;
+
+	mu_store_request_init(&r);
+	return add_req(b, m, &r, op, key, klen);
+}
+
+/* The client's own key NAME: /bench/ID/NAME. */
+static size_t client_key(char *key, size_t n, int id, const char *name)
+{
+	return (size_t)snprintf(key, n, "/bench/%d/%s", id, name);
+}
+
+static int send_msg(bclient_t *c, const msg_t *m)
+{
+	return mu__sock_send_all(c->st, m->p, m->len, mu__deadline(30000));
 }
 
 static int send_set(sbench_t *b, bclient_t *c)
 {
-	mu__buf_t m;
+	char key[64];
+	msg_t m = message(b);
+	mu_store_request_t r;
+	size_t klen;
 	int rc;
 
-	mu__buf_init(&m, (size_t)-1);
 	c->t0_us = now_us();
-	rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
-	if (rc == 0)
-		rc = put_key(&m, c->id, "k");
-	if (rc == 0)
-		rc = mu__store_put_str(&m, b->value, b->vbytes);
+	klen = client_key(key, sizeof(key), c->id, "k");
+	mu_store_request_init(&r);
+	r.value = b->value;
+	r.value_len = b->vbytes;
+	rc = add_req(b, &m, &r, MU_STORE_OP_SET, key, klen);
 	if (rc == 0)
 		rc = send_msg(c, &m);
-	else
-		mu__buf_free(&m);
 	record(b, OP_SET, now_us() - c->t0_us); /* no reply: the send is all */
 	return rc;
 }
@@ -163,7 +197,9 @@ static int send_set(sbench_t *b, bclient_t *c)
  */
 static int next_op(sbench_t *b, bclient_t *c)
 {
-	mu__buf_t m;
+	char key[64];
+	msg_t m = message(b);
+	mu_store_request_t r;
 	int i, op = OP_SET, rc = 0;
 
 	c->expect = R_NONE;
@@ -175,39 +211,25 @@ static int next_op(sbench_t *b, bclient_t *c)
 	}
 	if (rc != 0 || op == OP_SET)
 		return rc;
-	mu__buf_init(&m, (size_t)-1);
 	c->t0_us = now_us();
+	mu_store_request_init(&r);
 	if (op == OP_GET) { /* WAIT first, as torch's client does */
-		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_WAIT));
-		if (rc == 0)
-			rc = mu__store_put_u64(&m, 1);
-		if (rc == 0)
-			rc = put_key(&m, c->id, "k");
+		rc = add_req(b, &m, &r, MU_STORE_OP_WAIT, key, client_key(key, sizeof(key), c->id, "k"));
 		c->expect = R_STOP;
 	} else {
-		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_ADD));
-		if (rc == 0)
-			rc = put_key(&m, c->id, "n");
-		if (rc == 0)
-			rc = mu__store_put_u64(&m, 1);
+		r.delta = 1;
+		rc = add_req(b, &m, &r, MU_STORE_OP_ADD, key, client_key(key, sizeof(key), c->id, "n"));
 		c->expect = R_I64;
 	}
-	if (rc != 0) {
-		mu__buf_free(&m);
-		return rc;
-	}
-	return send_msg(c, &m);
+	return rc != 0 ? rc : send_msg(c, &m);
 }
 
 static int send_get(sbench_t *b, bclient_t *c)
 {
-	mu__buf_t m;
-	int rc;
+	char key[64];
+	msg_t m = message(b);
+	int rc = add_simple(b, &m, MU_STORE_OP_GET, key, client_key(key, sizeof(key), c->id, "k"));
 
-	mu__buf_init(&m, (size_t)-1);
-	rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_GET));
-	if (rc == 0)
-		rc = put_key(&m, c->id, "k");
 	c->expect = R_VALUE;
 	return rc != 0 ? rc : send_msg(c, &m);
 }
@@ -290,10 +312,22 @@ static int drain(sbench_t *b, bclient_t *c)
 	return on_input(b, c);
 }
 
+/* v2's opening, as torch 2.x sends it: VALIDATE and PING (nonce id). */
+static int add_hello(sbench_t *b, msg_t *m, int id)
+{
+	mu_store_request_t r;
+	int rc = add_simple(b, m, MU_STORE_OP_VALIDATE, NULL, 0);
+
+	mu_store_request_init(&r);
+	r.nonce = (uint32_t)id;
+	return rc != 0 ? rc : add_req(b, m, &r, MU_STORE_OP_PING, NULL, 0);
+}
+
 /* Connect and (v2) validate; blocking, with a deadline. */
 static int open_client(sbench_t *b, bclient_t *c, int id)
 {
-	unsigned char hs[10], echo[4];
+	unsigned char echo[4];
+	msg_t m = message(b);
 	int rc;
 
 	memset(c, 0, sizeof(*c));
@@ -304,13 +338,11 @@ static int open_client(sbench_t *b, bclient_t *c, int id)
 	if (rc != 0)
 		return rc;
 	c->fd = mu__stream_fd(c->st);
-	if (b->d == MU_STORE_V1)
+	if (b->d == MU_STORE_DIALECT_V1)
 		return 0;
-	hs[0] = 0;
-	mu_le32_put(hs + 1, MU_STORE_V2_MAGIC);
-	hs[5] = (unsigned char)op_code(b, MU_SOP_PING);
-	mu_le32_put(hs + 6, (uint32_t)id);
-	rc = mu__sock_send_all(c->st, hs, 10, mu__deadline(30000));
+	rc = add_hello(b, &m, id);
+	if (rc == 0)
+		rc = send_msg(c, &m);
 	if (rc == 0)
 		rc = mu__sock_recv_all(c->st, echo, 4, mu__deadline(30000));
 	return rc;
@@ -491,62 +523,44 @@ static int rdv_connected(sbench_t *b, bclient_t *c)
 {
 	int err = 0, rc = 0;
 	socklen_t len = sizeof(err);
-	mu__buf_t m;
+	msg_t m = message(b);
+	mu_store_request_t r;
 
 	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
 		return -errno;
 	if (err != 0)
 		return -err;
-	mu__buf_init(&m, (size_t)-1);
-	if (b->d == MU_STORE_V2) {
-		rc = mu__store_put_u8(&m, 0);
-		if (rc == 0)
-			rc = mu__store_put_u32(&m, MU_STORE_V2_MAGIC);
-		if (rc == 0)
-			rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_PING));
-		if (rc == 0)
-			rc = mu__store_put_u32(&m, (uint32_t)c->id);
-	}
+	if (b->d == MU_STORE_DIALECT_V2)
+		rc = add_hello(b, &m, c->id);
+	mu_store_request_init(&r);
+	r.delta = 1;
 	if (rc == 0)
-		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_ADD));
-	if (rc == 0)
-		rc = mu__store_put_str(&m, b->rdv_count, b->rdv_count_len);
-	if (rc == 0)
-		rc = mu__store_put_u64(&m, 1);
-	if (rc != 0) {
-		mu__buf_free(&m);
+		rc = add_req(b, &m, &r, MU_STORE_OP_ADD, b->rdv_count, b->rdv_count_len);
+	if (rc != 0)
 		return rc;
-	}
-	c->expect = b->d == MU_STORE_V2 ? R_ECHO : R_COUNT;
+	c->expect = b->d == MU_STORE_DIALECT_V2 ? R_ECHO : R_COUNT;
 	return send_msg(c, &m);
 }
 
 /* The ADD came back with v: the one that made it N opens the barrier; all WAIT. */
 static int rdv_counted(sbench_t *b, bclient_t *c, int64_t v)
 {
-	mu__buf_t m;
+	msg_t m = message(b);
+	mu_store_request_t r;
 	int rc = 0;
 
 	if (++b->rdv_joined == b->rdv_n)
 		b->joined_us = now_us();
-	mu__buf_init(&m, (size_t)-1);
 	if (v == b->rdv_n) {
-		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_SET));
-		if (rc == 0)
-			rc = mu__store_put_str(&m, b->rdv_go, b->rdv_go_len);
-		if (rc == 0)
-			rc = mu__store_put_str(&m, "1", 1);
+		mu_store_request_init(&r);
+		r.value = "1";
+		r.value_len = 1;
+		rc = add_req(b, &m, &r, MU_STORE_OP_SET, b->rdv_go, b->rdv_go_len);
 	}
 	if (rc == 0)
-		rc = mu__store_put_u8(&m, (uint8_t)op_code(b, MU_SOP_WAIT));
-	if (rc == 0)
-		rc = mu__store_put_u64(&m, 1);
-	if (rc == 0)
-		rc = mu__store_put_str(&m, b->rdv_go, b->rdv_go_len);
-	if (rc != 0) {
-		mu__buf_free(&m);
+		rc = add_simple(b, &m, MU_STORE_OP_WAIT, b->rdv_go, b->rdv_go_len);
+	if (rc != 0)
 		return rc;
-	}
 	c->expect = R_BARRIER;
 	return send_msg(c, &m);
 }
@@ -659,11 +673,15 @@ int bench_store(int argc, char **argv)
 		fprintf(stderr, "muster bench store: --dialect %s is not v1 or v2\n", dialect);
 		return 2;
 	}
-	b.d = strcmp(dialect, "v2") == 0 ? MU_STORE_V2 : MU_STORE_V1;
+	b.d = strcmp(dialect, "v2") == 0 ? MU_STORE_DIALECT_V2 : MU_STORE_DIALECT_V1;
 	b.vbytes = (size_t)vbytes;
 	b.value = malloc(b.vbytes + 1);
-	if (b.value == NULL) {
+	b.scratch_cap = b.vbytes + SCRATCH_EXTRA;
+	b.scratch = malloc(b.scratch_cap);
+	if (b.value == NULL || b.scratch == NULL) {
 		fprintf(stderr, "muster bench store: no memory for a %d-byte value\n", vbytes);
+		free(b.value);
+		free(b.scratch);
 		return 1;
 	}
 	memset(b.value, 'v', b.vbytes);
@@ -673,6 +691,7 @@ int bench_store(int argc, char **argv)
 	for (int i = 0; i < NOPS; i++)
 		free(b.lat[i]);
 	free(b.value);
+	free(b.scratch);
 	if (rc != 0)
 		fprintf(stderr, "muster bench store: %s: %s\n", target, mu_strerror(rc));
 	return rc == 0 ? 0 : 1;

@@ -14,7 +14,9 @@
  * (a tracker that keeps every PUT it ever saw grows here).
  *
  * Single-threaded over poll(): the generator must not be the bottleneck on
- * a 2-core machine where the tracker runs too.
+ * a 2-core machine where the tracker runs too. Frames are made and found
+ * by the public framing calls (mu_tracker_frame_encode, _peek); the JSON
+ * in them is written and read here.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +35,6 @@
 #include "core/net_int.h"
 #include "core/sock_int.h"
 #include "core/time_int.h"
-#include "tracker/proto_int.h"
 
 typedef struct {
 	mu_stream_t *fd;
@@ -66,13 +67,12 @@ static int64_t now_us(void)
 static int send_frame(bconn_t *c, const char *json)
 {
 	char frame[256];
-	size_t n = strlen(json);
+	size_t n;
 
-	if (n > sizeof(frame) - 4)
+	/* one send per frame: the generator must be cheap */
+	if (mu_tracker_frame_encode(json, strlen(json), frame, sizeof(frame), &n) != 0)
 		return -1;
-	mu_le32_put(frame, (uint32_t)n);
-	memcpy(frame + 4, json, n); /* one send per frame: the generator must be cheap */
-	return mu__sock_send_all(c->fd, frame, n + 4, mu__deadline(10000));
+	return mu__sock_send_all(c->fd, frame, n, mu__deadline(10000));
 }
 
 static int put(bconn_t *s)
@@ -183,7 +183,7 @@ static int drain(bench_t *b, bconn_t *c, bconn_t *servers, int nservers,
 		return -1;
 	if (mu__buf_append(&c->in, tmp, n) != 0)
 		return -1;
-	while (mu__tracker_frame_peek(c->in.data, c->in.len, 1u << 24, &blen) == 1) {
+	while (mu_tracker_frame_peek(c->in.data, c->in.len, 1u << 24, &blen) == 1) {
 		char save = c->in.data[4 + blen];
 		int rc;
 

@@ -265,7 +265,7 @@ static int run_model(demo_t *d, const char *model, char *err, size_t el)
 	mu_tensor_list_init(&first);
 	mu_tensor_list_init(&ref);
 	rc = mu_model_open(model, &m, err, el);
-	if (rc == 0 && (rc = mu__tensor_random("x", 2, dims, 7, &x)) == 0)
+	if (rc == 0 && (rc = cli_tensor_random("x", 2, dims, 7, &x)) == 0)
 		rc = mu_tensor_list_push(&in, x);
 	printf("\n4. A coordinator gets the devices through the tracker and splits the model\n"
 	       "   over them. This process plays it; elsewhere it is\n"
@@ -359,7 +359,7 @@ static int demo(demo_t *d, char *err, size_t el)
 	snprintf(model, sizeof(model), "%s/model", d->dir);
 	for (int i = 0; i <= LAYERS; i++)
 		widths[i] = WIDTH;
-	rc = mu__model_generate_mlp(model, widths, LAYERS, BATCH, "gelu", 1, err, el);
+	rc = cli_gen_mlp(model, widths, LAYERS, BATCH, "gelu", 1, err, el);
 	if (rc != 0)
 		return rc;
 	cli_bytes((double)LAYERS * (WIDTH * WIDTH + WIDTH) * 4, b, sizeof(b));

@@ -56,10 +56,10 @@ static pid_t pid_of(const show_t *s, const char *addr)
 /* The middle stage's device dies, as a machine would. */
 static void kill_one(show_t *s)
 {
-	mu_llm_stage_t st;
+	mu_llm_stage_info_t st;
 	pid_t pid;
 
-	mu_llm_stage(s->llm, 1, &st);
+	mu_llm_stage_info(s->llm, 1, &st);
 	pid = pid_of(s, st.address);
 	snprintf(s->victim, sizeof(s->victim), "%s", st.address);
 	printf("\n\n   >>> killing the device at %s (stage 1, layers %d..%d) with SIGKILL, "
@@ -201,20 +201,27 @@ static int copy_model(const char *from, const char *to, char *err, size_t el)
 static int place(show_t *s, const char *model, char *err, size_t el)
 {
 	mu_llm_opts_t o;
+	mu_cluster_opts_t c;
+	mu_coord_opts_t co;
 
+	mu_coord_opts_init(&co);
+	co.io_timeout_ms = 5000;
+	co.sec = s->d->sec;
+	mu_cluster_opts_init(&c);
+	c.tracker_host = "127.0.0.1";
+	c.tracker_port = s->d->tport;
+	c.key = "demo";
+	c.devices = 3;
+	c.request_timeout_ms = T;
+	c.max_replacements = 2;
+	c.coord = &co;
+	c.say = demo_narrate;
 	mu_llm_opts_init(&o);
-	o.tracker_host = "127.0.0.1";
-	o.tracker_port = s->d->tport;
-	o.key = "demo";
-	o.request_timeout_ms = T;
-	o.io_timeout_ms = 5000;
-	o.keepalive_ms = 0;
-	o.sec = s->d->sec;
-	o.say = demo_narrate;
-	o.devices = 3;
+	o.cluster = &c;
 	o.ctx = CTX;
 	o.chunk = 64;
-	o.max_recoveries = 2;
+	o.io_timeout_ms = 5000;
+	o.keepalive_ms = 0;
 	o.replay_bytes = (uint64_t)64 << 20;
 	return mu_llm_open(model, &o, &s->llm, err, el);
 }

@@ -27,11 +27,6 @@ static void llm_defaults(mu_llm_opts_t *o)
 	o->batch = 1;
 	o->io_timeout_ms = 60000;
 	o->keepalive_ms = 60000;
-	o->tracker_port = 9190;
-	o->devices = 1;
-	o->weights = MU_WEIGHTS_AUTO;
-	o->request_timeout_ms = 30000;
-	o->max_recoveries = 3;
 	o->replay_bytes = (uint64_t)256 << 20;
 }
 
@@ -57,16 +52,29 @@ static int check_opts(const mu_llm_opts_t *o, char *err, size_t el)
 		bad = "io_timeout_ms must be positive, keepalive_ms 0 or more";
 	else if (o->stages != NULL && (o->nstages < 1 || o->nstages > 1024))
 		bad = "give 1 to 1024 stages";
-	else if (o->stages != NULL && o->tracker_host != NULL)
-		bad = "stages and a tracker exclude each other";
-	else if (o->tracker_host != NULL && (o->key == NULL || o->devices < 1 || o->devices > 64 ||
-	                                     o->device_sequences < 0 || o->max_recoveries < 0 ||
-	                                     o->request_timeout_ms < 1))
-		bad = "a tracker needs a key, and 1 to 64 devices";
-	else if (o->weights != MU_WEIGHTS_AUTO && o->weights != MU_WEIGHTS_LOCAL &&
-	         o->weights != MU_WEIGHTS_STREAM)
-		bad = "weights is not one of MU_WEIGHTS_*";
+	else if (o->stages != NULL && o->cluster != NULL)
+		bad = "stages and a cluster of devices exclude each other";
+	else if (o->device_sequences < 0)
+		bad = "device_sequences must be 0 or more";
 	return bad != NULL ? mu__why(err, el, MU_EARG, "%s", bad) : 0;
+}
+
+/* The caller's coordinator options (NULL: the defaults) as the internal
+ * coordinator takes them. */
+static int coord_opts(const mu_coord_opts_t *uo, mu__llm_coord_opts_t *o, char *err, size_t el)
+{
+	mu_coord_opts_t c;
+
+	mu_coord_opts_init(&c);
+	if (uo != NULL && mu__opts_read(&c, sizeof(c), uo) != 0)
+		return mu__why(err, el, MU_EARG, "the coordinator's options were not set up by "
+		               "mu_coord_opts_init");
+	mu__llm_coord_opts_init(o);
+	o->connect_timeout_ms = c.connect_timeout_ms;
+	o->io_timeout_ms = c.io_timeout_ms;
+	o->max_frame_bytes = c.max_frame_bytes;
+	o->sec = c.sec;
+	return 0;
 }
 
 static int open_local(mu_llm_t *l, char *err, size_t el)
@@ -109,14 +117,13 @@ static int open_stages(mu_llm_t *l, char *err, size_t el)
 	char why[1024] = "";
 	int rc, n = l->o.nstages;
 
-	mu__llm_coord_opts_init(&o);
-	o.io_timeout_ms = l->o.io_timeout_ms;
-	o.sec = l->o.sec;
+	if ((rc = coord_opts(l->o.coord, &o, err, el)) != 0)
+		return rc;
 	rc = mu__llm_coord_connect(l->o.stages, n, &o, &l->coord, why, sizeof(why));
 	if (rc != 0)
 		return mu__why(err, el, rc, "cannot use the stages: %s", why);
 	if (mu__llm_coord_vocab(l->coord) != l->src.hp.vocab)
-		return mu__why(err, el, MU_EPROTO, "the stages serve another model: their model has a "
+		return mu__why(err, el, MU_EARG, "the stages serve another model: their model has a "
 		               "vocabulary of %d, the checkpoint's %d", mu__llm_coord_vocab(l->coord),
 		               l->src.hp.vocab);
 	if (l->ctx > mu__llm_coord_ctx(l->coord))
@@ -127,31 +134,40 @@ static int open_stages(mu_llm_t *l, char *err, size_t el)
 
 static int open_devices(mu_llm_t *l, char *err, size_t el)
 {
-	mu__llm_cluster_opts_t o;
+	mu__llm_cluster_opts_t lo;
+	mu_cluster_opts_t u;
 	char why[1024] = "";
 	int rc, n;
 
-	mu__llm_cluster_opts_init(&o);
-	mu__llm_coord_opts_init(&o.coord);
-	o.pool.tracker_host = l->o.tracker_host;
-	o.pool.tracker_port = l->o.tracker_port;
-	o.pool.key = l->o.key;
-	o.pool.request_timeout_ms = l->o.request_timeout_ms;
-	o.pool.io_timeout_ms = l->o.io_timeout_ms;
-	o.coord.io_timeout_ms = l->o.io_timeout_ms;
-	o.pool.sec = l->o.sec;
-	o.coord.sec = l->o.sec;
-	o.pool.say = l->o.say;
-	o.pool.ud = l->o.ud;
-	o.devices = l->o.devices;
-	o.weights = l->o.weights;
-	o.max_seqs = l->o.device_sequences > 0 ? l->o.device_sequences : l->o.max_sequences;
-	o.ctx = l->ctx;
-	o.max_chunk = l->o.chunk;
-	o.max_replacements = l->o.max_recoveries;
-	rc = mu__llm_cluster_start(&l->src, &o, &l->cluster, why, sizeof(why));
+	mu_cluster_opts_init(&u);
+	mu__llm_cluster_opts_init(&lo);
+	if (mu__opts_read(&u, sizeof(u), l->o.cluster) != 0)
+		return mu__why(err, el, MU_EARG, "the cluster's options were not set up by "
+		               "mu_cluster_opts_init");
+	if (u.key == NULL || u.devices < 1 || u.devices > 64 || u.max_replacements < 0)
+		return mu__why(err, el, MU_EARG, "a cluster needs a key, and 1 to 64 devices");
+	if ((rc = coord_opts(u.coord, &lo.coord, err, el)) != 0)
+		return rc;
+	lo.pool.tracker_host = u.tracker_host;
+	lo.pool.tracker_port = u.tracker_port;
+	lo.pool.key = u.key;
+	lo.pool.priority = u.priority;
+	lo.pool.request_timeout_ms = u.request_timeout_ms;
+	lo.pool.io_timeout_ms = lo.coord.io_timeout_ms;
+	lo.pool.max_frame_bytes = lo.coord.max_frame_bytes;
+	lo.pool.sec = lo.coord.sec;
+	lo.pool.say = u.say;
+	lo.pool.ud = u.ud;
+	lo.devices = u.devices;
+	lo.weights = u.weights;
+	lo.max_replacements = u.max_replacements;
+	lo.max_seqs = l->o.device_sequences > 0 ? l->o.device_sequences : l->o.max_sequences;
+	lo.ctx = l->ctx;
+	lo.max_chunk = l->o.chunk;
+	rc = mu__llm_cluster_start(&l->src, &lo, &l->cluster, why, sizeof(why));
 	if (rc != 0)
 		return mu__why(err, el, rc, "cannot place the model on the devices: %s", why);
+	l->max_recoveries = u.max_replacements;
 	n = mu__llm_cluster_stages(l->cluster);
 	snprintf(l->where, sizeof(l->where), "%d device%s from the tracker", n, n == 1 ? "" : "s");
 	return coord_links(l, mu__llm_cluster_coord(l->cluster), err, el);
@@ -171,11 +187,11 @@ static int start_engine(mu_llm_t *l, char *err, size_t el)
 	if (l->cluster != NULL) {
 		o.recover = mu__llm_cluster_recover;
 		o.recover_ud = l->cluster;
-		o.max_recoveries = l->o.max_recoveries;
+		o.max_recoveries = l->max_recoveries;
 		o.replay_bytes = l->o.replay_bytes;
 	}
 	if ((rc = mu__eng_new(l->links, l->nlinks, &o, &l->eng)) != 0)
-		return mu__why(err, el, rc, "cannot start generating: %s", mu_strerror(rc));
+		return mu__why(err, el, rc, "cannot start the engine: %s", mu_strerror(rc));
 	return 0;
 }
 
@@ -195,7 +211,7 @@ static int open_all(mu_llm_t *l, const char *path, char *err, size_t el)
 	cores = sysconf(_SC_NPROCESSORS_ONLN);
 	l->threads = l->o.threads > 0 ? l->o.threads : cores > 0 ? (int)cores : 1;
 	rc = l->o.stages != NULL ? open_stages(l, err, el)
-	   : l->o.tracker_host != NULL ? open_devices(l, err, el) : open_local(l, err, el);
+	   : l->o.cluster != NULL ? open_devices(l, err, el) : open_local(l, err, el);
 	return rc != 0 ? rc : start_engine(l, err, el);
 }
 
@@ -232,7 +248,9 @@ int mu_llm_open(const char *path, const mu_llm_opts_t *uo, mu_llm_t **out, char 
 		mu_llm_free(l);
 		return rc;
 	}
-	l->o.stages = NULL; /* the caller's, read once */
+	l->o.stages = NULL; /* the caller's, read during open */
+	l->o.coord = NULL;
+	l->o.cluster = NULL;
 	*out = l;
 	return 0;
 }
@@ -289,7 +307,7 @@ void mu_llm_info(const mu_llm_t *l, mu_llm_info_t *out)
 	out->where = l->where;
 }
 
-int mu_llm_stage(const mu_llm_t *l, int i, mu_llm_stage_t *out)
+int mu_llm_stage_info(const mu_llm_t *l, int i, mu_llm_stage_info_t *out)
 {
 	mu__llm_coord_t *co = l->cluster != NULL ? mu__llm_cluster_coord(l->cluster) : l->coord;
 	mu__eng_stage_stats_t es;

@@ -28,7 +28,7 @@ struct mu_tokenizer_s {
 };
 
 struct mu_llm_s {
-	mu_llm_opts_t o;           /* as opened; o.stages not kept */
+	mu_llm_opts_t o;           /* as opened; stages, coord and cluster not kept */
 	mu__llm_src_t src;         /* the checkpoint (the tokenizer; local weights) */
 	int have_src;
 	struct mu_tokenizer_s tok;
@@ -40,6 +40,7 @@ struct mu_llm_s {
 	mu__eng_t *eng;
 	int32_t ctx;               /* positions a request may use */
 	int threads;               /* in this process */
+	int max_recoveries;        /* lost devices the engine may replace */
 	char where[160];
 	uv_mutex_t lock;           /* guards the done flags of waited requests */
 	uv_cond_t done;            /* one of them ended */

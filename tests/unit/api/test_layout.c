@@ -10,6 +10,8 @@
 #include "mu_test.h"
 
 #include "muster/md.h"
+#include "muster/pipeline.h"
+#include "muster/serve.h"
 #include "muster/tracker.h"
 #include "api/layout_int.h"
 
@@ -65,6 +67,19 @@ static void test_lookups(void **state)
 	assert_int_equal(mu_layout_field("mu_no_such_t", "port", &off, &size), -ENOENT);
 	assert_int_equal(mu_layout_field("mu_tracker_opts_t", "no_such", &off, &size), -ENOENT);
 	assert_int_equal(mu_layout_field("mu_tracker_opts_t", NULL, &off, &size), -ENOENT);
+	/* the serve layer's and the LLM stage's */
+	assert_int_equal(mu_layout_size("mu_serve_opts_t"), sizeof(mu_serve_opts_t));
+	assert_int_equal(mu_layout_field("mu_serve_opts_t", "chat_template", &off, &size), 0);
+	assert_int_equal(off, offsetof(mu_serve_opts_t, chat_template));
+	assert_int_equal(mu_layout_size("mu_metrics_server_opts_t"),
+	                 sizeof(mu_metrics_server_opts_t));
+	assert_int_equal(mu_layout_field("mu_metrics_server_opts_t", "serve", &off, &size), 0);
+	assert_int_equal(off, offsetof(mu_metrics_server_opts_t, serve));
+	assert_int_equal(mu_layout_size("mu_llm_stage_opts_t"), sizeof(mu_llm_stage_opts_t));
+	assert_int_equal(mu_layout_field("mu_llm_stage_opts_t", "max_chunk", &off, &size), 0);
+	assert_int_equal(off, offsetof(mu_llm_stage_opts_t, max_chunk));
+	assert_int_equal(mu_layout_size("mu_llm_plan_opts_t"), sizeof(mu_llm_plan_opts_t));
+	assert_int_equal(mu_layout_size("mu_llm_plan_stage_t"), sizeof(mu_llm_plan_stage_t));
 }
 
 int main(void)

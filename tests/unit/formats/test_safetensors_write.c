@@ -3,8 +3,9 @@
  * Unit tests for src/formats/safetensors_write.c, the one safetensors
  * writer: data streamed after a header given up front reads back as
  * written; a stream that falls short of or runs past its header fails;
- * and a generated model (pipeline/gen.c streams its rows through it) is
- * byte for byte the file mu__st_write makes of the same tensors.
+ * and a generated model (cli/demo/fixture.c streams its rows through the
+ * public writer over this one) is byte for byte the file mu__st_write
+ * makes of the same tensors.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -97,7 +98,7 @@ static void test_generated_model_is_the_same_file(void **state)
 
 	(void)state;
 	snprintf(model, sizeof(model), "%s/mlp", mu_test_dir);
-	assert_int_equal(mu__model_generate_mlp(model, widths, 2, 1, "tanh", 9, NULL, 0), 0);
+	assert_int_equal(cli_gen_mlp(model, widths, 2, 1, "tanh", 9, NULL, 0), 0);
 	snprintf(gen, sizeof(gen), "%s/model.safetensors", model);
 	assert_int_equal(mu__st_open(gen, &f, why, sizeof(why)), 0);
 	mu_tensor_list_init(&l);

@@ -28,7 +28,7 @@ static int setup(void **state)
 	(void)state;
 	snprintf(dir, sizeof(dir), "/tmp/mu_model_XXXXXX");
 	assert_non_null(mkdtemp(dir));
-	assert_int_equal(mu__model_generate_mlp(dir, widths, 2, 2, "relu", 1, NULL, 0), 0);
+	assert_int_equal(cli_gen_mlp(dir, widths, 2, 2, "relu", 1, NULL, 0), 0);
 	snprintf(json, sizeof(json), "%s/model.json", dir);
 	return 0;
 }

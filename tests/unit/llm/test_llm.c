@@ -4,6 +4,9 @@
  * a split of the layers equals the whole bit for bit, so do chunked and
  * one-at-a-time prefills and sequences batched in one call; sequence
  * limits and owners hold; the layer split balances bytes.
+ *
+ * The wire form and the digest are the same bytes as the last version's
+ * (the tables they walk: test_arch.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,9 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cJSON.h>
 #include <cmocka.h>
 
 #include "muster/common.h"
+#include "llm/arch_int.h"
 #include "llm/llm_int.h"
 
 enum { DIM = 32, HID = 48, LAYERS = 4, HEADS = 4, KVH = 2, VOCAB = 40, SEQ = 64 };
@@ -200,6 +205,71 @@ static void test_split_balances_bytes(void **state)
 	assert_int_equal(mu__llm_split(&src, 5, cut), MU_EARG);
 }
 
+/* ---- the wire form and the digest: the same bytes as the last version ---- */
+
+static void test_wire_and_digest_unchanged(void **state)
+{
+	static const char json[] =
+		"{\"arch\":\"llama\",\"dim\":32,\"hidden\":48,\"layers\":4,\"heads\":4,\"kv_heads\":2,"
+		"\"head_dim\":8,\"vocab\":40,\"ctx\":64,\"window\":0,\"eps\":9.99999974737875e-06,"
+		"\"theta\":10000,\"rope\":0,\"scaling\":0,\"sc_factor\":0,\"sc_low\":0,\"sc_high\":0,"
+		"\"sc_orig\":0,\"tied\":false}";
+	static const struct { const char *file; uint64_t digest; } pinned[] = {
+		{MU_SOURCE_DIR "/models/stories260K/stories260K.gguf", 0x3ffc1d32c12b6972ull},
+		{MU_SOURCE_DIR "/models/stories260K/stories260K.bin", 0xe2acc8a9e6f7329eull},
+	};
+	cJSON *o = cJSON_CreateObject();
+	mu__llm_hp_t back, want = src.hp;
+	mu__llm_src_t s;
+	char *text;
+
+	(void)state;
+	assert_int_equal(mu__llm_hp_to_json(&src.hp, o), 0);
+	text = cJSON_PrintUnformatted(o);
+	assert_string_equal(text, json);
+	cJSON_free(text);
+	assert_int_equal(mu__llm_hp_from_json(o, &back, NULL, 0), 0);
+	want.bos = want.eos = -1; /* the tokenizer's, not the wire's */
+	assert_memory_equal(&back, &want, sizeof(want));
+	cJSON_Delete(o);
+	assert_true(mu__llm_digest(&src) == 0x49664d48f7d6a147ull);
+	for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++) {
+		assert_int_equal(mu__llm_src_open(pinned[i].file, NULL, &s, NULL, 0), 0);
+		assert_true(mu__llm_digest(&s) == pinned[i].digest);
+		mu__llm_src_free(&s);
+	}
+}
+
+/* A field added later (MU__HPF_WIRE_NEW) is left out at its default, so
+ * the JSON and the digest stay those of a peer that does not know it. */
+static void test_new_wire_field(void **state)
+{
+	mu__hpf_t f = *mu__hpf_at(8);
+	mu__llm_hp_t h = src.hp;
+	char why[128];
+	cJSON *o = cJSON_CreateObject();
+
+	(void)state;
+	assert_string_equal(f.name, "window");
+	assert_int_equal(mu__hpf_from_json(&f, o, &h, why, sizeof(why)), MU_EPROTO);
+	assert_non_null(strstr(why, "config.window"));
+	f.flags |= MU__HPF_WIRE_NEW;
+	h.window = 0;
+	assert_false(mu__hpf_travels(&f, &h));
+	mu__hpf_to_json(&f, &h, o);
+	assert_null(cJSON_GetObjectItemCaseSensitive(o, "window"));
+	h.window = 7;
+	assert_int_equal(mu__hpf_from_json(&f, o, &h, why, sizeof(why)), 0);
+	assert_int_equal(h.window, 0);
+	h.window = 5;
+	assert_true(mu__hpf_travels(&f, &h));
+	mu__hpf_to_json(&f, &h, o);
+	h.window = 0;
+	assert_int_equal(mu__hpf_from_json(&f, o, &h, why, sizeof(why)), 0);
+	assert_int_equal(h.window, 5);
+	cJSON_Delete(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -208,6 +278,8 @@ int main(void)
 		cmocka_unit_test(test_batch_equals_alone),
 		cmocka_unit_test(test_sequence_limits),
 		cmocka_unit_test(test_split_balances_bytes),
+		cmocka_unit_test(test_wire_and_digest_unchanged),
+		cmocka_unit_test(test_new_wire_field),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
