@@ -36,14 +36,8 @@ static void read_rows(const mu__gguf_tensor_t *t)
 	float *row;
 	int64_t r;
 
-	switch (t->type) {
-	case MU__GGML_F32: m.type = MU__WT_F32; break;
-	case MU__GGML_F16: m.type = MU__WT_F16; break;
-	case MU__GGML_BF16: m.type = MU__WT_BF16; break;
-	case MU__GGML_Q8_0: m.type = MU__WT_Q8_0; break;
-	case MU__GGML_Q4_0: m.type = MU__WT_Q4_0; break;
-	default: return;
-	}
+	if (mu__wtype_by_ggml(t->type, &m.type) != 0)
+		return;
 	if (t->n_dims > 2 || t->ne[0] > 4096 || t->ne[1] > 64)
 		return;
 	m.data = t->data;

@@ -40,6 +40,19 @@ void mu__pages_release(const void *p, uint64_t n)
 		madvise((void *)b, e - b, MADV_DONTNEED);
 }
 
+void mu__pages_touch(const void *p, uint64_t n)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	volatile const unsigned char *b = p;
+	unsigned char sink = 0;
+
+	for (uint64_t i = 0; i < n; i += page)
+		sink ^= b[i];
+	if (n > 0)
+		sink ^= b[n - 1];
+	(void)sink;
+}
+
 uint64_t mu__self_rss(void)
 {
 	long kib = mu__proc_status_kib(0, "VmRSS");

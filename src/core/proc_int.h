@@ -27,5 +27,9 @@ uint64_t mu__self_peak_rss(void);
  * cache, and the pages come back from it if they are read again.
  */
 void mu__pages_release(const void *p, uint64_t n);
+/* Read one byte of every page of [p, p + n) (and its last byte), so a
+ * mapping's pages are resident before something is timed or a stage says
+ * it is ready. */
+void mu__pages_touch(const void *p, uint64_t n);
 
 #endif

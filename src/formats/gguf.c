@@ -12,6 +12,7 @@
 #include "core/endian_int.h"
 #include "core/error_int.h"
 #include "formats/gguf_int.h"
+#include "kern/kern_int.h"
 
 /* A cursor over the buffer; every read checks what is left. */
 typedef struct {
@@ -201,6 +202,7 @@ static int read_tensor(cur_t *c, mu__gguf_tensor_t *t, char *why, size_t wl)
 	const char *name;
 	uint64_t nlen, n = 1;
 	uint32_t d;
+	mu__wtype_t wt;
 	int known;
 
 	if (get_str(c, &name, &nlen) != 0 || nlen > MU__GGUF_MAX_NAME)
@@ -224,8 +226,7 @@ static int read_tensor(cur_t *c, mu__gguf_tensor_t *t, char *why, size_t wl)
 	if (get_u32(c, &t->type) != 0 || get_u64(c, &t->offset) != 0)
 		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: truncated", t->name);
 	t->bytes = mu__ggml_bytes(t->type, n, &known);
-	if (!known && t->bytes == 0 && (t->type == 0 || t->type == 1 || t->type == 2 ||
-	                                t->type == 8 || t->type == 30))
+	if (!known && t->bytes == 0 && mu__wtype_by_ggml(t->type, &wt) == 0)
 		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: %llu elements do not fill whole blocks",
 		               t->name, (unsigned long long)n);
 	return 0;

@@ -29,13 +29,6 @@ enum {
 	MU__GGUF_I64 = 11, MU__GGUF_F64 = 12
 };
 
-/* ggml tensor types muster computes with (others are read but refused by
- * whoever tries to use them). */
-enum {
-	MU__GGML_F32 = 0, MU__GGML_F16 = 1, MU__GGML_Q4_0 = 2, MU__GGML_Q8_0 = 8,
-	MU__GGML_BF16 = 30
-};
-
 #define MU__GGUF_MAX_TENSORS 65536
 #define MU__GGUF_MAX_KV 65536
 #define MU__GGUF_MAX_NAME 4096
@@ -60,7 +53,9 @@ typedef struct {
 
 typedef struct {
 	char *name;
-	uint32_t type;      /* ggml type */
+	uint32_t type;      /* ggml type (kern/kern_int.h's table maps the
+	                       ones muster computes; others are read but
+	                       refused by whoever tries to use them) */
 	uint32_t n_dims;
 	uint64_t ne[4];     /* innermost first; unused dims are 1 */
 	uint64_t offset;    /* within the data area */

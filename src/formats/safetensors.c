@@ -3,13 +3,9 @@
  * safetensors reader and writer; see safetensors_int.h.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "muster/tensor.h"
 #include "core/alloc_int.h"
@@ -18,6 +14,7 @@
 #include "core/error_int.h"
 #include "core/json_int.h"
 #include "core/proc_int.h"
+#include "formats/map_int.h"
 #include "formats/safetensors_int.h"
 
 static const struct {
@@ -162,47 +159,39 @@ int mu__st_parse(const char *json, size_t len, uint64_t data_len,
 
 int mu__st_open(const char *path, mu__st_file_t *f, char *why, size_t wl)
 {
-	struct stat st;
-	uint64_t hlen;
-	void *map;
-	int fd, rc;
+	mu__map_t m;
+	uint64_t hlen, len;
+	int rc;
 
 	memset(f, 0, sizeof(*f));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return mu__why(why, wl, -errno, "cannot open %.200s", path);
-	if (fstat(fd, &st) != 0 || st.st_size < 8) {
-		close(fd);
-		return mu__why(why, wl, MU_EPROTO, "%.200s is too short to be safetensors", path);
-	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (map == MAP_FAILED)
-		return mu__why(why, wl, -errno, "cannot map %.200s", path);
-	hlen = mu_le64_get(map);
-	if (hlen > MU_ST_MAX_HEADER || hlen > (uint64_t)st.st_size - 8) {
-		munmap(map, (size_t)st.st_size);
+	rc = mu__map_open(path, 8, "too short to be safetensors", MU__MAP_NORMAL, &m, why, wl);
+	if (rc != 0)
+		return rc;
+	len = m.len;
+	hlen = mu_le64_get(m.p);
+	if (hlen > MU_ST_MAX_HEADER || hlen > len - 8) {
+		mu__map_close(&m);
 		return mu__why(why, wl, hlen > MU_ST_MAX_HEADER ? MU_ETOOBIG : MU_EPROTO,
 		           "%.200s: header length is over the cap or past the end", path);
 	}
-	rc = mu__st_parse((const char *)map + 8, (size_t)hlen,
-	                  (uint64_t)st.st_size - 8 - hlen, f, why, wl);
+	rc = mu__st_parse((const char *)m.p + 8, (size_t)hlen, len - 8 - hlen, f, why, wl);
 	if (rc != 0) {
-		munmap(map, (size_t)st.st_size);
+		mu__map_close(&m);
 		return rc;
 	}
-	f->map = map;
-	f->map_len = (size_t)st.st_size;
-	f->data = (const unsigned char *)map + 8 + hlen;
-	f->data_len = (uint64_t)st.st_size - 8 - hlen;
+	f->map = m.p;
+	f->map_len = m.len;
+	f->data = (const unsigned char *)m.p + 8 + hlen;
+	f->data_len = len - 8 - hlen;
 	return 0;
 }
 
 void mu__st_close(mu__st_file_t *f)
 {
+	mu__map_t m = {f->map, f->map_len, 0};
+
 	free_entries(f);
-	if (f->map != NULL)
-		munmap(f->map, f->map_len);
+	mu__map_close(&m);
 	f->map = NULL;
 }
 
@@ -240,20 +229,6 @@ static float half_to_float(uint16_t h)
 	}
 	memcpy(&f, &bits, 4);
 	return f;
-}
-
-/* Fault the pages of [p, p+n) in now: a stage is resident before it says so. */
-static void make_resident(const void *p, uint64_t n)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	volatile const unsigned char *b = p;
-	unsigned char sink = 0;
-
-	for (uint64_t i = 0; i < n; i += (uint64_t)page)
-		sink ^= b[i];
-	if (n > 0)
-		sink ^= b[n - 1];
-	(void)sink;
 }
 
 int mu__st_loaded_dtype(const mu__st_entry_t *e)
@@ -311,7 +286,7 @@ static int load(const mu__st_file_t *f, const mu__st_entry_t *e, int resident,
 			return MU_EPROTO;
 	if ((int)e->dtype == dt && ((uintptr_t)src & (w - 1)) == 0 && !MU_BIG_ENDIAN_HOST) {
 		if (resident > 0)
-			make_resident(src, e->end - e->begin);
+			mu__pages_touch(src, e->end - e->begin);
 		return mu_tensor_wrap_typed(e->name, (mu_dtype_t)dt, e->rank, e->dims,
 		                            (void *)(uintptr_t)src, out);
 	}

@@ -12,6 +12,7 @@
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
+#include "core/cut_int.h"
 #include "core/error_int.h"
 #include "core/proc_int.h"
 #include "kern/blas_int.h"
@@ -249,7 +250,7 @@ int mu_plan_balanced(const mu_model_t *m, int n, mu_split_t by, mu_plan_t **out,
 	else if (rc == 0)
 		rc = node_bytes(m, w);
 	if (rc == 0)
-		rc = mu__plan_balanced(w, m->g.nnodes, n, cuts);
+		rc = mu__cut_balanced(&(mu__cut_items_t){w, m->g.nnodes, 0}, n, MU__CUT_FILL, cuts);
 	if (rc == 0)
 		rc = mu__plan_from_cuts(&m->g, cuts, n, &m->pbytes, m->flops, &p->p);
 	mu__free(w);
@@ -295,7 +296,7 @@ static void fit_error(const mu_model_t *m, const double *w, const uint64_t *budg
 	         total / 1048576.0, nb, nb == 1 ? "" : "s", room / 1048576.0);
 }
 
-/* What mu__plan_fit_any's accept sees: the model, and the best plan so far. */
+/* What mu__cut_fit_any's accept sees: the model, and the best plan so far. */
 typedef struct {
 	const mu_model_t *m;
 	const uint64_t *budget;
@@ -367,7 +368,8 @@ int mu_plan_budgets(const mu_model_t *m, const uint64_t *budget, int nb, mu_plan
 		rc = node_bytes(m, w);
 	/* whichever order the devices came in: the fit is the same */
 	if (rc == 0)
-		rc = mu__plan_fit_any(w, m->g.nnodes, budget, nb, accept_fit, &f, order, cuts);
+		rc = mu__cut_fit_any(&(mu__cut_items_t){w, m->g.nnodes, 0}, budget, nb, MU__CUT_EVEN,
+		                     accept_fit, &f, order, cuts);
 	if (rc == MU_ETOOBIG && f.why[0] != '\0')
 		snprintf(err, el, "%s", f.why);
 	else if (rc == MU_ETOOBIG)

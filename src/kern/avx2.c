@@ -137,7 +137,7 @@ AI void tile_f(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 	store(j, r, rs, i0, rm, rn, acc);
 }
 
-/* ---- Q8_0 and Q4_0 (x as Q8_0) ---- */
+/* ---- Q8_0 and Q4_0 (x as Q8_0 activations) ---- */
 
 /* The 32 quants of a weight block, as signed bytes in element order. */
 AI __m256i ldq(mu__wtype_t t, const unsigned char *blk)
@@ -156,15 +156,20 @@ AI __m256i ldq(mu__wtype_t t, const unsigned char *blk)
 AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
 {
 	int64_t cols = j->w->cols, nb = cols / MU__QBLOCK;
-	size_t bb = t == MU__WT_Q8_0 ? 34 : 18, rb = (size_t)nb * bb;
+	size_t bb = mu__wtypes[t].block_bytes, rb = (size_t)nb * bb;
 	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
-	const int8_t *xq = j->xq + i0 * cols;
-	const float *xd = j->xd + i0 * nb;
+	const int8_t *xq[TN];
+	const float *xd[TN];
 	const __m256i ones = _mm256_set1_epi16(1);
 	__m256 acc[TM][TN];
 
 	(void)ones;
 
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++) {
+		xq[i] = mu__xq(j, i0 + i);
+		xd[i] = mu__xd(j, i0 + i);
+	}
 #pragma GCC unroll 4
 	for (int a = 0; a < rm; a++)
 #pragma GCC unroll 4
@@ -176,8 +181,8 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 
 #pragma GCC unroll 4
 		for (int i = 0; i < rn; i++) {
-			xv[i] = _mm256_loadu_si256((const __m256i *)(xq + i * cols + b * MU__QBLOCK));
-			dx[i] = _mm256_broadcast_ss(xd + i * nb + b);
+			xv[i] = _mm256_loadu_si256((const __m256i *)(xq[i] + b * MU__QBLOCK));
+			dx[i] = _mm256_broadcast_ss(xd[i] + b);
 		}
 #pragma GCC unroll 4
 		for (int a = 0; a < rm; a++) {
@@ -223,11 +228,11 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
  * neighbours. For a prefill, x is walked in panels that stay in L2 while
  * the rows of W stream past; a tile of W stays in L1/L2 across a panel.
  */
-#define DRIVER(name, fn, t, xbytes, RM, RN)                                        \
+#define DRIVER(name, fn, t, RM, RN)                                                \
 	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)            \
 	{                                                                          \
 		int64_t n = j->n, q = (r1 - r0) / RM, p0, p1, g, i;                \
-		int64_t panel = PANEL_BYTES / (j->w->cols * (xbytes));             \
+		int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;                  \
 		panel = panel < RN ? RN : panel - panel % RN;                       \
 		for (p0 = 0; p0 < n; p0 = p1) {                                     \
 			p1 = n - p0 < panel ? n : p0 + panel;                      \
@@ -257,13 +262,13 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 #else
 #define QRN 2
 #endif
-DRIVER(mm_f32, tile_f, MU__WT_F32, 4, 4, 3)
-DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 4, 3)
-DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 4, 3)
-DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 1, 4, QRN)
-DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 1, 4, QRN)
+DRIVER(mm_f32, tile_f, MU__WT_F32, 4, 3)
+DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 3)
+DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 3)
+DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 4, QRN)
+DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 4, QRN)
 
-/* ---- x to Q8_0, byte for byte as mu__q8_block ---- */
+/* ---- x to Q8_0 activations, byte for byte as mu__q8_block ---- */
 
 /* roundf: away from zero at the halves (v - trunc(v) is exact). */
 AI __m256i round_away(__m256 v)
@@ -277,9 +282,12 @@ AI __m256i round_away(__m256 v)
 	return _mm256_cvttps_epi32(t);
 }
 
-static void quant_row(const float *x, int64_t cols, int8_t *q, float *d)
+/* Q8_0 activations (MU__ACTFMT_Q8_0): cols quants, then cols/32 f32 scales. */
+static void act_q8_0(const float *x, int64_t cols, void *out)
 {
 	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	int8_t *q = out;
+	float *d = (float *)(void *)((unsigned char *)out + cols);
 
 	for (int64_t b = 0; b < cols / MU__QBLOCK; b++, x += MU__QBLOCK, q += MU__QBLOCK) {
 		__m256 v[4], m, bad = _mm256_setzero_ps(), vid;
@@ -329,8 +337,14 @@ const mu__kern_isa_t mu__kern_vnni_table = {
 const mu__kern_isa_t mu__kern_avx2_table = {
 	"avx2",
 #endif
-	{mm_f32, mm_f16, mm_bf16, mm_q8, mm_q4},
-	quant_row,
+	{
+		[MU__WT_F32] = mm_f32,
+		[MU__WT_F16] = mm_f16,
+		[MU__WT_BF16] = mm_bf16,
+		[MU__WT_Q8_0] = mm_q8,
+		[MU__WT_Q4_0] = mm_q4,
+	},
+	{[MU__ACTFMT_Q8_0] = act_q8_0},
 };
 
 #else

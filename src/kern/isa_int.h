@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the kernel files share among themselves (kern.c, kern/portable.c,
- * kern/avx2.c) and with their tests: one instruction set's table of
- * kernels, and the scalar definitions every table must agree with bit for
- * bit. Nothing outside the files of src/kern/ and its tests includes this; the
- * decoder sees kern/kern_int.h only.
+ * What the kernel files share among themselves (kern.c, kern/types.c,
+ * kern/portable.c, kern/avx2.c) and with their tests: one instruction
+ * set's table of kernels, and the scalar definitions every table must
+ * agree with bit for bit. Nothing outside the files of src/kern/ and its
+ * tests includes this; the decoder sees kern/kern_int.h only.
  *
  * The arithmetic of one output element, y = bias + sum_k W[k] * x[k]
  * (every path, every n, every thread count):
@@ -12,7 +12,8 @@
  *   - for each group g of eight k (k = 8g + l; past cols both factors
  *     are 0): F32/F16/BF16: acc[l] = fma(W[k], x[k], acc[l]), W[k]
  *     converted exactly to f32 first;
- *     Q8_0/Q4_0, per block b of 32 (x quantized to Q8_0 first): with
+ *     Q8_0/Q4_0, per block b of 32 (x first in the Q8_0 activation
+ *     format, MU__ACTFMT_Q8_0, each block as mu__q8_block makes it): with
  *     d = dw_b * dx_b (an f32 product) and s_l = the exact integer sum of
  *     wq[4l+m] * xq[4l+m] for m = 0..3, acc[l] = fma(d, (float)s_l, acc[l]);
  *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),
@@ -30,25 +31,33 @@
 /* One matmul as the kernels see it, after kern.c checked the shapes. */
 typedef struct {
 	const mu__wmat_t *w;
-	const float *x;    /* F32/F16/BF16: n rows of w->cols floats */
-	const int8_t *xq;  /* Q8_0/Q4_0: n rows of w->cols quants */
-	const float *xd;   /* and n rows of w->cols/32 scales (f16 values) */
+	const float *x;           /* n rows of w->cols floats */
+	/* The same rows in w's activation format (mu__wtypes[type].act): row
+	 * i at xa + i * xa_row. For MU__ACTFMT_F32 that is x itself. */
+	const unsigned char *xa;
+	size_t xa_row;
 	int64_t n;
-	float *y;          /* n rows of w->rows */
-	const float *bias; /* w->rows, or NULL */
+	float *y;                 /* n rows of w->rows */
+	const float *bias;        /* w->rows, or NULL */
 } mu__mm_job_t;
 
 /* Output rows [r0, r1) of every row of x. */
 typedef void (*mu__mm_fn)(const mu__mm_job_t *j, int64_t r0, int64_t r1);
+/* One row of x (cols a multiple of the format's block) into the format's
+ * row form at out (mu__actfmt_row_bytes bytes). */
+typedef void (*mu__actfmt_fn)(const float *x, int64_t cols, void *out);
 
-/* One instruction set's kernels. Every function of every table gives the
- * same bits for the same input. */
+/*
+ * One instruction set's kernels: a product for every weight type, indexed
+ * by mu__wtype_t, and a row quantizer for every activation format but F32
+ * (which is x as it is), indexed by mu__actfmt_t. Every entry is filled
+ * (the tests check it), and every function of every table gives the same
+ * bits for the same input.
+ */
 typedef struct {
 	const char *name;
-	mu__mm_fn mm[5]; /* indexed by mu__wtype_t */
-	/* One row of x (cols a multiple of 32) to Q8_0: cols quants, cols/32
-	 * scales as f32 (already rounded to f16), as mu__q8_block does. */
-	void (*quant_row)(const float *x, int64_t cols, int8_t *q, float *d);
+	mu__mm_fn mm[MU__WT_COUNT];
+	mu__actfmt_fn act[MU__ACTFMT_COUNT];
 } mu__kern_isa_t;
 
 extern const mu__kern_isa_t mu__kern_portable;
@@ -57,8 +66,23 @@ const mu__kern_isa_t *mu__kern_avx2(void);
 /* The table named ("portable", "avx2", "avx2-vnni"), or NULL when this
  * build or CPU cannot run it. */
 const mu__kern_isa_t *mu__kern_isa_by_name(const char *name);
+/* Table i of those this build has, whether or not this CPU runs them
+ * (portable first), or NULL past the last: for tests that check each
+ * table is complete. */
+const mu__kern_isa_t *mu__kern_isa_built(int i);
 /* The table in use (chosen once: MUSTER_KERNELS, then the CPU's best). */
 const mu__kern_isa_t *mu__kern_get(void);
+
+/* A row of Q8_0 activations (MU__ACTFMT_Q8_0): row i's quants and scales. */
+static inline const int8_t *mu__xq(const mu__mm_job_t *j, int64_t i)
+{
+	return (const int8_t *)(j->xa + (size_t)i * j->xa_row);
+}
+
+static inline const float *mu__xd(const mu__mm_job_t *j, int64_t i)
+{
+	return (const float *)(const void *)(j->xa + (size_t)i * j->xa_row + (size_t)j->w->cols);
+}
 
 /* ---- scalar definitions (inline: the portable kernels' inner loops) ---- */
 

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Compute kernels for the decoder family: matrix products over weights kept
- * in the type they have on disk (F32, F16, BF16, Q8_0, Q4_0), and the thread
- * pool that runs them. The decoder (dec.c) and the stage sessions call
- * these; nothing here knows about layers, files or the network.
+ * Compute kernels for the decoder family: the weight-type traits table,
+ * matrix products over weights kept in the type they have on disk (one of
+ * the table's), and the thread pool that runs them.
+ * The decoder (dec.c), the loaders and the stage sessions call these;
+ * nothing here knows about layers, files or the network. Programs outside
+ * the library use include/muster/kern.h, a checked front to the same code.
  *
  * Determinism is the contract, not a side effect. Every output element is
  * computed by the same sequence of floating-point operations whatever the
@@ -25,17 +27,104 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Storage types of weight matrices (values are ours, not GGUF's). */
+#include "muster/kern.h"
+
+/* ---- the weight-type traits table ---- */
+
+/*
+ * Storage types of weight matrices: indices into mu__wtypes, which says
+ * everything else about them. The values are ours, not GGUF's, and never
+ * change: a checkpoint's digest (llm/wire.c) mixes them in, and peers
+ * compare digests. So a new type goes last, before MU__WT_COUNT, with its
+ * entry and its kernels (docs/internals/kernels.md, "how to add a weight
+ * type").
+ */
 typedef enum {
-	MU__WT_F32 = 0,
-	MU__WT_F16 = 1,
-	MU__WT_BF16 = 2,
-	MU__WT_Q8_0 = 3, /* blocks of 32: f16 scale d, 32 x int8 q; x = d*q */
-	MU__WT_Q4_0 = 4  /* blocks of 32: f16 d, 16 bytes; x = d*(nibble-8),
-	                    low nibbles are elements 0..15 */
+	MU__WT_F32,
+	MU__WT_F16,
+	MU__WT_BF16,
+	MU__WT_Q8_0, /* blocks of 32: f16 scale d, 32 x int8 q; x = d*q */
+	MU__WT_Q4_0, /* blocks of 32: f16 d, 16 bytes; x = d*(nibble-8),
+	                low nibbles are elements 0..15 */
+	MU__WT_COUNT /* not a type: how many there are */
 } mu__wtype_t;
 
+/*
+ * Activation formats: the form a weight type's dot product takes the rows
+ * of x in, made from f32 by mu__matmul before the product (ggml's
+ * vec_dot_type). Indices into mu__actfmts. llama.cpp's others, Q8_1 (for
+ * Q4_1, Q5_1) and Q8_K (blocks of 256, for the K-quants), are one entry
+ * each when a weight type needs them.
+ */
+typedef enum {
+	MU__ACTFMT_F32,  /* x as it is: no conversion */
+	MU__ACTFMT_Q8_0, /* per row: cols int8 quants, then cols/32 f32
+	                    scales (f16 values), as mu__q8_block makes them */
+	MU__ACTFMT_COUNT
+} mu__actfmt_t;
+
+/* The block of Q8_0 (and of Q4_0, and of the Q8_0 activations). */
 #define MU__QBLOCK 32
+
+/* A row of cols elements (a multiple of the block) to f32, and back. */
+typedef void (*mu__to_f32_fn)(const void *row, int64_t cols, float *out);
+typedef void (*mu__from_f32_fn)(const float *x, int64_t cols, void *row);
+
+/*
+ * One weight type. Invariants (tests/unit/kern/test_kern.c checks them):
+ * names and ggml ids are unique; block >= 1; a row of cols elements is
+ * cols / block * block_bytes bytes; block is a multiple of the activation
+ * format's block; every instruction set's table (kern/isa_int.h) has a
+ * kernel for the type and a quantizer for its activation format (unless
+ * that is F32, x as it is).
+ */
+typedef struct {
+	const char *name;         /* ggml's spelling: "Q8_0" */
+	uint32_t ggml;            /* ggml's type number, GGUF's tensor type id */
+	int32_t block;            /* elements per block (1 for the float types) */
+	uint32_t block_bytes;     /* bytes per block */
+	mu__actfmt_t act;         /* the form of x its dot product takes */
+	mu__to_f32_fn to_f32;     /* exact: what the products read */
+	mu__from_f32_fn from_f32; /* the quantizer, NULL when there is none */
+} mu__wtype_info_t;
+
+extern const mu__wtype_info_t mu__wtypes[MU__WT_COUNT];
+
+/* The entry of type t, or NULL for a number that is not a type. */
+static inline const mu__wtype_info_t *mu__wtype_info(int t)
+{
+	return (unsigned)t < MU__WT_COUNT ? &mu__wtypes[t] : (const mu__wtype_info_t *)0;
+}
+
+/* One activation format; a row of cols elements is cols / block *
+ * block_bytes bytes in the layout mu__actfmt_t's comment gives. */
+typedef struct {
+	const char *name;
+	int32_t block;
+	uint32_t block_bytes;
+	mu__to_f32_fn to_f32; /* what the products see of x (tests' reference) */
+} mu__actfmt_info_t;
+
+extern const mu__actfmt_info_t mu__actfmts[MU__ACTFMT_COUNT];
+
+/* Bytes of one row, or 0 when cols is not valid for the type (not a
+ * multiple of its block) or cols <= 0, or t is not a type. */
+size_t mu__wtype_row_bytes(mu__wtype_t t, int64_t cols);
+/* The same for a row of x in activation format a. */
+size_t mu__actfmt_row_bytes(mu__actfmt_t a, int64_t cols);
+/* The table's name ("Q8_0"), or "?" for a number that is not a type. */
+const char *mu__wtype_name(mu__wtype_t t);
+/* The type called name / whose GGUF id is ggml: 0 and *t, or MU_EARG
+ * (*t untouched) when muster computes no such type. */
+int mu__wtype_by_name(const char *name, mu__wtype_t *t);
+int mu__wtype_by_ggml(uint32_t ggml, mu__wtype_t *t);
+/* ggml's name of type id ggml, whether muster computes it or not ("Q6_K"
+ * for 14), or NULL for an id ggml does not name. For messages. */
+const char *mu__ggml_type_name(uint32_t ggml);
+/* The table's types with a block of `block` elements (every type when
+ * block is 0), for a person: "F32, F16, BF16, Q8_0 and Q4_0". Written to
+ * buf (len bytes, truncated, always terminated); returns buf. */
+const char *mu__wtype_list(int32_t block, char *buf, size_t len);
 
 /*
  * A weight matrix as stored: `rows` rows of `cols` elements each, row r at
@@ -49,19 +138,17 @@ typedef struct {
 	int64_t rows, cols;
 } mu__wmat_t;
 
-/* Bytes of one row, or 0 when cols is not valid for the type (a quantized
- * type needs a multiple of MU__QBLOCK) or cols <= 0. */
-size_t mu__wtype_row_bytes(mu__wtype_t t, int64_t cols);
-/* "F32", "F16", "BF16", "Q8_0", "Q4_0". */
-const char *mu__wtype_name(mu__wtype_t t);
-
 /* ---- thread pool ---- */
 
-typedef struct mu__pool_s mu__pool_t;
+/* The public handle (muster/kern.h) is this pool. */
+typedef struct mu_pool_s mu__pool_t;
+
+#define MU__POOL_MAX_THREADS 1024
 
 /*
- * threads >= 1 workers in all, the calling thread counted as one (so 1
- * starts no thread). MU_ENOMEM or a thread error; *out NULL then.
+ * threads in [1, MU__POOL_MAX_THREADS] workers in all, the calling thread
+ * counted as one (so 1 starts no thread). MU_EARG for a count out of
+ * range, MU_ENOMEM or a thread error; *out NULL then.
  */
 int mu__pool_new(int threads, mu__pool_t **out);
 void mu__pool_free(mu__pool_t *p); /* NULL is fine; joins the workers */
@@ -72,7 +159,7 @@ int mu__pool_threads(const mu__pool_t *p);
  * on the pool's threads and the caller's; returns when all are done. One
  * caller at a time per pool. A pool may be NULL: fn(arg, 0, n) runs here.
  */
-typedef void (*mu__pool_fn)(void *arg, int64_t lo, int64_t hi);
+typedef mu_pool_fn mu__pool_fn;
 void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n);
 
 /* ---- products ---- */
@@ -80,14 +167,17 @@ void mu__pool_run(mu__pool_t *p, mu__pool_fn fn, void *arg, int64_t n);
 /*
  * y[i * w->rows + r] = bias[r] + sum_k W[r][k] * x[i * w->cols + k], for
  * i in [0, n) and r in [0, w->rows). bias may be NULL. x and y do not
- * overlap. Deterministic as the file comment says. For Q8_0 and Q4_0 the
- * rows of x are first quantized to Q8_0 blocks (as llama.cpp does), in a
- * buffer the call allocates; the only failure is MU_ENOMEM.
+ * overlap. Deterministic as the file comment says. The rows of x are
+ * first put in the weight type's activation format (Q8_0 for Q8_0 and
+ * Q4_0, as llama.cpp does), in a buffer the call allocates; the only
+ * failure is MU_ENOMEM (and MU_EARG for a type or cols the table refuses,
+ * which callers have checked; an assert says so).
  */
 int mu__matmul(mu__pool_t *pool, const mu__wmat_t *w, const float *x,
                int64_t n, float *y, const float *bias);
 
-/* Row r of w as f32 into out[w->cols] (an embedding lookup). */
+/* Row r of w as f32 into out[w->cols] (an embedding lookup), by the
+ * type's to_f32. */
 void mu__wmat_row(const mu__wmat_t *w, int64_t r, float *out);
 
 /* ---- conversions (writers, loaders and tests) ---- */
@@ -96,9 +186,6 @@ float mu__f16_to_f32(uint16_t h);
 uint16_t mu__f32_to_f16(float f);   /* round to nearest even */
 float mu__bf16_to_f32(uint16_t h);
 uint16_t mu__f32_to_bf16(float f);  /* round to nearest even */
-/* Quantize n floats (a multiple of MU__QBLOCK) the way llama.cpp does. */
-void mu__quantize_q8_0(const float *x, int64_t n, void *out);
-void mu__quantize_q4_0(const float *x, int64_t n, void *out);
 
 /* The instruction set in use: "avx2", "portable", or "avx2-vnni" (the
  * AVX2 kernels with AVX512-VNNI's integer dot product, same results). */

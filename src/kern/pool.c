@@ -40,7 +40,7 @@
 /* Chunks per thread in a job, for balance on a shared machine. */
 #define MU__POOL_CHUNKS 4
 
-struct mu__pool_s {
+struct mu_pool_s {
 	int threads;
 	uv_thread_t *tid; /* threads - 1 */
 	int started;      /* workers running */
@@ -139,7 +139,7 @@ int mu__pool_new(int threads, mu__pool_t **out)
 	mu__pool_t *p;
 
 	*out = NULL;
-	if (threads < 1)
+	if (threads < 1 || threads > MU__POOL_MAX_THREADS)
 		return MU_EARG;
 	p = mu__calloc(1, sizeof(*p));
 	if (p == NULL)

@@ -11,24 +11,44 @@
  */
 #include "kern/isa_int.h"
 
-/* One weight row's k-th group of eight, as f32 (zeros past cols). */
-static void load8(mu__wtype_t t, const unsigned char *w, int64_t k, int64_t cols, float v[8])
-{
-	for (int l = 0; l < 8; l++) {
-		int64_t kk = k + l;
+/* One weight of a float type, exactly as f32. */
+typedef float (*elem_fn)(const unsigned char *row, int64_t k);
+/* One block of a type that takes Q8_0 activations: its 32 quants in
+ * element order, and its scale as the return value. */
+typedef float (*block_fn)(const unsigned char *blk, int8_t q[32]);
 
-		if (kk >= cols)
-			v[l] = 0.0f;
-		else if (t == MU__WT_F32)
-			v[l] = mu__ldf(w + 4 * kk);
-		else if (t == MU__WT_F16)
-			v[l] = mu__h2f(mu__ld16(w + 2 * kk));
-		else
-			v[l] = mu__bf2f(mu__ld16(w + 2 * kk));
-	}
+static float el_f32(const unsigned char *w, int64_t k)
+{
+	return mu__ldf(w + 4 * k);
 }
 
-static void mm_float(const mu__mm_job_t *j, int64_t r0, int64_t r1)
+static float el_f16(const unsigned char *w, int64_t k)
+{
+	return mu__h2f(mu__ld16(w + 2 * k));
+}
+
+static float el_bf16(const unsigned char *w, int64_t k)
+{
+	return mu__bf2f(mu__ld16(w + 2 * k));
+}
+
+static float blk_q8_0(const unsigned char *b, int8_t q[32])
+{
+	memcpy(q, b + 2, 32);
+	return mu__h2f(mu__ld16(b));
+}
+
+static float blk_q4_0(const unsigned char *b, int8_t q[32])
+{
+	for (int e = 0; e < 16; e++) {
+		q[e] = (int8_t)((b[2 + e] & 15) - 8);
+		q[e + 16] = (int8_t)((b[2 + e] >> 4) - 8);
+	}
+	return mu__h2f(mu__ld16(b));
+}
+
+/* A float type against f32 x: the lanes of kern/isa_int.h, zeros past cols. */
+static void mm_float(const mu__mm_job_t *j, int64_t r0, int64_t r1, elem_fn el)
 {
 	const mu__wmat_t *w = j->w;
 	int64_t cols = w->cols;
@@ -39,34 +59,22 @@ static void mm_float(const mu__mm_job_t *j, int64_t r0, int64_t r1)
 
 		for (int64_t i = 0; i < j->n; i++) {
 			const float *x = j->x + i * cols;
-			float acc[8] = {0}, wv[8], s;
+			float acc[8] = {0}, s;
 
-			for (int64_t k = 0; k < cols; k += 8) {
-				load8(w->type, wr, k, cols, wv);
-				for (int l = 0; l < 8; l++)
-					acc[l] = fmaf(wv[l], k + l < cols ? x[k + l] : 0.0f, acc[l]);
-			}
+			for (int64_t k = 0; k < cols; k += 8)
+				for (int l = 0; l < 8; l++) {
+					int in = k + l < cols;
+
+					acc[l] = fmaf(in ? el(wr, k + l) : 0.0f, in ? x[k + l] : 0.0f, acc[l]);
+				}
 			s = mu__hsum8(acc);
 			j->y[i * w->rows + r] = j->bias ? s + j->bias[r] : s;
 		}
 	}
 }
 
-/* The 32 quants of one weight block, in element order. */
-static float wblock(mu__wtype_t t, const unsigned char *b, int8_t q[32])
-{
-	if (t == MU__WT_Q8_0) {
-		memcpy(q, b + 2, 32);
-	} else {
-		for (int e = 0; e < 16; e++) {
-			q[e] = (int8_t)((b[2 + e] & 15) - 8);
-			q[e + 16] = (int8_t)((b[2 + e] >> 4) - 8);
-		}
-	}
-	return mu__h2f(mu__ld16(b));
-}
-
-static void mm_quant(const mu__mm_job_t *j, int64_t r0, int64_t r1)
+/* A type of 32-element blocks against Q8_0 activations. */
+static void mm_q8act(const mu__mm_job_t *j, int64_t r0, int64_t r1, block_fn blk)
 {
 	const mu__wmat_t *w = j->w;
 	int64_t cols = w->cols, nb = cols / MU__QBLOCK;
@@ -76,13 +84,13 @@ static void mm_quant(const mu__mm_job_t *j, int64_t r0, int64_t r1)
 		const unsigned char *wr = (const unsigned char *)w->data + (size_t)r * rb;
 
 		for (int64_t i = 0; i < j->n; i++) {
-			const int8_t *xq = j->xq + i * cols;
-			const float *xd = j->xd + i * nb;
+			const int8_t *xq = mu__xq(j, i);
+			const float *xd = mu__xd(j, i);
 			float acc[8] = {0}, s;
 
 			for (int64_t b = 0; b < nb; b++) {
 				int8_t q[32];
-				float d = wblock(w->type, wr + (size_t)b * bb, q) * xd[b];
+				float d = blk(wr + (size_t)b * bb, q) * xd[b];
 
 				for (int l = 0; l < 8; l++) {
 					int32_t sum = 0;
@@ -98,18 +106,41 @@ static void mm_quant(const mu__mm_job_t *j, int64_t r0, int64_t r1)
 	}
 }
 
-static void quant_row(const float *x, int64_t cols, int8_t *q, float *d)
+/* The table's kernels: each type's loader in the shared loop. */
+#define FLOAT_MM(name, el) \
+	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1) { mm_float(j, r0, r1, el); }
+#define Q8ACT_MM(name, blk) \
+	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1) { mm_q8act(j, r0, r1, blk); }
+FLOAT_MM(mm_f32, el_f32)
+FLOAT_MM(mm_f16, el_f16)
+FLOAT_MM(mm_bf16, el_bf16)
+Q8ACT_MM(mm_q8_0, blk_q8_0)
+Q8ACT_MM(mm_q4_0, blk_q4_0)
+
+/* x to Q8_0 activations: cols quants, then the cols/32 scales as f32. */
+static void act_q8_0(const float *x, int64_t cols, void *out)
 {
+	int8_t *q = out;
+	unsigned char *d = (unsigned char *)out + cols;
+
 	for (int64_t b = 0; b < cols / MU__QBLOCK; b++) {
 		uint16_t dh;
+		float f;
 
 		mu__q8_block(x + b * MU__QBLOCK, q + b * MU__QBLOCK, &dh);
-		d[b] = mu__h2f(dh);
+		f = mu__h2f(dh);
+		memcpy(d + 4 * b, &f, 4);
 	}
 }
 
 const mu__kern_isa_t mu__kern_portable = {
 	"portable",
-	{mm_float, mm_float, mm_float, mm_quant, mm_quant},
-	quant_row,
+	{
+		[MU__WT_F32] = mm_f32,
+		[MU__WT_F16] = mm_f16,
+		[MU__WT_BF16] = mm_bf16,
+		[MU__WT_Q8_0] = mm_q8_0,
+		[MU__WT_Q4_0] = mm_q4_0,
+	},
+	{[MU__ACTFMT_Q8_0] = act_q8_0},
 };

@@ -155,16 +155,22 @@ static int read_hp(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
 	return 0;
 }
 
-static int wtype_of(uint32_t ggml, mu__wtype_t *t)
+/* The weight type of GGUF tensor t, by the kernels' table; MU_EPROTO when
+ * muster does not compute it, naming ggml's type and what muster takes. */
+static int wtype_of(const mu__llm_src_t *src, const mu__gguf_tensor_t *t, mu__wtype_t *wt,
+                    char *why, size_t wl)
 {
-	switch (ggml) {
-	case MU__GGML_F32: *t = MU__WT_F32; return 0;
-	case MU__GGML_F16: *t = MU__WT_F16; return 0;
-	case MU__GGML_BF16: *t = MU__WT_BF16; return 0;
-	case MU__GGML_Q8_0: *t = MU__WT_Q8_0; return 0;
-	case MU__GGML_Q4_0: *t = MU__WT_Q4_0; return 0;
-	default: return -1;
-	}
+	const char *ggml = mu__ggml_type_name(t->type);
+	char list[256];
+
+	if (mu__wtype_by_ggml(t->type, wt) == 0)
+		return 0;
+	mu__wtype_list(0, list, sizeof(list));
+	if (ggml == NULL)
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.100s has ggml type %u, which ggml "
+		               "does not name; muster computes with %s", src->path, t->name, t->type, list);
+	return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.100s has ggml type %s (%u); muster "
+	               "computes with %s", src->path, t->name, ggml, t->type, list);
 }
 
 /* Every 1-D and 2-D tensor goes into the directory; a tensor of a type we
@@ -181,10 +187,8 @@ static int add_tensors(mu__llm_src_t *src, const mu__gguf_t *g, char *why, size_
 
 		if (t->n_dims > 2 || t->ne[2] != 1 || t->ne[3] != 1)
 			continue;
-		if (wtype_of(t->type, &wt) != 0)
-			return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.100s has ggml type %u; muster "
-			               "computes with F32, F16, BF16, Q8_0 and Q4_0", src->path, t->name,
-			               t->type);
+		if ((rc = wtype_of(src, t, &wt, why, wl)) != 0)
+			return rc;
 		rc = mu__llm_add_tensor(src, t->name, wt, t->data, (int64_t)t->ne[1], (int64_t)t->ne[0]);
 		if (rc == MU_EARG)
 			return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.100s has a shape its type "

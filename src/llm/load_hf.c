@@ -336,19 +336,19 @@ static int add_entry(mu__llm_src_t *src, hf_t *hf, const mu__st_file_t *f,
 		return 0; /* lm_head of a tied model */
 	if (mu__llm_src_tensor(src, name) != NULL)
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.200s appears twice", hf->dir, e->name);
-	if (e->dtype == MU_DT_F32)
-		t = MU__WT_F32;
-	else if (e->dtype == MU_DT_F16)
-		t = MU__WT_F16;
-	else if (e->dtype == MU_DT_BF16)
-		t = MU__WT_BF16;
-	else
-		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.200s is not F32, F16 or BF16",
-		               hf->dir, e->name);
+	/* safetensors spells its element types as ggml does (F32, F16, BF16):
+	 * the kernels' table by name, its unquantized types only */
+	if (mu__wtype_by_name(mu_dtype_name(e->dtype), &t) != 0 || mu__wtypes[t].block != 1) {
+		char list[128];
+
+		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.200s is %s; muster computes with %s",
+		               hf->dir, e->name, mu_dtype_name(e->dtype),
+		               mu__wtype_list(1, list, sizeof(list)));
+	}
 	if (e->rank != 1 && e->rank != 2)
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %.200s has rank %u", hf->dir,
 		               e->name, e->rank);
-	p = aligned(hf, f->data + e->begin, e->end - e->begin, t == MU__WT_F32 ? 4 : 2);
+	p = aligned(hf, f->data + e->begin, e->end - e->begin, mu__wtypes[t].block_bytes);
 	if (p == NULL)
 		return MU_ENOMEM;
 	return mu__llm_add_tensor(src, name, t, p, e->rank == 2 ? (int64_t)e->dims[0] : 1,

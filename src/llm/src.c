@@ -7,24 +7,22 @@
  * with). The loaders themselves are llm/load_hf.c, llm/load_gguf.c and llm/load_l2c.c.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/error_int.h"
+#include "core/proc_int.h"
+#include "formats/map_int.h"
 #include "llm/arch_int.h"
 #include "llm/llm_int.h"
 
 struct mu__llm_map_s {
-	void *p;
-	size_t len;
+	mu__map_t map;
 	char *path;
-	int64_t mtime_ns;
 };
 
 int mu__llm_map_file(const char *path, mu__llm_src_t *src,
@@ -32,24 +30,11 @@ int mu__llm_map_file(const char *path, mu__llm_src_t *src,
                      size_t wl)
 {
 	mu__llm_map_t **maps, *m;
-	struct stat st;
-	void *p;
-	int fd;
+	mu__map_t map;
+	int rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return mu__why(why, wl, -errno, "cannot open %.300s: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
-		close(fd);
-		return mu__why(why, wl, MU_EPROTO, "%.300s is not a non-empty regular file", path);
-	}
-	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return mu__why(why, wl, -errno, "cannot map %.300s", path);
-	/* Weights are read in order once per token; the kernel's readahead
-	 * would otherwise pull in other stages' layers. */
-	madvise(p, (size_t)st.st_size, MADV_RANDOM);
+	if ((rc = mu__map_open(path, 1, NULL, MU__MAP_RANDOM, &map, why, wl)) != 0)
+		return rc;
 	m = mu__calloc(1, sizeof(*m));
 	maps = mu__realloc(src->maps, (src->nmaps + 1) * sizeof(*maps));
 	if (m == NULL || maps == NULL || (m->path = mu__strdup(path)) == NULL) {
@@ -58,16 +43,14 @@ int mu__llm_map_file(const char *path, mu__llm_src_t *src,
 		mu__free(m);
 		if (maps != NULL)
 			src->maps = maps;
-		munmap(p, (size_t)st.st_size);
+		mu__map_close(&map);
 		return MU_ENOMEM;
 	}
-	m->p = p;
-	m->len = (size_t)st.st_size;
-	m->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	m->map = map;
 	src->maps = maps;
 	src->maps[src->nmaps++] = m;
-	*base = p;
-	*len = m->len;
+	*base = map.p;
+	*len = map.len;
 	return 0;
 }
 
@@ -149,7 +132,7 @@ void mu__llm_src_free(mu__llm_src_t *src)
 	if (src->priv_free != NULL)
 		src->priv_free(src->priv);
 	for (i = 0; i < src->nmaps; i++) {
-		munmap(src->maps[i]->p, src->maps[i]->len);
+		mu__map_close(&src->maps[i]->map);
 		mu__free(src->maps[i]->path);
 		mu__free(src->maps[i]);
 	}
@@ -172,11 +155,13 @@ static int want(const mu__llm_src_t *src, const char *name, int64_t rows,
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is [%lld, %lld]; the configuration "
 		               "implies [%lld, %lld]", src->path, name, (long long)t->m.rows,
 		               (long long)t->m.cols, (long long)rows, (long long)cols);
-	if (vector && t->m.type != MU__WT_F32 && t->m.type != MU__WT_F16 &&
-	    t->m.type != MU__WT_BF16)
+	if (vector && mu__wtypes[t->m.type].block != 1) {
+		char list[128];
+
 		return mu__why(why, wl, MU_EPROTO, "%.200s: tensor %s is %s; muster takes norms and "
-		               "biases as F32, F16 or BF16", src->path, name,
-		               mu__wtype_name(t->m.type));
+		               "biases in an unquantized type (%s)", src->path, name, mu__wtype_name(t->m.type),
+		               mu__wtype_list(1, list, sizeof(list)));
+	}
 	return 0;
 }
 
@@ -315,82 +300,20 @@ uint64_t mu__llm_src_bytes(const mu__llm_src_t *src, int first, int last)
 	return n;
 }
 
-/* Bytes of stage [a, b): its layers, the embedding on the first stage,
- * the final norm and head on the last. */
-static uint64_t stage_bytes(const mu__llm_src_t *src, int a, int b)
-{
-	return mu__llm_src_bytes(src, a, b);
-}
-
-/* Greedy: the fewest stages of at most cap bytes (cut[] filled), or -1. */
-static int pack(const mu__llm_src_t *src, uint64_t cap, int *cut)
-{
-	int L = src->hp.n_layers, a = 0, k = 0, b;
-
-	cut[0] = 0;
-	while (a < L) {
-		if (stage_bytes(src, a, a + 1) > cap)
-			return -1;
-		for (b = a + 1; b < L && stage_bytes(src, a, b + 1) <= cap; b++)
-			;
-		cut[++k] = b;
-		a = b;
-	}
-	return k;
-}
-
-int mu__llm_split(const mu__llm_src_t *src, int n, int *cut)
-{
-	int L = src->hp.n_layers, k, i, best;
-	uint64_t lo = 0, hi = mu__llm_src_bytes(src, 0, L), mid;
-
-	if (n < 1 || n > L)
-		return MU_EARG;
-	while (lo < hi) { /* the smallest cap that n stages can meet */
-		mid = lo + (hi - lo) / 2;
-		k = pack(src, mid, cut);
-		if (k > 0 && k <= n)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	k = pack(src, hi, cut);
-	while (k < n) { /* split the heaviest stage of two or more layers */
-		best = -1;
-		for (i = 0; i < k; i++)
-			if (cut[i + 1] - cut[i] > 1 &&
-			    (best < 0 || stage_bytes(src, cut[i], cut[i + 1]) >
-			                     stage_bytes(src, cut[best], cut[best + 1])))
-				best = i;
-		memmove(cut + best + 2, cut + best + 1, (size_t)(k - best) * sizeof(*cut));
-		cut[best + 1] = cut[best] + (cut[best + 2] - cut[best]) / 2;
-		k++;
-	}
-	return 0;
-}
-
 size_t mu__llm_src_files(const mu__llm_src_t *src, size_t i, const char **path,
                          uint64_t *size, int64_t *mtime_ns)
 {
 	if (i < src->nmaps) {
 		*path = src->maps[i]->path;
-		*size = src->maps[i]->len;
-		*mtime_ns = src->maps[i]->mtime_ns;
+		*size = src->maps[i]->map.len;
+		*mtime_ns = src->maps[i]->map.mtime_ns;
 	}
 	return src->nmaps;
 }
 
 void mu__llm_src_touch(const mu__llm_src_t *src, int first, int last)
 {
-	volatile unsigned char sink = 0;
-	size_t i, off;
-
-	for (i = 0; i < src->nt; i++) {
-		const unsigned char *p = src->t[i].m.data;
-
-		for (off = 0; mu__llm_tensor_in(src, i, first, last) && off < src->t[i].bytes;
-		     off += 4096)
-			sink ^= p[off];
-	}
-	(void)sink;
+	for (size_t i = 0; i < src->nt; i++)
+		if (mu__llm_tensor_in(src, i, first, last))
+			mu__pages_touch(src->t[i].m.data, src->t[i].bytes);
 }

@@ -3,8 +3,9 @@
  * Devices of the main job, from the coordinator's side: ask the tracker
  * for devices of a key (all at once, so a job's priority counts for each),
  * open a session on each, and learn what each offers from its md metadata
- * (memory budget, threads, the models it holds by digest). Used by the
- * graph-model cluster (cluster.c) and the LLM cluster (pipeline/llm/cluster.c).
+ * (memory budget, threads, the models it holds by digest). The main
+ * job's lifecycle (pipeline/cluster.c) is built on it, for either kind
+ * of stage.
  */
 #include <errno.h>
 #include <stdarg.h>

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `muster bench kern`: the decoder's matrix products (mu__matmul) for each
- * weight type, at the shapes of a 1B-parameter llama (2048x2048 attention,
- * 5632x2048 gate/up, 2048x5632 down, a 32000x2048 head), for one token
- * (decode, n = 1) and a 256-token prompt (prefill), on 1 and 2 threads.
+ * `muster bench kern`: the decoder's matrix products for each weight type
+ * of the kernels' table, through their public face (muster/kern.h, as any
+ * program would), at the shapes of a 1B-parameter llama (2048x2048
+ * attention, 5632x2048 gate/up, 2048x5632 down, a 32000x2048 head), for
+ * one token (decode, n = 1) and a 256-token prompt (prefill), on 1 and 2
+ * threads.
  * Yardsticks from the same run: OpenBLAS sgemv/sgemm on the same F32
  * weights, and this machine's memory read bandwidth.
  *
@@ -26,12 +28,14 @@
 
 #include <cblas.h>
 
+#include "muster/kern.h"
 #include "cli/cli_int.h"
 #include "core/time_int.h"
-#include "kern/kern_int.h"
 
 /* Bytes of weights a decode measurement cycles through (past the L3). */
 #define MIN_SET (384ull << 20)
+/* Weight types one run measures at most (the table's, or a subset). */
+#define MAX_TYPES 32
 
 typedef struct {
 	int rows, cols;
@@ -68,7 +72,7 @@ typedef struct {
 /* What the options asked for. */
 typedef struct {
 	int threads[8], nthreads, reps, prefill;
-	int types[5], ntypes;
+	int types[MAX_TYPES], ntypes;
 	uint64_t set_bytes;
 } opts_t;
 
@@ -87,7 +91,7 @@ static void sum_range(void *arg, int64_t lo, int64_t hi)
 	atomic_fetch_add(&s->sum, acc);
 }
 
-static double read_bw(mu__pool_t *pool, const void *buf, size_t bytes)
+static double read_bw(mu_pool_t *pool, const void *buf, size_t bytes)
 {
 	sum_t s = {buf, 0};
 	double best = 1e30;
@@ -95,14 +99,14 @@ static double read_bw(mu__pool_t *pool, const void *buf, size_t bytes)
 	for (int r = 0; r < 3; r++) {
 		double t0 = now_s(), t;
 
-		mu__pool_run(pool, sum_range, &s, (int64_t)(bytes / 8 / 4096));
+		mu_pool_run(pool, sum_range, &s, (int64_t)(bytes / 8 / 4096));
 		t = now_s() - t0;
 		best = t < best ? t : best;
 	}
 	return (double)bytes / best / 1e9;
 }
 
-static void print_bandwidth(const opts_t *o, mu__pool_t **pools)
+static void print_bandwidth(const opts_t *o, mu_pool_t **pools)
 {
 	size_t bytes = 512u << 20;
 	void *buf = malloc(bytes);
@@ -120,17 +124,16 @@ static void print_bandwidth(const opts_t *o, mu__pool_t **pools)
 /* ---- weights ---- */
 
 typedef struct {
-	mu__wmat_t *w; /* copies of one matrix */
+	mu_wmat_t *w; /* copies of one matrix */
 	void *data;
 	int copies;
 	size_t bytes; /* of one copy */
 } wset_t;
 
 /* Copies of f (rows x cols f32) as type t, enough to fill min_bytes. */
-static int wset_make(wset_t *s, const float *f, int rows, int cols, mu__wtype_t t,
-                     uint64_t min_bytes)
+static int wset_make(wset_t *s, const float *f, int rows, int cols, int t, uint64_t min_bytes)
 {
-	size_t rb = mu__wtype_row_bytes(t, cols);
+	size_t rb = mu_wtype_row_bytes(t, cols);
 
 	s->bytes = rb * (size_t)rows;
 	s->copies = (int)((min_bytes + s->bytes - 1) / s->bytes);
@@ -139,34 +142,14 @@ static int wset_make(wset_t *s, const float *f, int rows, int cols, mu__wtype_t 
 	s->w = calloc((size_t)s->copies, sizeof(*s->w));
 	if (s->data == NULL || s->w == NULL)
 		return -1;
-	for (int r = 0; r < rows; r++) {
-		unsigned char *row = (unsigned char *)s->data + (size_t)r * rb;
-		const float *src = f + (size_t)r * (size_t)cols;
-
-		switch (t) {
-		case MU__WT_F32:
-			memcpy(row, src, rb);
-			break;
-		case MU__WT_F16:
-		case MU__WT_BF16:
-			for (int k = 0; k < cols; k++) {
-				uint16_t h = t == MU__WT_F16 ? mu__f32_to_f16(src[k]) : mu__f32_to_bf16(src[k]);
-
-				memcpy(row + 2 * k, &h, 2);
-			}
-			break;
-		case MU__WT_Q8_0:
-			mu__quantize_q8_0(src, cols, row);
-			break;
-		case MU__WT_Q4_0:
-			mu__quantize_q4_0(src, cols, row);
-			break;
-		}
-	}
+	for (int r = 0; r < rows; r++)
+		if (mu_wtype_from_f32(t, f + (size_t)r * (size_t)cols, cols,
+		                      (unsigned char *)s->data + (size_t)r * rb) != 0)
+			return -1;
 	for (int c = 0; c < s->copies; c++) {
 		if (c > 0)
 			memcpy((char *)s->data + s->bytes * (size_t)c, s->data, s->bytes);
-		s->w[c] = (mu__wmat_t){t, (char *)s->data + s->bytes * (size_t)c, rows, cols};
+		s->w[c] = (mu_wmat_t){t, (char *)s->data + s->bytes * (size_t)c, rows, cols};
 	}
 	return 0;
 }
@@ -188,24 +171,24 @@ static void keep_best(tm_t *best, double t0, double c0, int copies)
 	best->cpu = c < best->cpu ? c : best->cpu;
 }
 
-static tm_t time_muster(mu__pool_t *pool, const wset_t *s, const float *x, int n, float *y,
+static tm_t time_muster(mu_pool_t *pool, const wset_t *s, const float *x, int n, float *y,
                         int reps)
 {
 	tm_t best = {1e30, 1e30};
 
-	mu__matmul(pool, &s->w[0], x, n, y, NULL); /* warm up */
+	mu_matmul(pool, &s->w[0], x, n, y, NULL); /* warm up */
 	for (int r = 0; r < reps; r++) {
 		double t0 = now_s(), c0 = thread_cpu_s();
 
 		for (int c = 0; c < s->copies; c++)
-			if (mu__matmul(pool, &s->w[c], x, n, y, NULL) != 0)
+			if (mu_matmul(pool, &s->w[c], x, n, y, NULL) != 0)
 				return (tm_t){-1, -1};
 		keep_best(&best, t0, c0, s->copies);
 	}
 	return best;
 }
 
-static void blas(const mu__wmat_t *w, const float *x, int n, float *y)
+static void blas(const mu_wmat_t *w, const float *x, int n, float *y)
 {
 	int rows = (int)w->rows, cols = (int)w->cols;
 
@@ -258,14 +241,14 @@ static void row(const char *mode, const shape_t *sh, int th, const char *type, t
  * muster first, OpenBLAS last: OpenBLAS's idle threads keep spinning for a
  * while after a call, which would steal the cores from what runs next.
  */
-static int bench_shape(const opts_t *o, mu__pool_t **pools, const shape_t *sh, int n)
+static int bench_shape(const opts_t *o, mu_pool_t **pools, const shape_t *sh, int n)
 {
 	const char *mode = n == 1 ? "decode" : "prefill";
 	uint64_t set = n == 1 ? o->set_bytes : 0;
-	size_t nf = (size_t)sh->rows * (size_t)sh->cols, wbytes[5] = {0};
+	size_t nf = (size_t)sh->rows * (size_t)sh->cols, wbytes[MAX_TYPES] = {0};
 	float *f = malloc(nf * sizeof(float)), *x = malloc((size_t)n * sh->cols * sizeof(float));
 	float *y = malloc((size_t)n * sh->rows * sizeof(float));
-	tm_t bl[8] = {{0, 0}}, tm[5][8] = {{{0, 0}}};
+	tm_t bl[8] = {{0, 0}}, tm[MAX_TYPES][8] = {{{0, 0}}};
 	wset_t s = {0};
 	int rc = f == NULL || x == NULL || y == NULL ? -1 : 0;
 
@@ -274,17 +257,15 @@ static int bench_shape(const opts_t *o, mu__pool_t **pools, const shape_t *sh, i
 	for (int64_t i = 0; rc == 0 && i < (int64_t)n * sh->cols; i++)
 		x[i] = (float)((double)(rand() % 20001 - 10000) / 1e4);
 	for (int k = 0; rc == 0 && k < o->ntypes; k++) {
-		mu__wtype_t ty = (mu__wtype_t)o->types[k];
-
 		wset_free(&s);
-		rc = wset_make(&s, f, sh->rows, sh->cols, ty, set);
+		rc = wset_make(&s, f, sh->rows, sh->cols, o->types[k], set);
 		wbytes[k] = s.bytes;
 		for (int t = 0; rc == 0 && t < o->nthreads; t++)
 			rc = (tm[k][t] = time_muster(pools[t], &s, x, n, y, o->reps)).wall > 0 ? 0 : -1;
 	}
 	wset_free(&s);
 	if (rc == 0)
-		rc = wset_make(&s, f, sh->rows, sh->cols, MU__WT_F32, set);
+		rc = wset_make(&s, f, sh->rows, sh->cols, mu_wtype_from_name("F32"), set);
 	for (int t = 0; rc == 0 && t < o->nthreads; t++) {
 		openblas_set_num_threads(o->threads[t]);
 		bl[t] = time_blas(&s, x, n, y, o->reps);
@@ -293,7 +274,7 @@ static int bench_shape(const opts_t *o, mu__pool_t **pools, const shape_t *sh, i
 		row(mode, sh, o->threads[t], n == 1 ? "BLAS sgemv" : "BLAS sgemm", bl[t], n, s.bytes,
 		    (tm_t){0, 0});
 		for (int k = 0; k < o->ntypes; k++)
-			row(mode, sh, o->threads[t], mu__wtype_name((mu__wtype_t)o->types[k]), tm[k][t], n,
+			row(mode, sh, o->threads[t], mu_wtype_name(o->types[k]), tm[k][t], n,
 			    wbytes[k], bl[t]);
 	}
 	wset_free(&s);
@@ -323,46 +304,77 @@ static int parse_list(const char *s, int *out, int max, int lo, int hi)
 	return n;
 }
 
+/* "Q8_0,F16" into the codes of the types named, in the table's order;
+ * their count, or -1 for a name that is not a type. */
 static int parse_types(const char *s, int *out)
 {
-	int n = 0;
+	int want[MAX_TYPES] = {0}, n = 0;
 
-	for (int t = 0; t < 5; t++) {
-		const char *name = mu__wtype_name((mu__wtype_t)t), *p = strstr(s, name);
-		size_t len = strlen(name);
+	while (*s) {
+		size_t len = strcspn(s, ",");
+		char name[32];
+		int t;
 
-		/* whole names only: "F16" is not the end of "BF16" */
-		while (p && ((p > s && p[-1] != ',') || (p[len] != ',' && p[len] != '\0')))
-			p = strstr(p + 1, name);
-		if (p)
-			out[n++] = t;
+		if (len == 0 || len >= sizeof(name))
+			return -1;
+		memcpy(name, s, len);
+		name[len] = '\0';
+		if ((t = mu_wtype_from_name(name)) < 0 || t >= MAX_TYPES)
+			return -1;
+		want[t] = 1;
+		s += len + (s[len] == ',');
 	}
+	for (int t = 0; t < mu_wtype_count() && t < MAX_TYPES; t++)
+		if (want[t])
+			out[n++] = t;
 	return n;
 }
 
-/* "RxC" into sh (rows 0 when it is not one, or C is no multiple of 32). */
+/* Every type muster computes, "F32,F16,...", from the table. */
+static void all_types(char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (int t = 0; t < mu_wtype_count() && at < len; t++) {
+		int w = snprintf(buf + at, len - at, "%s%s", t ? "," : "", mu_wtype_name(t));
+
+		at = w < 0 ? len : at + (size_t)w;
+	}
+}
+
+/* "RxC" into sh (rows 0 when it is not one). */
 static void parse_shape(const char *s, shape_t *sh)
 {
 	char *end;
 	long r = strtol(s, &end, 10), c = *end == 'x' ? strtol(end + 1, &end, 10) : 0;
 
-	sh->rows = *end == '\0' && r >= 1 && r <= 1 << 20 && c >= 32 && c <= 1 << 20 && c % 32 == 0
-	               ? (int)r : 0;
+	sh->rows = *end == '\0' && r >= 1 && r <= 1 << 20 && c >= 1 && c <= 1 << 20 ? (int)r : 0;
 	sh->cols = (int)c;
+}
+
+/* Whether every type asked for can hold rows of the shape's width. */
+static int shape_fits(const opts_t *o, const shape_t *sh)
+{
+	for (int k = 0; k < o->ntypes; k++)
+		if (mu_wtype_row_bytes(o->types[k], sh->cols) == 0)
+			return 0;
+	return 1;
 }
 
 int bench_kern(int argc, char **argv)
 {
-	const char *threads = "1,2", *types = "F32,F16,BF16,Q8_0,Q4_0", *shape = NULL;
+	char every[256], types_help[300];
+	const char *threads = "1,2", *types = every, *shape = NULL;
 	int reps = 3, prefill = 256, set_mib = (int)(MIN_SET >> 20), npos, rc;
 	opts_t o;
 	shape_t custom = {0, 0, "custom"};
 	const shape_t *list = shapes;
 	int nshapes = (int)(sizeof(shapes) / sizeof(shapes[0]));
-	mu__pool_t *pools[8] = {0};
+	mu_pool_t *pools[8] = {0};
 	cli_opt_t opts[] = {
 		{"threads", OPT_STR, &threads, "N,N", "thread counts (default 1,2)"},
-		{"types", OPT_STR, &types, "T,T", "weight types (default F32,F16,BF16,Q8_0,Q4_0)"},
+		{"types", OPT_STR, &types, "T,T", types_help},
 		{"reps", OPT_INT, &reps, "N", "passes per figure, the best kept (default 3)"},
 		{"prefill", OPT_INT, &prefill, "N", "rows of x for prefill, 0 for none (default 256)"},
 		{"set-mib", OPT_INT, &set_mib, "MiB", "weights a decode figure cycles through (default 384)"},
@@ -375,6 +387,8 @@ int bench_kern(int argc, char **argv)
 		"this machine's memory read bandwidth, all in the same run.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
+	all_types(every, sizeof(every));
+	snprintf(types_help, sizeof(types_help), "weight types (default all: %s)", every);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -389,20 +403,21 @@ int bench_kern(int argc, char **argv)
 		list = &custom;
 		nshapes = 1;
 	}
-	if (o.nthreads < 1 || o.ntypes < 1 || reps < 1 || prefill < 0 || (shape && custom.rows == 0)) {
-		fprintf(stderr, "muster bench kern: bad --threads, --types, --reps, --prefill or --shape "
-		                "(RxC, C a multiple of 32)\n");
+	if (o.nthreads < 1 || o.ntypes < 1 || reps < 1 || prefill < 0 ||
+	    (shape && (custom.rows == 0 || !shape_fits(&o, &custom)))) {
+		fprintf(stderr, "muster bench kern: bad --threads, --types (of %s), --reps, --prefill or "
+		                "--shape (RxC, C a multiple of each type's block)\n", every);
 		return 2;
 	}
 	for (int t = 0; t < o.nthreads; t++)
-		if (mu__pool_new(o.threads[t], &pools[t]) != 0) {
+		if (mu_pool_new(o.threads[t], &pools[t]) != 0) {
 			fprintf(stderr, "muster bench kern: cannot start %d threads\n", o.threads[t]);
 			for (int k = 0; k < t; k++)
-				mu__pool_free(pools[k]);
+				mu_pool_free(pools[k]);
 			return 1;
 		}
 	printf("kern: %s kernels, best of %d passes; others may share this machine, so figures are noisy\n",
-	       mu__kern_isa(), reps);
+	       mu_kern_isa(), reps);
 	print_bandwidth(&o, pools);
 	printf("  %-7s %-11s %-11s %2s %-10s %9s %8s %7s %7s %9s %7s\n", "mode", "shape", "", "th",
 	       "type", "ms", "GFLOP/s", "GB/s", "vs BLAS", "cpu ms", "vs BLAS");
@@ -416,6 +431,6 @@ int bench_kern(int argc, char **argv)
 	       " one thread, where both run on the calling thread; its ratio is the steadier one\n"
 	       " when others load the machine.)\n");
 	for (int t = 0; t < o.nthreads; t++)
-		mu__pool_free(pools[t]);
+		mu_pool_free(pools[t]);
 	return rc == 0 ? 0 : 1;
 }

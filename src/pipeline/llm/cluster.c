@@ -1,48 +1,41 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The main job for a decoder LLM, coordinator side: devices from the
- * tracker (devices.c), the layers cut so each device's share fits its
- * memory budget with the KV cache its sequences will need, each stage
- * loaded from the device's own copy of the checkpoint or streamed to it
- * tensor by tensor with SHA-256 (a device's cache keeps what it already
- * has), and a lost device replaced by another with the same layers (the
- * engine then replays its KV caches; pipeline/llm/engine.c).
+ * The main job for a decoder LLM, coordinator side: the lifecycle is
+ * pipeline/cluster.c's (devices from the tracker, the plan to their
+ * budgets, each stage assigned and loaded, a lost device replaced); this
+ * file is the LLM kind's part of it: the layers cut so each device's
+ * share fits its budget with the KV cache its sequences will need
+ * (llm/plan.c), a stage's ASSIGN (its layers, and its tensors' SHA-256
+ * when they are streamed), the tensors the device's cache lacks streamed
+ * one by one, and the coordinator the engine generates over (which
+ * replays a replaced stage's KV caches; pipeline/llm/engine.c).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
-#include "core/proc_int.h"
 #include "core/progress_int.h"
 #include "core/time_int.h"
+#include "pipeline/cluster_int.h"
 #include "pipeline/llm/cluster_int.h"
 
 #define CHUNK ((size_t)16 << 20) /* tensor bytes per TENSOR message */
 
+/* A stage's layers, and what its last loading streamed. */
 typedef struct {
-	char addr[300];
-	uint64_t budget;
 	int first, last;
-	int streamed;           /* weights sent (else the device's own copy) */
 	uint64_t sent, cached;  /* bytes streamed; bytes its cache already had */
-	int replaced;
-} placed_t;
+} stage_t;
 
 struct mu__llm_cluster_s {
+	mu__cluster_t base;     /* the lifecycle: devices, stages placed */
 	mu__llm_cluster_opts_t o;
 	const mu__llm_src_t *src;
-	uint64_t digest;
 	char (*sha)[65];        /* per tensor of src, once needed */
-	mu__devpool_t pool;
 	mu__llm_coord_t *coord;
-	placed_t *p;
-	int n;
-	int replacements;
+	stage_t *p;             /* base.n of them */
 };
 
 void mu__llm_cluster_opts_init(mu__llm_cluster_opts_t *o)
@@ -60,139 +53,12 @@ void mu__llm_cluster_opts_init(mu__llm_cluster_opts_t *o)
 	o->max_replacements = 3;
 }
 
-/* What placement needs to know: the checkpoint and the KV it must hold. */
-typedef struct {
-	const mu__llm_src_t *src;
-	int32_t ctx;
-	int max_seqs;
-} fit_t;
-
-/* KV bytes of layers [a, b) for ctx positions of max_seqs sequences. */
-static uint64_t fit_kv(const fit_t *f, int a, int b)
-{
-	const mu__llm_hp_t *h = &f->src->hp;
-
-	return (uint64_t)(b - a) * 2 * (uint64_t)h->n_kv_heads * (uint64_t)h->head_dim *
-	       sizeof(float) * (uint64_t)f->ctx * (uint64_t)f->max_seqs;
-}
-
-/* What a device needs for layers [a, b): weights and KV cache. */
-static uint64_t fit_need(const fit_t *f, int a, int b)
-{
-	return mu__llm_src_bytes(f->src, a, b) + fit_kv(f, a, b);
-}
-
-uint64_t mu__llm_kv_bytes(const mu__llm_src_t *src, int a, int b, int32_t ctx, int max_seqs)
-{
-	fit_t f = {src, ctx, max_seqs};
-
-	return fit_kv(&f, a, b);
-}
-
 static uint64_t kv_bytes(const mu__llm_cluster_t *c, int a, int b)
 {
-	fit_t f = {c->src, c->o.ctx, c->o.max_seqs};
-
-	return fit_kv(&f, a, b);
+	return mu__llm_kv_bytes(c->src, a, b, c->o.ctx, c->o.max_seqs);
 }
 
-static uint64_t need(const mu__llm_cluster_t *c, int a, int b)
-{
-	fit_t f = {c->src, c->o.ctx, c->o.max_seqs};
-
-	return fit_need(&f, a, b);
-}
-
-/* Devices in `order`, each taking layers while they fit cap = budget * r;
- * cut[i] is where device order[i] ends. 1 when every layer found a place. */
-static int pack(const fit_t *c, const uint64_t *budget, const int *order, int nd,
-                double r, int *cut)
-{
-	int L = c->src->hp.n_layers, a = 0, b, i;
-
-	for (i = 0; i < nd; i++) {
-		double cap = (double)budget[order[i]] * r;
-
-		for (b = a; b < L && (double)fit_need(c, a, b + 1) <= cap; b++)
-			;
-		cut[i] = b;
-		a = b;
-	}
-	return a == L;
-}
-
-/* The smallest r (<= 1) with which this order packs; 2 when none. */
-static double best_ratio(const fit_t *c, const uint64_t *budget, const int *order,
-                         int nd, int *cut)
-{
-	double lo = 0, hi = 1;
-
-	if (!pack(c, budget, order, nd, 1.0, cut))
-		return 2;
-	for (int it = 0; it < 40; it++) {
-		double mid = (lo + hi) / 2;
-
-		if (pack(c, budget, order, nd, mid, cut))
-			hi = mid;
-		else
-			lo = mid;
-	}
-	pack(c, budget, order, nd, hi, cut);
-	return hi;
-}
-
-static int next_perm(int *a, int n)
-{
-	int i = n - 2, j = n - 1, t;
-
-	while (i >= 0 && a[i] >= a[i + 1])
-		i--;
-	if (i < 0)
-		return 0;
-	while (a[j] <= a[i])
-		j--;
-	t = a[i], a[i] = a[j], a[j] = t;
-	for (i++, j = n - 1; i < j; i++, j--)
-		t = a[i], a[i] = a[j], a[j] = t;
-	return 1;
-}
-
-/* Cut the layers over the devices: every order of up to 6 devices, else
- * the largest budget first; the order whose fullest device is least full
- * wins. order[] and cut[] describe it; MU_ETOOBIG when nothing fits. */
-int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, const uint64_t *budget,
-                 int nd, int *order, int *cut, char *err, size_t el)
-{
-	fit_t f = {src, ctx, max_seqs}, *c = &f;
-	int perm[64], tcut[64], i, j, t;
-	double best = 2, r;
-
-	for (i = 0; i < nd; i++)
-		perm[i] = i;
-	if (nd > 6) /* by budget, largest first */
-		for (i = 0; i < nd; i++)
-			for (j = i + 1; j < nd; j++)
-				if (budget[perm[j]] > budget[perm[i]])
-					t = perm[i], perm[i] = perm[j], perm[j] = t;
-	do {
-		r = best_ratio(c, budget, perm, nd, tcut);
-		if (r < best) {
-			best = r;
-			memcpy(order, perm, (size_t)nd * sizeof(int));
-			memcpy(cut, tcut, (size_t)nd * sizeof(int));
-		}
-	} while (nd <= 6 && next_perm(perm, nd));
-	if (best <= 1)
-		return 0;
-	snprintf(err, el, "the model (%.1f MiB of weights, %d layers) with a KV cache for %d "
-	         "sequence%s of %d positions (%.1f MiB) does not fit the %d device%s granted",
-	         (double)mu__llm_src_bytes(c->src, 0, c->src->hp.n_layers) / 1048576.0,
-	         c->src->hp.n_layers, max_seqs, max_seqs == 1 ? "" : "s", ctx,
-	         (double)fit_kv(c, 0, c->src->hp.n_layers) / 1048576.0, nd, nd == 1 ? "" : "s");
-	return MU_ETOOBIG;
-}
-
-/* ---- a stage on a device ---- */
+/* ---- the LLM kind's steps of the lifecycle ---- */
 
 static int hashes(mu__llm_cluster_t *c, char *err, size_t el)
 {
@@ -205,7 +71,7 @@ static int hashes(mu__llm_cluster_t *c, char *err, size_t el)
 		return MU_ENOMEM;
 	rc = mu__llm_src_hashes(c->src, c->sha, &computed, err, el);
 	if (rc == 0 && computed)
-		mu__devpool_say(&c->pool, "  hashed the checkpoint's %zu tensors (SHA-256) in %.1f s, "
+		mu__devpool_say(&c->base.pool, "  hashed the checkpoint's %zu tensors (SHA-256) in %.1f s, "
 		                "kept beside it for next time", c->src->nt,
 		                (mu__clock_ms() - t0) / 1e3);
 	if (rc != 0) {
@@ -222,7 +88,7 @@ static char *assign_body(mu__llm_cluster_t *c, int i, int n, int a, int b, int s
 	char hex[20], *s = NULL;
 	mu__buf_t buf;
 
-	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)c->digest);
+	snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)c->base.o.digest);
 	cJSON_AddStringToObject(o, "kind", "llm");
 	cJSON_AddNumberToObject(o, "stage", i);
 	cJSON_AddNumberToObject(o, "of", n);
@@ -292,9 +158,9 @@ static int send_tensor(mu__llm_cluster_t *c, mu__chan_t *ch, size_t k, uint64_t 
 	return rc;
 }
 
-/* READY's "need": the names to send; each is sent. */
-static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, placed_t *pl,
-                  char *err, size_t el)
+/* READY's "need": the names to send (each one of the stage's); each is sent. */
+static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, stage_t *pl,
+                  const char *addr, char *err, size_t el)
 {
 	cJSON *r = NULL;
 	const cJSON *need, *it;
@@ -307,7 +173,7 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 	if (rc != 0 || !cJSON_IsArray(need) ||
 	    mu__json_double(cJSON_GetObjectItemCaseSensitive(r, "cached_bytes"), 0, 1e18, &cached)) {
 		cJSON_Delete(r);
-		snprintf(err, el, "device %s: its READY does not say which tensors it needs", pl->addr);
+		snprintf(err, el, "device %s: its READY does not say which tensors it needs", addr);
 		return MU_EPROTO;
 	}
 	pl->cached = (uint64_t)cached;
@@ -315,7 +181,7 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 		for (size_t k = 0; cJSON_IsString(it) && k < c->src->nt; k++)
 			if (strcmp(c->src->t[k].name, it->valuestring) == 0)
 				total += c->src->t[k].bytes;
-	mu__progress_start(&pr, total, "weights -> %s", pl->addr);
+	mu__progress_start(&pr, total, "weights -> %s", addr);
 	cJSON_ArrayForEach(it, need) {
 		size_t k;
 
@@ -324,12 +190,12 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 				break;
 		if (!cJSON_IsString(it) || k == c->src->nt ||
 		    !mu__llm_tensor_in(c->src, k, pl->first, pl->last)) {
-			snprintf(err, el, "device %s asked for a tensor that is not its stage's", pl->addr);
+			snprintf(err, el, "device %s asked for a tensor that is not its stage's", addr);
 			rc = MU_EPROTO;
 			break;
 		}
 		if ((rc = send_tensor(c, ch, k, &pl->sent, &pr)) != 0) {
-			snprintf(err, el, "device %s: sending %s: %s", pl->addr, c->src->t[k].name,
+			snprintf(err, el, "device %s: sending %s: %s", addr, c->src->t[k].name,
 			         mu_strerror(rc));
 			break;
 		}
@@ -339,104 +205,116 @@ static int stream(mu__llm_cluster_t *c, mu__chan_t *ch, const char *ready, place
 	return rc;
 }
 
-/* Give device d stage i (c->p[i]'s layers); its session moves to the
- * coordinator. */
-static int assign(mu__llm_cluster_t *c, int i, mu__device_t *d, char *err, size_t el)
+/* The layers over the devices (device order[j] ends at cut[j]); those
+ * that got some, in pipeline order, are the stages. */
+static int kind_plan(void *ud, const uint64_t *budget, int nd, int *device, int *n, char *err,
+                     size_t el)
 {
-	placed_t *pl = &c->p[i];
-	int local = c->o.weights != MU_WEIGHTS_STREAM && mu__device_holds(d, c->digest);
-	mu__msg_t m = {MU_MSG_ASSIGN, 0, 2, 0, 0, 0};
-	char *body = NULL, *reply = NULL;
-	double t0 = mu__clock_ms();
-	mu__chan_t ch;
-	int rc = 0;
+	mu__llm_cluster_t *c = ud;
+	int *order = mu__calloc((size_t)nd, sizeof(*order));
+	int *cut = mu__calloc((size_t)nd, sizeof(*cut)), L = c->src->hp.n_layers, rc, k = 0;
 
-	snprintf(pl->addr, sizeof(pl->addr), "%s", d->addr);
-	pl->budget = d->budget;
-	pl->streamed = !local;
-	pl->sent = pl->cached = 0;
-	if (c->o.weights == MU_WEIGHTS_LOCAL && !local) {
-		snprintf(err, el, "device %s holds no copy of the checkpoint, and weights must be local",
-		         d->addr);
-		return MU_EARG;
-	}
-	if (!local)
-		rc = hashes(c, err, el);
-	if (rc == 0 && (body = assign_body(c, i, c->n, pl->first, pl->last, !local)) == NULL)
+	rc = order == NULL || cut == NULL ? MU_ENOMEM : 0;
+	if (rc == 0)
+		rc = mu__llm_plan(c->src, c->o.ctx, c->o.max_seqs, budget, nd, order, cut, err, el);
+	if (rc == 0 && (c->p = mu__calloc((size_t)nd, sizeof(*c->p))) == NULL)
 		rc = MU_ENOMEM;
-	mu__chan_init(&ch, mu_session_stream(d->sess), d->sess, c->o.pool.io_timeout_ms,
-	              c->o.pool.max_frame_bytes);
+	for (int j = 0, prev = 0; rc == 0 && j < nd; prev = cut[j], j++)
+		if (cut[j] > prev) {
+			c->p[k].first = prev;
+			c->p[k].last = cut[j];
+			device[k++] = order[j];
+		}
+	mu__free(order);
+	mu__free(cut);
+	*n = k;
 	if (rc == 0)
-		rc = mu__device_exchange(&ch, &m, body, MU_MSG_READY, &reply, err, el, d->addr);
-	mu__free(body);
-	if (rc == 0 && !local) {
-		rc = stream(c, &ch, reply, pl, err, el);
-		mu__free(reply);
-		reply = NULL;
-		m = (mu__msg_t){MU_MSG_LOAD, 0, 3, 0, 0, 0};
-		if (rc == 0)
-			rc = mu__device_exchange(&ch, &m, NULL, MU_MSG_READY, &reply, err, el, d->addr);
-	}
-	if (rc == 0 && (rc = mu__llm_coord_set(c->coord, i, d->sess, d->addr, reply, err, el)) == 0)
-		d->sess = NULL; /* the coordinator's now */
-	mu__free(reply);
+		rc = mu__llm_coord_new(k, &c->o.coord, &c->coord);
 	if (rc == 0)
-		mu__devpool_say(&c->pool, "  stage %d: layers %d..%d%s%s (%.1f MiB + %.1f MiB KV) -> %s, "
-		                "%s in %.0f ms", i, pl->first, pl->last - 1, pl->first == 0 ? " + embedding" : "",
-		                pl->last == c->src->hp.n_layers ? " + head" : "",
-		                (double)mu__llm_src_bytes(c->src, pl->first, pl->last) / 1048576.0,
-		                (double)kv_bytes(c, pl->first, pl->last) / 1048576.0, pl->addr,
-		                local ? "weights from its own copy" : pl->sent == 0
-		                        ? "weights all in its cache (0 bytes streamed)" : "weights streamed",
-		                mu__clock_ms() - t0);
-	if (rc == 0 && pl->streamed && pl->sent > 0)
-		mu__devpool_say(&c->pool, "    streamed %llu bytes, %llu already in its cache",
-		                (unsigned long long)pl->sent, (unsigned long long)pl->cached);
+		mu__devpool_say(&c->base.pool, "the model (%d layers, %.1f MiB of weights) is cut into %d "
+		                "stage%s, each with a KV cache for %d sequence%s of %d positions:", L,
+		                (double)mu__llm_src_bytes(c->src, 0, L) / 1048576.0, k, k == 1 ? "" : "s",
+		                c->o.max_seqs, c->o.max_seqs == 1 ? "" : "s", c->o.ctx);
 	return rc;
 }
 
-/* The plan's stages onto the devices; unused devices are released. */
-static int place(mu__llm_cluster_t *c, mu__device_t *devs, int nd, char *err, size_t el)
+static uint64_t kind_need(void *ud, int i)
 {
-	uint64_t budget[64] = {0};
-	int order[64], cut[64], i, prev = 0, rc;
+	mu__llm_cluster_t *c = ud;
 
-	for (i = 0; i < nd; i++)
-		budget[i] = devs[i].budget;
-	if ((rc = mu__llm_plan(c->src, c->o.ctx, c->o.max_seqs, budget, nd, order, cut, err,
-	                       el)) != 0)
-		return rc;
-	for (i = 0; i < nd; i++)
-		if (cut[i] > (i == 0 ? 0 : cut[i - 1]))
-			c->n++;
-	c->p = mu__calloc((size_t)c->n, sizeof(*c->p));
-	if (c->p == NULL || mu__llm_coord_new(c->n, &c->o.coord, &c->coord) != 0)
-		return MU_ENOMEM;
-	mu__devpool_say(&c->pool, "the model (%d layers, %.1f MiB of weights) is cut into %d "
-	                "stage%s, each with a KV cache for %d sequence%s of %d positions:",
-	                c->src->hp.n_layers,
-	                (double)mu__llm_src_bytes(c->src, 0, c->src->hp.n_layers) / 1048576.0, c->n,
-	                c->n == 1 ? "" : "s", c->o.max_seqs, c->o.max_seqs == 1 ? "" : "s", c->o.ctx);
-	for (i = 0, rc = 0; rc == 0 && i < nd; prev = cut[i], i++) {
-		int k; /* the next stage without layers yet */
-
-		for (k = 0; k < c->n && c->p[k].last > 0; k++)
-			;
-		if (cut[i] == prev)
-			continue;
-		c->p[k].first = prev;
-		c->p[k].last = cut[i];
-		rc = assign(c, k, &devs[order[i]], err, el);
-	}
-	return rc == 0 ? mu__llm_coord_check(c->coord, err, el) : rc;
+	return mu__llm_src_bytes(c->src, c->p[i].first, c->p[i].last) +
+	       kv_bytes(c, c->p[i].first, c->p[i].last);
 }
+
+static void kind_range(void *ud, int i, char *buf, size_t n)
+{
+	mu__llm_cluster_t *c = ud;
+
+	snprintf(buf, n, "layers %d..%d", c->p[i].first, c->p[i].last - 1);
+}
+
+static int kind_assign(void *ud, int i, int stream, char **body, char *err, size_t el)
+{
+	mu__llm_cluster_t *c = ud;
+	int rc = stream ? hashes(c, err, el) : 0;
+
+	c->p[i].sent = c->p[i].cached = 0;
+	if (rc == 0 && (*body = assign_body(c, i, c->base.n, c->p[i].first, c->p[i].last,
+	                                    stream)) == NULL)
+		rc = MU_ENOMEM;
+	return rc;
+}
+
+static int kind_stream(void *ud, int i, mu__chan_t *ch, const char *ready, const char *addr,
+                       char *err, size_t el)
+{
+	mu__llm_cluster_t *c = ud;
+
+	return stream(c, ch, ready, &c->p[i], addr, err, el);
+}
+
+static int kind_set(void *ud, int i, mu_session_t *sess, const char *addr, const char *desc,
+                    char *err, size_t el)
+{
+	return mu__llm_coord_set(((mu__llm_cluster_t *)ud)->coord, i, sess, addr, desc, err, el);
+}
+
+static int kind_check(void *ud, char *err, size_t el)
+{
+	return mu__llm_coord_check(((mu__llm_cluster_t *)ud)->coord, err, el);
+}
+
+static void kind_placed(void *ud, int i, const char *addr, int streamed, double ms)
+{
+	mu__llm_cluster_t *c = ud;
+	const stage_t *pl = &c->p[i];
+
+	mu__devpool_say(&c->base.pool, "  stage %d: layers %d..%d%s%s (%.1f MiB + %.1f MiB KV) -> %s, "
+	                "%s in %.0f ms", i, pl->first, pl->last - 1, pl->first == 0 ? " + embedding" : "",
+	                pl->last == c->src->hp.n_layers ? " + head" : "",
+	                (double)mu__llm_src_bytes(c->src, pl->first, pl->last) / 1048576.0,
+	                (double)kv_bytes(c, pl->first, pl->last) / 1048576.0, addr,
+	                !streamed ? "weights from its own copy" : pl->sent == 0
+	                        ? "weights all in its cache (0 bytes streamed)" : "weights streamed", ms);
+	if (streamed && pl->sent > 0)
+		mu__devpool_say(&c->base.pool, "    streamed %llu bytes, %llu already in its cache",
+		                (unsigned long long)pl->sent, (unsigned long long)pl->cached);
+}
+
+static const mu__cluster_kind_t llm_kind = {
+	"checkpoint", kind_plan, kind_need, kind_range, kind_assign, kind_stream, kind_set,
+	kind_check, kind_placed,
+};
+
+/* ---- the cluster ---- */
 
 int mu__llm_cluster_start(const mu__llm_src_t *src, const mu__llm_cluster_opts_t *o,
                           mu__llm_cluster_t **out, char *err, size_t el)
 {
+	mu__cluster_opts_t lo = {o->pool, o->devices, o->weights, mu__llm_digest(src),
+	                         o->max_replacements};
 	mu__llm_cluster_t *c;
-	mu__device_t *devs = NULL;
-	int rc, i;
+	int rc;
 
 	*out = NULL;
 	if (o->devices < 1 || o->devices > 64 || o->pool.key == NULL || o->max_seqs < 1 ||
@@ -449,26 +327,7 @@ int mu__llm_cluster_start(const mu__llm_src_t *src, const mu__llm_cluster_opts_t
 		return MU_ENOMEM;
 	c->o = *o;
 	c->src = src;
-	c->digest = mu__llm_digest(src);
-	rc = mu__devpool_init(&c->pool, &o->pool, err, el);
-	if (rc == 0 && (devs = mu__calloc((size_t)o->devices, sizeof(*devs))) == NULL)
-		rc = MU_ENOMEM;
-	if (rc == 0) {
-		mu__devpool_say(&c->pool, "asking the tracker at %s:%d for %d device%s of key \"%s\"",
-		                o->pool.tracker_host, o->pool.tracker_port, o->devices,
-		                o->devices == 1 ? "" : "s", o->pool.key);
-		rc = mu__devpool_get_many(&c->pool, devs, o->devices, err, el);
-	}
-	if (rc == 0)
-		rc = place(c, devs, o->devices, err, el);
-	for (i = 0; devs != NULL && i < o->devices; i++)
-		if (devs[i].sess != NULL) {
-			if (rc == 0)
-				mu__devpool_say(&c->pool, "  %s is not needed: released", devs[i].addr);
-			mu_session_close(devs[i].sess);
-		}
-	mu__free(devs);
-	if (rc != 0) {
+	if ((rc = mu__cluster_start(&c->base, &llm_kind, c, &lo, err, el)) != 0) {
 		mu__llm_cluster_close(c);
 		return rc;
 	}
@@ -481,7 +340,7 @@ void mu__llm_cluster_close(mu__llm_cluster_t *c)
 	if (c == NULL)
 		return;
 	mu__llm_coord_free(c->coord); /* CLOSE to each: the devices register again */
-	mu__devpool_free(&c->pool);
+	mu__cluster_free(&c->base);
 	mu__free(c->p);
 	mu__free(c->sha);
 	mu__free(c);
@@ -489,36 +348,12 @@ void mu__llm_cluster_close(mu__llm_cluster_t *c)
 
 int mu__llm_cluster_recover(void *ud, int k, char *why, size_t wl)
 {
-	mu__llm_cluster_t *c = ud;
-	placed_t *pl = &c->p[k];
-	uint64_t want = need(c, pl->first, pl->last);
-	mu__device_t d;
-	int tries, rc = MU_ETOOBIG;
-
-	mu__devpool_say(&c->pool, "device %s (stage %d, layers %d..%d) is lost; asking the tracker "
-	                "for another", pl->addr, k, pl->first, pl->last - 1);
-	for (tries = 0; tries < 3 && c->replacements < c->o.max_replacements; tries++) {
-		if ((rc = mu__devpool_get(&c->pool, &d, why, wl)) != 0)
-			return rc;
-		if (d.budget >= want && (rc = assign(c, k, &d, why, wl)) == 0 &&
-		    (rc = mu__llm_coord_check(c->coord, why, wl)) == 0) {
-			pl->replaced++;
-			c->replacements++;
-			return 0;
-		}
-		if (d.budget < want)
-			snprintf(why, wl, "device %s has %.1f MiB, stage %d needs %.1f MiB", d.addr,
-			         (double)d.budget / 1048576.0, k, (double)want / 1048576.0);
-		mu__devpool_say(&c->pool, "  %s: %s", d.addr, why);
-		if (d.sess != NULL)
-			mu_session_close(d.sess);
-	}
-	return rc;
+	return mu__cluster_replace(&((mu__llm_cluster_t *)ud)->base, k, why, wl);
 }
 
 int mu__llm_cluster_stages(const mu__llm_cluster_t *c)
 {
-	return c->n;
+	return c->base.n;
 }
 
 mu__llm_coord_t *mu__llm_cluster_coord(mu__llm_cluster_t *c)
@@ -528,21 +363,22 @@ mu__llm_coord_t *mu__llm_cluster_coord(mu__llm_cluster_t *c)
 
 void mu__llm_cluster_stage(const mu__llm_cluster_t *c, int i, mu__llm_cluster_stage_t *out)
 {
-	const placed_t *p = &c->p[i];
+	const mu__placed_t *b = &c->base.placed[i];
+	const stage_t *p = &c->p[i];
 
-	out->addr = p->addr;
-	out->budget = p->budget;
+	out->addr = b->addr;
+	out->budget = b->budget;
 	out->first = p->first;
 	out->last = p->last;
 	out->weight_bytes = mu__llm_src_bytes(c->src, p->first, p->last);
 	out->kv_bytes = kv_bytes(c, p->first, p->last);
-	out->streamed = p->streamed;
+	out->streamed = b->streamed;
 	out->sent = p->sent;
 	out->cached = p->cached;
-	out->replaced = p->replaced;
+	out->replaced = b->replaced;
 }
 
 int mu__llm_cluster_replacements(const mu__llm_cluster_t *c)
 {
-	return c->replacements;
+	return c->base.replacements;
 }

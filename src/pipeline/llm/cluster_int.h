@@ -6,6 +6,7 @@
 #ifndef MU_PIPELINE_LLM_CLUSTER_INT_H
 #define MU_PIPELINE_LLM_CLUSTER_INT_H
 
+#include "llm/plan_int.h"
 #include "pipeline/llm/coord_int.h"
 #include "pipeline/pipeline_int.h"
 
@@ -24,19 +25,6 @@ typedef struct {
 
 void mu__llm_cluster_opts_init(mu__llm_cluster_opts_t *o);
 
-/*
- * Placement alone: cut src's layers over nd devices of these budgets so
- * each device's share (weights, plus the KV cache for max_seqs sequences
- * of ctx positions) fits, with the fullest device as empty as can be
- * (every order of up to 6 devices tried, else the largest first). Device
- * order[i] takes layers up to cut[i] (from where order[i-1] stopped; a
- * device with nothing to take gets an empty range). MU_ETOOBIG with the
- * numbers in err when nothing fits.
- */
-int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, const uint64_t *budget,
-                 int nd, int *order, int *cut, char *err, size_t el);
-/* Bytes of KV cache layers [a, b) need for max_seqs x ctx positions. */
-uint64_t mu__llm_kv_bytes(const mu__llm_src_t *src, int a, int b, int32_t ctx, int max_seqs);
 /*
  * Request the devices, cut the layers to fit each one's budget (weights
  * plus the KV cache for max_seqs x ctx), and load each stage: from the

@@ -50,16 +50,6 @@ struct mu__llm_pending_s {
 	double t0;
 };
 
-static int wtype_parse(const char *s, mu__wtype_t *t)
-{
-	for (int i = 0; i <= MU__WT_Q4_0; i++)
-		if (strcmp(s, mu__wtype_name((mu__wtype_t)i)) == 0) {
-			*t = (mu__wtype_t)i;
-			return 0;
-		}
-	return -1;
-}
-
 static void part_name(const mu__llm_pending_t *p, size_t i, char *out, size_t n)
 {
 	/* several devices may share a cache directory: each writes its own */
@@ -125,7 +115,7 @@ static int read_tensor(mu__llm_pending_t *p, size_t i, const cJSON *t, char *err
 	int64_t rows, cols;
 
 	if (!cJSON_IsString(nm) || strlen(nm->valuestring) >= 64 || !cJSON_IsString(ty) ||
-	    wtype_parse(ty->valuestring, &f->type) != 0 || !cJSON_IsString(sh) ||
+	    mu__wtype_by_name(ty->valuestring, &f->type) != 0 || !cJSON_IsString(sh) ||
 	    strlen(sh->valuestring) != MU_SHA256_HEX - 1 ||
 	    strspn(sh->valuestring, "0123456789abcdef") != MU_SHA256_HEX - 1 ||
 	    mu__json_int64(cJSON_GetObjectItemCaseSensitive(t, "rows"), 1, 1 << 24, &rows) != 0 ||

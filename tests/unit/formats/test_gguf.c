@@ -17,6 +17,7 @@
 #include "muster/common.h"
 #include "core/endian_int.h"
 #include "formats/gguf_int.h"
+#include "kern/kern_int.h"
 
 typedef struct {
 	unsigned char b[8192];
@@ -76,13 +77,13 @@ static void build2(w_t *w, uint32_t version, uint64_t ntensors, const char *name
 	str(w, "a");
 	u32(w, 1);
 	u64(w, 4);
-	u32(w, MU__GGML_F32);
+	u32(w, mu__wtypes[MU__WT_F32].ggml);
 	u64(w, 0);
 	str(w, name2);
 	u32(w, 2);
 	u64(w, 32);
 	u64(w, 2);
-	u32(w, MU__GGML_Q8_0);
+	u32(w, mu__wtypes[MU__WT_Q8_0].ggml);
 	u64(w, 32);
 	w->n = (w->n + 31) / 32 * 32; /* data area */
 	w->n += 32 + 2 * 34;

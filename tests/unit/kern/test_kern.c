@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests for the decoder's kernels (src/kern/kern.c, kern/portable.c,
- * kern/avx2.c):
+ * Unit tests for the decoder's kernels (src/kern/kern.c, kern/types.c,
+ * kern/portable.c, kern/avx2.c):
+ *   - the weight-type traits table: each entry coherent (block, bytes,
+ *     activation format, conversions), names and GGUF ids unique and
+ *     found again, every instruction set's table complete;
  *   - f16/bf16 conversions against definitions computed here in double,
  *     over every f16 and every rounding tie, and against F16C itself where
  *     the CPU has it;
  *   - Q8_0/Q4_0 quantizers against the format (llm-formats.md) and
  *     llama.cpp's reference rules, round trips included;
- *   - mu__matmul against a double-precision reference for every type on
- *     odd shapes, n = 1..17, 1..4 threads;
+ *   - mu__matmul against a double-precision reference for every type of
+ *     the table on odd shapes, n = 1..17, 1..4 threads;
  *   - the determinism contract: bit-identical results across n, thread
  *     counts and instruction sets (portable against AVX2, and AVX2 with
  *     AVX512-VNNI, where the CPU has them; where it has none, portable
@@ -56,6 +59,13 @@ static uint32_t f_bits(float f)
 
 	memcpy(&u, &f, 4);
 	return u;
+}
+
+/* A row of type t from f32, by the table's quantizer. */
+static void to_type(mu__wtype_t t, const float *x, int64_t cols, void *out)
+{
+	assert_non_null(mu__wtypes[t].from_f32);
+	mu__wtypes[t].from_f32(x, cols, out);
 }
 
 /* The instruction sets this build and CPU run, portable first; their count. */
@@ -260,7 +270,7 @@ static void test_q8_0(void **state)
 			x[k] = rndf() * scale;
 		if (it % 7 == 0)
 			x[5] = 0; /* zeros inside a block */
-		mu__quantize_q8_0(x, 128, q);
+		to_type(MU__WT_Q8_0, x, 128, q);
 		mu__wmat_row(&w, 0, back);
 		for (int b = 0; b < 4; b++) {
 			float amax = 0, d, dd, id;
@@ -288,7 +298,7 @@ static void test_q8_0(void **state)
 	/* d = 1 exactly: ties round away from zero, as roundf */
 	for (int k = 0; k < 32; k++)
 		x[k] = k == 0 ? 127.0f : (float)(k % 5) - 2.5f;
-	mu__quantize_q8_0(x, 32, q);
+	to_type(MU__WT_Q8_0, x, 32, q);
 	assert_int_equal((int8_t)q[2], 127);
 	assert_int_equal((int8_t)q[3], -2); /* -1.5 */
 	assert_int_equal((int8_t)q[4], -1); /* -0.5 */
@@ -299,7 +309,7 @@ static void test_q8_0(void **state)
 	memset(x, 0, sizeof(x));
 	x[40] = NAN;
 	x[100] = -INFINITY;
-	mu__quantize_q8_0(x, 128, q);
+	to_type(MU__WT_Q8_0, x, 128, q);
 	assert_int_equal(q[0] | q[1], 0);
 	for (int b = 1; b < 4; b += 2) {
 		uint16_t dh;
@@ -323,7 +333,7 @@ static void test_q4_0(void **state)
 
 		for (int k = 0; k < 64; k++)
 			x[k] = rndf() * scale;
-		mu__quantize_q4_0(x, 64, q);
+		to_type(MU__WT_Q4_0, x, 64, q);
 		mu__wmat_row(&w, 0, back);
 		for (int b = 0; b < 2; b++) {
 			float amax = 0, max = 0, d, id, dd;
@@ -356,16 +366,18 @@ static void test_q4_0(void **state)
 	}
 }
 
-/* Every row quantizer gives the portable one's bytes, edge cases too. */
-static void test_quant_row_isas(void **state)
+/* Every instruction set's Q8_0 activation quantizer gives the portable
+ * one's bytes, edge cases too, and those are mu__q8_block's. */
+static void test_act_q8_0_isas(void **state)
 {
 	const char *names[3];
 	int nisa = isas_here(names);
 	enum { C = 32 * 12 };
-	float x[C], dp[C / 32], da[C / 32];
-	int8_t qp[C], qa[C];
+	float x[C], back[C];
+	unsigned char rp[C + C / 8], ra[C + C / 8]; /* C quants, C/32 f32 scales */
 
 	(void)state;
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_0, C), sizeof(rp));
 	if (nisa == 1)
 		print_message("no AVX2 kernels here (CPU or build): the portable quantizer alone is checked\n");
 	for (int it = 0; it < 3000; it++) {
@@ -386,17 +398,21 @@ static void test_quant_row_isas(void **state)
 		}
 		x[128 + it % 32] = NAN;
 		x[160 + it % 32] = it & 1 ? INFINITY : -INFINITY;
-		mu__kern_portable.quant_row(x, C, qp, dp);
-		avx->quant_row(x, C, qa, da);
-		assert_memory_equal(qp, qa, sizeof(qp));
-		assert_memory_equal(dp, da, sizeof(dp));
+		mu__kern_portable.act[MU__ACTFMT_Q8_0](x, C, rp);
+		avx->act[MU__ACTFMT_Q8_0](x, C, ra);
+		assert_memory_equal(rp, ra, sizeof(rp));
+		mu__actfmts[MU__ACTFMT_Q8_0].to_f32(rp, C, back);
 		for (int b = 0; b < C / 32; b++) {
 			uint16_t dh;
 			int8_t q8[32];
+			float d;
 
 			mu__q8_block(x + 32 * b, q8, &dh);
-			assert_memory_equal(q8, qp + 32 * b, 32);
-			assert_true(f_bits(dp[b]) == f_bits(mu__f16_to_f32(dh)));
+			memcpy(&d, rp + C + 4 * b, 4);
+			assert_memory_equal(q8, rp + 32 * b, 32);
+			assert_true(f_bits(d) == f_bits(mu__f16_to_f32(dh)));
+			for (int k = 0; k < 32; k++) /* what the products see: d * q */
+				assert_true(f_bits(back[32 * b + k]) == f_bits(d * (float)q8[k]));
 		}
 	}
 }
@@ -428,21 +444,9 @@ static void wm_make(wm_t *m, mu__wtype_t t, int64_t rows, int64_t cols)
 
 		for (int64_t k = 0; k < cols; k++)
 			src[k] = rndf();
-		for (int64_t k = 0; k < cols && t <= MU__WT_BF16; k++) {
-			uint16_t h = t == MU__WT_F16 ? mu__f32_to_f16(src[k]) : mu__f32_to_bf16(src[k]);
-
-			if (t == MU__WT_F32)
-				memcpy(row + 4 * k, &src[k], 4);
-			else
-				memcpy(row + 2 * k, &h, 2);
-		}
-		if (t == MU__WT_Q8_0) {
-			mu__quantize_q8_0(src, cols, row);
-			if (r % 3 == 0) /* a file may hold -128, which we never write */
-				row[2 + (size_t)r % 32] = 0x80;
-		}
-		if (t == MU__WT_Q4_0)
-			mu__quantize_q4_0(src, cols, row);
+		to_type(t, src, cols, row);
+		if (t == MU__WT_Q8_0 && r % 3 == 0) /* a file may hold -128, which we never write */
+			row[2 + (size_t)r % 32] = 0x80;
 	}
 	m->w = (mu__wmat_t){t, d, rows, cols};
 	for (int64_t r = 0; r < rows; r++)
@@ -457,21 +461,21 @@ static void wm_free(wm_t *m)
 }
 
 /* y[i][r] in double from the weights as read and x as the kernel sees it
- * (its Q8_0 form for quantized weights); checks y within the error of
- * eight float lanes of cols/8 terms each. */
+ * (in the type's activation format, made by the portable quantizer and
+ * read back by the format's to_f32); checks y within the error of eight
+ * float lanes of cols/8 terms each. */
 static void check_ref(const wm_t *m, const float *x, int64_t n, const float *bias, const float *y)
 {
 	int64_t rows = m->w.rows, cols = m->w.cols;
-	int quant = m->w.type >= MU__WT_Q8_0;
+	mu__actfmt_t act = mu__wtypes[m->w.type].act;
 	float *xe = malloc(sizeof(float) * (size_t)cols);
-	unsigned char *xq = malloc((size_t)cols / 32 * 34 + 34);
+	unsigned char *xa = malloc(mu__actfmt_row_bytes(act, cols));
 
+	assert_true(xe != NULL && xa != NULL);
 	for (int64_t i = 0; i < n; i++) {
-		if (quant) {
-			mu__wmat_t xm = {MU__WT_Q8_0, xq, 1, cols};
-
-			mu__quantize_q8_0(x + i * cols, cols, xq);
-			mu__wmat_row(&xm, 0, xe);
+		if (act != MU__ACTFMT_F32) {
+			mu__kern_portable.act[act](x + i * cols, cols, xa);
+			mu__actfmts[act].to_f32(xa, cols, xe);
 		} else {
 			memcpy(xe, x + i * cols, sizeof(float) * (size_t)cols);
 		}
@@ -489,13 +493,14 @@ static void check_ref(const wm_t *m, const float *x, int64_t n, const float *bia
 		}
 	}
 	free(xe);
-	free(xq);
+	free(xa);
 }
 
+/* Shapes {rows, cols}: for the types of one-element blocks, and {rows,
+ * blocks} for the others (cols = blocks * the type's block). */
 static const int64_t float_shapes[][2] = {{1, 1}, {3, 7}, {5, 8}, {17, 9}, {33, 100},
                                           {37, 129}, {9, 4100}, {20, 16}};
-static const int64_t quant_shapes[][2] = {{1, 32}, {5, 64}, {17, 96}, {37, 160},
-                                          {6, 12800}, {20, 32}};
+static const int64_t block_shapes[][2] = {{1, 1}, {5, 2}, {17, 3}, {37, 5}, {6, 400}, {20, 1}};
 
 /*
  * For each type and shape: the n = 1 result of every row of x through the
@@ -505,13 +510,14 @@ static const int64_t quant_shapes[][2] = {{1, 32}, {5, 64}, {17, 96}, {37, 160},
  */
 static void run_type(mu__wtype_t t, mu__pool_t *pools[TMAX])
 {
-	int quant = t >= MU__WT_Q8_0, nshapes = quant ? 6 : 8;
+	int64_t block = mu__wtypes[t].block;
+	int nshapes = block > 1 ? 6 : 8;
 	const char *isas[3];
 	int nisa = isas_here(isas);
 
 	for (int s = 0; s < nshapes; s++) {
-		int64_t rows = quant ? quant_shapes[s][0] : float_shapes[s][0];
-		int64_t cols = quant ? quant_shapes[s][1] : float_shapes[s][1];
+		int64_t rows = block > 1 ? block_shapes[s][0] : float_shapes[s][0];
+		int64_t cols = block > 1 ? block_shapes[s][1] * block : float_shapes[s][1];
 		float *x = malloc(sizeof(float) * (size_t)(NMAX * cols));
 		float *bias = s % 2 ? malloc(sizeof(float) * (size_t)rows) : NULL;
 		float *one = malloc(sizeof(float) * (size_t)(NMAX * rows));
@@ -573,32 +579,14 @@ static int pools_teardown(void **state)
 	return 0;
 }
 
-static void test_matmul_f32(void **state)
-{
-	run_type(MU__WT_F32, *state);
-}
-
-static void test_matmul_f16(void **state)
-{
-	run_type(MU__WT_F16, *state);
-}
-
-static void test_matmul_bf16(void **state)
-{
-	run_type(MU__WT_BF16, *state);
-}
-
-static void test_matmul_q8_0(void **state)
-{
-	run_type(MU__WT_Q8_0, *state);
-}
-
-static void test_matmul_q4_0(void **state)
+/* Every type of the table, as run_type says. */
+static void test_matmul_types(void **state)
 {
 	const char *names[3];
 	int nisa = isas_here(names);
 
-	run_type(MU__WT_Q4_0, *state);
+	for (int t = 0; t < MU__WT_COUNT; t++)
+		run_type((mu__wtype_t)t, *state);
 	if (nisa == 1)
 		print_message("instruction sets compared: portable only (no AVX2 here: portable "
 		              "against itself across n and threads)\n");
@@ -645,9 +633,196 @@ static void test_types(void **state)
 	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q4_0, 16), 0);
 	assert_int_equal(mu__wtype_row_bytes(MU__WT_F32, 0), 0);
 	assert_int_equal(mu__wtype_row_bytes(MU__WT_F32, -32), 0);
-	assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)7, 32), 0);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_COUNT, 32), 0);
+	assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)-1, 32), 0);
 	assert_string_equal(mu__wtype_name(MU__WT_BF16), "BF16");
 	assert_string_equal(mu__wtype_name(MU__WT_Q4_0), "Q4_0");
+	assert_string_equal(mu__wtype_name(MU__WT_COUNT), "?");
+	/* the GGUF ids of the format (llm-formats.md), and the activations */
+	assert_int_equal(mu__wtypes[MU__WT_F32].ggml, 0);
+	assert_int_equal(mu__wtypes[MU__WT_F16].ggml, 1);
+	assert_int_equal(mu__wtypes[MU__WT_Q4_0].ggml, 2);
+	assert_int_equal(mu__wtypes[MU__WT_Q8_0].ggml, 8);
+	assert_int_equal(mu__wtypes[MU__WT_BF16].ggml, 30);
+	assert_int_equal(mu__wtypes[MU__WT_BF16].act, MU__ACTFMT_F32);
+	assert_int_equal(mu__wtypes[MU__WT_Q4_0].act, MU__ACTFMT_Q8_0);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_0, 64), 64 + 2 * 4);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_0, 48), 0);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_F32, 3), 12);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_COUNT, 32), 0);
+}
+
+/*
+ * Each entry of the table is coherent: a row is whole blocks of
+ * block_bytes; its activation format's blocks tile its own; from_f32
+ * writes exactly a row's bytes and to_f32 exactly cols floats (guards
+ * around both stay as they were); a row read and written again is the
+ * same row (the quantizers reproduce what they made); and the values come
+ * back roughly (a bound loose enough for any format of that many bits).
+ */
+static void test_table_entries(void **state)
+{
+	(void)state;
+	for (int t = 0; t < MU__WT_COUNT; t++) {
+		const mu__wtype_info_t *ti = &mu__wtypes[t];
+		int64_t blk = ti->block, cols = 7 * blk;
+		size_t rb = mu__wtype_row_bytes((mu__wtype_t)t, cols);
+		unsigned char *row = malloc(rb + 64), *again = malloc(rb + 64);
+		float *x = malloc(sizeof(float) * (size_t)(cols + 16));
+		float *back = malloc(sizeof(float) * (size_t)(cols + 16));
+		double bits = 8.0 * ti->block_bytes / (double)blk, amax = 0, err = 0;
+
+		assert_ptr_equal(mu__wtype_info(t), ti);
+		assert_non_null(ti->name);
+		assert_true(ti->name[0] != '\0' && strlen(ti->name) < 16);
+		assert_true(blk >= 1 && ti->block_bytes >= 1);
+		/* at least one bit and at most a float and a bit per element */
+		assert_true(bits >= 1.0 && bits <= 33.0);
+		assert_true((unsigned)ti->act < MU__ACTFMT_COUNT);
+		assert_int_equal(blk % mu__actfmts[ti->act].block, 0);
+		assert_non_null(ti->to_f32);
+		assert_non_null(ti->from_f32); /* every type today has a quantizer */
+		for (int64_t k = 1; k <= 9; k++) {
+			assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)t, k * blk), (size_t)k * ti->block_bytes);
+			assert_int_not_equal(mu__actfmt_row_bytes(ti->act, k * blk), 0);
+			if (blk > 1)
+				assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)t, k * blk + 1), 0);
+		}
+		assert_true(row != NULL && again != NULL && x != NULL && back != NULL);
+		for (int64_t k = 0; k < cols; k++) {
+			x[k] = rndf() * 3;
+			amax = fmax(amax, fabs(x[k]));
+		}
+		memset(row, 0xa5, rb + 64);
+		memset(again, 0x5a, rb + 64);
+		memset(back, 0xa5, sizeof(float) * (size_t)(cols + 16));
+		ti->from_f32(x, cols, row);
+		for (size_t b = rb; b < rb + 64; b++)
+			assert_int_equal(row[b], 0xa5);
+		ti->to_f32(row, cols, back);
+		for (int64_t k = cols; k < cols + 16; k++)
+			assert_int_equal(f_bits(back[k]), 0xa5a5a5a5u);
+		ti->from_f32(back, cols, again);
+		assert_memory_equal(row, again, rb);
+		for (int64_t k = 0; k < cols; k++)
+			err = fmax(err, fabs((double)back[k] - x[k]));
+		/* a loose bound for any sane format of that many bits per element
+		 * (the formats' own tests above are exact): garbage fails it */
+		assert_true(err <= amax * pow(2.0, 2.0 - bits / 2.0));
+		free(row);
+		free(again);
+		free(x);
+		free(back);
+	}
+	for (int a = 0; a < MU__ACTFMT_COUNT; a++) {
+		assert_non_null(mu__actfmts[a].name);
+		assert_true(mu__actfmts[a].block >= 1 && mu__actfmts[a].block_bytes >= 1);
+		assert_non_null(mu__actfmts[a].to_f32);
+		assert_int_equal(mu__actfmt_row_bytes((mu__actfmt_t)a, 3 * mu__actfmts[a].block),
+		                 3 * (size_t)mu__actfmts[a].block_bytes);
+	}
+}
+
+/* Names and GGUF ids are unique, and the lookups find each entry again;
+ * ggml's names of the types muster does not compute are found by id only. */
+static void test_table_lookups(void **state)
+{
+	mu__wtype_t t = MU__WT_COUNT;
+	int named = 0;
+
+	(void)state;
+	for (int i = 0; i < MU__WT_COUNT; i++) {
+		for (int k = 0; k < i; k++) {
+			assert_string_not_equal(mu__wtypes[i].name, mu__wtypes[k].name);
+			assert_int_not_equal(mu__wtypes[i].ggml, mu__wtypes[k].ggml);
+		}
+		assert_int_equal(mu__wtype_by_name(mu__wtypes[i].name, &t), 0);
+		assert_int_equal(t, i);
+		assert_int_equal(mu__wtype_by_ggml(mu__wtypes[i].ggml, &t), 0);
+		assert_int_equal(t, i);
+		assert_string_equal(mu__ggml_type_name(mu__wtypes[i].ggml), mu__wtypes[i].name);
+		assert_string_equal(mu__wtype_name((mu__wtype_t)i), mu__wtypes[i].name);
+	}
+	/* every name ggml gives an id is one id's, and a computed type's is the
+	 * table's; the others are not computed, so no lookup by name finds them */
+	for (uint32_t id = 0; id < 256; id++) {
+		const char *n = mu__ggml_type_name(id);
+
+		if (n == NULL)
+			continue;
+		named++;
+		for (uint32_t k = 0; k < id; k++)
+			assert_true(mu__ggml_type_name(k) == NULL || strcmp(mu__ggml_type_name(k), n) != 0);
+		t = MU__WT_COUNT;
+		if (mu__wtype_by_ggml(id, &t) == 0) {
+			assert_string_equal(n, mu__wtypes[t].name);
+		} else {
+			assert_int_equal(mu__wtype_by_name(n, &t), MU_EARG);
+			assert_int_equal(t, MU__WT_COUNT); /* untouched */
+		}
+	}
+	assert_true(named > MU__WT_COUNT);
+	assert_string_equal(mu__ggml_type_name(14), "Q6_K");
+	assert_string_equal(mu__ggml_type_name(12), "Q4_K");
+	assert_null(mu__ggml_type_name(4)); /* retired by ggml */
+	assert_null(mu__ggml_type_name(UINT32_MAX));
+	assert_int_equal(mu__wtype_by_ggml(14, &t), MU_EARG);
+	assert_int_equal(mu__wtype_by_name("q8_0", &t), MU_EARG); /* case matters */
+	assert_int_equal(mu__wtype_by_name("", &t), MU_EARG);
+	assert_int_equal(mu__wtype_by_name(NULL, &t), MU_EARG);
+}
+
+/* The list a person reads is the table's, in its order, truncated safely. */
+static void test_table_list(void **state)
+{
+	char buf[256], want[256], small[8];
+	size_t at = 0;
+
+	(void)state;
+	for (int i = 0; i < MU__WT_COUNT; i++)
+		at += (size_t)snprintf(want + at, sizeof(want) - at, "%s%s",
+		                       i == 0 ? "" : i == MU__WT_COUNT - 1 ? " and " : ", ",
+		                       mu__wtypes[i].name);
+	assert_ptr_equal(mu__wtype_list(0, buf, sizeof(buf)), buf);
+	assert_string_equal(buf, want);
+	assert_non_null(strstr(buf, "Q8_0"));
+	/* one-element blocks only: the unquantized types */
+	mu__wtype_list(1, buf, sizeof(buf));
+	assert_non_null(strstr(buf, "F32"));
+	assert_null(strstr(buf, "Q8_0"));
+	assert_string_equal(mu__wtype_list(12345, buf, sizeof(buf)), "");
+	mu__wtype_list(0, small, sizeof(small));
+	assert_int_equal(strlen(small), sizeof(small) - 1);
+	assert_memory_equal(small, want, sizeof(small) - 1);
+	mu__wtype_list(0, small, 1);
+	assert_string_equal(small, "");
+}
+
+/* Every instruction set this build has (whether or not this CPU runs it)
+ * has a kernel for every type and a quantizer for every activation format
+ * that is not x as it is. */
+static void test_isa_tables(void **state)
+{
+	int n = 0;
+
+	(void)state;
+	assert_ptr_equal(mu__kern_isa_built(0), &mu__kern_portable);
+	assert_null(mu__kern_isa_built(-1));
+	for (const mu__kern_isa_t *k; (k = mu__kern_isa_built(n)) != NULL; n++) {
+		assert_non_null(k->name);
+		for (int t = 0; t < MU__WT_COUNT; t++)
+			if (k->mm[t] == NULL)
+				fail_msg("the %s kernels have none for %s", k->name, mu__wtypes[t].name);
+		assert_null(k->act[MU__ACTFMT_F32]);
+		for (int a = MU__ACTFMT_F32 + 1; a < MU__ACTFMT_COUNT; a++)
+			if (k->act[a] == NULL)
+				fail_msg("the %s kernels have no quantizer for %s activations", k->name,
+				         mu__actfmts[a].name);
+		if (mu__kern_isa_by_name(k->name) != NULL)
+			assert_ptr_equal(mu__kern_isa_by_name(k->name), k);
+	}
+	assert_true(n >= 1 && n <= 3);
+	print_message("kernel tables in this build: %d, each complete\n", n);
 }
 
 static void test_isa_choice(void **state)
@@ -689,15 +864,15 @@ int main(void)
 		cmocka_unit_test(test_bf16),
 		cmocka_unit_test(test_q8_0),
 		cmocka_unit_test(test_q4_0),
-		cmocka_unit_test(test_quant_row_isas),
+		cmocka_unit_test(test_act_q8_0_isas),
 		cmocka_unit_test(test_types),
+		cmocka_unit_test(test_table_entries),
+		cmocka_unit_test(test_table_lookups),
+		cmocka_unit_test(test_table_list),
+		cmocka_unit_test(test_isa_tables),
 		cmocka_unit_test(test_isa_choice),
 		cmocka_unit_test(test_matmul_edges),
-		cmocka_unit_test(test_matmul_f32),
-		cmocka_unit_test(test_matmul_f16),
-		cmocka_unit_test(test_matmul_bf16),
-		cmocka_unit_test(test_matmul_q8_0),
-		cmocka_unit_test(test_matmul_q4_0),
+		cmocka_unit_test(test_matmul_types),
 	};
 	return cmocka_run_group_tests(tests, pools_setup, pools_teardown);
 }

@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The weight-type traits table (mu__wtypes) and the activation formats
+ * (mu__actfmts): for each type its name, GGUF id, block, bytes per block,
+ * activation format and its row conversions to and from f32; and what
+ * reads the table (row sizes, names, GGUF ids, the list of types for a
+ * person). The f16/bf16 conversions and the quantizers, which the table
+ * points to, are here too. The products are not: each instruction set's
+ * table of kernels (kern/isa_int.h) has one per type, in kern/portable.c
+ * and kern/avx2.c.
+ *
+ * Built with -ffp-contract=off like the kernels: the quantizers' roundings
+ * are part of the format (the same bytes on every machine).
+ */
+#include <assert.h>
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "muster/common.h"
+#include "kern/isa_int.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the kernels read little-endian weights in place"
+#endif
+
+/* ---- f16 and bf16 ---- */
+
+float mu__f16_to_f32(uint16_t h)
+{
+	return mu__h2f(h);
+}
+
+/* Round to nearest even; overflow to inf; a NaN stays a NaN, quiet, with
+ * the top of its payload (what F16C's vcvtps2ph does). */
+uint16_t mu__f32_to_f16(float f)
+{
+	uint32_t u = mu__f32_bits(f), a = u & 0x7fffffffu;
+	uint16_t s = (uint16_t)((u >> 16) & 0x8000u);
+
+	if (a > 0x7f800000u)
+		return (uint16_t)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
+	if (a >= 0x477ff000u) /* 65520 and up: past half an ulp above 65504 */
+		return (uint16_t)(s | 0x7c00u);
+	if (a >= 0x38800000u) { /* 2^-14 and up: a normal f16 */
+		uint32_t r = a - (112u << 23);
+
+		return (uint16_t)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+	}
+	if (a < 0x33000000u) /* at most 2^-25, half the smallest subnormal */
+		return s;
+	{ /* a subnormal f16: round m * 2^(e-150) to a multiple of 2^-24 */
+		uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, sh = 126 - e;
+		uint32_t q = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+
+		if (rem > half || (rem == half && (q & 1u)))
+			q++;
+		return (uint16_t)(s | q);
+	}
+}
+
+float mu__bf16_to_f32(uint16_t h)
+{
+	return mu__bf2f(h);
+}
+
+/* Round to nearest even (subnormals kept); a NaN stays a quiet NaN. */
+uint16_t mu__f32_to_bf16(float f)
+{
+	uint32_t u = mu__f32_bits(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* ---- quantizers ---- */
+
+void mu__q8_block(const float *x, int8_t *q, uint16_t *dh)
+{
+	float amax = 0, d, id;
+	int bad = 0;
+
+	for (int j = 0; j < MU__QBLOCK; j++) {
+		float a = fabsf(x[j]);
+
+		bad |= !(a <= FLT_MAX);
+		amax = a > amax ? a : amax;
+	}
+	if (bad) {
+		*dh = 0x7e00;
+		memset(q, 0, MU__QBLOCK);
+		return;
+	}
+	d = amax / 127.0f;
+	id = d != 0 ? 1.0f / d : 0.0f;
+	*dh = mu__f32_to_f16(d);
+	for (int j = 0; j < MU__QBLOCK; j++) {
+		float v = x[j] * id;
+
+		v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+		q[j] = (int8_t)roundf(v);
+	}
+}
+
+/* Q8_0 rows: each block as mu__q8_block makes it, scale first. */
+static void q8_0_from_f32(const float *x, int64_t n, void *out)
+{
+	unsigned char *o = out;
+
+	assert(n % MU__QBLOCK == 0);
+	for (int64_t b = 0; b < n / MU__QBLOCK; b++, o += 34) {
+		uint16_t dh;
+
+		mu__q8_block(x + b * MU__QBLOCK, (int8_t *)(o + 2), &dh);
+		memcpy(o, &dh, 2);
+	}
+}
+
+/*
+ * llama.cpp's reference Q4_0: the element of largest magnitude, with its
+ * sign, maps to -8; d = max / -8, q = min(15, trunc(x / d + 8.5)) computed
+ * with x * (1/d). As in mu__q8_block, a block holding a NaN or an infinity
+ * gets d = NaN and every q = 8 (zero), and q is clamped to [0, 15].
+ */
+static void q4_0_from_f32(const float *x, int64_t n, void *out)
+{
+	unsigned char *o = out;
+
+	assert(n % MU__QBLOCK == 0);
+	for (int64_t b = 0; b < n / MU__QBLOCK; b++, x += MU__QBLOCK, o += 18) {
+		float amax = 0, max = 0, d, id;
+		uint16_t dh;
+		int bad = 0;
+
+		for (int j = 0; j < MU__QBLOCK; j++) {
+			bad |= !(fabsf(x[j]) <= FLT_MAX);
+			if (amax < fabsf(x[j])) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		}
+		d = max / -8.0f;
+		id = d != 0 ? 1.0f / d : 0.0f;
+		dh = bad ? 0x7e00 : mu__f32_to_f16(d);
+		memcpy(o, &dh, 2);
+		for (int j = 0; j < MU__QBLOCK / 2; j++) {
+			float v0 = x[j] * id + 8.5f, v1 = x[j + 16] * id + 8.5f;
+			int q0, q1;
+
+			/* !(v >= 0) also catches the NaN of 0 * inf */
+			q0 = bad ? 8 : !(v0 >= 0.0f) ? 0 : v0 >= 15.0f ? 15 : (int)v0;
+			q1 = bad ? 8 : !(v1 >= 0.0f) ? 0 : v1 >= 15.0f ? 15 : (int)v1;
+			o[2 + j] = (unsigned char)(q0 | q1 << 4);
+		}
+	}
+}
+
+/* ---- rows to f32 (exact: what the products read) ---- */
+
+static void f32_to_f32(const void *row, int64_t cols, float *out)
+{
+	memcpy(out, row, (size_t)cols * sizeof(float));
+}
+
+static void f16_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k++)
+		out[k] = mu__h2f(mu__ld16(p + 2 * k));
+}
+
+static void bf16_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k++)
+		out[k] = mu__bf2f(mu__ld16(p + 2 * k));
+}
+
+static void q8_0_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k += MU__QBLOCK, p += 34) {
+		float d = mu__h2f(mu__ld16(p));
+
+		for (int j = 0; j < MU__QBLOCK; j++)
+			out[k + j] = d * (float)(int8_t)p[2 + j];
+	}
+}
+
+static void q4_0_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k += MU__QBLOCK, p += 18) {
+		float d = mu__h2f(mu__ld16(p));
+
+		for (int j = 0; j < MU__QBLOCK / 2; j++) {
+			out[k + j] = d * (float)((p[2 + j] & 15) - 8);
+			out[k + j + 16] = d * (float)((p[2 + j] >> 4) - 8);
+		}
+	}
+}
+
+/* The Q8_0 activation row form: cols quants, then cols/32 f32 scales. */
+static void act_q8_0_to_f32(const void *row, int64_t cols, float *out)
+{
+	const int8_t *q = row;
+	const unsigned char *d = (const unsigned char *)row + cols;
+
+	for (int64_t k = 0; k < cols; k++)
+		out[k] = mu__ldf(d + 4 * (k / MU__QBLOCK)) * (float)q[k];
+}
+
+/* ---- f32 to rows ---- */
+
+static void f32_from_f32(const float *x, int64_t cols, void *row)
+{
+	memcpy(row, x, (size_t)cols * sizeof(float));
+}
+
+static void f16_from_f32(const float *x, int64_t cols, void *row)
+{
+	unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k++) {
+		uint16_t h = mu__f32_to_f16(x[k]);
+
+		memcpy(p + 2 * k, &h, 2);
+	}
+}
+
+static void bf16_from_f32(const float *x, int64_t cols, void *row)
+{
+	unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k++) {
+		uint16_t h = mu__f32_to_bf16(x[k]);
+
+		memcpy(p + 2 * k, &h, 2);
+	}
+}
+
+/* ---- the tables ---- */
+
+/* The single source of what muster computes with. ggml's type numbers are
+ * GGUF's tensor type ids (ggml.h's enum ggml_type). */
+const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
+	/* name, ggml id, block, bytes per block, activations, to f32, from f32 */
+	[MU__WT_F32] = {"F32", 0, 1, 4, MU__ACTFMT_F32, f32_to_f32, f32_from_f32},
+	[MU__WT_F16] = {"F16", 1, 1, 2, MU__ACTFMT_F32, f16_to_f32, f16_from_f32},
+	[MU__WT_BF16] = {"BF16", 30, 1, 2, MU__ACTFMT_F32, bf16_to_f32, bf16_from_f32},
+	[MU__WT_Q8_0] = {"Q8_0", 8, 32, 34, MU__ACTFMT_Q8_0, q8_0_to_f32, q8_0_from_f32},
+	[MU__WT_Q4_0] = {"Q4_0", 2, 32, 18, MU__ACTFMT_Q8_0, q4_0_to_f32, q4_0_from_f32},
+};
+
+/* The activation formats: a Q8_0 block of x is 32 quants and an f32
+ * scale (the kernels read the scale as f32, already rounded to f16). */
+const mu__actfmt_info_t mu__actfmts[MU__ACTFMT_COUNT] = {
+	[MU__ACTFMT_F32] = {"F32", 1, 4, f32_to_f32},
+	[MU__ACTFMT_Q8_0] = {"Q8_0", MU__QBLOCK, MU__QBLOCK + 4, act_q8_0_to_f32},
+};
+
+/*
+ * ggml's names of the types muster does NOT compute, by GGUF id: for
+ * messages only ("has ggml type Q6_K"). Nothing computes from this list; a
+ * type that gains an entry in mu__wtypes leaves it. Ids ggml retired
+ * (4, 5, 31-33, 36-38) have no name.
+ */
+static const struct {
+	uint32_t ggml;
+	const char *name;
+} ggml_other[] = {
+	{3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {9, "Q8_1"}, {10, "Q2_K"}, {11, "Q3_K"},
+	{12, "Q4_K"}, {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {16, "IQ2_XXS"},
+	{17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"},
+	{22, "IQ2_S"}, {23, "IQ4_XS"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"},
+	{28, "F64"}, {29, "IQ1_M"}, {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"},
+	{40, "NVFP4"},
+};
+
+/* ---- what reads the tables ---- */
+
+/* cols / block * bytes, or 0 (the bound leaves callers room to multiply
+ * by a row count without overflowing 64 bits for any real shape). */
+static size_t row_bytes(int32_t block, uint32_t bytes, int64_t cols)
+{
+	if (cols <= 0 || cols > (int64_t)(SIZE_MAX / 8) || cols % block != 0)
+		return 0;
+	return (size_t)(cols / block) * bytes;
+}
+
+size_t mu__wtype_row_bytes(mu__wtype_t t, int64_t cols)
+{
+	const mu__wtype_info_t *ti = mu__wtype_info((int)t);
+
+	return ti ? row_bytes(ti->block, ti->block_bytes, cols) : 0;
+}
+
+size_t mu__actfmt_row_bytes(mu__actfmt_t a, int64_t cols)
+{
+	if ((unsigned)a >= MU__ACTFMT_COUNT)
+		return 0;
+	return row_bytes(mu__actfmts[a].block, mu__actfmts[a].block_bytes, cols);
+}
+
+const char *mu__wtype_name(mu__wtype_t t)
+{
+	const mu__wtype_info_t *ti = mu__wtype_info((int)t);
+
+	return ti ? ti->name : "?";
+}
+
+int mu__wtype_by_name(const char *name, mu__wtype_t *t)
+{
+	for (int i = 0; name != NULL && i < MU__WT_COUNT; i++)
+		if (strcmp(mu__wtypes[i].name, name) == 0) {
+			*t = (mu__wtype_t)i;
+			return 0;
+		}
+	return MU_EARG;
+}
+
+int mu__wtype_by_ggml(uint32_t ggml, mu__wtype_t *t)
+{
+	for (int i = 0; i < MU__WT_COUNT; i++)
+		if (mu__wtypes[i].ggml == ggml) {
+			*t = (mu__wtype_t)i;
+			return 0;
+		}
+	return MU_EARG;
+}
+
+const char *mu__ggml_type_name(uint32_t ggml)
+{
+	mu__wtype_t t;
+
+	if (mu__wtype_by_ggml(ggml, &t) == 0)
+		return mu__wtypes[t].name;
+	for (size_t i = 0; i < sizeof(ggml_other) / sizeof(ggml_other[0]); i++)
+		if (ggml_other[i].ggml == ggml)
+			return ggml_other[i].name;
+	return NULL;
+}
+
+const char *mu__wtype_list(int32_t block, char *buf, size_t len)
+{
+	size_t at = 0;
+	int n = 0, seen = 0;
+
+	assert(len > 0);
+	buf[0] = '\0';
+	for (int i = 0; i < MU__WT_COUNT; i++)
+		n += block == 0 || mu__wtypes[i].block == block;
+	for (int i = 0; i < MU__WT_COUNT && at < len; i++) {
+		int w;
+
+		if (block != 0 && mu__wtypes[i].block != block)
+			continue;
+		seen++;
+		w = snprintf(buf + at, len - at, "%s%s", seen == 1 ? "" : seen == n ? " and " : ", ",
+		             mu__wtypes[i].name);
+		at = w < 0 ? len : at + (size_t)w;
+	}
+	return buf;
+}
