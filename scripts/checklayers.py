@@ -27,7 +27,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 CLI_ALLOWED = ('muster/', 'cli/', 'core/')
 # include/muster/NAME.h belongs to layer NAME when there is one, else to
 # core (common.h, stream.h, metrics.h, version.h); these are the others.
-PUBLIC = {'model': 'graph'}
+# llm.h is implemented in pipeline/llm: a model's handle reaches stages
+# over the network and devices through a tracker, not only its decoder.
+PUBLIC = {'model': 'graph', 'llm': 'pipeline_llm'}
 
 
 def layers(root):

@@ -116,6 +116,48 @@ class MdEvent(ctypes.Structure):
                 ("name", ctypes.c_char * 256), ("detail", ctypes.c_char * 256)]
 
 
+class LlmOpts(ctypes.Structure):
+    """mu_llm_opts_t (include/muster/llm.h)."""
+    _fields_ = [("struct_size", c_size_t), ("tokenizer", c_char_p), ("threads", c_int),
+                ("max_sequences", c_int), ("ctx", ctypes.c_int32), ("chunk", ctypes.c_int32),
+                ("batch", c_int), ("io_timeout_ms", c_int), ("keepalive_ms", c_int),
+                ("stages", ctypes.POINTER(c_char_p)), ("nstages", c_int), ("coord", c_void_p),
+                ("cluster", c_void_p), ("device_sequences", c_int),
+                ("replay_bytes", ctypes.c_uint64)]
+
+
+class LlmGenOpts(ctypes.Structure):
+    """mu_llm_gen_opts_t (include/muster/llm.h); the callbacks are set as
+    pointers (ctypes.cast of a CFUNCTYPE object kept alive by the caller)."""
+    _fields_ = [("struct_size", c_size_t), ("max_tokens", ctypes.c_int32),
+                ("temperature", c_double), ("top_k", ctypes.c_int32), ("top_p", c_double),
+                ("seed", ctypes.c_uint64), ("no_bos", c_int), ("ignore_eos", c_int),
+                ("prompt_ids", ctypes.POINTER(ctypes.c_int32)), ("nprompt_ids", c_size_t),
+                ("ctx", ctypes.c_int32), ("on_token", c_void_p), ("on_logits", c_void_p),
+                ("on_done", c_void_p), ("ud", c_void_p)]
+
+
+class LlmStats(ctypes.Structure):
+    """mu_llm_stats_t."""
+    _fields_ = [("prompt_tokens", ctypes.c_int32), ("new_tokens", ctypes.c_int32),
+                ("decode_steps", ctypes.c_int32), ("stop", c_int), ("prefill_ms", c_double),
+                ("ttft_ms", c_double), ("decode_ms", c_double)]
+
+
+class LlmInfo(ctypes.Structure):
+    """mu_llm_info_t."""
+    _fields_ = [("arch", c_char_p), ("format", c_int), ("layers", ctypes.c_int32),
+                ("dim", ctypes.c_int32), ("vocab", ctypes.c_int32),
+                ("trained_ctx", ctypes.c_int32), ("ctx", ctypes.c_int32),
+                ("weight_bytes", ctypes.c_uint64), ("stages", c_int), ("where", c_char_p)]
+
+
+# the callbacks of mu_llm_gen_opts_t
+LLM_TOKEN_CB = ctypes.CFUNCTYPE(c_int, c_void_p, ctypes.c_int32, c_void_p, c_size_t)
+LLM_LOGITS_CB = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int32)
+LLM_DONE_CB = ctypes.CFUNCTYPE(None, c_void_p, c_int, ctypes.POINTER(LlmStats), c_char_p)
+
+
 def _fn(name, restype, *argtypes):
     f = getattr(lib, name)
     f.restype = restype
@@ -216,6 +258,25 @@ md_blob_name = _fn("mu_md_blob_name", c_int, c_char_p, c_size_t, c_char_p, c_siz
 md_blob_payload = _fn("mu_md_blob_payload", c_int, c_void_p, c_size_t, P(c_void_p),
                       P(c_size_t))
 
+_I32P = P(ctypes.c_int32)
+llm_opts_init = _sized_init("mu_llm_opts_init_size", LlmOpts)
+llm_open = _fn("mu_llm_open", c_int, c_char_p, P(LlmOpts), P(c_void_p), c_char_p, c_size_t)
+llm_free = _fn("mu_llm_free", None, c_void_p)
+llm_tokenizer = _fn("mu_llm_tokenizer", c_void_p, c_void_p)
+llm_info = _fn("mu_llm_info", None, c_void_p, P(LlmInfo))
+llm_gen_opts_init = _sized_init("mu_llm_gen_opts_init_size", LlmGenOpts)
+llm_generate = _fn("mu_llm_generate", c_int, c_void_p, c_char_p, c_size_t, P(LlmGenOpts),
+                   P(LlmStats), c_char_p, c_size_t)
+llm_submit = _fn("mu_llm_submit", c_int, c_void_p, c_char_p, c_size_t, P(LlmGenOpts),
+                 _U64P, c_char_p, c_size_t)
+llm_cancel = _fn("mu_llm_cancel", None, c_void_p, ctypes.c_uint64)
+llm_drain = _fn("mu_llm_drain", None, c_void_p)
+tokenizer_encode = _fn("mu_tokenizer_encode", c_int, c_void_p, c_char_p, c_size_t, c_int,
+                       P(_I32P), P(c_size_t))
+tokenizer_decode = _fn("mu_tokenizer_decode", c_int, c_void_p, _I32P, c_size_t, c_int,
+                       P(c_void_p), P(c_size_t))
+tokenizer_vocab = _fn("mu_tokenizer_vocab", ctypes.c_int32, c_void_p)
+
 layout_size = _fn("mu_layout_size", c_size_t, c_char_p)
 layout_field = _fn("mu_layout_field", c_int, c_char_p, c_char_p, P(c_size_t), P(c_size_t))
 
@@ -226,7 +287,9 @@ MIRRORED = [(Budget, "mu_budget_t", False), (TrackerOpts, "mu_tracker_opts_t", T
             (StoreServerOpts, "mu_store_server_opts_t", True),
             (StoreClientOpts, "mu_store_client_opts_t", True),
             (StoreValue, "mu_store_value_t", False), (MdOpts, "mu_md_opts_t", True),
-            (MdPeer, "mu_md_peer_t", False), (MdEvent, "mu_md_event_t", False)]
+            (MdPeer, "mu_md_peer_t", False), (MdEvent, "mu_md_event_t", False),
+            (LlmOpts, "mu_llm_opts_t", True), (LlmGenOpts, "mu_llm_gen_opts_t", True),
+            (LlmStats, "mu_llm_stats_t", False), (LlmInfo, "mu_llm_info_t", False)]
 
 
 def check_layouts(mirrored=None, library=None):

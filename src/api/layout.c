@@ -14,6 +14,7 @@
 
 #include "muster/common.h"
 #include "muster/etcd.h"
+#include "muster/llm.h"
 #include "muster/md.h"
 #include "muster/model.h"
 #include "muster/pipeline.h"
@@ -175,6 +176,43 @@ static const mu__layout_field_t safetensors_desc[] = {
 	F(mu_safetensors_desc_t, name), F(mu_safetensors_desc_t, dtype),
 	F(mu_safetensors_desc_t, rank), F(mu_safetensors_desc_t, dims), {0}};
 
+static const mu__layout_field_t llm_opts[] = {
+	F(mu_llm_opts_t, struct_size), F(mu_llm_opts_t, tokenizer), F(mu_llm_opts_t, threads),
+	F(mu_llm_opts_t, max_sequences), F(mu_llm_opts_t, ctx), F(mu_llm_opts_t, chunk),
+	F(mu_llm_opts_t, batch), F(mu_llm_opts_t, io_timeout_ms), F(mu_llm_opts_t, keepalive_ms),
+	F(mu_llm_opts_t, stages), F(mu_llm_opts_t, nstages), F(mu_llm_opts_t, coord),
+	F(mu_llm_opts_t, cluster), F(mu_llm_opts_t, device_sequences),
+	F(mu_llm_opts_t, replay_bytes), {0}};
+
+static const mu__layout_field_t llm_info[] = {
+	F(mu_llm_info_t, arch), F(mu_llm_info_t, format), F(mu_llm_info_t, layers),
+	F(mu_llm_info_t, dim), F(mu_llm_info_t, vocab), F(mu_llm_info_t, trained_ctx),
+	F(mu_llm_info_t, ctx), F(mu_llm_info_t, weight_bytes), F(mu_llm_info_t, stages),
+	F(mu_llm_info_t, where), {0}};
+
+static const mu__layout_field_t llm_stage_info[] = {
+	F(mu_llm_stage_info_t, address), F(mu_llm_stage_info_t, first),
+	F(mu_llm_stage_info_t, last), F(mu_llm_stage_info_t, batches),
+	F(mu_llm_stage_info_t, rows), F(mu_llm_stage_info_t, busy_ms),
+	F(mu_llm_stage_info_t, replaced), {0}};
+
+static const mu__layout_field_t llm_recovery[] = {
+	F(mu_llm_recovery_t, recoveries), F(mu_llm_recovery_t, recovery_ms),
+	F(mu_llm_recovery_t, replayed), F(mu_llm_recovery_t, kept_bytes), {0}};
+
+static const mu__layout_field_t llm_stats[] = {
+	F(mu_llm_stats_t, prompt_tokens), F(mu_llm_stats_t, new_tokens),
+	F(mu_llm_stats_t, decode_steps), F(mu_llm_stats_t, stop), F(mu_llm_stats_t, prefill_ms),
+	F(mu_llm_stats_t, ttft_ms), F(mu_llm_stats_t, decode_ms), {0}};
+
+static const mu__layout_field_t llm_gen_opts[] = {
+	F(mu_llm_gen_opts_t, struct_size), F(mu_llm_gen_opts_t, max_tokens),
+	F(mu_llm_gen_opts_t, temperature), F(mu_llm_gen_opts_t, top_k), F(mu_llm_gen_opts_t, top_p),
+	F(mu_llm_gen_opts_t, seed), F(mu_llm_gen_opts_t, no_bos), F(mu_llm_gen_opts_t, ignore_eos),
+	F(mu_llm_gen_opts_t, prompt_ids), F(mu_llm_gen_opts_t, nprompt_ids),
+	F(mu_llm_gen_opts_t, ctx), F(mu_llm_gen_opts_t, on_token), F(mu_llm_gen_opts_t, on_logits),
+	F(mu_llm_gen_opts_t, on_done), F(mu_llm_gen_opts_t, ud), {0}};
+
 #define T(type, fields) {#type, sizeof(type), fields}
 
 static const mu__layout_t types[] = {
@@ -200,6 +238,12 @@ static const mu__layout_t types[] = {
 	T(mu_metrics_server_opts_t, metrics_server_opts),
 	T(mu_store_request_t, store_request),
 	T(mu_safetensors_desc_t, safetensors_desc),
+	T(mu_llm_opts_t, llm_opts),
+	T(mu_llm_info_t, llm_info),
+	T(mu_llm_stage_info_t, llm_stage_info),
+	T(mu_llm_recovery_t, llm_recovery),
+	T(mu_llm_stats_t, llm_stats),
+	T(mu_llm_gen_opts_t, llm_gen_opts),
 	{NULL, 0, NULL}};
 
 const mu__layout_t *mu__layouts(void)

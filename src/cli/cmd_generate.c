@@ -8,11 +8,9 @@
  * object on stdout at the end.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -33,7 +31,7 @@ typedef struct {
 	int failed_write;
 } out_t;
 
-static void on_token(void *ud, int32_t id, const char *text, size_t len)
+static int on_token(void *ud, int32_t id, const char *text, size_t len)
 {
 	out_t *o = ud;
 
@@ -42,7 +40,7 @@ static void on_token(void *ud, int32_t id, const char *text, size_t len)
 			o->failed_write = 1;
 		if (id >= 0)
 			cJSON_AddItemToArray(o->ids, cJSON_CreateNumber(id));
-		return;
+		return 0;
 	}
 	if (len > 0) {
 		if (fwrite(text, 1, len, stdout) != len)
@@ -50,6 +48,7 @@ static void on_token(void *ud, int32_t id, const char *text, size_t len)
 		o->ends_nl = text[len - 1] == '\n';
 		fflush(stdout);
 	}
+	return 0;
 }
 
 static void on_logits(void *ud, const float *logits, int32_t vocab)
@@ -60,36 +59,45 @@ static void on_logits(void *ud, const float *logits, int32_t vocab)
 		o->failed_write = 1;
 }
 
-static const char *stop_name(mu__stop_t s)
+static double rate(int32_t n, double ms)
 {
-	return s == MU__STOP_EOS ? "eos" : s == MU__STOP_LENGTH ? "length" : "context";
+	return ms > 0 ? n / (ms / 1e3) : 0;
 }
 
-static double rate(int32_t n, double s)
-{
-	return s > 0 ? n / s : 0;
-}
-
-static void print_stats(const gen_run_t *r, const mu__gen_stats_t *st)
+static void print_stats(const gen_run_t *r, const mu_llm_stats_t *st)
 {
 	char rss[32];
 
 	cli_bytes((double)mu__proc_status_kib(0, "VmHWM") * 1024, rss, sizeof(rss));
 	fprintf(stderr, "prefill %d tokens in %.1f ms (%.1f tok/s) | decode %d tokens in %.1f ms "
 	        "(%.2f tok/s) | first token after %.1f ms | stop: %s | %s | coordinator peak RSS %s\n",
-	        st->prompt_tokens, st->prefill_s * 1e3, rate(st->prompt_tokens, st->prefill_s),
-	        st->decode_steps, st->decode_s * 1e3, rate(st->decode_steps, st->decode_s),
-	        st->ttft_s * 1e3, stop_name(st->stop), r->where, rss);
+	        st->prompt_tokens, st->prefill_ms, rate(st->prompt_tokens, st->prefill_ms),
+	        st->decode_steps, st->decode_ms, rate(st->decode_steps, st->decode_ms),
+	        st->ttft_ms, gen_stop_name(st->stop), r->info.where, rss);
 }
 
-static void print_json(const gen_run_t *r, out_t *o, const mu__gen_stats_t *st)
+/* Over devices from the tracker: the figures, and what was recovered. */
+static void print_tracker_stats(const gen_run_t *r, const mu_llm_stats_t *st)
 {
-	cJSON *j = cJSON_CreateObject();
-	mu__buf_t text;
-	char *s;
+	mu_llm_recovery_t rec;
 
-	/* A model may emit bytes that are not UTF-8 (byte tokens); JSON
-	 * carries text, so those become U+FFFD. */
+	mu_llm_recovery(r->llm, &rec);
+	fprintf(stderr, "\nprompt %d tokens, first token after %.1f ms | decode %d tokens in %.1f ms "
+	        "(%.2f tok/s) | stop: %s | %s\n", st->prompt_tokens, st->ttft_ms, st->decode_steps,
+	        st->decode_ms, rate(st->decode_steps, st->decode_ms), gen_stop_name(st->stop),
+	        r->info.where);
+	if (rec.recoveries > 0)
+		fprintf(stderr, "recovered %d lost device%s in %.0f ms, replaying %llu positions; the "
+		        "text went on where it was\n", rec.recoveries, rec.recoveries == 1 ? "" : "s",
+		        rec.recovery_ms, (unsigned long long)rec.replayed);
+}
+
+/* The report's text: a model may emit bytes that are not UTF-8 (byte
+ * tokens); JSON carries text, so those become U+FFFD. */
+static void add_text(cJSON *j, out_t *o)
+{
+	mu__buf_t text;
+
 	mu__buf_init(&text, (size_t)1 << 30);
 	if (mu__utf8_repair(o->text.data != NULL ? o->text.data : "", o->text.len, &text) != 0)
 		mu__buf_reset(&text);
@@ -97,17 +105,42 @@ static void print_json(const gen_run_t *r, out_t *o, const mu__gen_stats_t *st)
 	mu__buf_free(&text);
 	cJSON_AddItemToObject(j, "tokens", o->ids);
 	o->ids = NULL;
+}
+
+static void add_figures(const gen_run_t *r, cJSON *j, const mu_llm_stats_t *st)
+{
+	mu_llm_recovery_t rec;
+
 	cJSON_AddNumberToObject(j, "prompt_tokens", st->prompt_tokens);
 	cJSON_AddNumberToObject(j, "new_tokens", st->new_tokens);
-	cJSON_AddNumberToObject(j, "prefill_ms", st->prefill_s * 1e3);
-	cJSON_AddNumberToObject(j, "prefill_tok_s", rate(st->prompt_tokens, st->prefill_s));
-	cJSON_AddNumberToObject(j, "decode_ms", st->decode_s * 1e3);
+	if (r->tracker) { /* the figures of a run that may have lost a device */
+		mu_llm_recovery(r->llm, &rec);
+		cJSON_AddNumberToObject(j, "ttft_ms", st->ttft_ms);
+		cJSON_AddNumberToObject(j, "decode_tok_s", rate(st->decode_steps, st->decode_ms));
+		cJSON_AddStringToObject(j, "stop", gen_stop_name(st->stop));
+		cJSON_AddNumberToObject(j, "recoveries", rec.recoveries);
+		cJSON_AddNumberToObject(j, "recovery_ms", rec.recovery_ms);
+		cJSON_AddNumberToObject(j, "replayed_positions", (double)rec.replayed);
+		return;
+	}
+	cJSON_AddNumberToObject(j, "prefill_ms", st->prefill_ms);
+	cJSON_AddNumberToObject(j, "prefill_tok_s", rate(st->prompt_tokens, st->prefill_ms));
+	cJSON_AddNumberToObject(j, "decode_ms", st->decode_ms);
 	cJSON_AddNumberToObject(j, "decode_steps", st->decode_steps);
-	cJSON_AddNumberToObject(j, "decode_tok_s", rate(st->decode_steps, st->decode_s));
-	cJSON_AddNumberToObject(j, "ttft_ms", st->ttft_s * 1e3);
-	cJSON_AddStringToObject(j, "stop", stop_name(st->stop));
+	cJSON_AddNumberToObject(j, "decode_tok_s", rate(st->decode_steps, st->decode_ms));
+	cJSON_AddNumberToObject(j, "ttft_ms", st->ttft_ms);
+	cJSON_AddStringToObject(j, "stop", gen_stop_name(st->stop));
 	cJSON_AddNumberToObject(j, "seed", (double)r->seed);
 	cJSON_AddNumberToObject(j, "peak_rss_kib", (double)mu__proc_status_kib(0, "VmHWM"));
+}
+
+static void print_json(const gen_run_t *r, out_t *o, const mu_llm_stats_t *st)
+{
+	cJSON *j = cJSON_CreateObject();
+	char *s;
+
+	add_text(j, o);
+	add_figures(r, j, st);
 	gen_run_json(r, j);
 	s = cJSON_PrintUnformatted(j);
 	if (s != NULL)
@@ -132,17 +165,24 @@ static int read_prompt(const char *file, char **text, size_t *len)
 	return 0;
 }
 
-static int run(gen_run_t *r, const char *prompt, size_t plen, const char *dump)
+/* One prompt (text, or ids when given), its text streamed as it comes
+ * (or, with --json, in one object at the end). The exit status. */
+static int run(gen_run_t *r, const char *prompt, size_t plen, const int32_t *ids, int32_t nids,
+               const char *dump)
 {
 	out_t o = {.json = r->json, .tty = isatty(1), .ends_nl = 1};
-	mu__gen_stats_t st;
+	mu_llm_gen_opts_t g;
+	mu_llm_stats_t st;
 	char why[1024] = "";
 	int rc;
 
 	mu__buf_init(&o.text, (size_t)256 << 20);
 	o.ids = cJSON_CreateArray();
-	r->g.on_token = on_token;
-	r->g.ud = &o;
+	gen_run_request(r, &g);
+	g.prompt_ids = ids;
+	g.nprompt_ids = (size_t)nids;
+	g.on_token = on_token;
+	g.ud = &o;
 	if (dump != NULL) {
 		if ((o.logits = fopen(dump, "wb")) == NULL) {
 			fprintf(stderr, "muster generate: cannot write %s: %s\n", dump, strerror(errno));
@@ -150,18 +190,21 @@ static int run(gen_run_t *r, const char *prompt, size_t plen, const char *dump)
 			mu__buf_free(&o.text);
 			return 1;
 		}
-		r->g.on_logits = on_logits;
+		g.on_logits = on_logits;
 	}
-	rc = mu__generate(&r->chain, r->tok, prompt, plen, &r->g, &st, why, sizeof(why));
-	if (!o.json && o.tty && !o.ends_nl)
+	rc = mu_llm_generate(r->llm, prompt, plen, &g, &st, why, sizeof(why));
+	if (!o.json && o.tty && !o.ends_nl && !r->tracker)
 		putchar('\n');
 	fflush(stdout);
 	if (o.logits != NULL && fclose(o.logits) != 0)
 		o.failed_write = 1;
 	if (rc != 0)
-		fprintf(stderr, "muster generate: %s\n", why[0] ? why : mu_strerror(rc));
+		fprintf(stderr, "%smuster generate: %s\n", r->tracker ? "\n" : "",
+		        why[0] ? why : mu_strerror(rc));
 	else if (o.json)
 		print_json(r, &o, &st);
+	else if (r->tracker)
+		print_tracker_stats(r, &st);
 	else
 		print_stats(r, &st);
 	if (rc == 0 && o.failed_write) {
@@ -201,7 +244,7 @@ static int parse_ids(const char *s, int32_t vocab, int32_t **out, int32_t *n)
 int cmd_generate(int argc, char **argv)
 {
 	const char *prompt = NULL, *prompt_file = NULL, *dump = NULL, *prompt_ids = NULL;
-	int32_t *ids = NULL;
+	int32_t *ids = NULL, nids = 0;
 	char *text = NULL;
 	gen_args_t a;
 	gen_run_t r;
@@ -235,15 +278,11 @@ int cmd_generate(int argc, char **argv)
 	}
 	if ((rc = gen_run_open(&a, &r)) != 0)
 		return rc;
-	if (prompt_ids != NULL) {
-		rc = parse_ids(prompt_ids, r.src.hp.vocab, &ids, &r.g.nprompt_ids);
-		if (rc != 0) {
-			fprintf(stderr, "muster generate: --prompt-ids takes 1 to 65536 token ids of the "
-			        "vocabulary (0 to %d), comma-separated\n", r.src.hp.vocab - 1);
-			gen_run_close(&r);
-			return 2;
-		}
-		r.g.prompt_ids = ids;
+	if (prompt_ids != NULL && parse_ids(prompt_ids, r.info.vocab, &ids, &nids) != 0) {
+		fprintf(stderr, "muster generate: --prompt-ids takes 1 to 65536 token ids of the "
+		        "vocabulary (0 to %d), comma-separated\n", r.info.vocab - 1);
+		gen_run_close(&r);
+		return 2;
 	}
 	if (prompt_file != NULL && read_prompt(prompt_file, &text, &len) != 0) {
 		gen_run_close(&r);
@@ -257,9 +296,7 @@ int cmd_generate(int argc, char **argv)
 		fprintf(stderr, "muster generate: --parallel takes its prompts from --prompt-file\n");
 		rc = 2;
 	} else {
-		rc = a.parallel > 0 ? gen_run_parallel(&r, text)
-		   : r.cluster != NULL ? gen_run_engine_one(&r, text, len, r.g.prompt_ids, r.g.nprompt_ids)
-		                       : run(&r, text, len, dump);
+		rc = a.parallel > 0 ? gen_run_parallel(&r, text) : run(&r, text, len, ids, nids, dump);
 	}
 	mu__free(text);
 	mu__free(ids);

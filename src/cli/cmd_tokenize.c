@@ -14,11 +14,11 @@
 #include <time.h>
 
 #include "muster/common.h"
+#include "muster/llm.h"
 #include "cli/cli_int.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/json_int.h"
-#include "tok/tok_int.h"
 
 #define MAX_FILE (1ULL << 30)
 
@@ -54,108 +54,10 @@ static double now_ms(void)
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static const cJSON *meta(const cJSON *m, const char *key)
-{
-	char k[96];
-
-	snprintf(k, sizeof(k), "tokenizer.ggml.%s", key);
-	return cJSON_GetObjectItemCaseSensitive(m, k);
-}
-
-static int32_t meta_id(const cJSON *m, const char *key)
-{
-	const cJSON *v = meta(m, key);
-
-	return mu__json_is_int(v, 0, INT32_MAX) ? (int32_t)v->valuedouble : -1;
-}
-
-static int meta_flag(const cJSON *m, const char *key)
-{
-	const cJSON *v = meta(m, key);
-
-	return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
-}
-
-/* The strings of an array (pointing into it), or NULL with *n = 0. */
-static const char **meta_strings(const cJSON *a, size_t *n)
-{
-	const char **v;
-	const cJSON *c;
-	size_t i = 0;
-
-	*n = 0;
-	if (!cJSON_IsArray(a) || (v = mu__calloc((size_t)cJSON_GetArraySize(a) + 1, sizeof(*v))) == NULL)
-		return NULL;
-	cJSON_ArrayForEach(c, a) {
-		if (!cJSON_IsString(c)) {
-			mu__free(v);
-			return NULL;
-		}
-		v[i++] = c->valuestring;
-	}
-	*n = i;
-	return v;
-}
-
-/*
- * --gguf-meta FILE: a GGUF's tokenizer metadata as a JSON object keyed by
- * the GGUF names ("tokenizer.ggml.tokens", ...), built the way a GGUF
- * file's tokenizer is (mu__tok_from_vocab). Tests use it to run the GGUF
- * tokenizers on real vocabularies without a model file.
- */
-static int from_meta(const char *text, size_t len, mu__tok_t **t, char *why, size_t wl)
-{
-	cJSON *m = NULL;
-	mu__tok_vocab_t v;
-	const cJSON *c, *model;
-	float *scores = NULL;
-	int32_t *types = NULL;
-	size_t n, k = 0;
-	int rc = mu__json_parse(text, len, &m);
-
-	memset(&v, 0, sizeof(v));
-	if (rc != 0 || !cJSON_IsObject(m)) {
-		cJSON_Delete(m);
-		snprintf(why, wl, "not a JSON object");
-		return rc != 0 ? rc : MU_EPROTO;
-	}
-	model = meta(m, "model");
-	v.model = cJSON_IsString(model) ? model->valuestring : NULL;
-	c = meta(m, "pre");
-	v.pre = cJSON_IsString(c) ? c->valuestring : NULL;
-	v.tokens = meta_strings(meta(m, "tokens"), &v.n);
-	v.merges = meta_strings(meta(m, "merges"), &v.nmerges);
-	n = v.n;
-	if ((c = meta(m, "scores")) != NULL && cJSON_GetArraySize(c) == (int)n &&
-	    (scores = mu__calloc(n + 1, sizeof(*scores))) != NULL)
-		cJSON_ArrayForEach(c, meta(m, "scores")) scores[k++] = (float)c->valuedouble;
-	k = 0;
-	if ((c = meta(m, "token_type")) != NULL && cJSON_GetArraySize(c) == (int)n &&
-	    (types = mu__calloc(n + 1, sizeof(*types))) != NULL)
-		cJSON_ArrayForEach(c, meta(m, "token_type")) types[k++] = (int32_t)c->valuedouble;
-	v.scores = scores;
-	v.types = types;
-	v.bos = meta_id(m, "bos_token_id");
-	v.eos = meta_id(m, "eos_token_id");
-	v.unk = meta_id(m, "unknown_token_id");
-	v.pad = meta_id(m, "padding_token_id");
-	v.add_bos = meta_flag(m, "add_bos_token");
-	v.add_eos = meta_flag(m, "add_eos_token");
-	v.no_space_prefix = meta_flag(m, "add_space_prefix") == 0;
-	c = cJSON_GetObjectItemCaseSensitive(m, "tokenizer.chat_template");
-	v.chat_template = cJSON_IsString(c) ? c->valuestring : NULL;
-	rc = mu__tok_from_vocab(&v, t, why, wl);
-	mu__free((void *)v.tokens);
-	mu__free((void *)v.merges);
-	mu__free(scores);
-	mu__free(types);
-	cJSON_Delete(m);
-	return rc;
-}
-
 /* --tokenizer FILE|DIR (tokenizer_config.json beside it when there),
  * --llama2c FILE --vocab N, or --gguf-meta FILE (vocab < 0). */
-static int load(const char *hf, const char *config, const char *l2c, int vocab, mu__tok_t **t)
+static int load(const char *hf, const char *config, const char *l2c, int vocab,
+                mu_tokenizer_t **t)
 {
 	char why[512] = "", path[4096], *json = NULL, *cfg = NULL;
 	const char *what = hf != NULL ? hf : l2c;
@@ -183,11 +85,11 @@ static int load(const char *hf, const char *config, const char *l2c, int vocab, 
 		return 1;
 	}
 	if (hf != NULL)
-		rc = mu__tok_from_hf(json, jl, cfg, cl, t, why, sizeof(why));
+		rc = mu_tokenizer_from_hf(json, jl, cfg, cl, t, why, sizeof(why));
 	else if (vocab < 0)
-		rc = from_meta(json, jl, t, why, sizeof(why));
+		rc = mu_tokenizer_from_gguf_meta(json, jl, t, why, sizeof(why));
 	else
-		rc = mu__tok_from_llama2c(json, jl, vocab, t, why, sizeof(why));
+		rc = mu_tokenizer_from_llama2c(json, jl, vocab, t, why, sizeof(why));
 	mu__free(json);
 	mu__free(cfg);
 	if (rc != 0) {
@@ -267,7 +169,7 @@ static int parse_ids(const char *s, int32_t **ids, size_t *n)
 }
 
 typedef struct {
-	const mu__tok_t *t;
+	const mu_tokenizer_t *t;
 	int flags, json, keep_special, repeat;
 	double enc_ms;
 	size_t bytes, tokens;
@@ -286,7 +188,7 @@ static int one(job_t *j, int decode, const char *in, size_t len, mu__buf_t *o)
 			fprintf(stderr, "muster tokenize --decode: the input is not a list of ids\n");
 			return 2;
 		}
-		rc = mu__tok_decode(j->t, ids, n, j->keep_special, &text, &tl);
+		rc = mu_tokenizer_decode(j->t, ids, n, j->keep_special, &text, &tl);
 		if (rc == 0)
 			rc = j->json ? print_text(o, text, tl) : mu__buf_append(o, text, tl);
 	} else {
@@ -294,7 +196,7 @@ static int one(job_t *j, int decode, const char *in, size_t len, mu__buf_t *o)
 
 		for (int r = 0; rc == 0 && r < j->repeat; r++) {
 			mu__free(ids);
-			rc = mu__tok_encode(j->t, in, len, j->flags, &ids, &n);
+			rc = mu_tokenizer_encode(j->t, in, len, j->flags, &ids, &n);
 		}
 		j->enc_ms += now_ms() - t0;
 		j->bytes += len * (size_t)j->repeat;
@@ -398,7 +300,7 @@ int cmd_tokenize(int argc, char **argv)
 		"config says, as HF's encode() does by default.",
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 	job_t j;
-	mu__tok_t *t = NULL;
+	mu_tokenizer_t *t = NULL;
 	char *in;
 	size_t len = 0;
 	double t0;
@@ -417,19 +319,19 @@ int cmd_tokenize(int argc, char **argv)
 		return rc;
 	memset(&j, 0, sizeof(j));
 	j.t = t;
-	j.flags = (no_bos ? 0 : MU__TOK_BOS) | (no_special ? 0 : MU__TOK_SPECIAL);
+	j.flags = (no_bos ? 0 : MU_TOK_BOS) | (no_special ? 0 : MU_TOK_SPECIAL);
 	j.json = json || bat;
 	j.keep_special = keep;
 	j.repeat = repeat;
 	if (stats)
 		fprintf(stderr, "tokenize: loaded in %.1f ms (%d ids)\n", now_ms() - t0,
-		        (int)mu__tok_vocab_size(t));
+		        (int)mu_tokenizer_vocab(t));
 	in = text != NULL ? mu__strdup(text) : slurp("-", &len);
 	if (text != NULL)
 		len = strlen(text);
 	if (in == NULL) {
 		fprintf(stderr, "muster tokenize: cannot read the input\n");
-		mu__tok_free(t);
+		mu_tokenizer_free(t);
 		return 1;
 	}
 	rc = convert(&j, decode, bat, json, in, len);
@@ -437,6 +339,6 @@ int cmd_tokenize(int argc, char **argv)
 		fprintf(stderr, "tokenize: %zu bytes -> %zu tokens in %.1f ms (%.2f MB/s)\n", j.bytes,
 		        j.tokens, j.enc_ms, j.enc_ms > 0 ? (double)j.bytes / 1e3 / j.enc_ms : 0.0);
 	mu__free(in);
-	mu__tok_free(t);
+	mu_tokenizer_free(t);
 	return rc;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Opening what `muster generate` runs: see gen_int.h.
+ * Opening what `muster generate` runs (gen_int.h): its options checked,
+ * then one mu_llm_open, which says itself what failed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,11 +15,6 @@
 #include "cli/progress_int.h"
 #include "core/alloc_int.h"
 #include "core/net_int.h"
-#include "pipeline/llm/cluster_int.h"
-#include "pipeline/llm/coord_int.h"
-#include "pipeline/llm/link_int.h"
-
-#define GEN_DEFAULT_CTX 4096
 
 void gen_args_default(gen_args_t *a)
 {
@@ -93,12 +89,6 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 	return (int)(sizeof(v) / sizeof(v[0]));
 }
 
-static int fail(const gen_args_t *a, const char *what, const char *why)
-{
-	fprintf(stderr, "%s: %s%s%s\n", a->prog, what, why[0] ? ": " : "", why);
-	return 1;
-}
-
 int gen_args_check(const gen_args_t *a)
 {
 	const char *bad = NULL;
@@ -142,24 +132,6 @@ int gen_args_check(const gen_args_t *a)
 	return bad != NULL ? 2 : 0;
 }
 
-static int open_local(gen_run_t *r)
-{
-	mu__dec_opts_t o = {r->a.threads, r->a.parallel > 0 ? r->a.parallel : 1, UINT64_MAX,
-	                    r->a.chunk};
-	char why[1024] = "";
-	int rc;
-
-	rc = mu__dec_new(&r->src, 0, r->src.hp.n_layers, &o, &r->dec, why, sizeof(why));
-	if (rc == 0) /* the weights resident before anything is timed, as a stage does */
-		mu__llm_src_touch(&r->src, 0, r->src.hp.n_layers);
-	if (rc != 0)
-		return fail(&r->a, "cannot set up the model", why);
-	mu__chain_local(&r->chain, r->dec, r->a.chunk);
-	snprintf(r->where, sizeof(r->where), "this process, %d thread%s, kernels %s", r->a.threads,
-	         r->a.threads == 1 ? "" : "s", mu__kern_isa());
-	return 0;
-}
-
 /* Split "H:P,H:P,..." in place into at most max addresses. */
 static int split_addrs(char *s, char **v, int max)
 {
@@ -174,41 +146,6 @@ static int split_addrs(char *s, char **v, int max)
 	return n;
 }
 
-static int open_remote(gen_run_t *r)
-{
-	mu__llm_coord_opts_t o;
-	mu__llm_coord_t *c;
-	char *copy = strdup(r->a.stages), *v[1024], why[1024] = "";
-	int n, rc;
-
-	if (copy == NULL)
-		return fail(&r->a, "out of memory", "");
-	n = split_addrs(copy, v, 1024);
-	if (n < 1) {
-		free(copy);
-		fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to 1024 of them)\n", r->a.prog);
-		return 2;
-	}
-	mu__llm_coord_opts_init(&o);
-	o.io_timeout_ms = r->a.io_timeout * 1000;
-	o.sec = r->sec;
-	rc = mu__llm_coord_connect((const char *const *)v, n, &o, &c, why, sizeof(why));
-	free(copy);
-	if (rc != 0)
-		return fail(&r->a, "cannot use the stages", why);
-	r->remote = c;
-	mu__llm_coord_chain(c, &r->chain, r->a.chunk);
-	if (r->chain.vocab != r->src.hp.vocab) {
-		snprintf(why, sizeof(why), "their model has a vocabulary of %d, --model's %d",
-		         r->chain.vocab, r->src.hp.vocab);
-		return fail(&r->a, "the stages serve another model", why);
-	}
-	if (r->g.ctx > mu__llm_coord_ctx(c))
-		r->g.ctx = mu__llm_coord_ctx(c);
-	snprintf(r->where, sizeof(r->where), "%d stage%s", n, n == 1 ? "" : "s");
-	return 0;
-}
-
 static void narrate(void *ud, const char *line)
 {
 	(void)ud;
@@ -216,64 +153,119 @@ static void narrate(void *ud, const char *line)
 	fprintf(stderr, "%s\n", line);
 }
 
-static int open_cluster(gen_run_t *r)
-{
-	mu__llm_cluster_opts_t o;
-	mu__llm_cluster_t *c;
-	char host[256], why[1024] = "";
-	int port, rc;
+/* What mu_llm_open reads: the handle's options and, over the network,
+ * the coordinator's and the cluster's, which they point to. */
+typedef struct {
+	mu_llm_opts_t o;
+	mu_coord_opts_t coord;
+	mu_cluster_opts_t cluster;
+	char host[256];
+	char *stages;         /* --stages, split in place */
+	char *addrs[1024];
+} gen_open_t;
 
-	if (mu__split_hostport(r->a.tracker, host, sizeof(host), &port) != 0) {
-		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", r->a.prog, r->a.tracker);
+/* --tracker's part: the cluster of devices. 0, or the exit status after
+ * saying why. */
+static int tracker_opts(gen_run_t *r, gen_open_t *g)
+{
+	const gen_args_t *a = &r->a;
+	mu_cluster_opts_t *c = &g->cluster;
+	uint64_t replay;
+	int port;
+
+	if (mu__split_hostport(a->tracker, g->host, sizeof(g->host), &port) != 0) {
+		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", a->prog, a->tracker);
 		return 2;
 	}
-	if (cli_parse_size(r->a.replay_mem != NULL ? r->a.replay_mem : "256M", &r->replay_bytes)) {
-		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", r->a.prog);
+	if (cli_parse_size(a->replay_mem != NULL ? a->replay_mem : "256M", &replay) != 0) {
+		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", a->prog);
 		return 2;
 	}
-	mu__llm_cluster_opts_init(&o);
-	mu__llm_coord_opts_init(&o.coord);
-	o.pool.tracker_host = host;
-	o.pool.tracker_port = port;
-	o.pool.key = r->a.key;
-	o.pool.io_timeout_ms = r->a.io_timeout * 1000;
-	o.coord.io_timeout_ms = o.pool.io_timeout_ms;
-	o.pool.sec = r->sec;
-	o.coord.sec = r->sec;
-	o.pool.say = r->a.quiet ? NULL : narrate;
-	if (r->a.quiet)
+	mu_cluster_opts_init(c);
+	c->tracker_host = g->host;
+	c->tracker_port = port;
+	c->key = a->key;
+	c->devices = a->devices;
+	c->weights = a->weights == NULL || strcmp(a->weights, "auto") == 0 ? MU_WEIGHTS_AUTO
+	           : strcmp(a->weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;
+	c->coord = &g->coord;
+	c->say = a->quiet ? NULL : narrate;
+	if (a->quiet)
 		cli_progress_enable(0);
-	o.devices = r->a.devices;
-	o.weights = r->a.weights == NULL || strcmp(r->a.weights, "auto") == 0 ? MU_WEIGHTS_AUTO
-	          : strcmp(r->a.weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;
-	o.max_seqs = r->a.max_seqs > 0 ? r->a.max_seqs : r->a.parallel > 0 ? r->a.parallel : 1;
-	o.ctx = r->g.ctx;
-	o.max_chunk = r->a.chunk;
-	rc = mu__llm_cluster_start(&r->src, &o, &c, why, sizeof(why));
+	g->o.cluster = c;
+	g->o.device_sequences = a->max_seqs;
+	g->o.replay_bytes = replay;
+	r->tracker = 1;
+	return 0;
+}
+
+/* --stages's part. 0, or the exit status after saying why. */
+static int stages_opts(gen_run_t *r, gen_open_t *g)
+{
+	int n;
+
+	if ((g->stages = strdup(r->a.stages)) == NULL) {
+		fprintf(stderr, "%s: out of memory\n", r->a.prog);
+		return 1;
+	}
+	if ((n = split_addrs(g->stages, g->addrs, 1024)) < 1) {
+		fprintf(stderr, "%s: --stages takes HOST:PORT,... (1 to 1024 of them)\n", r->a.prog);
+		return 2;
+	}
+	g->o.stages = (const char *const *)g->addrs;
+	g->o.nstages = n;
+	return 0;
+}
+
+static int open_llm(gen_run_t *r)
+{
+	const gen_args_t *a = &r->a;
+	gen_open_t *g = calloc(1, sizeof(*g));
+	char err[2048] = "";
+	int rc = 0;
+
+	if (g == NULL) {
+		fprintf(stderr, "%s: out of memory\n", a->prog);
+		return 1;
+	}
+	mu_llm_opts_init(&g->o);
+	g->o.tokenizer = a->tokenizer;
+	g->o.threads = a->threads;
+	g->o.max_sequences = a->parallel > 0 ? a->parallel : 1;
+	g->o.ctx = a->ctx;
+	g->o.chunk = a->chunk;
+	g->o.batch = !a->no_batch;
+	g->o.io_timeout_ms = a->io_timeout * 1000;
+	g->o.keepalive_ms = a->keepalive * 1000;
+	mu_coord_opts_init(&g->coord);
+	g->coord.io_timeout_ms = g->o.io_timeout_ms;
+	g->coord.sec = r->sec;
+	g->o.coord = &g->coord;
+	if (a->stages != NULL)
+		rc = stages_opts(r, g);
+	else if (a->tracker != NULL)
+		rc = tracker_opts(r, g);
+	if (rc == 0 && (rc = mu_llm_open(a->model, &g->o, &r->llm, err, sizeof(err))) != 0) {
+		fprintf(stderr, "%s: %s\n", a->prog, err[0] ? err : mu_strerror(rc));
+		rc = 1;
+	}
+	free(g->stages);
+	free(g);
 	if (rc != 0)
-		return fail(&r->a, "cannot place the model on the devices", why);
-	r->cluster = c;
-	snprintf(r->where, sizeof(r->where), "%d device%s from the tracker",
-	         mu__llm_cluster_stages(c), mu__llm_cluster_stages(c) == 1 ? "" : "s");
+		return rc;
+	mu_llm_info(r->llm, &r->info);
+	r->tok = mu_llm_tokenizer(r->llm);
 	return 0;
 }
 
 int gen_run_open(const gen_args_t *a, gen_run_t *r)
 {
-	char why[1024] = "";
 	int rc;
 
 	memset(r, 0, sizeof(*r));
 	r->a = *a;
 	if ((rc = gen_args_check(a)) != 0)
 		return rc;
-	if ((rc = mu__llm_src_open(a->model, a->tokenizer, &r->src, why, sizeof(why))) != 0)
-		return fail(&r->a, "cannot open the model", why);
-	r->have_src = 1;
-	if ((rc = r->src.tokenizer(&r->src, &r->tok, why, sizeof(why))) != 0) {
-		gen_run_close(r);
-		return fail(&r->a, "cannot load the tokenizer", why);
-	}
 	if (a->seed < 0) {
 		if (getrandom(&r->seed, sizeof(r->seed), 0) != (ssize_t)sizeof(r->seed))
 			r->seed = 0x5eed;
@@ -281,102 +273,52 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 		r->seed = (uint64_t)a->seed;
 	}
 	r->json = a->json;
-	r->g.sample.temperature = (float)a->temperature;
-	r->g.sample.top_k = a->top_k;
-	r->g.sample.top_p = (float)a->top_p;
-	r->g.sample.seed = r->seed;
-	r->g.max_tokens = a->max_tokens;
-	r->g.ctx = a->ctx > 0 ? a->ctx : (r->src.hp.ctx < GEN_DEFAULT_CTX ? r->src.hp.ctx : GEN_DEFAULT_CTX);
-	r->g.no_bos = a->no_bos;
-	r->g.ignore_eos = a->ignore_eos;
-	r->g.seq_id = 1;
 	if ((a->stages != NULL || a->tracker != NULL) &&
 	    (rc = cli_secure_apply(a->prog, &r->a.cs, &r->sec)) != 0) {
 		gen_run_close(r);
 		return rc;
 	}
-	if (a->stages != NULL)
-		rc = open_remote(r);
-	else if (a->tracker != NULL)
-		rc = open_cluster(r);
-	else
-		rc = open_local(r);
-	if (rc != 0)
+	if ((rc = open_llm(r)) != 0)
 		gen_run_close(r);
 	return rc;
 }
 
-/* The links over whatever the run holds: the local decoder, stages, or
- * devices from the tracker. */
-static int make_links(gen_run_t *r, int s)
+void gen_run_request(const gen_run_t *r, mu_llm_gen_opts_t *g)
 {
-	mu__llm_coord_t *co = r->cluster != NULL ? mu__llm_cluster_coord(r->cluster) : r->remote;
-	int i, k = co != NULL ? mu__llm_coord_stages(co) : 1;
-	mu__eng_link_t *l = mu__calloc((size_t)k, sizeof(*l));
-
-	if (l == NULL)
-		return MU_ENOMEM;
-	if (co == NULL && mu__link_local(r->dec, r->a.chunk, s, &l[0]) != 0) {
-		mu__free(l);
-		return MU_ENOMEM;
-	}
-	for (i = 0; co != NULL && i < k; i++)
-		mu__llm_coord_link(co, i, r->a.chunk, &l[i]);
-	r->links = l;
-	r->nlinks = k;
-	return 0;
-}
-
-int gen_run_engine(gen_run_t *r, int parallel, mu__eng_t **out)
-{
-	mu__eng_opts_t o = {.dim = r->src.hp.dim, .vocab = r->src.hp.vocab, .ctx_max = r->g.ctx,
-	                    .max_active = parallel, .batch = !r->a.no_batch,
-	                    .io_timeout_ms = r->a.io_timeout * 1000};
-	int rc;
-
-	*out = NULL;
-	/* devices end sessions idle past their --session-timeout (300 s by
-	 * default): a long-lived coordinator (muster serve) shows it is there */
-	if (r->cluster != NULL || r->remote != NULL)
-		o.keepalive_ms = r->a.keepalive * 1000;
-	if (r->cluster != NULL) {
-		o.recover = mu__llm_cluster_recover;
-		o.recover_ud = r->cluster;
-		o.max_recoveries = 3;
-		o.replay_bytes = r->replay_bytes;
-	}
-	if (r->links == NULL && (rc = make_links(r, parallel)) != 0)
-		return rc;
-	return mu__eng_new(r->links, r->nlinks, &o, out);
+	mu_llm_gen_opts_init(g);
+	g->max_tokens = r->a.max_tokens;
+	g->temperature = r->a.temperature;
+	g->top_k = r->a.top_k;
+	g->top_p = r->a.top_p;
+	g->seed = r->seed;
+	g->no_bos = r->a.no_bos;
+	g->ignore_eos = r->a.ignore_eos;
 }
 
 void gen_run_close(gen_run_t *r)
 {
-	if (r->remote == NULL && r->cluster == NULL && r->links != NULL)
-		mu__link_local_free(&r->links[0]);
-	mu__free(r->links);
-	mu__dec_free(r->dec);
-	mu__llm_coord_free(r->remote);
-	mu__llm_cluster_close(r->cluster);
-	mu__tok_free(r->tok);
-	if (r->have_src)
-		mu__llm_src_free(&r->src);
+	mu_llm_free(r->llm);
 	mu_secure_free(r->sec);
 	memset(r, 0, sizeof(*r));
 }
 
+const char *gen_stop_name(mu_llm_stop_t s)
+{
+	return s == MU_LLM_STOP_EOS ? "eos" : s == MU_LLM_STOP_LENGTH ? "length"
+	     : s == MU_LLM_STOP_CONTEXT ? "context" : "stopped";
+}
+
 void gen_run_json(const gen_run_t *r, cJSON *j)
 {
-	const mu__llm_hp_t *h = &r->src.hp;
+	const mu_llm_info_t *h = &r->info;
 	cJSON *m = cJSON_AddObjectToObject(j, "model");
 
 	cJSON_AddStringToObject(m, "arch", h->arch);
-	cJSON_AddStringToObject(m, "format", r->src.fmt == MU__FMT_HF ? "hf" :
-	                                    r->src.fmt == MU__FMT_GGUF ? "gguf" : "llama2.c");
-	cJSON_AddNumberToObject(m, "layers", h->n_layers);
+	cJSON_AddStringToObject(m, "format", h->format == MU_LLM_HF ? "hf" :
+	                                    h->format == MU_LLM_GGUF ? "gguf" : "llama2.c");
+	cJSON_AddNumberToObject(m, "layers", h->layers);
 	cJSON_AddNumberToObject(m, "dim", h->dim);
 	cJSON_AddNumberToObject(m, "vocab", h->vocab);
-	cJSON_AddNumberToObject(m, "weight_bytes",
-	                        (double)mu__llm_src_bytes(&r->src, 0, h->n_layers));
-	cJSON_AddStringToObject(j, "where", r->where);
+	cJSON_AddNumberToObject(m, "weight_bytes", (double)h->weight_bytes);
+	cJSON_AddStringToObject(j, "where", h->where);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The OpenAI API over HTTP (http.c) in front of the generation engine
- * (pipeline/llm/engine_int.h): what mu_serve_start (serve.c) runs.
+ * (llm/engine_int.h): what mu_serve_start (serve.c) runs.
  *
  *   api.c      the server: its loop, the routes, turning a request into
  *              prompt ids and sampling options, the one log line per
@@ -26,7 +26,7 @@
 #include "core/buf_int.h"
 #include "core/list_int.h"
 #include "tok/tok_int.h"
-#include "pipeline/llm/engine_int.h"
+#include "llm/engine_int.h"
 #include "core/metrics_int.h"
 #include "serve/chat_int.h"
 #include "serve/http_int.h"

@@ -5,9 +5,10 @@
  * which is killed mid-sentence and replaced by a spare, and the story
  * checked against the same model run whole in this process.
  *
- * The demo plays the coordinator itself, with the library's own pieces:
- * the LLM cluster (devices, placement, weights) and the engine (tokens,
- * recovery). The processes and the tracker are cli/demo/cmd_demo.c's.
+ * The demo plays the coordinator itself, through the public LLM API
+ * (include/muster/llm.h): one handle over devices from the tracker
+ * (placement, weights, recovery), one in this process for the check.
+ * The processes and the tracker are cli/demo/cmd_demo.c's.
  */
 #include <errno.h>
 #include <signal.h>
@@ -16,14 +17,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "muster/llm.h"
 #include "cli/cli_int.h"
 #include "cli/demo/demo.h"
 #include "core/alloc_int.h"
 #include "core/buf_int.h"
 #include "core/time_int.h"
-#include "llm/gen_int.h"
-#include "pipeline/llm/cluster_int.h"
-#include "pipeline/llm/engine_int.h"
 
 #define T 15000          /* ms bound on every step */
 #define NDEV 4           /* three to hold the model, one spare */
@@ -36,11 +35,9 @@ static const char *const budget = "700K";
 typedef struct {
 	demo_t *d;
 	int ports[NDEV];
-	mu__llm_cluster_t *cluster;
-	mu__textout_t to;
+	mu_llm_t *llm;        /* over the devices */
 	mu__buf_t text;
-	int ntok, killed, done, rc;
-	char why[512];
+	int ntok, killed;
 	char victim[64];
 } show_t;
 
@@ -59,122 +56,90 @@ static pid_t pid_of(const show_t *s, const char *addr)
 /* The middle stage's device dies, as a machine would. */
 static void kill_one(show_t *s)
 {
-	mu__llm_cluster_stage_t st;
+	mu_llm_stage_info_t st;
 	pid_t pid;
 
-	mu__llm_cluster_stage(s->cluster, 1, &st);
-	pid = pid_of(s, st.addr);
-	snprintf(s->victim, sizeof(s->victim), "%s", st.addr);
+	mu_llm_stage_info(s->llm, 1, &st);
+	pid = pid_of(s, st.address);
+	snprintf(s->victim, sizeof(s->victim), "%s", st.address);
 	printf("\n\n   >>> killing the device at %s (stage 1, layers %d..%d) with SIGKILL, "
-	       "mid-sentence <<<\n", st.addr, st.first, st.last - 1);
+	       "mid-sentence <<<\n", st.address, st.first, st.last - 1);
 	if (pid > 0)
 		kill(pid, SIGKILL);
 	s->killed = 1;
 }
 
-static int on_token(void *ud, int32_t id)
+static int on_token(void *ud, int32_t id, const char *text, size_t n)
 {
 	show_t *s = ud;
-	const char *text;
-	size_t n;
 
-	mu__textout_feed(&s->to, id, &text, &n);
 	if (mu__buf_append(&s->text, text, n) != 0)
 		return 1;
 	fwrite(text, 1, n, stdout);
 	fflush(stdout);
-	if (++s->ntok == KILL_AT && !s->killed)
+	if (id >= 0 && ++s->ntok == KILL_AT && !s->killed)
 		kill_one(s);
 	return 0;
 }
 
-static void on_done(void *ud, int rc, const char *why, int stop, const mu__gen_stats_t *st)
-{
-	show_t *s = ud;
-	const char *text;
-	size_t n;
-
-	(void)stop;
-	(void)st;
-	mu__textout_flush(&s->to, &text, &n);
-	mu__buf_append(&s->text, text, n);
-	fwrite(text, 1, n, stdout);
-	s->rc = rc;
-	snprintf(s->why, sizeof(s->why), "%s", why);
-	s->done = 1;
-}
-
-static void ref_token(void *ud, int32_t id, const char *text, size_t len)
+static int ref_token(void *ud, int32_t id, const char *text, size_t len)
 {
 	(void)id;
-	mu__buf_append(ud, text, len);
+	return mu__buf_append(ud, text, len) != 0;
+}
+
+/* The story, greedy, from BOS. */
+static void story(mu_llm_gen_opts_t *g)
+{
+	mu_llm_gen_opts_init(g);
+	g->max_tokens = TOKENS;
+	g->temperature = 0;
 }
 
 /* The same model whole in this process: the text the devices must match. */
-static int reference(const mu__llm_src_t *src, const mu__tok_t *tok, mu__buf_t *out, char *err,
-                     size_t el)
+static int reference(const char *model, mu__buf_t *out, char *err, size_t el)
 {
-	mu__dec_opts_t o = {1, 1, UINT64_MAX, 64};
-	mu__gen_opts_t g;
-	mu__gen_stats_t st;
-	mu__chain_t chain;
-	mu__dec_t *dec = NULL;
-	int rc = mu__dec_new(src, 0, src->hp.n_layers, &o, &dec, err, el);
+	mu_llm_opts_t o;
+	mu_llm_gen_opts_t g;
+	mu_llm_t *llm = NULL;
+	int rc;
 
-	memset(&g, 0, sizeof(g));
-	g.max_tokens = TOKENS;
-	g.ctx = CTX;
-	g.seq_id = 1;
+	mu_llm_opts_init(&o);
+	o.threads = 1;
+	o.ctx = CTX;
+	o.chunk = 64;
+	story(&g);
 	g.on_token = ref_token;
 	g.ud = out;
-	if (rc == 0) {
-		mu__chain_local(&chain, dec, 64);
-		rc = mu__generate(&chain, tok, "", 0, &g, &st, err, el);
-	}
-	mu__dec_free(dec);
+	rc = mu_llm_open(model, &o, &llm, err, el);
+	if (rc == 0)
+		rc = mu_llm_generate(llm, "", 0, &g, NULL, err, el);
+	mu_llm_free(llm);
 	return rc;
 }
 
 /* Generation over the devices, with one killed mid-way. */
-static int generate(show_t *s, const mu__llm_src_t *src, const mu__tok_t *tok, char *err,
-                    size_t el)
+static int generate(show_t *s, char *err, size_t el)
 {
-	mu__llm_coord_t *co = mu__llm_cluster_coord(s->cluster);
-	int n = mu__llm_coord_stages(co), rc;
-	mu__eng_link_t links[8];
-	mu__eng_opts_t o = {.dim = src->hp.dim, .vocab = src->hp.vocab, .ctx_max = CTX,
-	                    .max_active = 1, .batch = 1, .io_timeout_ms = 5000,
-	                    .recover = mu__llm_cluster_recover, .recover_ud = s->cluster,
-	                    .max_recoveries = 2, .replay_bytes = (uint64_t)64 << 20};
-	int32_t bos = mu__tok_bos(tok);
-	size_t neos;
-	mu__eng_req_t q = {.prompt = &bos, .nprompt = 1, .ctx = CTX, .max_tokens = TOKENS,
-	                   .on_token = on_token, .on_done = on_done, .ud = s};
-	mu__eng_stats_t es;
-	mu__eng_t *e = NULL;
+	mu_llm_gen_opts_t g;
+	mu_llm_recovery_t rec;
+	char why[1024] = "";
+	int rc;
 
-	q.eos = mu__tok_eos(tok, &neos);
-	q.neos = neos;
-	for (int i = 0; i < n; i++)
-		mu__llm_coord_link(co, i, 64, &links[i]);
-	if ((rc = mu__textout_init(&s->to, tok, &bos, 1)) != 0 ||
-	    (rc = mu__eng_new(links, n, &o, &e)) != 0 || (rc = mu__eng_submit(e, &q, NULL)) != 0) {
-		snprintf(err, el, "cannot start generating: %s", mu_strerror(rc));
-		mu__eng_free(e);
+	story(&g);
+	g.on_token = on_token;
+	g.ud = s;
+	rc = mu_llm_generate(s->llm, "", 0, &g, NULL, why, sizeof(why));
+	if (rc != 0) {
+		snprintf(err, el, "generation failed: %s", why);
 		return rc;
 	}
-	mu__eng_drain(e);
-	mu__eng_stats(e, &es);
-	mu__eng_free(e);
-	if (s->rc != 0) {
-		snprintf(err, el, "generation failed: %s", s->why);
-		return s->rc;
-	}
+	mu_llm_recovery(s->llm, &rec);
 	printf("\n\n   %d tokens. The device at %s was lost after token %d; another came from the\n"
 	       "   tracker, got the same layers, and rebuilt its KV cache by replaying %llu\n"
 	       "   positions in %.0f ms. No other device recomputed anything.\n", s->ntok,
-	       s->victim, KILL_AT, (unsigned long long)es.replayed, es.recovery_ms);
-	return es.recoveries == 1 ? 0 : MU_EFAIL;
+	       s->victim, KILL_AT, (unsigned long long)rec.replayed, rec.recovery_ms);
+	return rec.recoveries == 1 ? 0 : MU_EFAIL;
 }
 
 static int start_processes(show_t *s, const char *model)
@@ -232,50 +197,57 @@ static int copy_model(const char *from, const char *to, char *err, size_t el)
 	return ok ? 0 : -EIO;
 }
 
+/* The devices as a handle: three of them, each within its budget. */
+static int place(show_t *s, const char *model, char *err, size_t el)
+{
+	mu_llm_opts_t o;
+	mu_cluster_opts_t c;
+	mu_coord_opts_t co;
+
+	mu_coord_opts_init(&co);
+	co.io_timeout_ms = 5000;
+	co.sec = s->d->sec;
+	mu_cluster_opts_init(&c);
+	c.tracker_host = "127.0.0.1";
+	c.tracker_port = s->d->tport;
+	c.key = "demo";
+	c.devices = 3;
+	c.request_timeout_ms = T;
+	c.max_replacements = 2;
+	c.coord = &co;
+	c.say = demo_narrate;
+	mu_llm_opts_init(&o);
+	o.cluster = &c;
+	o.ctx = CTX;
+	o.chunk = 64;
+	o.io_timeout_ms = 5000;
+	o.keepalive_ms = 0;
+	o.replay_bytes = (uint64_t)64 << 20;
+	return mu_llm_open(model, &o, &s->llm, err, el);
+}
+
 static int coordinate(show_t *s, const char *model, char *err, size_t el)
 {
-	mu__llm_cluster_opts_t o;
-	mu__llm_src_t src;
-	mu__tok_t *tok = NULL;
 	mu__buf_t ref;
 	int rc;
 
 	mu__buf_init(&ref, (size_t)1 << 20);
-	if ((rc = mu__llm_src_open(model, NULL, &src, err, el)) != 0)
-		return rc;
-	rc = src.tokenizer(&src, &tok, err, el);
-	mu__llm_cluster_opts_init(&o);
-	mu__llm_coord_opts_init(&o.coord);
-	o.pool.tracker_host = "127.0.0.1";
-	o.pool.tracker_port = s->d->tport;
-	o.pool.key = "demo";
-	o.pool.request_timeout_ms = T;
-	o.pool.io_timeout_ms = 5000;
-	o.coord.io_timeout_ms = 5000;
-	o.pool.sec = s->d->sec;
-	o.coord.sec = s->d->sec;
-	o.pool.say = demo_narrate;
-	o.devices = 3;
-	o.max_seqs = 1;
-	o.ctx = CTX;
-	o.max_chunk = 64;
 	printf("\n4. A coordinator asks the tracker for three devices, cuts the model's layers\n"
 	       "   so each device's share (weights and KV cache) fits its memory, and loads\n"
 	       "   each stage. This process plays it; elsewhere it is\n"
 	       "   $ muster generate --tracker 127.0.0.1:%d --key demo --devices 3 \\\n"
 	       "         --model %s --ctx %d --temperature 0\n\n", s->d->tport, model, CTX);
-	if (rc == 0)
-		rc = mu__llm_cluster_start(&src, &o, &s->cluster, err, el);
+	rc = place(s, model, err, el);
 	if (rc == 0) {
 		printf("\n5. The story, greedy, token by token as the last device returns each one\n"
 		       "   (after token %d one device is killed):\n\n", KILL_AT);
-		rc = generate(s, &src, tok, err, el);
+		rc = generate(s, err, el);
 	}
-	mu__llm_cluster_close(s->cluster);
-	s->cluster = NULL;
+	mu_llm_free(s->llm);
+	s->llm = NULL;
 	if (rc == 0) {
 		printf("\n6. The check: the same model, whole, in this process:\n");
-		rc = reference(&src, tok, &ref, err, el);
+		rc = reference(model, &ref, err, el);
 	}
 	if (rc == 0 && (ref.len != s->text.len || memcmp(ref.data, s->text.data, ref.len) != 0)) {
 		snprintf(err, el, "the text from the devices differs from the single-process run");
@@ -284,8 +256,6 @@ static int coordinate(show_t *s, const char *model, char *err, size_t el)
 		printf("   identical: all %zu bytes of the story, device loss and all.\n", ref.len);
 	}
 	mu__buf_free(&ref);
-	mu__tok_free(tok);
-	mu__llm_src_free(&src);
 	return rc;
 }
 
@@ -320,7 +290,6 @@ int demo_llm(demo_t *d, const char *model, char *err, size_t el)
 		else
 			snprintf(err, el, "the devices did not register again");
 	}
-	mu__textout_free(&s.to);
 	mu__buf_free(&s.text);
 	return rc;
 }

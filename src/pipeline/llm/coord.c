@@ -2,9 +2,10 @@
 /*
  * The coordinator of a decoder LLM split over `muster stage` servers: it
  * holds no weights, only the tokenizer (in the caller) and a connection
- * to each stage. A forward sends the token ids to the first stage, relays
- * each stage's activations to the next, and takes the logits from the
- * last. The stages are checked before anything runs: every one serves an
+ * to each stage. Each stage is a link of the generation engine
+ * (llm/engine_int.h): the engine sends the token ids to the first stage,
+ * relays each stage's activations to the next, and takes the logits from
+ * the last. The stages are checked before anything runs: every one serves an
  * LLM, all the same checkpoint (digest), their layer ranges in order
  * cover the model, the first embeds and the last has the head.
  */
@@ -314,108 +315,6 @@ void mu__llm_coord_stage(const mu__llm_coord_t *c, int i, mu__llm_coord_stage_t 
 	out->compute_ms = c->s[i].compute_ms;
 }
 
-/* ---- the chain ---- */
-
-static int coord_open(void *ud, uint64_t id, int32_t ctx, char *why, size_t wl)
-{
-	mu__llm_coord_t *c = ud;
-	mu__msg_t m = {MU_MSG_SEQ_OPEN, 0, 0, id, 0, 0};
-	char body[64];
-	int i, rc = 0;
-
-	snprintf(body, sizeof(body), "{\"ctx\": %d}", ctx);
-	for (i = 0; rc == 0 && i < c->n; i++) {
-		m = (mu__msg_t){MU_MSG_SEQ_OPEN, 0, 0, id, 0, 0};
-		rc = ask(c, i, &m, body, MU_MSG_READY, NULL, why, wl, "opening the sequence");
-	}
-	while (rc != 0 && --i > 0) { /* undo what the stages before reserved */
-		m = (mu__msg_t){MU_MSG_SEQ_CLOSE, 0, 0, id, 0, 0};
-		ask(c, i - 1, &m, NULL, MU_MSG_READY, NULL, NULL, 0, "closing the sequence");
-	}
-	return rc;
-}
-
-static void coord_close(void *ud, uint64_t id)
-{
-	mu__llm_coord_t *c = ud;
-	mu__msg_t m;
-	int i;
-
-	for (i = 0; i < c->n; i++) {
-		m = (mu__msg_t){MU_MSG_SEQ_CLOSE, 0, 0, id, 0, 0};
-		ask(c, i, &m, NULL, MU_MSG_READY, NULL, NULL, 0, "closing the sequence");
-	}
-}
-
-/* One stage's step: send in, receive its single output tensor. */
-static int step(mu__llm_coord_t *c, int i, uint64_t id, int32_t pos, mu_tensor_list_t *in,
-                mu_tensor_list_t *out, char *why, size_t wl)
-{
-	lstage_t *s = &c->s[i];
-	mu__msg_t m = {MU_MSG_SEQ_FORWARD, 0, ++c->next_id, id, 0, (uint32_t)pos};
-	int rc = mu__msg_send_frame(&s->c, &m, in);
-
-	if (rc != 0)
-		return fail(c, i, rc, why, wl, "sending a forward");
-	if ((rc = reply(c, i, m.id, MU_MSG_RESULT, &m, why, wl, "in a forward")) != 0)
-		return rc;
-	s->compute_ms += (double)m.aux / 1e6;
-	if ((rc = mu__msg_recv_frame(&s->c, &m, out)) != 0)
-		return fail(c, i, rc, why, wl, "reading a forward's result");
-	if (out->n != 1) {
-		snprintf(why, wl, "stage %d/%d (%s) returned %zu tensors, not one", i, c->n, s->addr,
-		         out->n);
-		return MU_EPROTO;
-	}
-	return 0;
-}
-
-static int coord_forward(void *ud, uint64_t id, int32_t pos, int32_t n, const int32_t *tokens,
-                         float *logits, char *why, size_t wl)
-{
-	mu__llm_coord_t *c = ud;
-	mu_tensor_list_t in, out;
-	mu_tensor_t *t = NULL, *l;
-	int i, rc;
-
-	mu_tensor_list_init(&in);
-	if ((rc = mu__seq_tokens_new(tokens, n, c->s[0].ids_f32, &t, why, wl)) != 0 ||
-	    (rc = mu_tensor_list_push(&in, t)) != 0) {
-		mu_tensor_free(t);
-		return rc;
-	}
-	for (i = 0; i < c->n; i++) {
-		mu_tensor_list_init(&out);
-		rc = step(c, i, id, pos, &in, &out, why, wl);
-		mu_tensor_list_free(&in);
-		in = out;
-		if (rc != 0)
-			break;
-	}
-	l = rc == 0 ? in.t[0] : NULL;
-	if (rc == 0 && (l->dtype != MU_DTYPE_F32 || l->rank != 2 || l->dims[0] < 1 ||
-	                l->dims[1] != (uint64_t)c->vocab)) {
-		snprintf(why, wl, "the last stage returned %s, not the F32 logits of the vocabulary",
-		         l->name);
-		rc = MU_EPROTO;
-	}
-	if (rc == 0)
-		memcpy(logits, l->data + (l->dims[0] - 1) * (uint64_t)c->vocab,
-		       (size_t)c->vocab * sizeof(float));
-	mu_tensor_list_free(&in);
-	return rc;
-}
-
-void mu__llm_coord_chain(mu__llm_coord_t *c, mu__chain_t *chain, int32_t max_chunk)
-{
-	chain->open = coord_open;
-	chain->forward = coord_forward;
-	chain->close = coord_close;
-	chain->ud = c;
-	chain->max_chunk = max_chunk < c->max_chunk ? max_chunk : c->max_chunk;
-	chain->vocab = c->vocab;
-}
-
 int32_t mu__llm_coord_ctx(const mu__llm_coord_t *c)
 {
 	return c->ctx;
@@ -535,4 +434,9 @@ void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_li
 int32_t mu__llm_coord_dim(const mu__llm_coord_t *c)
 {
 	return c->dim;
+}
+
+int32_t mu__llm_coord_vocab(const mu__llm_coord_t *c)
+{
+	return c->vocab;
 }

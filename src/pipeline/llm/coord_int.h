@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The coordinator of a decoder LLM over `muster stage` servers, as a chain
- * for the generation loop (model/llm_gen_int.h). Blocking; one caller at
- * a time.
+ * The coordinator of a decoder LLM over `muster stage` servers: its
+ * stages as links of the generation engine (llm/engine_int.h). Blocking;
+ * one caller at a time (the engine's thread, once it runs).
  */
 #ifndef MU_PIPELINE_LLM_COORD_INT_H
 #define MU_PIPELINE_LLM_COORD_INT_H
 
 #include <stdint.h>
 
-#include "llm/gen_int.h"
-#include "pipeline/llm/engine_int.h"
 #include "muster/server.h"
+#include "llm/engine_int.h"
+#include "pipeline/msg_int.h"
 
 typedef struct mu__llm_coord_s mu__llm_coord_t;
 
@@ -54,12 +54,11 @@ void mu__llm_coord_stage(const mu__llm_coord_t *c, int i, mu__llm_coord_stage_t 
 /* The smallest trained context among the stages. */
 int32_t mu__llm_coord_ctx(const mu__llm_coord_t *c);
 
-/* Stage i as a link for the engine (valid while c lives). */
+/* Stage i as a link for the engine (valid while c lives); rows per batch
+ * at most max_chunk and the stages' own limit. */
 void mu__llm_coord_link(mu__llm_coord_t *c, int i, int32_t max_chunk, mu__eng_link_t *link);
+/* The model's width and vocabulary, as the stages said. */
 int32_t mu__llm_coord_dim(const mu__llm_coord_t *c);
-
-/* A chain over c; positions per forward at most max_chunk (and the
- * stages' own limit). */
-void mu__llm_coord_chain(mu__llm_coord_t *c, mu__chain_t *chain, int32_t max_chunk);
+int32_t mu__llm_coord_vocab(const mu__llm_coord_t *c);
 
 #endif

@@ -478,8 +478,9 @@ static const mu__stage_kind_t old_kind = {
 	.free = old_free,
 };
 
-/* Generate with the chain (SEQ_FORWARD) and the link (SEQ_BATCH) through
- * a stage server serving s: the logits of two steps, and of one batch. */
+/* Generate with the link (SEQ_BATCH) through a stage server serving s:
+ * the logits of two steps of one sequence, and of the prompt alone in a
+ * second one. */
 static void drive(mu_stage_t *s, float *logits)
 {
 	const char *addr[1];
@@ -488,10 +489,9 @@ static void drive(mu_stage_t *s, float *logits)
 	mu_stage_server_t *srv;
 	mu__llm_coord_opts_t co;
 	mu__llm_coord_t *c;
-	mu__chain_t chain;
 	mu__eng_link_t link;
 	const int32_t prompt[2] = {1, 9}, next = 4;
-	mu__dec_item_t it = {5, 0, 2, 0};
+	mu__dec_item_t it = {5, 0, 2, 0}, first = {3, 0, 2, 0}, second = {3, 2, 1, 0};
 	const float *out;
 	double ms;
 
@@ -503,14 +503,17 @@ static void drive(mu_stage_t *s, float *logits)
 	co.sec = NULL;
 	if (mu__llm_coord_connect(addr, 1, &co, &c, why, sizeof(why)) != 0)
 		fail_msg("connect: %s", why);
-	mu__llm_coord_chain(c, &chain, 8);
-	assert_int_equal(chain.open(chain.ud, 3, 16, why, sizeof(why)), 0);
-	if (chain.forward(chain.ud, 3, 0, 2, prompt, logits, why, sizeof(why)) != 0)
-		fail_msg("forward: %s", why);
-	assert_int_equal(chain.forward(chain.ud, 3, 2, 1, &next, logits + VOCAB, why, sizeof(why)),
-	                 0);
-	chain.close(chain.ud, 3);
 	mu__llm_coord_link(c, 0, 8, &link);
+	assert_int_equal(link.open(link.ud, 3, 16, why, sizeof(why)), 0);
+	assert_int_equal(link.submit(link.ud, &first, 1, 2, prompt, NULL, why, sizeof(why)), 0);
+	if (link.finish(link.ud, &out, &ms, why, sizeof(why)) != 0)
+		fail_msg("step 1: %s", why);
+	memcpy(logits, out, VOCAB * sizeof(float));
+	assert_int_equal(link.submit(link.ud, &second, 1, 1, &next, NULL, why, sizeof(why)), 0);
+	if (link.finish(link.ud, &out, &ms, why, sizeof(why)) != 0)
+		fail_msg("step 2: %s", why);
+	memcpy(logits + VOCAB, out, VOCAB * sizeof(float));
+	assert_int_equal(link.close(link.ud, 3, why, sizeof(why)), 0);
 	assert_int_equal(link.open(link.ud, 5, 16, why, sizeof(why)), 0);
 	assert_int_equal(link.submit(link.ud, &it, 1, 2, prompt, NULL, why, sizeof(why)), 0);
 	if (link.finish(link.ud, &out, &ms, why, sizeof(why)) != 0)
@@ -532,11 +535,11 @@ static void test_coordinator_forms(void **state)
 	drive(&cur.base, now);
 	drive(&old.base, before);
 	/* a stage that says it reads I32 gets I32 ids only */
-	assert_int_equal(cur.saw_i32, 4); /* two SEQ_FORWARDs' tokens, a batch's items and tokens */
+	assert_int_equal(cur.saw_i32, 6); /* three batches' items and tokens */
 	assert_int_equal(cur.saw_f32, 0);
 	/* the stage of before got F32 ids only, and the same logits came */
 	assert_int_equal(old.saw_i32, 0);
-	assert_int_equal(old.saw_f32, 4);
+	assert_int_equal(old.saw_f32, 6);
 	assert_memory_equal(now, before, sizeof(now));
 	/* the prompt alone and in a batch: the same bits; the next step's differ */
 	assert_memory_equal(now, now + 2 * VOCAB, VOCAB * sizeof(float));
@@ -553,7 +556,6 @@ static void test_coordinator_checks_results(void **state)
 	mu__dec_item_t it = {5, 0, 2, 0};
 	char a[32], why[512];
 	const char *addr[1] = {a};
-	float logits[VOCAB];
 	const float *out;
 	double ms;
 
@@ -564,7 +566,6 @@ static void test_coordinator_checks_results(void **state)
 		mu_stage_server_t *srv;
 		mu__llm_coord_opts_t co;
 		mu__llm_coord_t *c;
-		mu__chain_t chain;
 		mu__eng_link_t link;
 
 		mu_stage_server_opts_init(&so);
@@ -573,14 +574,6 @@ static void test_coordinator_checks_results(void **state)
 		mu__llm_coord_opts_init(&co);
 		co.sec = NULL;
 		assert_int_equal(mu__llm_coord_connect(addr, 1, &co, &c, why, sizeof(why)), 0);
-		mu__llm_coord_chain(c, &chain, 8);
-		assert_int_equal(chain.open(chain.ud, 3, 16, why, sizeof(why)), 0);
-		/* [1, vocab] of F32 is what a SEQ_FORWARD gets back: only then is it taken */
-		assert_int_equal(chain.forward(chain.ud, 3, 0, 2, prompt, logits, why, sizeof(why)),
-		                 lie == 2 ? 0 : MU_EPROTO);
-		if (lie != 2)
-			assert_non_null(strstr(why, "not the F32 logits"));
-		chain.close(chain.ud, 3);
 		mu__llm_coord_link(c, 0, 8, &link);
 		assert_int_equal(link.open(link.ud, 5, 16, why, sizeof(why)), 0);
 		assert_int_equal(link.submit(link.ud, &it, 1, 2, prompt, NULL, why, sizeof(why)), 0);

@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Stages as the engine drives them (mu__eng_link_t): a decoder in this
- * process, whose batches compute as they are submitted, and a stage over
- * a connection, whose batches are SEQ_BATCH messages answered by RESULT.
+ * A stage in this process as the engine drives it (mu__eng_link_t,
+ * llm/engine_int.h): a decoder whose batches compute as they are
+ * submitted. A stage over a connection is the coordinator's
+ * (pipeline/llm/coord.c, mu__llm_coord_link).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
-#include "pipeline/llm/link_int.h"
-
-/* ---- in this process ---- */
+#include "core/time_int.h"
+#include "llm/engine_int.h"
 
 typedef struct {
 	mu__dec_t *d;

@@ -13,9 +13,16 @@
  *
  * The engine runs on its own thread; requests come from any thread, and
  * their callbacks run on the engine's thread.
+ *
+ * It is the one generation loop: a single sequence is the engine with one
+ * request. What runs the layers is behind the link table below, so the
+ * engine lives with the decoder (llm/) and knows nothing of the network:
+ * a decoder in this process is mu__link_local (llm/link.c), a `muster
+ * stage` over a connection is the coordinator's mu__llm_coord_link
+ * (pipeline/llm/coord.c).
  */
-#ifndef MU_PIPELINE_LLM_ENGINE_INT_H
-#define MU_PIPELINE_LLM_ENGINE_INT_H
+#ifndef MU_LLM_ENGINE_INT_H
+#define MU_LLM_ENGINE_INT_H
 
 #include <stdint.h>
 
@@ -24,10 +31,18 @@
 #include "llm/gen_int.h"
 #include "llm/llm_int.h"
 
+/*
+ * Sequence ids go from 1 to MU__ENG_MAX_SID, given in turn and skipping
+ * those still in use. SEQ_BATCH carries them as f32 today, exact below
+ * 2^24; once the wire carries them as I32 this may rise to 2^31 - 1.
+ */
+#define MU__ENG_MAX_SID ((uint64_t)(1u << 24) - 1)
+
 /* A stage as the engine drives it. Calls come from the engine thread
  * only, never while a batch is outstanding except wait/finish. */
 typedef struct {
-	/* Reserve sequence seq (< 2^24) for ctx positions / free it. */
+	/* Reserve sequence seq (1 to MU__ENG_MAX_SID) for ctx positions /
+	 * free it. */
 	int (*open)(void *ud, uint64_t seq, int32_t ctx, char *why, size_t wl);
 	int (*close)(void *ud, uint64_t seq, char *why, size_t wl);
 	/* Start a batch: items, and rows of token ids (first stage) or of
@@ -91,6 +106,9 @@ typedef struct {
 	void (*on_done)(void *ud, int rc, const char *why, int stop,
 	                const mu__gen_stats_t *st);
 	void *ud;
+	/* Optional: the logits of each step before it is sampled (the
+	 * prompt's last position, then each token fed back). */
+	void (*on_logits)(void *ud, const float *logits, int32_t vocab);
 } mu__eng_req_t;
 
 /*
@@ -101,7 +119,9 @@ typedef struct {
 int mu__eng_new(const mu__eng_link_t *links, int n, const mu__eng_opts_t *o,
                 mu__eng_t **out);
 /* Queue a request; *id names it for cancel. MU_EARG for a prompt that is
- * empty or does not fit ctx, MU_ESTOPPED after stop. Any thread. */
+ * empty or does not fit ctx, MU_ESTOPPED after stop. Any thread. With
+ * max_tokens 0 the prompt is prefilled and nothing sampled (stop:
+ * length). */
 int mu__eng_submit(mu__eng_t *e, const mu__eng_req_t *r, uint64_t *id);
 /* Stop a request early (its on_done still runs). Any thread. */
 void mu__eng_cancel(mu__eng_t *e, uint64_t id);
@@ -125,5 +145,13 @@ typedef struct {
 } mu__eng_stats_t;
 
 void mu__eng_stats(mu__eng_t *e, mu__eng_stats_t *st);
+
+/* ---- links in this process (llm/link.c) ---- */
+
+/* A link over d, which holds every layer it runs and must outlive the
+ * link; max_seqs: the sequences d keeps open. Its batches compute as
+ * they are submitted. Free with mu__link_local_free. */
+int mu__link_local(mu__dec_t *d, int32_t max_chunk, int max_seqs, mu__eng_link_t *link);
+void mu__link_local_free(mu__eng_link_t *link);
 
 #endif

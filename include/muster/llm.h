@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Decoder LLMs (Llama, Mistral, Qwen2): open a checkpoint in any of its
+ * three formats (an HF directory, a GGUF file, a llama2.c checkpoint)
+ * with its tokenizer, generate text with it, tokenize and detokenize.
+ *
+ * A handle (mu_llm_t) is a model ready to generate. What runs its layers
+ * is chosen when it is opened (mu_llm_opts_t):
+ *   - this process, on `threads` compute threads (the default);
+ *   - `muster stage` servers, by address in layer order (`stages`);
+ *   - devices found through a tracker (`cluster`, muster/pipeline.h): the layers
+ *     are cut to fit each device's memory with its KV cache, and loaded
+ *     from the device's own copy or streamed to it; a device lost
+ *     mid-generation is replaced and the text goes on unchanged.
+ * Whichever it is, a request makes the same tokens bit for bit (the same
+ * checkpoint, prompt, sampling options and seed give the same text in one
+ * process and over any split). Several requests run on one handle at once
+ * (up to max_sequences; more wait their turn), batched on each stage and
+ * pipelined over the stages, and what one generates does not depend on
+ * what runs beside it.
+ *
+ * Threads: a handle generates on a thread of its own, and calls every
+ * request's callbacks there, one at a time. A callback must not call
+ * mu_llm_generate, mu_llm_drain or mu_llm_free on its handle (they wait
+ * for that thread). Everything else may be called from any thread.
+ *
+ * A handle whose stage or device is lost for good (no replacement) stops:
+ * what runs ends with the error naming the stage, and later requests fail
+ * with MU_ESTOPPED. Free it and open another.
+ */
+#ifndef MUSTER_LLM_H
+#define MUSTER_LLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "muster/common.h"
+#include "muster/pipeline.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- tokenizers ---- */
+
+/*
+ * A tokenizer: HF tokenizer.json (byte-level BPE as in GPT-2, Llama 3,
+ * Qwen; SentencePiece-style as in Llama 2, Mistral), a GGUF file's
+ * vocabulary, or a llama2.c tokenizer file. A model's own comes with its
+ * handle (mu_llm_tokenizer); one built from files alone is freed with
+ * mu_tokenizer_free. Its calls are thread-safe (it never changes).
+ */
+typedef struct mu_tokenizer_s mu_tokenizer_t;
+
+/*
+ * From the text of an HF tokenizer.json (json, len bytes) and, when it
+ * has one, its tokenizer_config.json (config may be NULL), which says
+ * whether BOS/EOS are added and names the special tokens and the chat
+ * template. MU_EJSON, MU_EPROTO naming the field that is wrong or
+ * unsupported, MU_ENOMEM; *out is NULL on failure.
+ */
+MU_EXTERN int mu_tokenizer_from_hf(const char *json, size_t len, const char *config,
+                                   size_t config_len, mu_tokenizer_t **out, char *err,
+                                   size_t errlen);
+/* From a llama2.c tokenizer file's bytes and the model's vocabulary size
+ * (the file does not say it). The same errors. */
+MU_EXTERN int mu_tokenizer_from_llama2c(const void *data, size_t len, int32_t vocab,
+                                        mu_tokenizer_t **out, char *err, size_t errlen);
+/*
+ * From a GGUF file's tokenizer metadata as a JSON object keyed by GGUF's
+ * names ("tokenizer.ggml.model", "tokenizer.ggml.tokens", ...,
+ * "tokenizer.chat_template"), built as the GGUF file's own would be: for
+ * testing a vocabulary without its model. The same errors.
+ */
+MU_EXTERN int mu_tokenizer_from_gguf_meta(const char *json, size_t len, mu_tokenizer_t **out,
+                                          char *err, size_t errlen);
+/* Free a tokenizer built above (never a handle's). NULL is a no-op. */
+MU_EXTERN void mu_tokenizer_free(mu_tokenizer_t *t);
+
+/* Flags of mu_tokenizer_encode. */
+#define MU_TOK_BOS 1     /* add BOS (and EOS) where the tokenizer's config does */
+#define MU_TOK_SPECIAL 2 /* special tokens' text in the input is those tokens */
+
+/*
+ * len bytes of UTF-8 text to token ids (invalid UTF-8 is encoded byte by
+ * byte, never refused), in an array the call allocates (*ids, *n; free
+ * with mu_free, even when n is 0). What a generation request feeds the
+ * model is encoded with MU_TOK_BOS | MU_TOK_SPECIAL. MU_ENOMEM only.
+ */
+MU_EXTERN int mu_tokenizer_encode(const mu_tokenizer_t *t, const char *text, size_t len,
+                                  int flags, int32_t **ids, size_t *n);
+/*
+ * Ids to the bytes of their text, in a NUL-terminated buffer the call
+ * allocates (*text, *len; free with mu_free). Special tokens are left out
+ * unless keep_special; a SentencePiece-style tokenizer drops the leading
+ * space its prefix added, as HF's decode does. MU_ENOMEM only.
+ */
+MU_EXTERN int mu_tokenizer_decode(const mu_tokenizer_t *t, const int32_t *ids, size_t n,
+                                  int keep_special, char **text, size_t *len);
+/* The number of ids; BOS (-1 when it has none). */
+MU_EXTERN int32_t mu_tokenizer_vocab(const mu_tokenizer_t *t);
+MU_EXTERN int32_t mu_tokenizer_bos(const mu_tokenizer_t *t);
+
+/* ---- opening a model ---- */
+
+typedef struct mu_llm_s mu_llm_t;
+
+typedef struct {
+	size_t struct_size;        /* set by mu_llm_opts_init */
+	const char *tokenizer;     /* a llama2.c checkpoint's tokenizer file; NULL:
+	                            * tokenizer.bin or tok<vocab>.bin beside it */
+	int threads;               /* in this process: compute threads; 0 (default):
+	                            * the machine's cores */
+	int max_sequences;         /* requests generating at once; more wait their
+	                            * turn. Default 1 */
+	int32_t ctx;               /* positions (prompt and new tokens) a request
+	                            * may use; 0 (default): the model's trained
+	                            * context, at most 4096 (and at most the
+	                            * stages') */
+	int32_t chunk;             /* prompt positions per forward; default 256 */
+	int batch;                 /* 1 (default): requests waiting for a stage
+	                            * share its batch; 0: one per batch (to
+	                            * measure what batching gives) */
+	int io_timeout_ms;         /* a stage or device silent this long on a batch
+	                            * has failed; default 60000 */
+	int keepalive_ms;          /* ping idle stages and devices this often, so
+	                            * they keep the session; default 60000; 0:
+	                            * never */
+	/* over `muster stage` servers: nstages addresses ("host:port") in
+	 * layer order (read during mu_llm_open); NULL: not */
+	const char *const *stages;
+	int nstages;
+	const mu_coord_opts_t *coord; /* toward the stages (connect and I/O
+	                            * timeouts, reply bound, TLS or secret);
+	                            * NULL: the defaults. Read during open; its
+	                            * sec must outlive the handle */
+	const mu_cluster_opts_t *cluster; /* over devices from a tracker (the
+	                            * tracker, key, devices, weights, lost
+	                            * devices replaced, narration; its coord
+	                            * toward them): cut to fit their memory, a
+	                            * device lost mid-generation replaced. NULL
+	                            * (default): not. Not with stages */
+	int device_sequences;      /* with cluster: sequences each device keeps a
+	                            * KV cache for; 0 (default): max_sequences */
+	uint64_t replay_bytes;     /* with cluster: activations kept to rebuild a
+	                            * lost device's KV cache; default 256 MiB */
+} mu_llm_opts_t;
+
+MU_EXTERN void mu_llm_opts_init_size(mu_llm_opts_t *o, size_t size);
+#define mu_llm_opts_init(o) mu_llm_opts_init_size((o), sizeof(*(o)))
+
+/*
+ * Open the checkpoint at path (an HF directory, a GGUF file or a llama2.c
+ * checkpoint; the format is found from what is there) with its tokenizer,
+ * and make it ready to generate where o says (NULL: in this process, with
+ * the defaults). The weights are mapped, not read: in this process they
+ * are made resident before this returns; over stages or devices this
+ * process holds none. err says which step failed and why ("cannot open
+ * the model: ...", "cannot use the stages: stage 1/2 (host:port): ...",
+ * "cannot place the model on the devices: ..."). *out is NULL on failure.
+ */
+MU_EXTERN int mu_llm_open(const char *path, const mu_llm_opts_t *o, mu_llm_t **out,
+                          char *err, size_t errlen);
+/* End what runs (each request's on_done says MU_ESTOPPED), close the
+ * stages or give the devices back, free. NULL is a no-op. */
+MU_EXTERN void mu_llm_free(mu_llm_t *llm);
+
+/* The handle's tokenizer (lives as long as it). */
+MU_EXTERN const mu_tokenizer_t *mu_llm_tokenizer(const mu_llm_t *llm);
+
+typedef enum {
+	MU_LLM_HF = 0,        /* an HF directory (config.json, safetensors) */
+	MU_LLM_GGUF = 1,
+	MU_LLM_LLAMA2C = 2
+} mu_llm_format_t;
+
+typedef struct {
+	const char *arch;          /* "llama", "mistral", "qwen2" */
+	mu_llm_format_t format;
+	int32_t layers, dim, vocab;
+	int32_t trained_ctx;       /* the model's context */
+	int32_t ctx;               /* what a request may use here */
+	uint64_t weight_bytes;     /* of every layer, embedding and head */
+	int stages;                /* what runs the layers: 1 in this process */
+	const char *where;         /* for people: "this process, 2 threads, kernels
+	                            * avx2", "3 stages", "3 devices from the tracker" */
+} mu_llm_info_t;
+
+/* What the handle is; the strings live as long as it. */
+MU_EXTERN void mu_llm_info(const mu_llm_t *llm, mu_llm_info_t *out);
+
+typedef struct {
+	const char *address;       /* "host:port" of the stage or device; NULL in
+	                            * this process */
+	int first, last;           /* its layers [first, last) */
+	uint64_t batches;          /* batches it ran */
+	uint64_t rows;             /* positions in them */
+	double busy_ms;            /* its own compute time */
+	int replaced;              /* devices: times it moved to a new device */
+} mu_llm_stage_info_t;
+
+/*
+ * Stage i (0 <= i < info.stages): where it runs and what it did so far.
+ * The figures are exact once nothing runs (after mu_llm_drain) or from a
+ * callback. MU_EARG for an i out of range.
+ */
+MU_EXTERN int mu_llm_stage_info(const mu_llm_t *llm, int i, mu_llm_stage_info_t *out);
+
+typedef struct {
+	int recoveries;            /* devices lost and replaced */
+	double recovery_ms;        /* from each loss to generating again, summed */
+	uint64_t replayed;         /* positions replayed to rebuild KV caches */
+	uint64_t kept_bytes;       /* activations held for replay now */
+} mu_llm_recovery_t;
+
+/* Over devices: what was recovered so far (all zero otherwise). */
+MU_EXTERN void mu_llm_recovery(const mu_llm_t *llm, mu_llm_recovery_t *out);
+
+/* ---- generating ---- */
+
+typedef enum {
+	MU_LLM_STOP_EOS = 0,       /* the model ended its text */
+	MU_LLM_STOP_LENGTH = 1,    /* max_tokens new tokens */
+	MU_LLM_STOP_CONTEXT = 2,   /* the context is full */
+	MU_LLM_STOP_CALLER = 3     /* on_token asked to stop */
+} mu_llm_stop_t;
+
+typedef struct {
+	int32_t prompt_tokens;     /* the prompt's ids, BOS included */
+	int32_t new_tokens;
+	int32_t decode_steps;      /* new tokens fed back through the layers */
+	mu_llm_stop_t stop;
+	double prefill_ms;         /* from its start to the prompt's logits */
+	double ttft_ms;            /* from its start to the first new token */
+	double decode_ms;          /* from the first new token to the end */
+} mu_llm_stats_t;
+
+typedef struct {
+	size_t struct_size;        /* set by mu_llm_gen_opts_init */
+	int32_t max_tokens;        /* new tokens at most; default 256; 0: the
+	                            * prompt is run and nothing generated */
+	double temperature;        /* 0: the likeliest token each step (the first
+	                            * of equals); default 0.8 */
+	int32_t top_k;             /* sample among the k likeliest; default 40; 0:
+	                            * all */
+	double top_p;              /* then among the fewest whose probability adds
+	                            * up to p; default 0.95; 1: all */
+	uint64_t seed;             /* of the sampler: the same seed gives the same
+	                            * text on every machine; default 0 */
+	int no_bos;                /* do not start the prompt with BOS */
+	int ignore_eos;            /* go on past the end-of-text token */
+	const int32_t *prompt_ids; /* the prompt as ids, used as given (no BOS
+	                            * added), instead of the text */
+	size_t nprompt_ids;
+	int32_t ctx;               /* positions to reserve; 0 (default): the
+	                            * handle's ctx */
+	/*
+	 * Each new token (id) with the text it completes (len bytes, not
+	 * NUL-terminated; empty while a UTF-8 character is still partial);
+	 * at the end, id -1 with the bytes held back, if any. Return non-zero
+	 * to stop (the request ends with rc 0 and MU_LLM_STOP_CALLER). The
+	 * pieces of a request, concatenated, are its text. May be NULL.
+	 */
+	int (*on_token)(void *ud, int32_t id, const char *text, size_t len);
+	/* Optional: the logits of every step (vocab floats) before its token
+	 * is sampled: the prompt's last position, then each token fed back. */
+	void (*on_logits)(void *ud, const float *logits, int32_t vocab);
+	/* mu_llm_submit's: the end, rc 0 with st, or an error with its reason
+	 * in err (st then holds what was done). Not called by
+	 * mu_llm_generate, which returns the same. */
+	void (*on_done)(void *ud, int rc, const mu_llm_stats_t *st, const char *err);
+	void *ud;
+} mu_llm_gen_opts_t;
+
+MU_EXTERN void mu_llm_gen_opts_init_size(mu_llm_gen_opts_t *o, size_t size);
+#define mu_llm_gen_opts_init(o) mu_llm_gen_opts_init_size((o), sizeof(*(o)))
+
+/*
+ * Generate from prompt (len bytes of UTF-8, encoded with BOS unless
+ * no_bos, special tokens' text recognised), or from o->prompt_ids, and
+ * wait for the end. 0 with *st (may be NULL) filled, or an error with
+ * err: MU_ETOOBIG for a prompt longer than the context (naming both),
+ * MU_EARG for an empty prompt with nothing to start from or bad options,
+ * MU_ESTOPPED when the handle stopped, a stage's failure naming it.
+ * o->on_done is not used.
+ */
+MU_EXTERN int mu_llm_generate(mu_llm_t *llm, const char *prompt, size_t len,
+                              const mu_llm_gen_opts_t *o, mu_llm_stats_t *st, char *err,
+                              size_t errlen);
+/*
+ * The same without waiting: 0 once the request is queued (*id, may be
+ * NULL, names it for mu_llm_cancel), and o->on_done is called at its end
+ * (which may come before this returns); or an error at once, as
+ * mu_llm_generate's, and no callback is called.
+ */
+MU_EXTERN int mu_llm_submit(mu_llm_t *llm, const char *prompt, size_t len,
+                            const mu_llm_gen_opts_t *o, uint64_t *id, char *err,
+                            size_t errlen);
+/* End request id early: its on_done says MU_ESTOPPED ("cancelled"). An id
+ * that has ended already is ignored. */
+MU_EXTERN void mu_llm_cancel(mu_llm_t *llm, uint64_t id);
+/* Wait until every request submitted so far has ended. */
+MU_EXTERN void mu_llm_drain(mu_llm_t *llm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
