@@ -33,8 +33,11 @@
 
 /*
  * Sequence ids go from 1 to MU__ENG_MAX_SID, given in turn and skipping
- * those still in use. SEQ_BATCH carries them as f32 today, exact below
- * 2^24; once the wire carries them as I32 this may rise to 2^31 - 1.
+ * those still in use, so the range bounds only how many sequences are open
+ * at once. SEQ_BATCH carries them as I32 to stages that say they read it,
+ * and as exact f32 to stages of the versions before (docs/protocols/
+ * pipeline.md, "Ids"), which read nothing at or past 2^24: ids stay below
+ * that, so a coordinator can drive either kind of stage.
  */
 #define MU__ENG_MAX_SID ((uint64_t)(1u << 24) - 1)
 
