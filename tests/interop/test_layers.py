@@ -63,7 +63,7 @@ def test_this_tree_passes():
      "layer pipeline (src/pipeline) does not build on pipeline_llm"),
     # the command is written on the public headers
     ("cli/main.c", '#include "llm/llm_int.h"', "the command uses the public headers"),
-    ("cli/demo/cmd_demo.c", '#include "pipeline/pipeline_int.h"', "the command uses the public headers"),
+    ("cli/demo/cmd_demo.c", '#include "pipeline/stage_int.h"', "the command uses the public headers"),
 ])
 def test_planted_include_fails(tree, rel, inc, why):
     line = plant(tree, rel, inc)
