@@ -302,6 +302,90 @@ MU_EXTERN void mu_llm_cancel(mu_llm_t *llm, uint64_t id);
 /* Wait until every request submitted so far has ended. */
 MU_EXTERN void mu_llm_drain(mu_llm_t *llm);
 
+/* ---- a stage of a decoder LLM, and placement alone (`muster stage`, `muster plan`) ---- */
+
+typedef struct {
+	size_t struct_size;   /* set by mu_llm_stage_opts_init */
+	const char *tokenizer;/* a llama2.c checkpoint's tokenizer; NULL:
+	                       * beside it (a stage never tokenizes, but the
+	                       * checkpoint is opened whole) */
+	int index, of;        /* stage index (from 0) of the checkpoint's
+	                       * layers split into `of` stages balanced by
+	                       * weight bytes; default 0 of 1 */
+	int first, last;      /* instead, when first >= 0: layers [first,
+	                       * last) (first 0 embeds tokens; last the layer
+	                       * count has the head); default -1 */
+	int threads;          /* compute threads; default 1 */
+	int max_seqs;         /* sequences open at once, from all
+	                       * coordinators; default 8 */
+	uint64_t kv_bytes;    /* KV cache all sequences may reserve; past it
+	                       * SEQ_OPEN gets an ERROR. Default 1 GiB */
+	int max_chunk;        /* positions per forward at most; default 256 */
+} mu_llm_stage_opts_t;
+
+MU_EXTERN void mu_llm_stage_opts_init_size(mu_llm_stage_opts_t *o, size_t size);
+#define mu_llm_stage_opts_init(o) mu_llm_stage_opts_init_size((o), sizeof(*(o)))
+
+/*
+ * Load a stage of a decoder LLM checkpoint (an HF directory, a GGUF file
+ * or a llama2.c checkpoint) from this machine's copy: only its own
+ * layers' weights are read, and made resident. The stage serves
+ * sequences with their KV caches (mu_stage_server_start, which counts its
+ * KV bytes and open sequences into the server's metrics); its
+ * mu_stage_describe has "first", "last", "layers", "embeds", "head",
+ * "resident_bytes", "rss_bytes" and "load_ms". err says what failed ("stage
+ * 5 of 2", the file's problem); MU_EARG for options out of range.
+ */
+MU_EXTERN int mu_stage_load_llm(const char *path, const mu_llm_stage_opts_t *o,
+                                mu_stage_t **out, char *err, size_t errlen);
+
+/*
+ * Placement alone (`muster plan` for a decoder LLM): how a checkpoint's
+ * layers cut into stages, either `stages` balanced by weight bytes, or
+ * over devices with these memory budgets so each one's share (weights,
+ * plus the KV cache for max_seqs sequences of ctx positions) fits.
+ */
+typedef struct {
+	size_t struct_size;       /* set by mu_llm_plan_opts_init */
+	int stages;               /* cut into this many (default 1), unless: */
+	const uint64_t *budgets;  /* the devices' memory budgets, in bytes */
+	int nbudgets;             /* 1 to 64 of them; 0 (default): stages */
+	int32_t ctx;              /* positions of each sequence's KV cache;
+	                           * default 2048 */
+	int max_seqs;             /* sequences each stage keeps; default 1 */
+} mu_llm_plan_opts_t;
+
+MU_EXTERN void mu_llm_plan_opts_init_size(mu_llm_plan_opts_t *o, size_t size);
+#define mu_llm_plan_opts_init(o) mu_llm_plan_opts_init_size((o), sizeof(*(o)))
+
+typedef struct mu_llm_plan_s mu_llm_plan_t;
+
+typedef struct {
+	int device;               /* with budgets: which (index into them);
+	                           * else -1 */
+	int first, last;          /* layers [first, last) */
+	int embeds, head;         /* it embeds tokens / applies the head */
+	uint64_t weight_bytes;
+	uint64_t kv_bytes;        /* for max_seqs x ctx positions */
+} mu_llm_plan_stage_t;
+
+/*
+ * Open the checkpoint's description (no weights are read) and cut it. A
+ * device with nothing to take has no stage. 0 with *out; else err says
+ * why: the checkpoint's problem, "N stages of a model of L layers", or
+ * with budgets MU_ETOOBIG and the numbers when it does not fit.
+ */
+MU_EXTERN int mu_llm_plan(const char *path, const mu_llm_plan_opts_t *o,
+                          mu_llm_plan_t **out, char *err, size_t errlen);
+/* The checkpoint's architecture ("llama", "qwen2", ...) and layer count. */
+MU_EXTERN const char *mu_llm_plan_arch(const mu_llm_plan_t *p);
+MU_EXTERN int mu_llm_plan_layers(const mu_llm_plan_t *p);
+/* Stages with layers, in order; stage i of them into out. */
+MU_EXTERN int mu_llm_plan_stages(const mu_llm_plan_t *p);
+MU_EXTERN void mu_llm_plan_stage(const mu_llm_plan_t *p, int i,
+                                 mu_llm_plan_stage_t *out);
+MU_EXTERN void mu_llm_plan_free(mu_llm_plan_t *p);
+
 #ifdef __cplusplus
 }
 #endif

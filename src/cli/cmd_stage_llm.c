@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "muster/llm.h"
 #include "muster/pipeline.h"
 #include "cli/cli_int.h"
 #include "core/log_int.h"

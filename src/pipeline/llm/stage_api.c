@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "muster/llm.h"
 #include "muster/pipeline.h"
 #include "core/alloc_int.h"
 #include "core/error_int.h"

@@ -9,6 +9,7 @@
 
 #include "mu_test.h"
 
+#include "muster/llm.h"
 #include "muster/md.h"
 #include "muster/pipeline.h"
 #include "muster/serve.h"

@@ -6,6 +6,7 @@
  */
 #include "mu_test.h"
 
+#include "muster/llm.h"
 #include "muster/pipeline.h"
 
 #define GGUF MU_SOURCE_DIR "/models/stories260K/stories260K.gguf"
