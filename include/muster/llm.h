@@ -161,6 +161,12 @@ MU_EXTERN void mu_llm_opts_init_size(mu_llm_opts_t *o, size_t size);
  */
 MU_EXTERN int mu_llm_open(const char *path, const mu_llm_opts_t *o, mu_llm_t **out,
                           char *err, size_t errlen);
+/* The architectures muster runs, from its architecture table, as prose
+ * ("llama, mistral and qwen2"; hf: config.json's class names instead):
+ * for help texts and messages. Writes at most n bytes, NUL-terminated
+ * when n > 0, and returns the length it needed, as snprintf does. */
+MU_EXTERN int mu_llm_architectures(int hf, char *out, size_t n);
+
 /* End what runs (each request's on_done says MU_ESTOPPED), close the
  * stages or give the devices back, free. NULL is a no-op. */
 MU_EXTERN void mu_llm_free(mu_llm_t *llm);

@@ -250,6 +250,7 @@ int cmd_generate(int argc, char **argv)
 	gen_run_t r;
 	size_t len;
 	int npos, rc;
+	char archs[160], about[640];
 	cli_opt_t opts[GEN_MAX_OPTS + 4] = {
 		{"prompt", OPT_STR, &prompt, "TEXT", "the prompt (default: empty, so the model starts "
 		 "from BOS)"},
@@ -261,11 +262,16 @@ int cmd_generate(int argc, char **argv)
 	};
 	cli_cmd_t cmd = {
 		"muster generate --model DIR|FILE.gguf|FILE.bin [--prompt TEXT] [options]",
-		"Generate text with a decoder LLM (Llama, Mistral, Qwen2) from an HF checkpoint\n"
-		"directory, a GGUF file or a llama2.c checkpoint: in this process, or split over\n"
-		"`muster stage` servers with --stages. Tokens print as they come; a last line on\n"
-		"stderr gives prefill and decode speed and the time to the first token.",
-		opts, 4, 0, 0};
+		about, opts, 4, 0, 0};
+
+	/* the architectures from the library's table, not a list of our own */
+	mu_llm_architectures(0, archs, sizeof(archs));
+	snprintf(about, sizeof(about),
+	         "Generate text with a decoder LLM from an HF checkpoint directory, a GGUF\n"
+	         "file or a llama2.c checkpoint: in this process, or split over `muster stage`\n"
+	         "servers with --stages. Tokens print as they come; a last line on stderr gives\n"
+	         "prefill and decode speed and the time to the first token.\n"
+	         "Architectures: %s.", archs);
 
 	gen_args_default(&a);
 	cmd.nopts += gen_args_opts(&a, opts + 4);

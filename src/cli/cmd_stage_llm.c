@@ -70,7 +70,7 @@ int cmd_stage_llm(int argc, char **argv)
 	mu_llm_stage_opts_t lo;
 	cli_stage_args_t sa;
 	mu_stage_t *s;
-	char err[1024];
+	char err[1024], archs[160], about[640];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	cli_opt_t opts[9 + CLI_STAGE_NOPTS] = {
 		{"model", OPT_STR, &path, "PATH", "the checkpoint: a GGUF file, an HF directory or a llama2.c .bin"},
@@ -85,13 +85,18 @@ int cmd_stage_llm(int argc, char **argv)
 	};
 	cli_cmd_t cmd = {
 		"muster stage --model CHECKPOINT --stage I (--of N | --layers A:B) [options]",
-		"Serve layers of a decoder LLM (Llama, Mistral, Qwen2) from this machine's copy of\n"
-		"the checkpoint. Only the stage's own weights are read (made resident at start);\n"
-		"each coordinator's sequences keep their KV cache here until closed or until the\n"
-		"coordinator goes away. Prints one line when ready:\n"
-		"\n"
-		"    muster stage I/N: serving on HOST:PORT",
-		opts, 9, 0, 0};
+		about, opts, 9, 0, 0};
+
+	/* the architectures from the library's table, not a list of our own */
+	mu_llm_architectures(0, archs, sizeof(archs));
+	snprintf(about, sizeof(about),
+	         "Serve layers of a decoder LLM from this machine's copy of the checkpoint\n"
+	         "(architectures: %s). Only the stage's own weights are read\n"
+	         "(made resident at start); each coordinator's sequences keep their KV cache\n"
+	         "here until closed or until the coordinator goes away. Prints one line when\n"
+	         "ready:\n"
+	         "\n"
+	         "    muster stage I/N: serving on HOST:PORT", archs);
 
 	mu_llm_stage_opts_init(&lo);
 	lo.threads = cpus > 0 ? (int)cpus : 1;

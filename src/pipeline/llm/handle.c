@@ -14,6 +14,7 @@
 #include "core/alloc_int.h"
 #include "core/error_int.h"
 #include "core/opts_int.h"
+#include "llm/arch_int.h"
 #include "pipeline/llm/handle_int.h"
 
 #define DEFAULT_CTX 4096
@@ -346,4 +347,9 @@ void mu_llm_recovery(const mu_llm_t *l, mu_llm_recovery_t *out)
 	out->recovery_ms = st.recovery_ms;
 	out->replayed = st.replayed;
 	out->kept_bytes = st.kept_bytes;
+}
+
+int mu_llm_architectures(int hf, char *out, size_t n)
+{
+	return mu__arch_list(hf ? MU__ARCH_LIST_HF : MU__ARCH_LIST_NAME, out, n);
 }
