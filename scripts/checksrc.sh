@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 #
 # Source style check (curl's checksrc idea): functions that overflow or are
-# not re-entrant are banned, every C file starts with an SPDX line, and no
-# include runs up the layers (scripts/checklayers.py).
+# not re-entrant are banned, every C file starts with an SPDX line, no
+# include runs up the layers (scripts/checklayers.py) and no file or
+# function outgrows its job (scripts/checksize.py).
 # Prints each offending line and fails when there is one.
 set -u
 cd "$(dirname "$0")/.."
@@ -26,5 +27,7 @@ done
 # The layers (docs/internals/architecture.md): no include runs up them,
 # and the command uses the library through its public headers.
 python3 scripts/checklayers.py || bad=1
+# Sizes: no .c file over 700 lines, no function over 100 (tables aside).
+python3 scripts/checksize.py || bad=1
 [ $bad -eq 0 ] && echo "checksrc: ok ($(echo $files | wc -w) files)"
 exit $bad
