@@ -30,86 +30,45 @@ static const mu__tspec_t family_model[] = {
 	 MU__NEED_OPTIONAL, MU__AT_EVERY, -1},
 };
 
+/*
+ * The rows of the Llama family's block, as GGUF and HF name them; each
+ * architecture's list below says which it has, how much it needs each,
+ * and (llama2.c) in which place of that checkpoint it lies (-1: none).
+ */
+#define ROW(role, gguf, hf, rows, cols, need, l2c) \
+	{MU__R_##role, gguf, hf, MU__SZ_##rows, MU__SZ_##cols, MU__NEED_##need, 0, l2c}
+#define ATTN_NORM(l2c) ROW(ATTN_NORM, "attn_norm.weight", "input_layernorm.weight", 1, DIM, REQUIRED, l2c)
+#define Q(l2c) ROW(Q, "attn_q.weight", "self_attn.q_proj.weight", QDIM, DIM, REQUIRED, l2c)
+#define K(l2c) ROW(K, "attn_k.weight", "self_attn.k_proj.weight", KVDIM, DIM, REQUIRED, l2c)
+#define V(l2c) ROW(V, "attn_v.weight", "self_attn.v_proj.weight", KVDIM, DIM, REQUIRED, l2c)
+#define O(l2c) ROW(O, "attn_output.weight", "self_attn.o_proj.weight", DIM, QDIM, REQUIRED, l2c)
+#define FFN_NORM(l2c) \
+	ROW(FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight", 1, DIM, REQUIRED, l2c)
+#define GATE(l2c) ROW(GATE, "ffn_gate.weight", "mlp.gate_proj.weight", HIDDEN, DIM, REQUIRED, l2c)
+#define UP(l2c) ROW(UP, "ffn_up.weight", "mlp.up_proj.weight", HIDDEN, DIM, REQUIRED, l2c)
+#define DOWN(l2c) ROW(DOWN, "ffn_down.weight", "mlp.down_proj.weight", DIM, HIDDEN, REQUIRED, l2c)
+#define Q_BIAS(need) ROW(Q_BIAS, "attn_q.bias", "self_attn.q_proj.bias", 1, QDIM, need, -1)
+#define K_BIAS(need) ROW(K_BIAS, "attn_k.bias", "self_attn.k_proj.bias", 1, KVDIM, need, -1)
+#define V_BIAS(need) ROW(V_BIAS, "attn_v.bias", "self_attn.v_proj.bias", 1, KVDIM, need, -1)
+#define O_BIAS(need) ROW(O_BIAS, "attn_output.bias", "self_attn.o_proj.bias", 1, DIM, need, -1)
+
 /* Llama: Meta's block; q/k/v/o biases when config.json's attention_bias
  * asks for them. llama2.c checkpoints are this. */
 static const mu__tspec_t llama_layer[] = {
-	{MU__R_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight", MU__SZ_1, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, 1},
-	{MU__R_Q, "attn_q.weight", "self_attn.q_proj.weight", MU__SZ_QDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, 2},
-	{MU__R_K, "attn_k.weight", "self_attn.k_proj.weight", MU__SZ_KVDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, 3},
-	{MU__R_V, "attn_v.weight", "self_attn.v_proj.weight", MU__SZ_KVDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, 4},
-	{MU__R_O, "attn_output.weight", "self_attn.o_proj.weight", MU__SZ_DIM, MU__SZ_QDIM,
-	 MU__NEED_REQUIRED, 0, 5},
-	{MU__R_FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight", MU__SZ_1,
-	 MU__SZ_DIM, MU__NEED_REQUIRED, 0, 6},
-	{MU__R_GATE, "ffn_gate.weight", "mlp.gate_proj.weight", MU__SZ_HIDDEN, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, 7},
-	{MU__R_UP, "ffn_up.weight", "mlp.up_proj.weight", MU__SZ_HIDDEN, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, 9},
-	{MU__R_DOWN, "ffn_down.weight", "mlp.down_proj.weight", MU__SZ_DIM, MU__SZ_HIDDEN,
-	 MU__NEED_REQUIRED, 0, 8},
-	{MU__R_Q_BIAS, "attn_q.bias", "self_attn.q_proj.bias", MU__SZ_1, MU__SZ_QDIM,
-	 MU__NEED_OPTIONAL, 0, -1},
-	{MU__R_K_BIAS, "attn_k.bias", "self_attn.k_proj.bias", MU__SZ_1, MU__SZ_KVDIM,
-	 MU__NEED_OPTIONAL, 0, -1},
-	{MU__R_V_BIAS, "attn_v.bias", "self_attn.v_proj.bias", MU__SZ_1, MU__SZ_KVDIM,
-	 MU__NEED_OPTIONAL, 0, -1},
-	{MU__R_O_BIAS, "attn_output.bias", "self_attn.o_proj.bias", MU__SZ_1, MU__SZ_DIM,
-	 MU__NEED_OPTIONAL, 0, -1},
+	ATTN_NORM(1), Q(2), K(3), V(4), O(5), FFN_NORM(6), GATE(7), UP(9), DOWN(8),
+	Q_BIAS(OPTIONAL), K_BIAS(OPTIONAL), V_BIAS(OPTIONAL), O_BIAS(OPTIONAL),
 };
 
 /* Mistral: Llama's block without biases. */
 static const mu__tspec_t mistral_layer[] = {
-	{MU__R_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight", MU__SZ_1, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_Q, "attn_q.weight", "self_attn.q_proj.weight", MU__SZ_QDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_K, "attn_k.weight", "self_attn.k_proj.weight", MU__SZ_KVDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_V, "attn_v.weight", "self_attn.v_proj.weight", MU__SZ_KVDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_O, "attn_output.weight", "self_attn.o_proj.weight", MU__SZ_DIM, MU__SZ_QDIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight", MU__SZ_1,
-	 MU__SZ_DIM, MU__NEED_REQUIRED, 0, -1},
-	{MU__R_GATE, "ffn_gate.weight", "mlp.gate_proj.weight", MU__SZ_HIDDEN, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_UP, "ffn_up.weight", "mlp.up_proj.weight", MU__SZ_HIDDEN, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_DOWN, "ffn_down.weight", "mlp.down_proj.weight", MU__SZ_DIM, MU__SZ_HIDDEN,
-	 MU__NEED_REQUIRED, 0, -1},
+	ATTN_NORM(-1), Q(-1), K(-1), V(-1), O(-1), FFN_NORM(-1), GATE(-1), UP(-1), DOWN(-1),
 };
 
 /* Qwen2: Llama's block with q/k/v biases (always: transformers' Qwen2
  * builds them unconditionally), none on the output. */
 static const mu__tspec_t qwen2_layer[] = {
-	{MU__R_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight", MU__SZ_1, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_Q, "attn_q.weight", "self_attn.q_proj.weight", MU__SZ_QDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_K, "attn_k.weight", "self_attn.k_proj.weight", MU__SZ_KVDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_V, "attn_v.weight", "self_attn.v_proj.weight", MU__SZ_KVDIM, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_O, "attn_output.weight", "self_attn.o_proj.weight", MU__SZ_DIM, MU__SZ_QDIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight", MU__SZ_1,
-	 MU__SZ_DIM, MU__NEED_REQUIRED, 0, -1},
-	{MU__R_GATE, "ffn_gate.weight", "mlp.gate_proj.weight", MU__SZ_HIDDEN, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_UP, "ffn_up.weight", "mlp.up_proj.weight", MU__SZ_HIDDEN, MU__SZ_DIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_DOWN, "ffn_down.weight", "mlp.down_proj.weight", MU__SZ_DIM, MU__SZ_HIDDEN,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_Q_BIAS, "attn_q.bias", "self_attn.q_proj.bias", MU__SZ_1, MU__SZ_QDIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_K_BIAS, "attn_k.bias", "self_attn.k_proj.bias", MU__SZ_1, MU__SZ_KVDIM,
-	 MU__NEED_REQUIRED, 0, -1},
-	{MU__R_V_BIAS, "attn_v.bias", "self_attn.v_proj.bias", MU__SZ_1, MU__SZ_KVDIM,
-	 MU__NEED_REQUIRED, 0, -1},
+	ATTN_NORM(-1), Q(-1), K(-1), V(-1), O(-1), FFN_NORM(-1), GATE(-1), UP(-1), DOWN(-1),
+	Q_BIAS(REQUIRED), K_BIAS(REQUIRED), V_BIAS(REQUIRED),
 };
 
 /* GGUF writes Mistral as llama (llama.cpp's converter), so the mistral
