@@ -102,3 +102,45 @@ def test_layers_that_depend_on_each_other_fail(tree):
     rc, out = run(tree)
     assert rc != 0
     assert "depend on each other" in out
+
+
+# Names a lower layer may use from a higher one on purpose: the list of
+# stage kinds (pipeline/stage.c) names each kind's table, which the kinds'
+# folders define, so that the common code reaches them without including
+# anything of theirs (docs/internals/architecture.md).
+LINK_UP_ALLOWED = {"mu__stage_kind_graph", "mu__stage_kind_llm"}
+
+
+def test_no_layer_calls_up(muster_bin):
+    """What includes cannot show: a call into a layer the caller does not
+    build on (a function declared by hand, or reached through a header of
+    its own folder). Read from the object files of the build that made
+    MUSTER_BIN: each layer's undefined symbols must be defined in a layer
+    it builds on."""
+    build = Path(muster_bin).resolve().parents[1]
+    sys.path.insert(0, str(REPO / "scripts"))
+    import checklayers
+    ls = checklayers.layers(REPO)
+    may = checklayers.closure(ls)
+    dirs = {n: d for n, (d, _) in ls.items()}
+    defined, used = {}, {}
+    for name in ls:
+        top = build / "CMakeFiles" / ("mu_%s.dir" % name)
+        # an object whose source is gone is a build's leftover, not code
+        objs = sorted(o for o in top.rglob("*.o")
+                      if (REPO / str(o.relative_to(top))[:-2]).exists())
+        if name not in ("etcd",):
+            assert objs, "no objects of layer %s under %s" % (name, build)
+        for o in objs:
+            out = subprocess.run(["nm", str(o)], capture_output=True, text=True,
+                                 check=True).stdout
+            for line in out.splitlines():
+                f = line.split()
+                if len(f) == 3 and f[1] in "TDRBC":
+                    defined[f[2]] = name
+                elif len(f) == 2 and f[0] == "U":
+                    used.setdefault(name, set()).add((f[1], o.name))
+    bad = ["%s (%s) uses %s of layer %s" % (n, o, sym, defined[sym])
+           for n, syms in used.items() for sym, o in sorted(syms)
+           if sym in defined and dirs[defined[sym]] not in may[n] and sym not in LINK_UP_ALLOWED]
+    assert not bad, "\n".join(bad)

@@ -18,12 +18,13 @@
 #include "core/json_int.h"
 #include "core/opts_int.h"
 #include "core/progress_int.h"
-#include "pipeline/cluster_int.h"
 #include "core/rand_int.h"
 #include "formats/safetensors_int.h"
 #include "graph/model_int.h"
+#include "pipeline/cluster_int.h"
 #include "pipeline/devices_int.h"
 #include "pipeline/graph/coord_int.h"
+#include "pipeline/opts_int.h"
 
 #define STREAM_FRAME_BYTES ((uint64_t)64 << 20)
 
@@ -35,27 +36,6 @@ struct mu_cluster_s {
 	mu_plan_t *plan;
 	mu_coord_t *coord;
 };
-
-static void cluster_defaults(mu_cluster_opts_t *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->struct_size = sizeof(*o);
-	o->tracker_host = "127.0.0.1";
-	o->tracker_port = 9190;
-	o->devices = 1;
-	o->request_timeout_ms = 30000;
-	o->weights = MU_WEIGHTS_AUTO;
-	o->max_replacements = 3;
-	o->coord = NULL;
-}
-
-void mu_cluster_opts_init_size(mu_cluster_opts_t *o, size_t size)
-{
-	mu_cluster_opts_t d;
-
-	cluster_defaults(&d);
-	mu__opts_fill(o, size, &d, sizeof(d));
-}
 
 /* ---- one device ---- */
 
@@ -264,7 +244,7 @@ int mu_cluster_start(mu_model_t *m, const mu_cluster_opts_t *uo, mu_cluster_t **
 	}
 	if ((c = mu__calloc(1, sizeof(*c))) == NULL)
 		return MU_ENOMEM;
-	cluster_defaults(&c->o);
+	mu__cluster_defaults(&c->o);
 	mu__coord_defaults(&c->co);
 	if (mu__opts_read(&c->o, sizeof(c->o), uo) != 0 ||
 	    (c->o.coord != NULL && mu__opts_read(&c->co, sizeof(c->co), c->o.coord) != 0)) {

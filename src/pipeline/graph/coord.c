@@ -26,6 +26,7 @@
 #include "core/sock_int.h"
 #include "core/time_int.h"
 #include "pipeline/graph/coord_int.h"
+#include "pipeline/opts_int.h"
 #include "pipeline/msg_int.h"
 
 #define LOG "coord"
@@ -53,23 +54,6 @@ struct mu_coord_s {
 	int failed_stage;      /* whose connection broke in the last call; -1 */
 	uv_mutex_t lock;  /* ids, timings and pools while pipelining */
 };
-
-void mu__coord_defaults(mu_coord_opts_t *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->struct_size = sizeof(*o);
-	o->connect_timeout_ms = 10000;
-	o->io_timeout_ms = 60000;
-	o->max_frame_bytes = (uint64_t)1 << 30;
-}
-
-void mu_coord_opts_init_size(mu_coord_opts_t *o, size_t size)
-{
-	mu_coord_opts_t d;
-
-	mu__coord_defaults(&d);
-	mu__opts_fill(o, size, &d, sizeof(d));
-}
 
 static void free_names(char **v, int n)
 {

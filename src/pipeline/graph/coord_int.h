@@ -17,7 +17,6 @@
 
 int mu__coord_new(int n, const mu_coord_opts_t *o, mu_coord_t **out);
 /* Fill o with this build's coordinator defaults (full size). */
-void mu__coord_defaults(mu_coord_opts_t *o);
 int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
                   const char *desc, char *err, size_t el);
 int mu__coord_check(const mu_coord_t *c, char *err, size_t el);
