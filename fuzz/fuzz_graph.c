@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/alloc_int.h"
+#include "core/cut_int.h"
 #include "core/strmap_int.h"
 #include "graph/dtype_int.h"
 #include "graph/graph_int.h"
@@ -138,7 +139,7 @@ static void plan(const mu__graph_t *g, const double *flops)
 	if (g->nnodes >= 2 && mu__plan_from_cuts(g, cuts, 2, NULL, flops, &p) == 0)
 		mu__plan_free(&p);
 	if (k >= 1)
-		mu__plan_balanced(flops, g->nnodes, k, cuts);
+		mu__cut_balanced(&(mu__cut_items_t){flops, g->nnodes, 0}, k, MU__CUT_FILL, cuts);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
