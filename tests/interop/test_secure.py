@@ -286,6 +286,19 @@ def test_tls_plain_client_refused(muster_bin, tmp_path, pki, mlp, stages):
             r"not speak TLS")
 
 
+def test_secret_only_client_told_the_stage_speaks_tls(muster_bin, tmp_path, pki, mlp, stages):
+    """A client with the secret but no TLS, at a stage with both: it is
+    told the stage speaks TLS (and which flag it lacks), not that the
+    secret failed, which it did not."""
+    stage, = stages(mlp.path, 1, *pki.tls(), "--secret-file", pki.secret)
+    proc, _ = run(muster_bin, tmp_path, mlp, stage, "--secret-file", pki.secret)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 1, err
+    assert re.search(r"speaks TLS.*--tls-ca", err), err
+    assert "authentication failed" not in err, err
+    stagefix_wait(stage, r"handshake from 127\.0\.0\.1:\d+ failed: the client does not speak TLS")
+
+
 def test_tls_wrong_ca_refused(muster_bin, tmp_path, pki, mlp, stages):
     stage, = stages(mlp.path, 1, "--tls-cert", pki.cert, "--tls-key", pki.key)
     proc, _ = run(muster_bin, tmp_path, mlp, stage, "--tls-ca", pki.other_ca)
