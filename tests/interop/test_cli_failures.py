@@ -75,6 +75,8 @@ def assert_says_why(done, why, args, code=None):
     assert done.stderr.strip(), f"{what}: exit {done.returncode} and no word on stderr"
     # under the ASan build a failure path must not leak or touch bad memory
     assert "Sanitizer" not in done.stderr, f"{what}:\n{done.stderr}"
+    # a name that was never set (printf's "(null)") names nothing
+    assert "(null)" not in done.stderr, f"{what}:\n{done.stderr}"
     assert re.search(why, done.stderr), (f"{what}: stderr does not say /{why}/: "
                                          f"{done.stderr!r}")
 
@@ -132,11 +134,17 @@ def ctx(muster_bin, tmp_path_factory):
         done = run(muster_bin, args)
         assert done.returncode == 0, done
     (tmp / "junk").write_bytes(b"\x00not a model, a plan or tensors\xff" * 8)
+    (tmp / "meta.json").write_text('{"tokenizer.ggml.model": "frob", "tokenizer.ggml.tokens": '
+                                   '["a", "b"]}')
+    (tmp / "tok").mkdir()
+    (tmp / "tok" / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, '
+                                                '"merges": []}, "normalizer": {"type": "Frob"}}')
     yield {"closed": closed.getsockname()[1], "busy": busy.getsockname()[1],
            "garbage": garbage.port, "nixl": nixl.port, "model": model,
            "input": tmp / "in.safetensors", "junk": tmp / "junk", "tmp": tmp,
            "missing": tmp / "does-not-exist",
-           "unwritable": "/proc/muster-cannot-write-here/x", "gguf": GGUF, "tok": TOK}
+           "unwritable": "/proc/muster-cannot-write-here/x", "gguf": GGUF, "tok": TOK,
+           "gguf_meta": tmp / "meta.json"}
     nixl.close()
     garbage.close()
     busy.close()
@@ -366,7 +374,11 @@ CASES = [
     ("tokenize-decode-not-ids", ["tokenize", "--llama2c", "{tok}", "--vocab", "512",
                                  "--decode", "--text", "abc"], r"not a list of ids", 2),
     ("tokenize-junk-gguf-meta", ["tokenize", "--gguf-meta", "{junk}", "--text", "hi"],
-     r"not a JSON object", 1),
+     r"^muster tokenize: \S*junk: not a JSON object", 1),
+    ("tokenize-bad-gguf-meta", ["tokenize", "--gguf-meta", "{gguf_meta}", "--text", "hi"],
+     r"^muster tokenize: \S*meta\.json: tokenizer\.ggml\.model \"frob\" is not supported", 1),
+    ("tokenize-bad-hf", ["tokenize", "--tokenizer", "{tmp}/tok", "--text", "hi"],
+     r"^muster tokenize: \S*tok: normalizer\.type \"Frob\" is not supported", 1),
     ("stage-llm-out-of-range", ["stage", "--model", "{gguf}", "--stage", "5", "--of", "2"],
      r"stage 5 of 2", 1),
     ("stage-llm-bad-layers", ["stage", "--model", "{gguf}", "--stage", "0", "--layers", "9:3"],
