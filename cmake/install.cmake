@@ -71,6 +71,14 @@ foreach(_u muster-tracker.service muster-store.service muster-server@.service
   install(FILES ${PROJECT_BINARY_DIR}/systemd/${_u} DESTINATION ${MU_UNITDIR})
 endforeach()
 install(FILES systemd/muster.sysusers.conf DESTINATION lib/sysusers.d RENAME muster.conf)
+# Their options, the files the units read (EnvironmentFile=-/etc/default/NAME):
+# PREFIX/etc/default by default, /etc/default for the package (debian/rules
+# gives MU_SYSCONFDIR=/etc, and dh makes them conffiles).
+set(MU_SYSCONFDIR ${CMAKE_INSTALL_SYSCONFDIR} CACHE STRING
+    "Where the units' /etc/default files go (under the prefix when relative)")
+foreach(_d muster-tracker muster-store muster-server muster-stage)
+  install(FILES systemd/default-${_d} DESTINATION ${MU_SYSCONFDIR}/default RENAME ${_d})
+endforeach()
 
 # The ctypes binding, where this machine's python3 looks for packages under
 # the prefix (PREFIX/lib/python3.X/dist-packages on Debian); it finds the

@@ -14,15 +14,34 @@
 #include "muster/common.h"
 #include "muster/stream.h"
 
-typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE } cli_opt_kind_t;
+typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_DOUBLE, OPT_ALIAS } cli_opt_kind_t;
 
 typedef struct {
 	const char *name;    /* long name without "--" */
 	cli_opt_kind_t kind;
 	void *dst;           /* int *, const char **, int *, double * */
-	const char *metavar; /* shown in --help; NULL for flags */
+	const char *metavar; /* shown in --help; NULL for flags; an alias: the option it names */
 	const char *help;
 } cli_opt_t;
+
+/*
+ * The options' one vocabulary (every command spells a thing the same way;
+ * docs/deploy.md and the man pages say so):
+ *   --quiet                   less on stderr (servers: warnings and errors only)
+ *   --timeout SECONDS         a client command's whole wait, then it gives up
+ *   --io-timeout SECONDS      a peer that stalls mid-message: a server closes it,
+ *                             a client gives up on it
+ *   --device-timeout SECONDS  the wait for devices from a tracker
+ *   --max-connections N       connections a server serves at once
+ *   --max-frame SIZE          the largest message a server takes (sizes: 4096, 64K, 1G)
+ *   --stages H:P,...          stage servers' addresses; a count of stages is --of N
+ *   --model PATH              a graph model directory or an LLM checkpoint, where
+ *                             a command takes either
+ * An old spelling stays an alias, CLI_ALIAS("silent", "quiet"), in the
+ * same table: it works as the option it names, --help lists it on its
+ * last line and the man page under ALIASES, never among the options.
+ */
+#define CLI_ALIAS(old, canonical) {old, OPT_ALIAS, NULL, canonical, NULL}
 
 typedef struct {
 	const char *usage; /* "muster tracker [options]" */
@@ -40,6 +59,10 @@ typedef struct {
  * after printing a usage error (exit 2).
  */
 int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos);
+
+/* How much of a usage line names the command: its leading lower-case
+ * words ("muster model gen" of "muster model gen --out DIR ..."). */
+size_t cli_cmd_name_len(const char *usage);
 
 /* --help-man: cmd's manual page in roff on stdout (cli/man.c). */
 void cli_print_man(const cli_cmd_t *cmd);
@@ -122,10 +145,24 @@ typedef struct {
 	 "CA that signs the peers' certificates: a client checks the server's (and its "       \
 	 "name), a server asks every client for one (mutual TLS)"}
 
+/*
+ * After a client's failure rc against host:port, where the peer answered
+ * (or took the connection) but not in the protocol wanted (a
+ * mu__proto_t: core/sniff_int.h): "; it is a TCPStore (muster store,
+ * torch's), not a TVM RPC tracker" into out, found by asking the peer on fresh
+ * connections (a second or so); "" when it is what was wanted, when
+ * nothing answers, or when rc is of another kind (refused, unresolved).
+ */
+void cli_peer_hint(const char *host, int port, int rc, int want, char *out, size_t n);
+
 /* --allow's list, checked before starting: 0, or 2 after saying why. */
 int cli_allow_check(const char *cmd, const char *allow);
 
 void cli_secure_init(cli_secure_t *cs);
+/* Would a server under cs (after cli_secure_apply) take any peer? 1 with
+ * neither a shared secret nor TLS that asks clients for a certificate
+ * (--tls-ca): TLS alone encrypts, but admits anyone. */
+int cli_secure_open(const cli_secure_t *cs);
 /* *sec from cs (NULL when nothing is asked for): 0, or 2 after saying why. */
 int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec);
 

@@ -147,16 +147,17 @@ int cmd_plan(int argc, char **argv)
 	mu_plan_t *p = NULL;
 	mu_split_t split;
 	cli_opt_t opts[] = {
-		{"model", OPT_STR, &dir, "DIR", "the model: DIR/model.json and DIR/model.safetensors"},
-		{"stages", OPT_INT, &stages, "N", "cut into N stages"},
+		{"model", OPT_STR, &dir, "PATH", "a graph model's directory (model.json, model.safetensors) or a decoder LLM checkpoint (a GGUF file, an HF directory or a llama2.c .bin)"},
+		{"of", OPT_INT, &stages, "N", "cut into N stages"},
 		{"by", OPT_STR, &by, "params|flops", "balance weight bytes (default) or estimated compute"},
-		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --stages: fit devices of these memory budgets, in whichever order fits best (e.g. 512M,1G,1G)"},
+		{"budgets", OPT_STR, &budgets, "SIZE,...", "instead of --of: fit devices of these memory budgets, in whichever order fits best (e.g. 512M,1G,1G)"},
 		{"json", OPT_FLAG, &json, NULL, "print the plan as JSON (what `muster stage --plan` reads)"},
 		{"ctx", OPT_INT, &ctx, "N", "an LLM: positions of each sequence's KV cache (default 2048)"},
 		{"max-sequences", OPT_INT, &seqs, "N", "an LLM: sequences each stage keeps a KV cache for (default 1)"},
+		CLI_ALIAS("stages", "of"), /* --stages is addresses everywhere else */
 	};
 	cli_cmd_t cmd = {
-		"muster plan --model DIR (--stages N | --budgets SIZE,...) [--by params|flops] [--json]",
+		"muster plan --model PATH (--of N | --budgets SIZE,...) [--by params|flops] [--json]",
 		"Show how a model's graph is cut into contiguous stages: each stage's nodes,\n"
 		"the weights it alone holds, and the named tensors it takes from earlier\n"
 		"stages (or the input) and hands on. Stages never depend on later ones.\n"
@@ -173,7 +174,7 @@ int cmd_plan(int argc, char **argv)
 	if (dir != NULL && cli_is_llm(dir) && (stages >= 1 || budgets != NULL) && ctx > 0 && seqs > 0)
 		return cli_plan_llm(dir, stages, budgets, ctx, seqs, json);
 	if (dir == NULL || (stages < 1 && budgets == NULL) || parse_split(by, &split) != 0) {
-		fprintf(stderr, "muster plan: needs --model DIR and --stages N >= 1 (or --budgets); "
+		fprintf(stderr, "muster plan: needs --model PATH and --of N >= 1 (or --budgets); "
 		                "--by is params or flops\n");
 		return 2;
 	}
@@ -272,13 +273,13 @@ int cmd_stage(int argc, char **argv)
 	mu_stage_t *s;
 	char err[1024] = "";
 	cli_opt_t opts[4 + CLI_STAGE_NOPTS] = {
-		{"model", OPT_STR, &dir, "DIR", "the model directory (model.json, model.safetensors)"},
+		{"model", OPT_STR, &dir, "PATH", "a graph model's directory (model.json, model.safetensors) or a decoder LLM checkpoint (a GGUF file, an HF directory or a llama2.c .bin)"},
 		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
 		{"of", OPT_INT, &of, "N", "the model is split into N stages balanced by weight bytes"},
 		{"plan", OPT_STR, &plan, "FILE", "instead of --of: the split in FILE (`muster plan --json`)"},
 	};
 	cli_cmd_t cmd = {
-		"muster stage --model DIR --stage I (--of N | --plan FILE) [--host H] [--port P] [--requests N]",
+		"muster stage --model PATH --stage I (--of N | --plan FILE) [--host H] [--port P] [--requests N]",
 		"Serve one stage of a split model. The stage loads its own weights, and only\n"
 		"those, from the model's files (the rest of the file is never read), then\n"
 		"prints one line when it is ready:\n"
@@ -307,7 +308,7 @@ int cmd_stage(int argc, char **argv)
 	if ((rc = cli_stage_args_apply(&sa, "muster stage")) != 0)
 		return rc;
 	if (dir == NULL || index < 0 || (of < 1 && plan == NULL)) {
-		fprintf(stderr, "muster stage: needs --model DIR, --stage I >= 0 and --of N or --plan "
+		fprintf(stderr, "muster stage: needs --model PATH, --stage I >= 0 and --of N or --plan "
 		                "FILE (see --help)\n");
 		return 2;
 	}

@@ -8,6 +8,7 @@
 
 #include "muster/tracker.h"
 #include "cli/cli_int.h"
+#include "core/sniff_int.h"
 
 int cmd_query(int argc, char **argv)
 {
@@ -15,7 +16,7 @@ int cmd_query(int argc, char **argv)
 	int port = 0, json = 0, npos, rc;
 	double timeout = 10;
 	mu_tracker_client_t *c;
-	char *summary = NULL, *text = NULL, *end;
+	char *summary = NULL, *text = NULL, *end, hint[512] = "";
 	const char *env;
 	cli_opt_t opts[] = {
 		{"host", OPT_STR, &host, "HOST", "tracker host (default $TVM_TRACKER_HOST, else 127.0.0.1)"},
@@ -55,8 +56,9 @@ int cmd_query(int argc, char **argv)
 
 	rc = mu_tracker_client_connect(host, port, (int)(timeout * 1000), &c);
 	if (rc != 0) {
-		fprintf(stderr, "muster query: cannot reach a tracker at %s:%d: %s\n",
-		        host, port, mu_strerror(rc));
+		cli_peer_hint(host, port, rc, MU__PROTO_TRACKER, hint, sizeof(hint));
+		fprintf(stderr, "muster query: cannot reach a tracker at %s:%d: %s%s\n",
+		        host, port, mu_strerror(rc), hint);
 		return 1;
 	}
 	rc = mu_tracker_client_summary(c, (int)(timeout * 1000), &summary);
@@ -64,8 +66,9 @@ int cmd_query(int argc, char **argv)
 	if (rc == 0 && !json)
 		rc = mu_tracker_summary_text(summary, &text);
 	if (rc != 0) {
-		fprintf(stderr, "muster query: bad summary from %s:%d: %s\n", host,
-		        port, mu_strerror(rc));
+		cli_peer_hint(host, port, rc, MU__PROTO_TRACKER, hint, sizeof(hint));
+		fprintf(stderr, "muster query: bad summary from %s:%d: %s%s\n", host,
+		        port, mu_strerror(rc), hint);
 		mu_free(summary);
 		return 1;
 	}

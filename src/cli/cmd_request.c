@@ -16,6 +16,7 @@
 #include "muster/server.h"
 #include "cli/cli_int.h"
 #include "core/net_int.h"
+#include "core/sniff_int.h"
 #include "core/stream_int.h"
 
 /* Copy stdin to the session and the session to stdout; 0 when the device
@@ -116,8 +117,11 @@ int cmd_request(int argc, char **argv)
 	rc = mu_session_request(host, port, argv[0], priority, session_timeout, retries, sec,
 	                        timeout < 0 ? -1 : (int)(timeout * 1000), &s);
 	if (rc != 0) {
-		fprintf(stderr, "muster request: no session for key %s via tracker %s:%d: %s\n",
-		        argv[0], host, port, mu_strerror(rc));
+		char hint[512];
+
+		cli_peer_hint(host, port, rc, MU__PROTO_TRACKER, hint, sizeof(hint));
+		fprintf(stderr, "muster request: no session for key %s via tracker %s:%d: %s%s\n",
+		        argv[0], host, port, mu_strerror(rc), hint);
 		mu_secure_free(sec);
 		return 1;
 	}

@@ -252,7 +252,7 @@ static int run_args(run_t *r, int argc, char **argv)
 		{"devices", OPT_INT, &r->devices, "N", "with --tracker: how many devices to request (default 1)"},
 		{"priority", OPT_DOUBLE, &r->priority, "P", "with --tracker: priority of the requests (higher first; default 0)"},
 		{"weights", OPT_STR, &r->weights, "auto|local|stream", "with --tracker: load stages from the devices' copies (local), stream them from here, or local where a device has a copy (auto, default)"},
-		{"request-timeout", OPT_INT, &r->request_timeout, "SECONDS", "with --tracker: wait this long for each device (default 30)"},
+		{"device-timeout", OPT_INT, &r->request_timeout, "SECONDS", "with --tracker: wait this long for the devices; then say what the tracker has (default 30)"},
 		{"output", OPT_STR, &r->output, "FILE", "write the outputs to FILE (safetensors, each in its dtype)"},
 		{"repeat", OPT_INT, &r->repeat, "R", "run R forwards of the input (default 1)"},
 		{"micro-batches", OPT_INT, &r->micro, "M", "keep up to M forwards in flight, pipelined over the stages (default 1)"},
@@ -261,6 +261,7 @@ static int run_args(run_t *r, int argc, char **argv)
 		{"json", OPT_FLAG, &r->json, NULL, "print the figures as JSON instead of a table"},
 		{"quiet", OPT_FLAG, &r->quiet, NULL, "with --tracker: do not narrate the steps, nor show progress, on stderr"},
 		CLI_SECURE_OPTS(r->cs),
+		CLI_ALIAS("request-timeout", "device-timeout"),
 	};
 	cli_cmd_t cmd = {
 		"muster run --input FILE (--model DIR | --stages H:P,... | --tracker H:P --key K --devices N --model DIR)",

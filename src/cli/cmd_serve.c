@@ -228,6 +228,11 @@ static int serve(serve_run_t *sr, cli_svc_t *sv)
 		mu_serve_free(srv);
 		return rc;
 	}
+	cli_warn_open("serve", sr->host, mu_serve_port(srv), sr->o.api_key == NULL
+	              ? "it has no --api-key-file, so anyone who can reach it generates with this model"
+	              : "its HTTP has no TLS, so the API key and every prompt and reply cross the "
+	                "network in the clear", "keep it on 127.0.0.1 behind a TLS proxy (nginx, "
+	                "caddy) that others reach");
 	printf("muster serve: listening on http://%s:%d (model %s, %d in flight, context %d, %s)\n",
 	       sr->host, mu_serve_port(srv), mu_serve_model_name(srv), sr->o.parallel,
 	       mu_serve_ctx(srv), mu_serve_where(srv));

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "muster/pipeline.h"
 #include "muster/server.h"
 #include "cli/cli_int.h"
@@ -100,6 +102,34 @@ static void split_models(server_args_t *a)
 	a->dopt.models = a->dirs;
 }
 
+/* What a device that listens beyond loopback exposes: its sessions
+ * (unless a secret or client-checking TLS guards them) and, always, its
+ * metadata listener, whose protocol (NIXL's P2P) has no authentication. */
+static void warn_open(const server_args_t *a, mu_device_t *dev, mu_server_t *s)
+{
+	cJSON *caps = cJSON_Parse(mu_device_describe(dev));
+	const cJSON *md = cJSON_GetObjectItemCaseSensitive(caps, "md_address");
+	char host[256];
+	int port = 0;
+
+	if (cli_secure_open(&a->cs))
+		cli_warn_open("server", a->o.host, mu_server_port(s), "it has neither --secret-file "
+		              "nor --tls-ca, so anyone who can reach it opens sessions on it: takes "
+		              "its memory for a stage, streams it weights, runs forwards",
+		              "give it --secret-file (and TLS) and the same to the coordinators, or "
+		              "let only their addresses through a firewall");
+	if (cJSON_IsString(md) &&
+	    mu__split_hostport(md->valuestring, host, sizeof(host), &port) == 0)
+		cli_warn_open("server", a->o.host, port, "the metadata (md) listener has no "
+		              "authentication (NIXL's protocol has none), so anyone who can reach it "
+		              "reads this device's memory, threads and the paths and digests of the "
+		              "models it holds, and can push metadata to it", a->md_port == 0
+		              ? "pin its port with --md-port and let only the coordinators' addresses "
+		                "through a firewall"
+		              : "let only the coordinators' addresses through a firewall");
+	cJSON_Delete(caps);
+}
+
 /* Make the device, register and serve until a signal: the exit status. */
 static int serve(server_args_t *a)
 {
@@ -127,6 +157,7 @@ static int serve(server_args_t *a)
 		rc = 1;
 	}
 	if (rc == 0) {
+		warn_open(a, dev, s);
 		cli_on_signal(stop_server, s);
 		cli_svc_ready(&a->sv, "registered, serving sessions");
 		cli_svc_wait(&a->sv, wait_server, s); /* returns once a signal has stopped it */
@@ -150,7 +181,7 @@ int cmd_server(int argc, char **argv)
 		{"tracker", OPT_STR, &a.tracker, "HOST:PORT", "tracker to register with (split at the last colon; [v6]:port works)"},
 		{"key", OPT_STR, &o->key, "KEY", "device key clients request, e.g. rasp (required with --tracker; standalone the default is \"\", as TVM's)"},
 		{"custom-addr", OPT_STR, &o->custom_addr, "ADDR", "address the tracker gives clients instead of the one it sees"},
-		{"silent", OPT_FLAG, &o->silent, NULL, "log only warnings and errors"},
+		{"quiet", OPT_FLAG, &o->silent, NULL, "log only warnings and errors (TVM's --silent works too)"},
 		{"handshake-timeout", OPT_DOUBLE, &o->handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
 		{"session-timeout", OPT_DOUBLE, &o->session_timeout, "SECONDS", "end a session whose client sends nothing, or reads nothing, for this long (default 300; 0: never)"},
 		{"mem", OPT_STR, &a.mem, "SIZE", "memory for a stage's weights, e.g. 2G (default: what the machine has available now)"},
@@ -161,6 +192,7 @@ int cmd_server(int argc, char **argv)
 		CLI_BUDGET_OPTS(a.cb),
 		CLI_SECURE_OPTS(a.cs),
 		CLI_SVC_OPTS(a.sv),
+		CLI_ALIAS("silent", "quiet"), /* TVM's rpc_server's spelling */
 	};
 	cli_cmd_t cmd = {
 		"muster server [--tracker HOST:PORT --key KEY] [--host H] [--port P] [--port-end E]",

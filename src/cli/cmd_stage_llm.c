@@ -182,7 +182,7 @@ static void plan_row(const mu_llm_plan_t *p, const mu_llm_plan_stage_t *st, int 
 	       wb, kb, tb);
 }
 
-/* `muster plan --model CHECKPOINT (--stages N | --budgets ...)`. */
+/* `muster plan --model CHECKPOINT (--of N | --budgets ...)`. */
 int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx, int seqs,
                  int json)
 {

@@ -14,6 +14,7 @@
 #include "cli/svc_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "core/sniff_int.h"
 
 /* The drain of the first SIGINT/SIGTERM, bounded by --drain-timeout. */
 static double drain_timeout = 10;
@@ -49,14 +50,16 @@ int cmd_store(int argc, char **argv)
 		{"max-key-bytes", OPT_INT, &max_key, "N", "longest key accepted (default 65536)"},
 		{"max-value-bytes", OPT_INT, &max_value, "N", "largest value accepted (default 67108864)"},
 		{"max-keys", OPT_INT, &max_keys, "N", "most keys in one CHECK/WAIT/MULTI_* (default 131072)"},
-		{"request-timeout", OPT_DOUBLE, &o.request_timeout, "SECONDS", "close a client that starts a request and does not finish it (default 60; 0 = never)"},
+		{"io-timeout", OPT_DOUBLE, &o.request_timeout, "SECONDS", "close a client that starts a request and does not finish it (default 60; 0 = never)"},
 		{"max-watches", OPT_INT, &max_watches, "N", "v1 WATCH_KEY registrations one connection may hold; one more closes it (default 1024)"},
 		{"max-watches-total", OPT_INT, &max_watches_total, "N", "... all connections together (default 65536)"},
 		CLI_BUDGET_OPTS(cb),
-		{"silent", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
+		{"quiet", OPT_FLAG, &o.silent, NULL, "log only warnings and errors"},
 		{"allow", OPT_STR, &o.allow, "CIDR,...", "accept connections only from these addresses and prefixes (e.g. 10.0.0.0/8,::1); others are closed at once, logged and counted (default: everyone). TVM's and torch's protocols have no authentication: see docs/security.md"},
 		{"drain-timeout", OPT_DOUBLE, &drain_timeout, "SECONDS", "on SIGTERM or Ctrl-C, stop accepting and give the replies already queued this long to reach their peers, then close (default 10; a second signal stops at once)"},
 		CLI_SVC_OPTS(sv),
+		CLI_ALIAS("silent", "quiet"),
+		CLI_ALIAS("request-timeout", "io-timeout"),
 	};
 	cli_cmd_t cmd = {
 		"muster store [--host H] [--port P] [--max-value-bytes N] [--max-key-bytes N]",
@@ -87,7 +90,7 @@ int cmd_store(int argc, char **argv)
 	if (max_key <= 0 || max_value <= 0 || max_keys <= 0 || o.request_timeout < 0 ||
 	    drain_timeout < 0 || max_watches <= 0 || max_watches_total < max_watches) {
 		fprintf(stderr, "muster store: limits must be > 0 (--max-watches-total at least "
-		        "--max-watches) and --request-timeout, --drain-timeout >= 0\n");
+		        "--max-watches) and --io-timeout, --drain-timeout >= 0\n");
 		return 2;
 	}
 	rc = cli_budget_apply("muster store", &cb, &o.budget);
@@ -115,6 +118,12 @@ int cmd_store(int argc, char **argv)
 		        o.port, rc == MU_EBIND ? "address in use" : mu_strerror(rc));
 		return 1;
 	}
+	if (o.allow == NULL)
+		cli_warn_open("store", o.host, mu_store_server_port(s), "torch's TCPStore protocol "
+		              "has no authentication, so anyone who can reach it reads, changes and "
+		              "deletes every key (a job's rendezvous, its ranks' addresses)",
+		              "limit who connects with --allow CIDR,... or a firewall, or bind "
+		              "--host 127.0.0.1 and tunnel");
 	cli_on_signal(drain_store, s);
 	cli_on_signal_again(stop_store, s);
 	cli_svc_ready(&sv, "serving keys");
@@ -212,7 +221,7 @@ int cmd_store_cli(int argc, char **argv)
 	mu_store_client_opts_t o;
 	mu_store_client_t *c;
 	const char *dialect = "auto";
-	char host[256];
+	char host[256], hint[512] = "";
 	double timeout = 30;
 	int npos, rc;
 	cli_opt_t opts[] = {
@@ -254,8 +263,9 @@ int cmd_store_cli(int argc, char **argv)
 	          : strcmp(dialect, "v2") == 0 ? MU_STORE_DIALECT_V2 : MU_STORE_AUTO;
 	rc = mu_store_client_connect(&o, &c);
 	if (rc != 0) {
-		fprintf(stderr, "muster store-cli: cannot reach a store at %s: %s\n",
-		        argv[0], mu_strerror(rc));
+		cli_peer_hint(host, o.port, rc, MU__PROTO_STORE, hint, sizeof(hint));
+		fprintf(stderr, "muster store-cli: cannot reach a store at %s: %s%s\n",
+		        argv[0], mu_strerror(rc), hint);
 		return 1;
 	}
 	rc = run_op(c, npos - 1, argv + 1);
@@ -263,8 +273,12 @@ int cmd_store_cli(int argc, char **argv)
 	if (rc == 2)
 		return 2;
 	if (rc != 0) {
-		fprintf(stderr, "muster store-cli: %s %s: %s\n", argv[1],
-		        npos > 2 ? argv[2] : "", rc == -ETIMEDOUT ? "timed out" : mu_strerror(rc));
+		/* a key not there in time is the store's answer, not a wrong peer */
+		if (rc != -ETIMEDOUT)
+			cli_peer_hint(host, o.port, rc, MU__PROTO_STORE, hint, sizeof(hint));
+		fprintf(stderr, "muster store-cli: %s %s: %s%s\n", argv[1],
+		        npos > 2 ? argv[2] : "", rc == -ETIMEDOUT ? "timed out" : mu_strerror(rc),
+		        hint);
 		return 1;
 	}
 	return 0;

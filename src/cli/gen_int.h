@@ -13,13 +13,14 @@
 #include "muster/llm.h"
 #include "cli/cli_int.h"
 
-#define GEN_MAX_OPTS 32
+#define GEN_MAX_OPTS 40
 
 typedef struct {
 	const char *prog;     /* "muster generate", for messages */
 	const char *model, *tokenizer, *stages, *tracker, *key, *weights, *replay_mem;
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
 	int parallel, no_batch, devices, max_seqs, quiet, keepalive;
+	int device_timeout;   /* --device-timeout: seconds for the tracker's devices */
 	double temperature, top_p, seed;
 	cli_secure_t cs;      /* --secret-file, --tls-*: toward stages and devices */
 } gen_args_t;

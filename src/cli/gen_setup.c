@@ -31,6 +31,7 @@ void gen_args_default(gen_args_t *a)
 	a->seed = -1;
 	a->io_timeout = 60;
 	a->devices = 1;
+	a->device_timeout = 30;
 	a->keepalive = 60;
 	cli_secure_init(&a->cs);
 }
@@ -49,6 +50,8 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		 "replaced and the text goes on unchanged"},
 		{"key", OPT_STR, &a->key, "KEY", "with --tracker: the devices' key"},
 		{"devices", OPT_INT, &a->devices, "N", "with --tracker: how many to request (default 1)"},
+		{"device-timeout", OPT_INT, &a->device_timeout, "SECONDS", "with --tracker: wait this "
+		 "long for the devices; then say what the tracker has (default 30)"},
 		{"weights", OPT_STR, &a->weights, "auto|local|stream", "with --tracker: from each "
 		 "device's own copy when it has one (auto, the default), only so, or always streamed"},
 		{"max-sequences", OPT_INT, &a->max_seqs, "N", "with --tracker: sequences each device "
@@ -123,6 +126,8 @@ int gen_args_check(const gen_args_t *a)
 		bad = "--keepalive must be 0 to 86400 seconds";
 	else if (a->io_timeout < 1 || a->io_timeout > 86400)
 		bad = "--io-timeout must be 1 to 86400 seconds";
+	else if (a->device_timeout < 1 || a->device_timeout > 86400)
+		bad = "--device-timeout must be 1 to 86400 seconds";
 	else if (!(a->seed >= -1 && a->seed < 18446744073709551616.0))
 		bad = "--seed must be a non-negative integer";
 	else if (a->replay_mem != NULL && cli_parse_size(a->replay_mem, &size) != 0)
@@ -186,6 +191,7 @@ static int tracker_opts(gen_run_t *r, gen_open_t *g)
 	c->tracker_port = port;
 	c->key = a->key;
 	c->devices = a->devices;
+	c->request_timeout_ms = a->device_timeout * 1000;
 	c->weights = a->weights == NULL || strcmp(a->weights, "auto") == 0 ? MU_WEIGHTS_AUTO
 	           : strcmp(a->weights, "local") == 0 ? MU_WEIGHTS_LOCAL : MU_WEIGHTS_STREAM;
 	c->coord = &g->coord;

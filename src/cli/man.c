@@ -38,28 +38,12 @@ static void roff_text(FILE *f, const char *s, size_t n)
 	}
 }
 
-/* Leading words of the usage line that name the command ("muster model gen"). */
-static size_t name_len(const char *u)
-{
-	size_t n = 0, end = 0;
-
-	for (;;) {
-		size_t w = strspn(u + n, "abcdefghijklmnopqrstuvwxyz-");
-
-		if (w == 0 || u[n] == '-' || (u[n + w] != ' ' && u[n + w] != '\0'))
-			return end;
-		end = n + w;
-		if (u[end] == '\0')
-			return end;
-		n = end + 1;
-	}
-}
-
 void cli_print_man(const cli_cmd_t *cmd)
 {
-	size_t nl = name_len(cmd->usage);
+	size_t nl = cli_cmd_name_len(cmd->usage);
 	const char *about = cmd->about, *dot = strstr(about, ". ");
 	const char *dotnl = strstr(about, ".\n");
+	int aliases = 0;
 
 	if (dot == NULL || (dotnl != NULL && dotnl < dot))
 		dot = dotnl;
@@ -90,6 +74,10 @@ void cli_print_man(const cli_cmd_t *cmd)
 	for (int i = 0; i < cmd->nopts; i++) {
 		const cli_opt_t *o = &cmd->opts[i];
 
+		if (o->kind == OPT_ALIAS) {
+			aliases++;
+			continue;
+		}
 		/* the tag: --name in bold, then its value's name in italics */
 		printf(".TP\n%s \"\\-\\-", o->metavar != NULL ? ".BI" : ".B");
 		roff_text(stdout, o->name, strlen(o->name));
@@ -101,7 +89,24 @@ void cli_print_man(const cli_cmd_t *cmd)
 		roff_text(stdout, o->help, strlen(o->help));
 		putchar('\n');
 	}
-	printf(".TP\n.B \"\\-\\-help\"\nshow this help and exit\n.SH SEE ALSO\n.BR muster (1)\n");
+	printf(".TP\n.B \"\\-\\-help\"\nshow this help and exit\n");
+	if (aliases > 0) {
+		/* what --help's last line lists: old spellings kept for scripts */
+		printf(".SH ALIASES\nOld spellings of options, still accepted: each works as the "
+		       "option it names.\n");
+		for (int i = 0; i < cmd->nopts; i++) {
+			const cli_opt_t *o = &cmd->opts[i];
+
+			if (o->kind != OPT_ALIAS)
+				continue;
+			printf(".TP\n.B \"\\-\\-");
+			roff_text(stdout, o->name, strlen(o->name));
+			printf("\"\nthe same as \\fB\\-\\-");
+			roff_text(stdout, o->metavar, strlen(o->metavar));
+			printf("\\fR\n");
+		}
+	}
+	printf(".SH SEE ALSO\n.BR muster (1)\n");
 }
 
 /* Run fn(argv) with stdout going to DIR/NAME.1; 0 when it wrote a page. */

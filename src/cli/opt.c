@@ -16,10 +16,11 @@
 #include "cli/progress_int.h"
 #include "core/cidr_int.h"
 #include "core/log_int.h"
+#include "core/sniff_int.h"
 
 static void print_help(const cli_cmd_t *cmd)
 {
-	int i;
+	int i, aliases = 0;
 
 	printf("usage: %s\n\n%s\n", cmd->usage, cmd->about);
 	if (cmd->nopts > 0)
@@ -28,29 +29,63 @@ static void print_help(const cli_cmd_t *cmd)
 		const cli_opt_t *o = &cmd->opts[i];
 		char left[64];
 
+		if (o->kind == OPT_ALIAS) {
+			aliases++;
+			continue;
+		}
 		snprintf(left, sizeof(left), "--%s%s%s", o->name,
 		         o->metavar ? " " : "", o->metavar ? o->metavar : "");
 		printf("  %-24s %s\n", left, o->help);
 	}
 	printf("  %-24s %s\n", "--help", "show this help and exit");
+	if (aliases == 0)
+		return;
+	/* not indented as an option is: scripts that read the options skip it */
+	printf("\nold spellings, still accepted:");
+	for (i = 0; i < cmd->nopts; i++)
+		if (cmd->opts[i].kind == OPT_ALIAS)
+			printf(" --%s for --%s%s", cmd->opts[i].name, cmd->opts[i].metavar,
+			       --aliases > 0 ? "," : "");
+	printf("\n");
 }
 
 static int usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+size_t cli_cmd_name_len(const char *u)
+{
+	size_t n = 0, end = 0;
+
+	for (;;) {
+		size_t w = strspn(u + n, "abcdefghijklmnopqrstuvwxyz-");
+
+		if (w == 0 || u[n] == '-' || (u[n + w] != ' ' && u[n + w] != '\0'))
+			return end;
+		end = n + w;
+		if (u[end] == '\0')
+			return end;
+		n = end + 1;
+	}
+}
+
+/* "muster stage: --port wants an integer", named by the usage line's
+ * command words (the whole usage line would run over several). */
 static int usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
 {
+	int n = (int)cli_cmd_name_len(cmd->usage);
 	va_list ap;
 
-	fprintf(stderr, "%s: ", cmd->usage);
+	fprintf(stderr, "%.*s: ", n, cmd->usage);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\n(see --help)\n");
+	fprintf(stderr, "\n(see %.*s --help)\n", n, cmd->usage);
 	return 2;
 }
 
-static int set_value(const cli_cmd_t *cmd, const cli_opt_t *o, const char *v)
+/* o's value v; typed is the name as given (an alias, maybe), for errors. */
+static int set_value(const cli_cmd_t *cmd, const cli_opt_t *o, const char *typed,
+                     const char *v)
 {
 	char *end;
 
@@ -64,7 +99,7 @@ static int set_value(const cli_cmd_t *cmd, const cli_opt_t *o, const char *v)
 
 		if (errno != 0 || end == v || *end != '\0' || n < -2147483647L ||
 		    n > 2147483647L)
-			return usage_error(cmd, "--%s wants an integer", o->name);
+			return usage_error(cmd, "--%s wants an integer", typed);
 		*(int *)o->dst = (int)n;
 		return 0;
 	}
@@ -72,7 +107,7 @@ static int set_value(const cli_cmd_t *cmd, const cli_opt_t *o, const char *v)
 		double d = strtod(v, &end);
 
 		if (errno != 0 || end == v || *end != '\0')
-			return usage_error(cmd, "--%s wants a number", o->name);
+			return usage_error(cmd, "--%s wants a number", typed);
 		*(double *)o->dst = d;
 		return 0;
 	}
@@ -87,8 +122,13 @@ static const cli_opt_t *find(const cli_cmd_t *cmd, const char *name, size_t n)
 
 	for (i = 0; i < cmd->nopts; i++)
 		if (strlen(cmd->opts[i].name) == n &&
-		    strncmp(cmd->opts[i].name, name, n) == 0)
-			return &cmd->opts[i];
+		    strncmp(cmd->opts[i].name, name, n) == 0) {
+			const cli_opt_t *o = &cmd->opts[i];
+
+			/* an old spelling: the option it names (an alias of an
+			 * alias, or of nothing, is a table's mistake) */
+			return o->kind == OPT_ALIAS ? find(cmd, o->metavar, strlen(o->metavar)) : o;
+		}
 	return NULL;
 }
 
@@ -99,6 +139,8 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i], *eq;
 		const cli_opt_t *o;
+		char typed[64];
+		size_t n;
 
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			print_help(cmd);
@@ -113,8 +155,9 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
 			continue;
 		}
 		eq = strchr(a + 2, '=');
-		o = find(cmd, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
-		if (o == NULL)
+		n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		o = find(cmd, a + 2, n);
+		if (o == NULL || o->kind == OPT_ALIAS)
 			return usage_error(cmd, "unknown option %s", a);
 		if (o->kind == OPT_FLAG) {
 			if (eq != NULL)
@@ -124,7 +167,8 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, int *npos)
 		}
 		if (eq == NULL && i + 1 >= argc)
 			return usage_error(cmd, "%s needs a value", a);
-		rc = set_value(cmd, o, eq ? eq + 1 : argv[++i]);
+		snprintf(typed, sizeof(typed), "%.*s", (int)n, a + 2);
+		rc = set_value(cmd, o, typed, eq ? eq + 1 : argv[++i]);
 		if (rc != 0)
 			return rc;
 	}
@@ -374,6 +418,11 @@ int cli_secure_apply(const char *cmd, cli_secure_t *cs, mu_secure_t **sec)
 	return 0;
 }
 
+int cli_secure_open(const cli_secure_t *cs)
+{
+	return cs->o.secret_file == NULL && cs->o.tls_ca == NULL;
+}
+
 int cli_allow_check(const char *cmd, const char *allow)
 {
 	mu__allow_t a;
@@ -384,4 +433,19 @@ int cli_allow_check(const char *cmd, const char *allow)
 		return 2;
 	}
 	return 0;
+}
+
+void cli_peer_hint(const char *host, int port, int rc, int want, char *out, size_t n)
+{
+	char what[256];
+	mu__proto_t got;
+
+	out[0] = '\0';
+	/* the peer answered, or took the connection, but not as it should */
+	if (rc != MU_EEOF && rc != MU_EBADMAGIC && rc != MU_EPROTO && rc != -ECONNRESET &&
+	    rc != -ETIMEDOUT && rc != MU_ETOOBIG)
+		return;
+	got = mu__sniff(host, port, 1000, what, sizeof(what));
+	if (got != (mu__proto_t)want && what[0] != '\0')
+		snprintf(out, n, "; it is %s, not %s", what, mu__proto_name((mu__proto_t)want));
 }

@@ -34,11 +34,13 @@ int cli_stage_args_opts(cli_stage_args_t *a, cli_opt_t *out)
 		{"requests", OPT_INT, &a->requests, "N", "exit after serving N forwards (default 0: serve until stopped)"},
 		{"io-timeout", OPT_INT, &a->io_timeout, "SECONDS", help},
 		{"silent-timeout", OPT_INT, &a->silent_timeout, "SECONDS", "close a connection that sends nothing this long after connecting (default 30; 0: never)"},
-		{"max-conns", OPT_INT, &a->max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
-		{"max-frame-bytes", OPT_STR, &a->max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
+		{"max-connections", OPT_INT, &a->max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
+		{"max-frame", OPT_STR, &a->max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 		CLI_BUDGET_OPTS(a->cb),
 		CLI_SECURE_OPTS(a->cs),
 		CLI_SVC_OPTS(a->sv),
+		CLI_ALIAS("max-conns", "max-connections"),
+		CLI_ALIAS("max-frame-bytes", "max-frame"),
 	};
 
 	snprintf(a->io_help, sizeof(a->io_help), "close a peer that stalls mid-message this long "
@@ -59,7 +61,7 @@ int cli_stage_args_apply(cli_stage_args_t *a, const char *cmd)
 	if (a->requests < 0 || a->io_timeout < 1 || a->silent_timeout < 0 || a->max_conns < 1 ||
 	    cli_parse_size(a->max_frame, &mf) != 0) {
 		fprintf(stderr, "%s: --requests >= 0, --io-timeout >= 1, --silent-timeout >= 0, "
-		        "--max-conns >= 1 and --max-frame-bytes a size like 1G (see --help)\n", cmd);
+		        "--max-connections >= 1 and --max-frame a size like 1G (see --help)\n", cmd);
 		return 2;
 	}
 	a->o.requests = (unsigned long)a->requests;
@@ -107,6 +109,11 @@ int cli_stage_serve(mu_stage_t *s, cli_stage_args_t *a, int index, int of,
 		return 1;
 	}
 	announce(s, index, of);
+	if (cli_secure_open(&a->cs))
+		cli_warn_open("stage", a->o.host, mu_stage_server_port(srv), "it has neither "
+		              "--secret-file nor --tls-ca, so anyone who can reach it runs forwards "
+		              "on it, reads what they compute and holds its connections and sequences", "give it --secret-file (and TLS) and the "
+		              "same to its coordinators, or bind --host 127.0.0.1");
 	printf("muster stage %d/%d: serving on %s:%d\n", index, of, a->o.host,
 	       mu_stage_server_port(srv));
 	fflush(stdout);

@@ -10,7 +10,7 @@
 #include "cli/cli_int.h"
 #include "cli/svc_int.h"
 
-#define CLI_STAGE_NOPTS (14 + CLI_SVC_NOPTS)
+#define CLI_STAGE_NOPTS (16 + CLI_SVC_NOPTS) /* two of them aliases */
 
 typedef struct {
 	mu_stage_server_opts_t o;

@@ -11,10 +11,12 @@
  * to the new one. Each line is one write(2) with O_APPEND, so lines of
  * different threads never interleave.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #ifdef MU_HAVE_SYSTEMD
@@ -146,7 +148,43 @@ int cli_svc_listen(cli_svc_t *sv, const char *cmd, mu_serve_t *on)
 	sv->lent = on != NULL;
 	mu__hostport_text(sv->mhost, mu_metrics_server_port(sv->http), addr, sizeof(addr));
 	mu__log(MU_LOG_INFO, "metrics", "serving metrics on http://%s/metrics", addr);
+	cli_warn_open("metrics", sv->mhost, mu_metrics_server_port(sv->http), "the metrics "
+	              "endpoint has no authentication: anyone who can reach it reads this "
+	              "server's counters (peers, keys, addresses)",
+	              "bind it to 127.0.0.1, or let only the Prometheus host through a firewall");
 	return 0;
+}
+
+int cli_is_loopback(const char *host)
+{
+	unsigned char a[16];
+
+	if (host == NULL || host[0] == '\0')
+		return 0; /* the wildcard: every address */
+	if (strcasecmp(host, "localhost") == 0)
+		return 1;
+	if (inet_pton(AF_INET, host, a) == 1)
+		return a[0] == 127;
+	if (inet_pton(AF_INET6, host, a) == 1) {
+		static const unsigned char one[16] = {[15] = 1};
+		static const unsigned char v4map[12] = {[10] = 0xff, [11] = 0xff};
+
+		return memcmp(a, one, 16) == 0 || (memcmp(a, v4map, 12) == 0 && a[12] == 127);
+	}
+	return 0; /* a name: assume it reaches beyond this machine */
+}
+
+void cli_warn_open(const char *component, const char *host, int port, const char *risk,
+                   const char *fix)
+{
+	char addr[300];
+
+	if (cli_is_loopback(host))
+		return;
+	mu__hostport_text(host != NULL && host[0] != '\0' ? host : "0.0.0.0", port, addr,
+	                  sizeof(addr));
+	mu__log(MU_LOG_WARN, component, "listening on %s, beyond loopback: %s; %s "
+	        "(docs/deploy.md)", addr, risk, fix);
 }
 
 void cli_svc_ready(cli_svc_t *sv, const char *status)

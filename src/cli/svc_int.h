@@ -69,6 +69,21 @@ void cli_svc_stopping(void);
  * counts into it has stopped. Safe after a failed or no listen. */
 void cli_svc_stop(cli_svc_t *sv);
 
+/*
+ * The rule every server's address follows (docs/deploy.md): a server
+ * listens where the program it stands in for listens (tracker and server
+ * on 0.0.0.0 as TVM's, store on :: as torch's TCPStore), muster's own
+ * (stage, serve, metrics) on loopback unless told otherwise; and a
+ * listener beyond loopback that answers anyone says so once at start, as
+ * llama.cpp's rpc-server does. cli_is_loopback: is host (a literal, or
+ * "localhost"; NULL or "" is the wildcard) a loopback address?
+ * cli_warn_open: unless it is, a WARNING from component that host:port
+ * takes anyone, what such a peer can do (risk) and what to do (fix).
+ */
+int cli_is_loopback(const char *host);
+void cli_warn_open(const char *component, const char *host, int port, const char *risk,
+                   const char *fix);
+
 /* svc_metrics.c: run the endpoint's own loop on this thread while
  * wait_fn(ud) waits on another (see there). */
 void cli_metrics_run(mu_metrics_server_t *ms, void (*wait_fn)(void *), void *ud);

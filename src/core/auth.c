@@ -164,6 +164,7 @@ struct mu__auth_s {
 	size_t out_len, out_off;
 	unsigned char in[BUF];
 	size_t in_len;
+	int peer_tls;       /* failed because the peer speaks TLS: MU_ETLS */
 };
 
 int mu__auth_start(mu_stream_t *s, const void *secret, size_t len, int server)
@@ -232,7 +233,13 @@ static void handle(mu_stream_t *s, const mu__auth_msg_t *m)
 	mu__auth_t *a = s->auth;
 	char why[MU_AUTH_MAX_TEXT + 64];
 
-	if (m->type == MU_AUTH_ERROR) {
+	if (m->type == MU_AUTH_ERROR && strstr(m->text, "speaks TLS") != NULL) {
+		/* a TLS server's word to a client that came without TLS: the
+		 * secret was never tried, so say what is missing instead */
+		a->peer_tls = 1;
+		fail(s, "it speaks TLS and this side does not: run this side with --tls-ca "
+		     "(and --tls-cert/--tls-key when the server asks for them)", 0);
+	} else if (m->type == MU_AUTH_ERROR) {
 		snprintf(why, sizeof(why), "it refused us: %s", m->text);
 		fail(s, why, 0);
 	} else if (a->state == ST_HELLO && m->type == MU_AUTH_HELLO && m->role != a->role) {
@@ -253,6 +260,13 @@ static void handle(mu_stream_t *s, const mu__auth_msg_t *m)
 	} else {
 		fail(s, "authentication failed: unexpected handshake message", 1);
 	}
+}
+
+/* Why a failed handshake failed: TLS spoken on one side only (a refusal
+ * no retry can change, like the secret's), else the secret. */
+static int failed_rc(const mu__auth_t *a)
+{
+	return a->peer_tls ? MU_ETLS : MU_EAUTH;
 }
 
 /* Write what is queued. 0 when all is out. */
@@ -293,6 +307,15 @@ static int take_input(mu_stream_t *s)
 			return 0;
 		}
 	}
+	if (rc == MU_EBADMAGIC && a->role == MU_AUTH_CLIENT && a->in_len >= 2 &&
+	    (a->in[0] == 0x15 || a->in[0] == 0x16) && a->in[1] == 0x03) {
+		/* a TLS record (an alert, or a server hello): some other TLS
+		 * server, which said so in TLS rather than in our protocol */
+		a->peer_tls = 1;
+		fail(s, "it answered in TLS and this side does not speak it: run this side with "
+		     "--tls-ca", 0);
+		return 0;
+	}
 	if (rc < 0) {
 		fail(s, rc == MU_EBADMAGIC
 		             ? (a->role == MU_AUTH_SERVER
@@ -317,9 +340,9 @@ int mu__auth_step(mu_stream_t *s)
 		mu__auth_t *a = s->auth;
 
 		if ((rc = flush(s)) != 0)
-			return rc == MU_EEOF && a->state == ST_FAILED ? MU_EAUTH : rc;
+			return rc == MU_EEOF && a->state == ST_FAILED ? failed_rc(a) : rc;
 		if (a->state == ST_FAILED)
-			return MU_EAUTH;
+			return failed_rc(a);
 		if (a->state == ST_DONE) {
 			/* bytes behind the handshake are the payload's */
 			rc = mu__stream_unread(s, a->in, a->in_len);

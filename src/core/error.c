@@ -41,7 +41,7 @@ const char *mu_strerror(int err)
 	case MU_EAUTH:
 		return "authentication failed (shared secret)";
 	case MU_ETLS:
-		return "TLS failed";
+		return "TLS failed (a certificate, the handshake, or TLS spoken on one side only)";
 	default:
 		break;
 	}

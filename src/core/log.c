@@ -4,6 +4,7 @@
  * It is written once by mu_log_set_sink() before anything starts and only
  * read afterwards, so loggers on any thread need no lock.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -71,25 +72,84 @@ static const char *level_json(mu_log_level_t level)
 }
 
 /*
- * Append s to buf[*at..n) as the body of a JSON string (RFC 8259 escapes;
- * other bytes as they are: messages are UTF-8 or ASCII). By hand rather
- * than through cJSON because a sink runs on every thread that logs, also
- * when memory is short, and must not allocate: the line is built on the
- * caller's stack.
+ * Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
+ * forms, no surrogates, nothing past U+10FFFF), or 0 when s does not
+ * start one. *cp gets the code point.
  */
-static void json_str(char *buf, size_t n, size_t *at, const char *s)
+static size_t utf8_seq(const unsigned char *s, uint32_t *cp)
 {
-	for (; *s != '\0' && *at + 7 < n; s++) {
-		unsigned char ch = (unsigned char)*s;
+	size_t len, i;
+	uint32_t c, min;
 
-		if (ch == '"' || ch == '\\') {
-			buf[(*at)++] = '\\';
-			buf[(*at)++] = (char)ch;
-		} else if (ch < 0x20) {
-			*at += (size_t)snprintf(buf + *at, n - *at, "\\u%04x", ch);
+	if (s[0] < 0x80) {
+		*cp = s[0];
+		return 1;
+	}
+	if ((s[0] & 0xe0) == 0xc0) {
+		len = 2, c = s[0] & 0x1fu, min = 0x80;
+	} else if ((s[0] & 0xf0) == 0xe0) {
+		len = 3, c = s[0] & 0x0fu, min = 0x800;
+	} else if ((s[0] & 0xf8) == 0xf0) {
+		len = 4, c = s[0] & 0x07u, min = 0x10000;
+	} else {
+		return 0;
+	}
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80) /* the NUL that ends s stops here too */
+			return 0;
+		c = c << 6 | (s[i] & 0x3fu);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+/*
+ * Append msg to buf[*at..end) with every byte that could end the line,
+ * move the cursor or forge another line escaped: C0 and C1 controls and
+ * DEL, and bytes that are not well-formed UTF-8. What a peer puts in a
+ * message (a request path, a key, a device name) then stays on its own
+ * line, whatever it holds. Text (json 0): "\n", "\r", "\t", "\\" and
+ * "\xNN" (a control, or a byte of no valid sequence); a C1 control,
+ * valid UTF-8 but read as an escape by some terminals, as "\u0085". JSON:
+ * RFC 8259's escapes for '"', '\\' and controls (its msg decodes to the
+ * message), and the text's "\xNN" for a byte of no valid sequence (the
+ * decoded msg reads "\xNN": JSON cannot carry the byte itself). A
+ * character is written whole or not at all; the message is cut at end.
+ *
+ * By hand rather than through cJSON because a sink runs on every thread
+ * that logs, also when memory is short, and must not allocate: the line
+ * is built on the caller's stack.
+ */
+static void escape_msg(char *buf, size_t end, size_t *at, const char *msg, int json)
+{
+	const unsigned char *s = (const unsigned char *)msg;
+	char esc[8];
+
+	while (*s != '\0') {
+		uint32_t cp = 0;
+		size_t len = utf8_seq(s, &cp), k;
+		const char *out = esc;
+
+		if (len == 0) {
+			k = (size_t)snprintf(esc, sizeof(esc), json ? "\\\\x%02x" : "\\x%02x", *s);
+			len = 1;
+		} else if (cp == '\\' || (json && cp == '"')) {
+			esc[0] = '\\', esc[1] = (char)cp, k = 2;
+		} else if (cp == '\n' || cp == '\r' || cp == '\t') {
+			esc[0] = '\\', esc[1] = cp == '\n' ? 'n' : cp == '\r' ? 'r' : 't', k = 2;
+		} else if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+			k = (size_t)snprintf(esc, sizeof(esc),
+			                     json || cp >= 0x80 ? "\\u%04x" : "\\x%02x", (unsigned)cp);
 		} else {
-			buf[(*at)++] = (char)ch;
+			out = (const char *)s, k = len;
 		}
+		if (*at + k > end)
+			return;
+		memcpy(buf + *at, out, k);
+		*at += k;
+		s += len;
 	}
 }
 
@@ -105,13 +165,16 @@ size_t mu__log_format(char *buf, size_t n, int json, mu_log_level_t level,
 	if (n < 512)
 		return 0;
 	gettimeofday(&tv, NULL);
+	if (module == NULL)
+		module = "";
 	if (!json) {
 		localtime_r(&tv.tv_sec, &tm);
 		strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
-		k = snprintf(buf, n - 1, "%s.%03ld %s %s%s%s", stamp, (long)(tv.tv_usec / 1000),
-		             level_name(level), module != NULL ? module : "",
-		             module != NULL && module[0] != '\0' ? ": " : "", msg);
-		at = k < 0 ? 0 : (size_t)k < n - 1 ? (size_t)k : n - 2;
+		/* the component is the code's own name: short, and cut at 128 */
+		k = snprintf(buf, 256, "%s.%03ld %s %.128s%s", stamp, (long)(tv.tv_usec / 1000),
+		             level_name(level), module, module[0] != '\0' ? ": " : "");
+		at = k < 0 ? 0 : (size_t)k < 256 ? (size_t)k : 255;
+		escape_msg(buf, n - 2, &at, msg, 0);
 		buf[at++] = '\n';
 		buf[at] = '\0';
 		return at;
@@ -123,10 +186,10 @@ size_t mu__log_format(char *buf, size_t n, int json, mu_log_level_t level,
 	             (long)(tv.tv_usec / 1000), level_json(level));
 	at = (size_t)k;
 	/* Bounds: a component is short (cut at 128 bytes); the message takes
-	 * what is left but the line's end (each escape is at most 6 bytes). */
-	json_str(buf, at + 128, &at, module != NULL ? module : "");
+	 * what is left but the line's end. */
+	escape_msg(buf, at + 128, &at, module, 1);
 	at += (size_t)snprintf(buf + at, n - at, "\",\"msg\":\"");
-	json_str(buf, n - 8, &at, msg);
+	escape_msg(buf, n - 4, &at, msg, 1);
 	memcpy(buf + at, "\"}\n", 4);
 	return at + 3;
 }

@@ -24,6 +24,14 @@ void mu__log(mu_log_level_t level, const char *module, const char *fmt, ...)
  * per line: {"time": RFC 3339 UTC with milliseconds, "level": "error" |
  * "warning" | "info" | "debug", "component", "msg"}. A message too long for
  * buf is cut, never the line's end.
+ *
+ * Either way a message is one line whatever it holds: controls (C0, DEL,
+ * C1) and bytes that are not well-formed UTF-8 are escaped, so a peer's
+ * text in a message (a request path with %0a in it) cannot forge a line.
+ * Text: \n \r \t \\, \xNN for other C0 controls, DEL and bytes of no valid
+ * sequence, \u0080..\u009f for C1. JSON: RFC 8259's escapes, and \\xNN for
+ * a byte of no valid sequence (JSON holds only Unicode). Every sink of
+ * the library and the command formats here.
  */
 size_t mu__log_format(char *buf, size_t n, int json, mu_log_level_t level,
                       const char *module, const char *msg);

@@ -17,11 +17,13 @@
 
 #include "muster/md.h"
 #include "muster/server.h"
+#include "muster/tracker.h"
 #include "core/alloc_int.h"
 #include "core/json_int.h"
 #include "core/net_int.h"
 #include "core/progress_int.h"
 #include "core/rand_int.h"
+#include "core/sniff_int.h"
 #include "core/time_int.h"
 #include "pipeline/devices_int.h"
 
@@ -182,11 +184,164 @@ static int fetch_caps(mu__devpool_t *p, mu__device_t *d, const char *info, char 
 	return rc;
 }
 
-static int request_error(mu__devpool_t *p, int rc, char *err, size_t el)
+/* How many of key the summary's server_info lists (registered, free or
+ * in a session): TVM's servers and ours report "server:KEY". */
+static int registered(const cJSON *servers, const char *key)
 {
-	snprintf(err, el, "no device of key %s from the tracker at %s:%d within %.0f s: %s", p->key,
-	         p->thost, p->tport, p->request_timeout_ms / 1000.0, mu_strerror(rc));
+	const cJSON *it;
+	int n = 0;
+
+	cJSON_ArrayForEach(it, servers) {
+		const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "key");
+
+		n += cJSON_IsString(k) && strncmp(k->valuestring, "server:", 7) == 0 &&
+		     strcmp(k->valuestring + 7, key) == 0;
+	}
+	return n;
+}
+
+/* A queue's count ("free", "pending"), 0 when absent. */
+static int queue_count(const cJSON *q, const char *what)
+{
+	int v = 0;
+
+	(void)mu__json_int(cJSON_GetObjectItemCaseSensitive(q, what), 0, INT_MAX, &v);
+	return v;
+}
+
+/* The keys devices serve, as '"a" (1 of 2 free), ...' (at most 8); how
+ * many there are. */
+static int other_keys(const cJSON *st, char *out, size_t n)
+{
+	const cJSON *queues = cJSON_GetObjectItemCaseSensitive(st, "queue_info"), *q;
+	const cJSON *servers = cJSON_GetObjectItemCaseSensitive(st, "server_info");
+	size_t at = 0;
+	int shown = 0;
+
+	out[0] = '\0';
+	cJSON_ArrayForEach(q, queues) {
+		int reg = registered(servers, q->string), k;
+
+		if (reg == 0 && queue_count(q, "free") == 0)
+			continue; /* a key only asked for (this one, a moment ago) */
+		k = shown == 8 ? -1 : snprintf(out + at, n - at, "%s\"%s\" (%d of %d free)",
+		                               shown > 0 ? ", " : "", q->string,
+		                               queue_count(q, "free"), reg);
+		if (k < 0 || (size_t)k + 6 >= n - at) {
+			snprintf(out + at, n - at, ", ...");
+			return shown + 1;
+		}
+		at += (size_t)k;
+		shown++;
+	}
+	return shown;
+}
+
+/*
+ * What the tracker has of the pool's key, read from its summary on a
+ * connection of its own: 'it has 2 devices of key "k" (1 granted to this
+ * job), 0 free (1 request of another job waits)', or 'it has no device of
+ * key "k"; its keys: ...'. ours: the devices this job holds now. *n_free
+ * gets the free count. "" when the summary cannot be had.
+ */
+static void tracker_has(const mu__devpool_t *p, int ours, char *out, size_t n, int *n_free)
+{
+	mu_tracker_client_t *tc = NULL;
+	char *text = NULL, keys[400], mine[48] = "";
+	cJSON *st = NULL;
+	const cJSON *q;
+	int reg, pending;
+
+	out[0] = '\0';
+	*n_free = 0;
+	if (mu_tracker_client_connect(p->thost, p->tport, 5000, &tc) != 0 ||
+	    mu_tracker_client_summary(tc, 5000, &text) != 0 ||
+	    mu__json_parse(text, strlen(text), &st) != 0) {
+		mu_tracker_client_close(tc);
+		mu_free(text);
+		return;
+	}
+	q = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(st, "queue_info"),
+	                                     p->key);
+	reg = registered(cJSON_GetObjectItemCaseSensitive(st, "server_info"), p->key);
+	*n_free = queue_count(q, "free");
+	pending = queue_count(q, "pending");
+	if (reg == 0 && *n_free == 0 && other_keys(st, keys, sizeof(keys)) == 0) {
+		snprintf(out, n, "it has no devices at all (none registered)");
+	} else if (reg == 0 && *n_free == 0) {
+		snprintf(out, n, "it has no device of key \"%s\"; its keys: %s", p->key, keys);
+	} else {
+		if (ours > 0)
+			snprintf(mine, sizeof(mine), " (%d granted to this job)", ours);
+		snprintf(out, n, "it has %d device%s of key \"%s\"%s, %d free%s", reg,
+		         reg == 1 ? "" : "s", p->key, mine, *n_free,
+		         pending == 0 ? "" : pending == 1 ? " (1 request of another job waits)"
+		                                          : " (requests of other jobs wait)");
+	}
+	cJSON_Delete(st);
+	mu_free(text);
+	mu_tracker_client_close(tc);
+}
+
+/* Why the devices did not all come: granted of want, rc the first
+ * failure. A wait that ran out says what the tracker has. */
+static int request_error(mu__devpool_t *p, int rc, int granted, int want, char *err, size_t el)
+{
+	char has[768];
+	int nfree;
+
+	if (rc == -ECONNREFUSED) {
+		snprintf(err, el, "cannot reach the tracker at %s:%d: connection refused (is a "
+		         "tracker running there?)", p->thost, p->tport);
+		return rc;
+	}
+	if (rc != -ETIMEDOUT) {
+		snprintf(err, el, "no device of key \"%s\" from the tracker at %s:%d: %s", p->key,
+		         p->thost, p->tport, mu_strerror(rc));
+		return rc;
+	}
+	tracker_has(p, granted, has, sizeof(has), &nfree);
+	if (granted > 0)
+		snprintf(err, el, "only %d of %d devices of key \"%s\" came from the tracker at %s:%d "
+		         "within %.0f s (the wait is --device-timeout)%s%s", granted, want, p->key,
+		         p->thost, p->tport, p->request_timeout_ms / 1000.0, has[0] ? ": " : "", has);
+	else
+		snprintf(err, el, "no device of key \"%s\" came from the tracker at %s:%d within "
+		         "%.0f s (the wait is --device-timeout)%s%s", p->key, p->thost, p->tport,
+		         p->request_timeout_ms / 1000.0, has[0] ? ": " : "", has);
 	return rc;
+}
+
+/*
+ * Before asking for devices: reach the tracker once, so that one not
+ * running is said at once (the requests would retry, then report the
+ * wait) and something else at its port is named; and say when it has
+ * fewer free devices of the key than wanted, since then the wait is for
+ * devices yet to register or be released.
+ */
+static int tracker_check(mu__devpool_t *p, int want, char *err, size_t el)
+{
+	mu_tracker_client_t *tc = NULL;
+	char has[768], what[256] = "";
+	int rc, nfree;
+
+	rc = mu_tracker_client_connect(p->thost, p->tport, 10000, &tc);
+	mu_tracker_client_close(tc);
+	if (rc == -ECONNREFUSED)
+		return request_error(p, rc, 0, want, err, el);
+	if (rc == MU_EEOF || rc == MU_EBADMAGIC || rc == -ECONNRESET || rc == -ETIMEDOUT)
+		(void)mu__sniff(p->thost, p->tport, 1000, what, sizeof(what));
+	if (rc != 0) {
+		snprintf(err, el, "cannot reach a tracker at %s:%d: %s%s%s%s", p->thost, p->tport,
+		         mu_strerror(rc), what[0] != '\0' ? "; it is " : "", what,
+		         what[0] != '\0' ? ", not a TVM RPC tracker" : "");
+		return rc;
+	}
+	tracker_has(p, 0, has, sizeof(has), &nfree);
+	if (has[0] != '\0' && nfree < want)
+		mu__devpool_say(p, "  %s; waiting up to %.0f s (--device-timeout) for %s", has,
+		                p->request_timeout_ms / 1000.0, nfree > 0 ? "more" : "one");
+	return 0;
 }
 
 /* Learn what a granted device offers: INFO, then its md metadata. */
@@ -285,6 +440,10 @@ int mu__devpool_get_many(mu__devpool_t *p, mu__device_t *devs, int n, char *err,
 
 	if (r == NULL)
 		return MU_ENOMEM;
+	if ((rc = tracker_check(p, n, err, el)) != 0) {
+		mu__free(r);
+		return rc;
+	}
 	if (uv_mutex_init(&tally.lock) != 0) {
 		mu__free(r);
 		return MU_ENOMEM;
@@ -313,7 +472,7 @@ int mu__devpool_get_many(mu__devpool_t *p, mu__device_t *devs, int n, char *err,
 	uv_mutex_destroy(&tally.lock);
 	for (int i = 0; i < n && rc == 0; i++)
 		if ((rc = r[i].rc) != 0 || i >= started)
-			request_error(p, rc != 0 ? rc : MU_ENOMEM, err, el);
+			request_error(p, rc != 0 ? rc : MU_ENOMEM, tally.granted, n, err, el);
 	for (int i = 0; i < started && rc == 0; i++)
 		rc = describe_device(p, &devs[i], err, el);
 	mu__free(r);

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -74,6 +75,8 @@ def assert_says_why(done, why, args, code=None):
     assert done.stderr.strip(), f"{what}: exit {done.returncode} and no word on stderr"
     # under the ASan build a failure path must not leak or touch bad memory
     assert "Sanitizer" not in done.stderr, f"{what}:\n{done.stderr}"
+    # a name that was never set (printf's "(null)") names nothing
+    assert "(null)" not in done.stderr, f"{what}:\n{done.stderr}"
     assert re.search(why, done.stderr), (f"{what}: stderr does not say /{why}/: "
                                          f"{done.stderr!r}")
 
@@ -131,11 +134,17 @@ def ctx(muster_bin, tmp_path_factory):
         done = run(muster_bin, args)
         assert done.returncode == 0, done
     (tmp / "junk").write_bytes(b"\x00not a model, a plan or tensors\xff" * 8)
+    (tmp / "meta.json").write_text('{"tokenizer.ggml.model": "frob", "tokenizer.ggml.tokens": '
+                                   '["a", "b"]}')
+    (tmp / "tok").mkdir()
+    (tmp / "tok" / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, '
+                                                '"merges": []}, "normalizer": {"type": "Frob"}}')
     yield {"closed": closed.getsockname()[1], "busy": busy.getsockname()[1],
            "garbage": garbage.port, "nixl": nixl.port, "model": model,
            "input": tmp / "in.safetensors", "junk": tmp / "junk", "tmp": tmp,
            "missing": tmp / "does-not-exist",
-           "unwritable": "/proc/muster-cannot-write-here/x", "gguf": GGUF, "tok": TOK}
+           "unwritable": "/proc/muster-cannot-write-here/x", "gguf": GGUF, "tok": TOK,
+           "gguf_meta": tmp / "meta.json"}
     nixl.close()
     garbage.close()
     busy.close()
@@ -150,8 +159,9 @@ CASES = [
     ("unknown-command", ["frobnicate"], r"unknown command 'frobnicate'", 2),
     # tracker
     ("tracker-extra-arg", ["tracker", "extra"], r"too many arguments", 2),
-    ("tracker-max-frame", ["tracker", "--max-frame", "0"], r"--max-frame", 2),
-    ("tracker-timeout", ["tracker", "--timeout", "-1"], r"--timeout", 2),
+    ("tracker-max-frame", ["tracker", "--max-frame", "0"], r"--max-frame 0 is not a size", 2),
+    ("tracker-io-timeout", ["tracker", "--io-timeout", "-1"], r"--io-timeout", 2),
+    ("tracker-timeout-alias", ["tracker", "--timeout", "x"], r"--timeout wants a number", 2),
     ("tracker-port-in-use", ["tracker", "--host", H, "--port", "{busy}",
                              "--port-end", "{busy+1}"], r"cannot bind.*{busy}", 1),
     ("tracker-bad-host", ["tracker", "--host", "no.such.host.invalid", "--port", "0"],
@@ -161,7 +171,8 @@ CASES = [
     ("query-closed", ["query", "--host", H, "--port", "{closed}"],
      r"cannot reach a tracker at 127\.0\.0\.1:{closed}", 1),
     ("query-not-a-tracker", ["query", "--host", H, "--port", "{garbage}", "--timeout", "5"],
-     r"127\.0\.0\.1:{garbage}", 1),
+     r"127\.0\.0\.1:{garbage}.*it is an HTTP server \(it answered \"HTTP/1\.0 400 Bad "
+     r"Request\"\), not a TVM RPC tracker", 1),
     ("query-bad-port", ["query", "--port", "70000"], r"--port 70000 is not a port", 2),
     ("query-bad-env-port", ["query"], r"TVM_TRACKER_PORT=abc", 2, {"TVM_TRACKER_PORT": "abc"}),
     ("query-unknown-host", ["query", "--host", "no.such.host.invalid", "--port", "9",
@@ -184,7 +195,7 @@ CASES = [
     ("request-closed", ["request", "k", "--tracker", f"{H}:{{closed}}", "--timeout", "2"],
      r"no session for key k via tracker 127\.0\.0\.1:{closed}", 1),
     ("request-not-a-tracker", ["request", "k", "--tracker", f"{H}:{{garbage}}",
-                               "--timeout", "3"], r"127\.0\.0\.1:{garbage}", 1),
+                               "--timeout", "3"], r"127\.0\.0\.1:{garbage}.*it is an HTTP server", 1),
     ("request-bad-env-port", ["request", "k"], r"TVM_TRACKER_PORT=abc is not a port", 2,
      {"TVM_TRACKER_PORT": "abc"}),
     # store
@@ -197,7 +208,7 @@ CASES = [
     ("store-cli-closed", ["store-cli", f"{H}:{{closed}}", "--timeout", "2", "get", "k"],
      r"cannot reach a store at 127\.0\.0\.1:{closed}", 1),
     ("store-cli-not-a-store", ["store-cli", f"{H}:{{garbage}}", "--timeout", "3", "get", "k"],
-     r"127\.0\.0\.1:{garbage}", 1),
+     r"127\.0\.0\.1:{garbage}.*it is an HTTP server", 1),
     ("store-cli-bad-dialect", ["store-cli", f"{H}:9", "--dialect", "v3", "get", "k"],
      r"--dialect v3 is not auto, v1 or v2", 2),
     # md
@@ -259,18 +270,20 @@ CASES = [
     ("model-input-unwritable", ["model", "input", "--model", "{model}", "--out",
                                 "{unwritable}"], r"muster-cannot-write-here", 1),
     # plan
-    ("plan-no-args", ["plan"], r"needs --model DIR", 2),
-    ("plan-missing-model", ["plan", "--model", "{missing}", "--stages", "2"],
+    ("plan-no-args", ["plan"], r"needs --model PATH and --of N", 2),
+    ("plan-missing-model", ["plan", "--model", "{missing}", "--of", "2"],
      r"does-not-exist", 1),
-    ("plan-bad-by", ["plan", "--model", "{model}", "--stages", "2", "--by", "frob"],
+    ("plan-bad-by", ["plan", "--model", "{model}", "--of", "2", "--by", "frob"],
      r"--by", 2),
     ("plan-bad-budget", ["plan", "--model", "{model}", "--budgets", "1K,lots"],
      r"\"lots\" is not a size", 2),
-    ("plan-too-many-stages", ["plan", "--model", "{model}", "--stages", "99"], r"stage", 1),
+    ("plan-too-many-stages", ["plan", "--model", "{model}", "--of", "99"], r"stage", 1),
+    ("plan-stages-alias", ["plan", "--model", "{model}", "--stages", "x"],
+     r"--stages wants an integer", 2),
     ("plan-budgets-too-small", ["plan", "--model", "{model}", "--budgets", "1,1"],
      r"more than the largest budget", 1),
     # stage
-    ("stage-no-args", ["stage"], r"needs --model DIR", 2),
+    ("stage-no-args", ["stage"], r"needs --model PATH", 2),
     ("stage-missing-model", ["stage", "--model", "{missing}", "--stage", "0", "--of", "1"],
      r"does-not-exist", 1),
     ("stage-missing-plan", ["stage", "--model", "{model}", "--stage", "0", "--plan",
@@ -283,7 +296,9 @@ CASES = [
                            "--host", H, "--port", "{busy}"],
      r"cannot listen on 127\.0\.0\.1 port {busy}", 1),
     ("stage-bad-frame-size", ["stage", "--model", "{model}", "--stage", "0", "--of", "1",
-                              "--max-frame-bytes", "lots"], r"--max-frame-bytes a size", 2),
+                              "--max-frame", "lots"], r"--max-frame a size", 2),
+    ("stage-bad-frame-size-alias", ["stage", "--model", "{model}", "--stage", "0", "--of", "1",
+                                    "--max-frame-bytes", "lots"], r"--max-frame a size", 2),
     # run
     ("run-no-args", ["run"], r"needs --input FILE", 2),
     ("run-missing-input", ["run", "--input", "{missing}", "--model", "{model}"],
@@ -303,8 +318,9 @@ CASES = [
     ("run-bad-weights", ["run", "--input", "{input}", "--tracker", f"{H}:9", "--key", "k",
                          "--model", "{model}", "--weights", "frob"], r"--weights", 2),
     ("run-closed-tracker", ["run", "--input", "{input}", "--tracker", f"{H}:{{closed}}",
-                            "--key", "k", "--model", "{model}", "--request-timeout", "2",
-                            "--quiet"], r"127\.0\.0\.1:{closed}", 1),
+                            "--key", "k", "--model", "{model}", "--device-timeout", "2",
+                            "--quiet"], r"cannot reach the tracker at 127\.0\.0\.1:{closed}: "
+                                        r"connection refused", 1),
     ("run-unwritable-output", ["run", "--input", "{input}", "--model", "{model}",
                                "--output", "{unwritable}"], r"muster-cannot-write-here", 1),
     # generate, serve, tokenize (the LLM commands) and the LLM form of stage
@@ -321,6 +337,13 @@ CASES = [
                               "k"], r"--tracker nocolon is not HOST:PORT", 2),
     ("generate-tracker-without-key", ["generate", "--model", "{gguf}", "--tracker", f"{H}:9"],
      r"--tracker goes with --key", 2),
+    ("generate-closed-tracker", ["generate", "--model", "{gguf}", "--tracker", f"{H}:{{closed}}",
+                                 "--key", "k"], r"cannot reach the tracker at "
+                                                r"127\.0\.0\.1:{closed}: connection refused", 1),
+    ("generate-bad-device-timeout", ["generate", "--model", "{gguf}", "--device-timeout", "0"],
+     r"--device-timeout must be 1 to 86400", 2),
+    ("generate-ctx-too-large", ["generate", "--model", "{gguf}", "--ctx", "100000"],
+     r"a context of 100000 positions: the model takes 1 to \d+", 1),
     ("generate-bad-prompt-ids", ["generate", "--model", "{gguf}", "--prompt-ids", "a,b"],
      r"--prompt-ids", 2),
     ("generate-parallel-without-file", ["generate", "--model", "{gguf}", "--parallel", "2"],
@@ -351,7 +374,11 @@ CASES = [
     ("tokenize-decode-not-ids", ["tokenize", "--llama2c", "{tok}", "--vocab", "512",
                                  "--decode", "--text", "abc"], r"not a list of ids", 2),
     ("tokenize-junk-gguf-meta", ["tokenize", "--gguf-meta", "{junk}", "--text", "hi"],
-     r"not a JSON object", 1),
+     r"^muster tokenize: \S*junk: not a JSON object", 1),
+    ("tokenize-bad-gguf-meta", ["tokenize", "--gguf-meta", "{gguf_meta}", "--text", "hi"],
+     r"^muster tokenize: \S*meta\.json: tokenizer\.ggml\.model \"frob\" is not supported", 1),
+    ("tokenize-bad-hf", ["tokenize", "--tokenizer", "{tmp}/tok", "--text", "hi"],
+     r"^muster tokenize: \S*tok: normalizer\.type \"Frob\" is not supported", 1),
     ("stage-llm-out-of-range", ["stage", "--model", "{gguf}", "--stage", "5", "--of", "2"],
      r"stage 5 of 2", 1),
     ("stage-llm-bad-layers", ["stage", "--model", "{gguf}", "--stage", "0", "--layers", "9:3"],
@@ -377,7 +404,7 @@ CASES = [
                                "nocolon"], r"\"nocolon\" is not host:port", 1),
     ("bench-store-bad-dialect", ["bench", "store", "--target", f"{H}:9", "--dialect", "v9"],
      r"--dialect v9", 2),
-    ("bench-pipeline-too-deep", ["bench", "pipeline", "--stages", "16",
+    ("bench-pipeline-too-deep", ["bench", "pipeline", "--of", "16",
                                  "--layers-per-stage", "20"], r"layers-per-stage", 2),
     ("bench-pipeline-bad-only", ["bench", "pipeline", "--only", "frob"], r"frob|--only", 2),
     ("bench-kern-bad-type", ["bench", "kern", "--types", "FROB"], r"--types", 2),
@@ -421,6 +448,85 @@ def test_store_cli_failures_against_a_store(muster_bin, muster_store):  # noqa: 
     for extra, why, code in cases:
         args = ["store-cli", at, *extra]
         assert_says_why(run(muster_bin, args), why, args, code)
+
+
+def timed(muster_bin, args):
+    t0 = time.monotonic()
+    done = run(muster_bin, args)
+    return done, time.monotonic() - t0
+
+
+def test_device_wait_says_what_the_tracker_has(muster_bin, ctx, muster_tracker, muster_server):
+    """A wrong key, or more devices than are registered: the wait is
+    --device-timeout, and the error says what the tracker has (which keys,
+    how many free), never "Connection timed out"; a tracker that is not
+    running is said at once; a --ctx the model cannot take is refused
+    before any device is asked for or any weight streamed."""
+    tracker = muster_tracker()
+    muster_server(tracker=tracker, key="k")
+    at = f"{H}:{tracker.port}"
+    gen = ["generate", "--model", GGUF, "--max-tokens", "1", "--tracker", at]
+    run_ = ["run", "--input", ctx["input"], "--model", ctx["model"], "--tracker", at]
+    cases = [
+        ([*gen, "--key", "wrong", "--device-timeout", "2"],
+         r'no device of key "wrong" came from the tracker at 127\.0\.0\.1:\d+ within 2 s '
+         r'\(the wait is --device-timeout\): it has no device of key "wrong"; its keys: '
+         r'"k" \(1 of 1 free\)'),
+        ([*gen, "--key", "k", "--devices", "3", "--device-timeout", "2"],
+         r'only 1 of 3 devices of key "k" came from the tracker at 127\.0\.0\.1:\d+ within '
+         r'2 s \(the wait is --device-timeout\): it has 1 device of key "k" \(1 granted to '
+         r'this job\), 0 free'),
+        ([*run_, "--key", "wrong", "--device-timeout", "2", "--quiet"],
+         r'no device of key "wrong" came .* its keys: "k" \(1 of 1 free\)'),
+        ([*run_, "--key", "wrong", "--request-timeout", "2", "--quiet"],  # the old spelling
+         r'no device of key "wrong" came .* within 2 s'),
+    ]
+    for args, why in cases:
+        done, took = timed(muster_bin, args)
+        assert_says_why(done, why, args, 1)
+        assert "timed out" not in done.stderr, done.stderr
+        assert took < 20, (args, took)
+    # the narration says it before the wait, too
+    done, _ = timed(muster_bin, [*gen, "--key", "wrong", "--device-timeout", "1"])
+    assert re.search(r'it has no device of key "wrong".*waiting up to 1 s', done.stderr), \
+        done.stderr
+    # not running: at once, and not "within 30 s"
+    done, took = timed(muster_bin, [*gen[:-1], f"{H}:{ctx['closed']}", "--key", "k"])
+    assert_says_why(done, r"connection refused", gen, 1)
+    assert "within" not in done.stderr and took < 5, (done.stderr, took)
+    # a context the model cannot take: before the tracker is asked
+    args = [*gen, "--key", "k", "--ctx", "100000"]
+    done, _ = timed(muster_bin, args)
+    assert_says_why(done, r"a context of 100000 positions: the model takes 1 to \d+", args, 1)
+    assert "streamed" not in done.stderr and "asking the tracker" not in done.stderr, \
+        done.stderr
+
+
+def test_a_client_names_the_protocol_that_answered(muster_bin, ctx, muster_tracker,
+                                                   muster_store, muster_server):  # noqa: F811
+    """A client pointed at another muster server (or something else) says
+    what answered, not only "connection closed by peer"."""
+    tracker, store, server = muster_tracker(), muster_store(), muster_server()
+    cases = [
+        (["query", "--host", H, "--port", store.port, "--timeout", "5"],
+         r"cannot reach a tracker at 127\.0\.0\.1:\d+: .*; it is a TCPStore \(muster store, "
+         r"torch's\), not a TVM RPC tracker"),
+        (["store-cli", f"{H}:{tracker.port}", "--timeout", "5", "get", "k"],
+         r"; it is a TVM RPC tracker \(muster tracker, TVM's rpc_tracker\), not a TCPStore"),
+        (["query", "--host", H, "--port", server.port, "--timeout", "5"],
+         r"; it is a TVM RPC server \(muster server, TVM's rpc_server\), not a TVM RPC tracker"),
+        (["store-cli", f"{H}:{server.port}", "--timeout", "5", "get", "k"],
+         r"; it is a TVM RPC server .*, not a TCPStore"),
+        (["request", "k", "--tracker", f"{H}:{store.port}", "--timeout", "5"],
+         r"; it is a TCPStore .*, not a TVM RPC tracker"),
+        (["generate", "--model", GGUF, "--tracker", f"{H}:{store.port}", "--key", "k"],
+         r"cannot reach a tracker at 127\.0\.0\.1:\d+: .*; it is a TCPStore \(muster store, "
+         r"torch's\), not a TVM RPC tracker"),
+    ]
+    for args, why in cases:
+        done, took = timed(muster_bin, args)
+        assert_says_why(done, why, args, 1)
+        assert took < 15, (args, took)
 
 
 def help_options(muster_bin, words):

@@ -193,7 +193,7 @@ def test_no_replacement_fails_clearly(muster_bin, muster_tracker, muster_server,
     devs = start_devices(muster_server, tracker, 2)
     proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(model), "--tracker",
                              tracker.address, "--key", KEY, "--devices", "2", "--temperature",
-                             "0", "--max-tokens", "480", "--ignore-eos"],
+                             "0", "--max-tokens", "480", "--ignore-eos", "--device-timeout", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.read(20)
     devs[0].kill()
@@ -201,8 +201,9 @@ def test_no_replacement_fails_clearly(muster_bin, muster_tracker, muster_server,
     _, err = proc.communicate(timeout=90)
     err = err.decode()
     assert proc.returncode != 0
-    assert "no replacement" in err and "no device of key llm" in err, err
-    assert time.monotonic() - t0 < 60
+    assert "no replacement" in err and 'no device of key "llm"' in err, err
+    assert "within 5 s (the wait is --device-timeout)" in err, err
+    assert time.monotonic() - t0 < 30
     # the healthy device is free again: its session ended, it offers anew
     devs[1].wait_offers(2, timeout=20)
 

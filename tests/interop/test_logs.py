@@ -7,20 +7,27 @@
 * `--log-file PATH` appends there, and SIGHUP reopens the path, so after
   logrotate renames the file the next lines go to a new one and none is
   lost; SIGHUP never stops a server, with or without a log file;
-* the long-running commands all take the options.
+* the long-running commands all take the options;
+* what a peer sends cannot forge a line: a request path holding %0a (or
+  a control, or bytes that are not UTF-8) is logged escaped, on its own
+  line, in text and in JSON.
 """
 
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
 import pytest
 
-from conftest import HOST, MusterProcess, wait_for
+from conftest import HOST, REPO, MusterProcess, wait_for
 import tvmpeer
+
+STORIES = REPO / "models" / "stories260K" / "stories260K.gguf"
+FORGED = "2026-01-01 00:00:00.000 INFO serve: admin logged in"
 
 TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (ERROR|WARNING|INFO|DEBUG) "
                        r"([a-z]+): \S")
@@ -130,3 +137,51 @@ def test_servers_take_the_log_options(muster_bin, cmd):
     assert out.returncode == 0, out.stderr
     for opt in ("--log-format", "--log-file"):
         assert opt in out.stdout, f"muster {cmd} --help lacks {opt}"
+
+
+def raw_get(port, target):
+    """One request with `target` sent as it is (no client re-encodes it)."""
+    with socket.create_connection((HOST, port), timeout=30) as c:
+        c.sendall(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        while c.recv(65536):
+            pass
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_serve_request_path_cannot_forge_a_line(muster_bin, tmp_path, fmt):
+    """An unauthenticated client's %0a, %0d, %1b and a byte that is not
+    UTF-8 in the path: the log has one line per request, the path's bytes
+    escaped in it, and no line the client wrote."""
+    log, out = tmp_path / "serve.log", tmp_path / "stdout.txt"
+    log.touch()
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([str(muster_bin), "serve", "--model", str(STORIES), "--listen",
+                                 f"{HOST}:0", "--log-format", fmt, "--log-file", str(log)],
+                                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.DEVNULL)
+    p = MusterProcess(proc, log)
+    p.name = "muster serve"
+    try:
+        wait_for(lambda: re.search(r"listening on http://\S+:(\d+)", out.read_text()) or
+                 proc.poll() is not None, timeout=60, what="muster serve to listen")
+        port = int(re.search(r"listening on http://\S+:(\d+)", out.read_text()).group(1))
+        forged = FORGED.replace(" ", "%20").encode()
+        raw_get(port, b"/x%0a" + forged + b"%0d%1b[2J%ff")
+        raw_get(port, b"/v1/models%0aforged%0d%0aline")  # what does not fit is cut
+        p.wait_log(r"no route", count=2)
+    finally:
+        stop(p)
+    raw = log.read_bytes()
+    text = raw.decode("utf-8")  # well-formed UTF-8 throughout, %ff included
+    lines = text.splitlines()
+    assert not any(line.startswith(FORGED[:10]) and FORGED in line[:len(FORGED)]
+                   for line in lines), text
+    assert b"\x1b" not in raw and b"\r" not in raw, raw
+    if fmt == "text":
+        for line in lines:
+            assert TEXT_LINE.match(line), f"not TIME LEVEL component: message: {line!r}"
+        assert "GET /x\\n" + FORGED + "\\r\\x1b[2J\\xff" in text, text
+        assert "GET /v1/models\\nforged\\r\\nline" in text, text
+    else:
+        msgs = [json.loads(line)["msg"] for line in lines]
+        assert any(m.startswith("GET /x\n" + FORGED + "\r\x1b[2J\\xff") for m in msgs), msgs
+        assert any(m.startswith("GET /v1/models\nforged\r\nline") for m in msgs), msgs

@@ -5,9 +5,16 @@
 result in share/man/man1) writes muster.1 and one page per subcommand.
 For every command `muster --help` lists (and each subcommand of those
 whose --help lists subcommands instead of options), the page exists and
-its OPTIONS are exactly the options its --help lists; each page renders
-with `man -l` (man-db, scripts/deps.sh test) without a warning; muster.1
-names every page. The installed tree has them under share/man/man1.
+its OPTIONS are exactly the options its --help lists, and its ALIASES
+exactly the old spellings --help's last line names (each still accepted,
+none listed among the options); each page renders with `man -l` (man-db,
+scripts/deps.sh test) without a warning; muster.1 names every page. The
+installed tree has them under share/man/man1.
+
+The options speak one vocabulary (src/cli/cli_int.h): no command lists an
+old spelling, `--stages` is always addresses (a count is `--of N`), and
+`plan` and `stage`, which take graph models and LLM checkpoints alike,
+say so of --model.
 """
 
 import os
@@ -19,6 +26,11 @@ import pytest
 
 OPT_HELP = re.compile(r"^  (--[a-z0-9-]+)", re.M)
 OPT_MAN = re.compile(r'^\.BI? "\\-\\-([a-z0-9-]+)', re.M)
+ALIAS_HELP = re.compile(r"--([a-z0-9-]+) for --([a-z0-9-]+)")
+ALIAS_MAN = re.compile(r'^\.B "\\-\\-([a-z0-9-]+)"\nthe same as \\fB\\-\\-([a-z0-9-]+)\\fR$', re.M)
+# spellings replaced by the one vocabulary: each survives only as an alias
+OLD = {"silent": "quiet", "max-conns": "max-connections", "max-frame-bytes": "max-frame",
+       "request-timeout": None}
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -58,6 +70,19 @@ def pages(muster_bin, tmp_path_factory):
     return out
 
 
+def section(text, name):
+    """A man page's section .SH NAME, up to the next .SH ("" without it)."""
+    m = re.search(rf"^\.SH {name}\n(.*?)(?=^\.SH |\Z)", text, re.M | re.S)
+    return m.group(1) if m else ""
+
+
+def help_parts(muster_bin, path):
+    """(options, {alias: option}) from `muster PATH --help`."""
+    text = run(muster_bin, *path, "--help").stdout.split("\noptions:\n", 1)[1]
+    opts, _, rest = text.partition("\nold spellings, still accepted:")
+    return OPT_HELP.findall(opts), dict(ALIAS_HELP.findall(rest))
+
+
 def test_each_page_lists_exactly_the_help_options(muster_bin, pages):
     paths = command_paths(muster_bin)
     assert len(paths) >= 20, paths
@@ -65,15 +90,51 @@ def test_each_page_lists_exactly_the_help_options(muster_bin, pages):
         page = pages / ("muster-" + "-".join(path) + ".1")
         assert page.is_file(), f"no page for muster {' '.join(path)}"
         text = page.read_text()
-        helped = OPT_HELP.findall(run(muster_bin, *path, "--help").stdout
-                                  .split("\noptions:\n", 1)[1])
-        manned = ["--" + o for o in OPT_MAN.findall(text)]
+        helped, aliases = help_parts(muster_bin, path)
+        manned = ["--" + o for o in OPT_MAN.findall(section(text, "OPTIONS"))]
         assert helped and manned == helped, \
             f"muster {' '.join(path)}: --help {helped} but the page {manned}"
+        assert dict(ALIAS_MAN.findall(section(text, "ALIASES"))) == aliases, \
+            f"muster {' '.join(path)}: --help's aliases {aliases}, the page's:\n{text}"
         # what --help-man prints is that page (its NAME line aside, which
         # help-man takes from `muster --help`'s list where it can)
         alone = run(muster_bin, *path, "--help-man").stdout
         assert alone.split(".SH SYNOPSIS")[1] == text.split(".SH SYNOPSIS")[1]
+
+
+def test_aliases_work_and_stay_out_of_the_options(muster_bin):
+    """Each old spelling is accepted where --help says, as the option it
+    names (a value where that takes one); no command lists one as an
+    option; the aliases this issue made are there."""
+    seen = {}
+    for path in command_paths(muster_bin):
+        helped, aliases = help_parts(muster_bin, path)
+        text = run(muster_bin, *path, "--help").stdout
+        for old, new in aliases.items():
+            assert f"--{new}" in helped, (path, old, new)
+            assert f"--{old}" not in helped, (path, old)
+            takes = re.search(rf"^  --{new} \S", text, re.M) is not None
+            args = [f"--{old}", "1"] if takes else [f"--{old}"]
+            done = run(muster_bin, *path, *args, "--help", check=False)
+            assert done.returncode == 0, (path, args, done.stderr)
+            seen[(path[0], old)] = new
+        for o in helped:
+            assert o[2:] not in OLD, f"muster {' '.join(path)} lists the old spelling {o}"
+        assert not re.search(r"^  --stages N\b", text, re.M), \
+            f"muster {' '.join(path)}: --stages is addresses; a count is --of N"
+    for cmd, old, new in [("tracker", "silent", "quiet"), ("server", "silent", "quiet"),
+                          ("store", "silent", "quiet"), ("tracker", "timeout", "io-timeout"),
+                          ("store", "request-timeout", "io-timeout"),
+                          ("run", "request-timeout", "device-timeout"),
+                          ("stage", "max-conns", "max-connections"),
+                          ("stage", "max-frame-bytes", "max-frame"), ("plan", "stages", "of"),
+                          ("bench", "stages", "of")]:
+        assert seen.get((cmd, old)) == new, (cmd, old, seen)
+    for cmd in ("plan", "stage"):
+        text = run(muster_bin, cmd, "--help").stdout
+        assert re.search(r"^  --model PATH .*directory.*(GGUF|LLM)", text, re.M), text
+    for cmd in ("generate", "serve", "run"):
+        assert "--device-timeout SECONDS" in run(muster_bin, cmd, "--help").stdout, cmd
 
 
 def test_pages_render_with_man(muster_bin, pages):

@@ -15,14 +15,19 @@ needs only Debian's openssl. What users rely on:
   with the reason on its stderr and the refusal in the server's log with
   the client's address;
 * the secret never crosses the wire (a relay records the bytes);
-* mutual TLS: a server given --tls-ca refuses a client with no certificate.
+* mutual TLS: a server given --tls-ca refuses a client with no certificate;
+* every server that listens beyond loopback with nothing that keeps
+  strangers out warns once at start (docs/deploy.md's rule), and one on
+  loopback, or protected, does not.
 """
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -30,7 +35,7 @@ import pytest
 import mumodel
 import stagefix
 from storefix import muster_store  # noqa: F401 (a fixture)
-from conftest import HOST
+from conftest import HOST, REPO
 
 RUN_TIMEOUT = 60.0
 ENV = dict(os.environ)
@@ -286,6 +291,19 @@ def test_tls_plain_client_refused(muster_bin, tmp_path, pki, mlp, stages):
             r"not speak TLS")
 
 
+def test_secret_only_client_told_the_stage_speaks_tls(muster_bin, tmp_path, pki, mlp, stages):
+    """A client with the secret but no TLS, at a stage with both: it is
+    told the stage speaks TLS (and which flag it lacks), not that the
+    secret failed, which it did not."""
+    stage, = stages(mlp.path, 1, *pki.tls(), "--secret-file", pki.secret)
+    proc, _ = run(muster_bin, tmp_path, mlp, stage, "--secret-file", pki.secret)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 1, err
+    assert re.search(r"speaks TLS.*--tls-ca", err), err
+    assert "authentication failed" not in err, err
+    stagefix_wait(stage, r"handshake from 127\.0\.0\.1:\d+ failed: the client does not speak TLS")
+
+
 def test_tls_wrong_ca_refused(muster_bin, tmp_path, pki, mlp, stages):
     stage, = stages(mlp.path, 1, "--tls-cert", pki.cert, "--tls-key", pki.key)
     proc, _ = run(muster_bin, tmp_path, mlp, stage, "--tls-ca", pki.other_ca)
@@ -405,3 +423,69 @@ def test_allow_checked_at_start(muster_bin):
         proc = muster(muster_bin, cmd, "--port", 0, "--allow", "10.0.0.0/8,localhost")
         assert proc.returncode == 2
         assert b"\"localhost\" is not an address" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# listening beyond loopback
+# --------------------------------------------------------------------------
+
+GGUF = REPO / "models" / "stories260K" / "stories260K.gguf"
+READY = r"Bind to|serving on|listening on|registered|Offering|serving metrics"
+
+
+def warnings_at_start(muster_bin, tmp_path, args, ready):
+    """Start `muster ARGS`, wait until its output matches ready, stop it;
+    its WARNING lines."""
+    log = tmp_path / "out.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([str(muster_bin), *map(str, args)], stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=f, env=ENV)
+    try:
+        deadline = time.monotonic() + 30
+        while not re.search(ready, log.read_text(errors="replace")):
+            assert proc.poll() is None, f"{args} exited:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"{args} never matched {ready}:\n{log.read_text()}"
+            time.sleep(0.05)
+        time.sleep(0.3)  # a warning comes with the start, not later
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    return [line for line in log.read_text().splitlines() if " WARNING " in line]
+
+
+def test_listeners_beyond_loopback_warn(muster_bin, tmp_path, pki):
+    open_ = "0.0.0.0"
+    secret = ["--secret-file", pki.secret]
+    stage = ["stage", "--model", GGUF, "--stage", 0, "--of", 1, "--port", 0]
+    serve = ["serve", "--model", GGUF]
+    cases = [
+        # (args, what it waits for, the warnings it must give, as regexes)
+        (["tracker", "--host", open_, "--port", 0], r"Bind to",
+         [r"tracker: listening on 0\.0\.0\.0:\d+, beyond loopback: TVM's tracker protocol "
+          r"has no authentication.*--allow"]),
+        (["tracker", "--host", open_, "--port", 0, "--allow", "10.0.0.0/8"], r"Bind to", []),
+        (["tracker", "--host", HOST, "--port", 0, "--metrics", f"{open_}:0"], r"Bind to",
+         [r"metrics: listening on 0\.0\.0\.0:\d+, beyond loopback: the metrics endpoint"]),
+        (["store", "--host", open_, "--port", 0], r"listening|Bind|serving|store",
+         [r"store: listening on 0\.0\.0\.0:\d+, beyond loopback: torch's TCPStore"]),
+        (["server", "--port", 0], r"serving sessions|published",
+         [r"server: listening on 0\.0\.0\.0:\d+, beyond loopback: it has neither "
+          r"--secret-file nor --tls-ca",
+          r"server: listening on 0\.0\.0\.0:\d+, beyond loopback: the metadata \(md\) "
+          r"listener has no authentication.*--md-port"]),
+        (["server", "--port", 0, *secret], r"serving sessions|published",
+         [r"server: listening on 0\.0\.0\.0:\d+, beyond loopback: the metadata \(md\)"]),
+        (["server", "--host", HOST, "--port", 0], r"serving sessions|published", []),
+        ([*stage, "--host", open_], r"serving on",
+         [r"stage: listening on 0\.0\.0\.0:\d+, beyond loopback: it has neither"]),
+        ([*stage, "--host", open_, *secret], r"serving on", []),
+        ([*stage], r"serving on", []),
+        ([*serve, "--listen", f"{open_}:0"], r"listening on",
+         [r"serve: listening on 0\.0\.0\.0:\d+, beyond loopback: it has no --api-key-file"]),
+        ([*serve, "--listen", f"{HOST}:0"], r"listening on", []),
+    ]
+    for args, ready, want in cases:
+        got = warnings_at_start(muster_bin, tmp_path, args, ready)
+        assert len(got) == len(want), f"muster {args}: {got}"
+        for line, pattern in zip(got, want):
+            assert re.search(pattern, line), f"muster {args}: {line!r} !~ {pattern}"

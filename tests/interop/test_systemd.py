@@ -8,11 +8,17 @@
   families the servers use;
 * a command built with libsystemd tells systemd READY=1 once it serves and
   STOPPING=1 on SIGTERM (Type=notify): checked through $NOTIFY_SOCKET, as
-  systemd does it.
+  systemd does it;
+* the /etc/default files the units read are installed (and packaged), the
+  command takes every option they give (and the examples beside them), and
+  they follow the binding rule of docs/deploy.md: tracker, store and
+  server on every address as the programs they stand in for, a stage on
+  loopback unless it has a secret, metrics on loopback.
 """
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -94,3 +100,51 @@ def test_notify_ready_and_stopping(muster_bin, tmp_path):
         proc.kill()
         proc.wait()
         sock.close()
+
+
+DEFAULTS = {"muster-tracker": ["tracker"], "muster-store": ["store"],
+            "muster-server": ["server", "--key", "demo"], "muster-stage": ["stage"]}
+LOOPBACK = re.compile(r"^(127\.|::1$|localhost$)")
+
+
+def default_lines(name):
+    """The options of /etc/default/NAME: the setting, then each example."""
+    text = (REPO / "systemd" / f"default-{name}").read_text()
+    var = name.upper().replace("-", "_") + "_OPTS"
+    lines = re.findall(rf'^(?:# e\.g\. )?{var}="([^"]*)"$', text, re.M)
+    assert len(re.findall(rf"^{var}=", text, re.M)) == 1, f"{name}: no single {var}=: {text}"
+    return [shlex.split(line) for line in lines]
+
+
+def opt(args, name):
+    return args[args.index(name) + 1] if name in args else None
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_default_files_take_and_follow_the_rule(muster_bin, name):
+    for args in default_lines(name):
+        done = subprocess.run([str(muster_bin), *DEFAULTS[name], *args, "--help"],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"{name}: {args}: {done.stderr}"
+        host = opt(args, "--host")
+        metrics = opt(args, "--metrics")
+        assert metrics is None or LOOPBACK.match(metrics.rsplit(":", 1)[0]), (name, args)
+        if name == "muster-stage":
+            assert host is None or LOOPBACK.match(host) or "--secret-file" in args, \
+                f"a stage beyond loopback without a secret: {args}"
+        elif name in ("muster-tracker", "muster-store"):
+            assert host in (None, "0.0.0.0", "::"), (name, args)
+        if name == "muster-server" and "--secret-file" in args:
+            assert "--md-port" in args, "a deployed device pins its md port for the firewall"
+
+
+def test_default_files_are_installed_and_packaged(tmp_path):
+    build = REPO / "build"
+    subprocess.run(["cmake", "--install", str(build), "--prefix", str(tmp_path)],
+                   check=True, capture_output=True, timeout=120)
+    for name in DEFAULTS:
+        got = tmp_path / "etc" / "default" / name
+        assert got.is_file(), sorted(p.name for p in (tmp_path / "etc").rglob("*"))
+        assert got.read_text() == (REPO / "systemd" / f"default-{name}").read_text()
+    assert "etc/default" in (REPO / "debian" / "muster.install").read_text().split()
+    assert "-DMU_SYSCONFDIR=/etc" in (REPO / "debian" / "rules").read_text()

@@ -577,7 +577,7 @@ int bench_pipeline(int argc, char **argv)
 		 "run one part (default: all; resnet18 only with --resnet18)"},
 		{"frame-mib", OPT_INT, &mib, "N", "size of the frame's tensor (default 64)"},
 		{"rounds", OPT_INT, &rounds, "N", "frames sent per measurement (default 8)"},
-		{"stages", OPT_INT, &stages, "N", "pipeline: equal stages (default 4)"},
+		{"of", OPT_INT, &stages, "N", "pipeline: this many equal stages (default 4)"},
 		{"width", OPT_INT, &width, "W", "pipeline: layer width (default 1024)"},
 		{"layers-per-stage", OPT_INT, &per_stage, "L", "pipeline: layers per stage (default 4)"},
 		{"batch", OPT_INT, &batch, "B", "pipeline: rows per forward (default 16)"},
@@ -590,6 +590,7 @@ int bench_pipeline(int argc, char **argv)
 		{"python", OPT_STR, &python, "FILE", "resnet18: the python with torch (default /usr/bin/python3)"},
 		{"resnet-forwards", OPT_INT, &rn_forwards, "N", "resnet18: forwards timed on each side (default 8)"},
 		CLI_SECURE_OPTS(cs),
+		CLI_ALIAS("stages", "of"), /* --stages is addresses everywhere else */
 	};
 	cli_cmd_t cmd_ = {
 		"muster bench pipeline [--only frame|pipeline|executor] [options]",
@@ -610,8 +611,8 @@ int bench_pipeline(int argc, char **argv)
 	    stages * per_stage > 256 || batch < 1 || forwards < 1 || ex_width < 1 || ex_layers < 1 ||
 	    ex_layers > 64 || ex_batch < 1 || rn_forwards < 1 ||
 	    (only != NULL && strcmp(only, "resnet18") == 0 && resnet == NULL)) {
-		fprintf(stderr, "muster bench pipeline: sizes must be positive (stages <= 16, "
-		        "stages * layers-per-stage <= 256, exec-layers <= 64); "
+		fprintf(stderr, "muster bench pipeline: sizes must be positive (--of <= 16, "
+		        "--of * --layers-per-stage <= 256, --exec-layers <= 64); "
 		        "--only resnet18 needs --resnet18 DIR\n");
 		mu_secure_free(sec);
 		return 2;

@@ -209,6 +209,11 @@ static int open_all(mu_llm_t *l, const char *path, char *err, size_t el)
 	if ((rc = l->src.tokenizer(&l->src, &l->tok.t, why, sizeof(why))) != 0)
 		return mu__why(err, el, rc, "cannot load the tokenizer: %s", why);
 	l->ctx = l->o.ctx > 0 ? l->o.ctx : h->ctx < DEFAULT_CTX ? h->ctx : DEFAULT_CTX;
+	/* what every stage would refuse at its first sequence: said before
+	 * any device is asked for, or any weight streamed to one */
+	if (l->ctx > h->ctx)
+		return mu__why(err, el, MU_ETOOBIG, "a context of %d positions: the model takes 1 "
+		               "to %d", l->ctx, h->ctx);
 	cores = sysconf(_SC_NPROCESSORS_ONLN);
 	l->threads = l->o.threads > 0 ? l->o.threads : cores > 0 ? (int)cores : 1;
 	rc = l->o.stages != NULL ? open_stages(l, err, el)

@@ -236,6 +236,88 @@ static void test_json_long_message_is_cut_whole(void **state)
 	cJSON_Delete(v);
 }
 
+/* What a peer put in a message cannot end the line or forge another:
+ * controls, C1 and bytes of no valid UTF-8 come out escaped, through the
+ * stderr sink (what the command's sinks call) as through the formatter. */
+static void test_text_escapes_what_could_forge_a_line(void **state)
+{
+	static const char forged[] =
+		"GET /x\n2026-01-01 00:00:00.000 INFO serve: admin logged in\r\x1b[2J\t\\ "
+		"\x7f \xc2\x9b \xff\xfe \xc3\x28 \xe2\x82 \xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80 "
+		"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+	static const char want[] =
+		"GET /x\\n2026-01-01 00:00:00.000 INFO serve: admin logged in\\r\\x1b[2J\\t\\\\ "
+		"\\x7f \\u009b \\xff\\xfe \\xc3( \\xe2\\x82 \\xed\\xa0\\x80 \\xc0\\xaf "
+		"\\xf4\\x90\\x80\\x80 caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n";
+	char path[] = "/tmp/mu_test_logXXXXXX";
+	char line[MU_LOG_LINE_MAX], back[MU_LOG_LINE_MAX];
+	int fd, saved;
+	size_t n;
+	FILE *f;
+
+	(void)state;
+	n = mu__log_format(line, sizeof(line), 0, MU_LOG_INFO, "serve", forged);
+	assert_int_equal(n, strlen(line));
+	assert_memory_equal(line + 24, "INFO serve: ", strlen("INFO serve: "));
+	assert_string_equal(line + 24 + strlen("INFO serve: "), want);
+
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	saved = dup(2);
+	assert_int_equal(dup2(fd, 2), 2);
+	mu_log_stderr_sink(MU_LOG_WARN, "serve", forged, NULL);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(back, sizeof(back), f));
+	assert_null(fgets(line, sizeof(line), f)); /* one line, not two */
+	fclose(f);
+	unlink(path);
+	assert_string_equal(back + 24 + strlen("WARNING serve: "), want);
+}
+
+/* A line cut short never ends inside an escape or a character. */
+static void test_text_cut_keeps_escapes_whole(void **state)
+{
+	static char msg[3000];
+	char line[600];
+	size_t n, i;
+
+	(void)state;
+	for (i = 0; i + 2 < sizeof(msg); i += 2)
+		memcpy(msg + i, i % 4 == 0 ? "\n\xc3" : "\xa9\x01", 2);
+	n = mu__log_format(line, sizeof(line), 0, MU_LOG_INFO, "t", msg);
+	assert_true(n > 500 && n < sizeof(line));
+	assert_int_equal(line[n - 1], '\n');
+	assert_null(memchr(line, '\n', n - 1));
+	assert_null(memchr(line, '\x01', n));
+	assert_true(memcmp(line + n - 5, "\\x01\n", 5) == 0 ||
+	            memcmp(line + n - 3, "\xc3\xa9\n", 3) == 0 || memcmp(line + n - 3, "\\n\n", 3) == 0);
+}
+
+/* JSON: valid UTF-8 and C1 decode to themselves; a byte of no valid
+ * sequence reads "\xNN" (the line stays valid JSON, which holds only
+ * Unicode). */
+static void test_json_escapes_invalid_utf8(void **state)
+{
+	char line[MU_LOG_LINE_MAX];
+	cJSON *v;
+
+	(void)state;
+	assert_true(mu__log_format(line, sizeof(line), 1, MU_LOG_INFO, "serve",
+	                           "a\xff b\xc2\x85 caf\xc3\xa9 \x7f") > 0);
+	v = cJSON_Parse(line);
+	assert_non_null(v);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(v, "msg")),
+	                    "a\\xff b\xc2\x85 caf\xc3\xa9 \x7f");
+	assert_non_null(strstr(line, "b\\u0085 caf\xc3\xa9 \\u007f"));
+	cJSON_Delete(v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -247,6 +329,9 @@ int main(void)
 		cmocka_unit_test(test_text_without_component),
 		cmocka_unit_test(test_json_line),
 		cmocka_unit_test(test_json_long_message_is_cut_whole),
+		cmocka_unit_test(test_text_escapes_what_could_forge_a_line),
+		cmocka_unit_test(test_text_cut_keeps_escapes_whole),
+		cmocka_unit_test(test_json_escapes_invalid_utf8),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
