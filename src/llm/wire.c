@@ -18,6 +18,7 @@
 #include "core/buf_int.h"
 #include "core/error_int.h"
 #include "core/json_int.h"
+#include "core/proc_int.h"
 #include "core/progress_int.h"
 #include "core/sha256_int.h"
 #include "llm/arch_int.h"
@@ -236,6 +237,30 @@ static void write_cache(const mu__llm_src_t *src, const char *path,
 	cJSON_free(text);
 }
 
+/* Tensor t's SHA-256, its mapped pages let go of piece by piece: hashing
+ * a checkpoint reads all of it, and must not leave it all resident (a
+ * coordinator holds no weights). */
+static int hash_tensor(const mu__llm_tensor_t *t, char *hex)
+{
+	const size_t piece = (size_t)16 << 20;
+	const unsigned char *p = t->m.data;
+	mu__sha256_t *h = NULL;
+	uint64_t off;
+	int rc = mu__sha256_new(&h);
+
+	for (off = 0; rc == 0 && off < t->bytes; off += piece) {
+		size_t n = t->bytes - off < piece ? (size_t)(t->bytes - off) : piece;
+
+		rc = mu__sha256_update(h, p + off, n);
+		mu__pages_release(p + off, n);
+	}
+	if (rc != 0) {
+		mu__sha256_free(h);
+		return rc;
+	}
+	return mu__sha256_final(h, hex);
+}
+
 int mu__llm_src_hashes(const mu__llm_src_t *src, int first, int last,
                        char (*hex)[MU_SHA256_HEX], int *computed, char *why, size_t wl)
 {
@@ -261,7 +286,7 @@ int mu__llm_src_hashes(const mu__llm_src_t *src, int first, int last,
 	for (i = 0; rc == 0 && i < src->nt; i++) {
 		if (!wanted(src, i, first, last) || hex[i][0] != '\0')
 			continue;
-		if ((rc = mu__sha256_hex(src->t[i].m.data, (size_t)src->t[i].bytes, hex[i])) != 0)
+		if ((rc = hash_tensor(&src->t[i], hex[i])) != 0)
 			rc = mu__why(why, wl, rc, "cannot hash tensor %s", src->t[i].name);
 		done += src->t[i].bytes;
 		mu__progress_bytes(&pr, done);
