@@ -17,6 +17,7 @@ docs/protocols/pipeline.md "weights_sha256") before the first forward:
   weights digests) is refused, not trusted.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -163,6 +164,12 @@ def test_stage_without_weights_digest(muster_bin, llm_stages, tmp_path):
     a, _ = twins(tmp_path, SMALL)
     (real,) = llm_stages(a, 1, "--threads", 1)
     desc = json.loads(ask_info(real.address))
+    # the digest as docs/protocols/pipeline.md defines it, from the
+    # per-tensor hashes the stage kept beside its checkpoint
+    kept = json.loads(Path(f"{a}.muster-sha256.json").read_text())["tensors"]
+    want = hashlib.sha256(b"".join(name.encode() + b"\0" + kept[name].encode() + b"\n"
+                                   for name in sorted(kept, key=str.encode))).hexdigest()
+    assert desc["weights_sha256"] == want and desc["model"] == "a.bin"
     del desc["weights_sha256"], desc["model"]
     body = json.dumps(desc).encode()
     lsock = socket.socket()
