@@ -287,7 +287,11 @@ static int kind_set(void *ud, int i, mu_session_t *sess, const char *addr, const
 
 static int kind_check(void *ud, char *err, size_t el)
 {
-	return mu__llm_coord_check(((mu__llm_cluster_t *)ud)->coord, err, el);
+	mu__llm_cluster_t *c = ud;
+
+	for (int i = 0; i < c->base.n; i++)
+		mu__llm_coord_streamed(c->coord, i, c->base.placed[i].streamed);
+	return mu__llm_coord_check(c->coord, err, el);
 }
 
 static void kind_placed(void *ud, int i, const char *addr, int streamed, double ms)

@@ -50,6 +50,10 @@ int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **ou
 int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char *addr,
                       const char *desc, char *err, size_t el);
 int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el);
+/* Stage i's weights were streamed from ours, each tensor checked against
+ * its SHA-256 by the device: a device of before weights digests, which
+ * says none, is taken at that (a local copy never is). */
+void mu__llm_coord_streamed(mu__llm_coord_t *c, int i, int streamed);
 
 typedef struct {
 	const char *addr, *desc; /* desc: the stage's INFO JSON */
