@@ -85,6 +85,8 @@ def test_stages_with_other_weights(muster_bin, llm_stages, tmp_path):
     assert wrong.stdout == b"", "no text may come from other weights"
     info = json.loads(ask_info(group[0].address))
     assert info["weights_sha256"][:16] in err
+    # the stage's log says it too, for the operator comparing the two
+    assert f"weights digest {info['weights_sha256'][:16]}" in group[0].log()
 
 
 def test_one_stage_of_other_weights(muster_bin, llm_stages, tmp_path):
