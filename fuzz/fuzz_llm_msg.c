@@ -55,7 +55,7 @@ static void write_model(const char *path)
 
 static void setup(void)
 {
-	char path[64] = "/tmp/mu_fuzz_llm_XXXXXX";
+	char path[64] = "/tmp/mu_fuzz_llm_XXXXXX", hashes[96];
 	mu__llm_stage_opts_t o;
 	int fd = mkstemp(path);
 
@@ -69,6 +69,9 @@ static void setup(void)
 	    mu__stage_open_llm(path, NULL, 1, 2, 1, 2, &o, &stage[1], NULL, 0) != 0)
 		abort();
 	unlink(path);
+	/* the stages hashed their weights and kept the hashes beside it */
+	snprintf(hashes, sizeof(hashes), "%s.muster-sha256.json", path);
+	unlink(hashes);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -46,6 +46,7 @@ static int parse_layers(const char *s, int *first, int *last)
 static void announce(mu_stage_t *s, int index, int of)
 {
 	cJSON *d = cJSON_Parse(mu_stage_describe(s));
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(d, "weights_sha256");
 	char rb[32], rss[32];
 
 	cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "resident_bytes")), rb,
@@ -53,13 +54,14 @@ static void announce(mu_stage_t *s, int index, int of)
 	cli_bytes(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "rss_bytes")), rss,
 	          sizeof(rss));
 	mu__log(MU_LOG_INFO, "stage", "muster stage %d/%d: layers %d..%d of %d%s%s, %s of weights, RSS %s, "
-	        "loaded in %.0f ms", index, of,
+	        "loaded in %.0f ms; weights digest %.16s", index, of,
 	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "first")),
 	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "last")) - 1,
 	        (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "layers")),
 	        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "embeds")) ? " + embedding" : "",
 	        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(d, "head")) ? " + head" : "", rb, rss,
-	        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "load_ms")));
+	        cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(d, "load_ms")),
+	        cJSON_IsString(w) ? w->valuestring : "?");
 	cJSON_Delete(d);
 }
 

@@ -165,13 +165,26 @@ int mu__llm_hp_to_json(const mu__llm_hp_t *h, struct cJSON *o);
 int mu__llm_hp_from_json(const struct cJSON *o, mu__llm_hp_t *h, char *why, size_t wl);
 
 /*
- * Every tensor's SHA-256 as hex (hex[i] for src->t[i]), from the cache
- * beside the checkpoint (<file>.muster-sha256.json, or
- * muster-sha256.json in an HF directory) when it matches the files' sizes
- * and times, else computed and the cache written (*computed = 1).
+ * The SHA-256 as hex of every tensor layers [first, last) need
+ * (mu__llm_tensor_in; first < 0: all of them) into hex[i] for src->t[i]
+ * (the others ""), from the cache beside the checkpoint
+ * (<file>.muster-sha256.json, or muster-sha256.json in an HF directory)
+ * when it matches the files' sizes and times, else those it lacks
+ * computed and the cache written (*computed = 1).
  */
-int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[65], int *computed,
-                       char *why, size_t wl);
+int mu__llm_src_hashes(const mu__llm_src_t *src, int first, int last, char (*hex)[65],
+                       int *computed, char *why, size_t wl);
+
+/*
+ * The weights digest of layers [first, last): SHA-256 (hex into
+ * out[65]) over the tensors they need, sorted by name (strcmp), each as
+ * its name, a NUL, its SHA-256 in hex (hex[i] for src->t[i]) and "\n".
+ * What a stage holds and what a coordinator expects of it, computed on
+ * both sides from the per-tensor hashes (docs/protocols/pipeline.md,
+ * "weights_sha256"). MU_EARG when one of them was not hashed.
+ */
+int mu__llm_weights_digest(const mu__llm_src_t *src, const char (*hex)[65], int first,
+                           int last, char *out);
 
 /* One tensor in a file of its own (a device's cache of streamed weights). */
 typedef struct {

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "core/buf_int.h"
 #include "core/error_int.h"
 #include "core/json_int.h"
+#include "core/proc_int.h"
 #include "core/progress_int.h"
 #include "core/sha256_int.h"
 #include "llm/arch_int.h"
@@ -163,14 +165,22 @@ static cJSON *files_json(const mu__llm_src_t *src)
 	return a;
 }
 
-/* Read hashes from the cache when it matches the files; 1 when it did. */
-static int read_cached(const mu__llm_src_t *src, const char *path, char (*hex)[MU_SHA256_HEX])
+/* Is tensor i one the caller asked hashes of (first < 0: all)? */
+static int wanted(const mu__llm_src_t *src, size_t i, int first, int last)
+{
+	return first < 0 || mu__llm_tensor_in(src, i, first, last);
+}
+
+/* Take what the cache holds when it matches the files (hex[i] stays ""
+ * for a tensor it lacks); 1 when it held every wanted one. */
+static int read_cached(const mu__llm_src_t *src, const char *path, int first, int last,
+                       char (*hex)[MU_SHA256_HEX])
 {
 	cJSON *c = NULL, *now = files_json(src);
 	const cJSON *t;
 	mu__buf_t b;
 	size_t i;
-	int ok = 0;
+	int all = 0;
 
 	if (mu__buf_read_file(&b, path, (size_t)64 << 20, NULL, 0) != 0) {
 		cJSON_Delete(now);
@@ -181,18 +191,20 @@ static int read_cached(const mu__llm_src_t *src, const char *path, char (*hex)[M
 	                    HASHES_VERSION) &&
 	    cJSON_Compare(cJSON_GetObjectItemCaseSensitive(c, "files"), now, 1)) {
 		t = cJSON_GetObjectItemCaseSensitive(c, "tensors");
-		for (ok = 1, i = 0; ok && i < src->nt; i++) {
+		for (all = 1, i = 0; i < src->nt; i++) {
 			const cJSON *h = cJSON_GetObjectItemCaseSensitive(t, src->t[i].name);
 
-			ok = cJSON_IsString(h) && strlen(h->valuestring) == MU_SHA256_HEX - 1;
-			if (ok)
+			if (cJSON_IsString(h) && strlen(h->valuestring) == MU_SHA256_HEX - 1 &&
+			    strspn(h->valuestring, "0123456789abcdef") == MU_SHA256_HEX - 1)
 				memcpy(hex[i], h->valuestring, MU_SHA256_HEX);
+			else if (wanted(src, i, first, last))
+				all = 0;
 		}
 	}
 	mu__buf_free(&b);
 	cJSON_Delete(c);
 	cJSON_Delete(now);
-	return ok;
+	return all;
 }
 
 /* Keep the hashes for next time; a checkpoint on read-only storage is
@@ -209,7 +221,8 @@ static void write_cache(const mu__llm_src_t *src, const char *path,
 	cJSON_AddItemToObject(c, "files", files_json(src));
 	t = cJSON_AddObjectToObject(c, "tensors");
 	for (i = 0; t != NULL && i < src->nt; i++)
-		cJSON_AddStringToObject(t, src->t[i].name, hex[i]);
+		if (hex[i][0] != '\0') /* a stage hashes only its own tensors */
+			cJSON_AddStringToObject(t, src->t[i].name, hex[i]);
 	text = cJSON_PrintUnformatted(c);
 	cJSON_Delete(c);
 	snprintf(tmp, sizeof(tmp), "%.4200s.%ld.tmp", path, (long)getpid());
@@ -224,8 +237,32 @@ static void write_cache(const mu__llm_src_t *src, const char *path,
 	cJSON_free(text);
 }
 
-int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[MU_SHA256_HEX], int *computed,
-                       char *why, size_t wl)
+/* Tensor t's SHA-256, its mapped pages let go of piece by piece: hashing
+ * a checkpoint reads all of it, and must not leave it all resident (a
+ * coordinator holds no weights). */
+static int hash_tensor(const mu__llm_tensor_t *t, char *hex)
+{
+	const size_t piece = (size_t)16 << 20;
+	const unsigned char *p = t->m.data;
+	mu__sha256_t *h = NULL;
+	uint64_t off;
+	int rc = mu__sha256_new(&h);
+
+	for (off = 0; rc == 0 && off < t->bytes; off += piece) {
+		size_t n = t->bytes - off < piece ? (size_t)(t->bytes - off) : piece;
+
+		rc = mu__sha256_update(h, p + off, n);
+		mu__pages_release(p + off, n);
+	}
+	if (rc != 0) {
+		mu__sha256_free(h);
+		return rc;
+	}
+	return mu__sha256_final(h, hex);
+}
+
+int mu__llm_src_hashes(const mu__llm_src_t *src, int first, int last,
+                       char (*hex)[MU_SHA256_HEX], int *computed, char *why, size_t wl)
 {
 	char path[4200];
 	const char *base;
@@ -236,15 +273,20 @@ int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[MU_SHA256_HEX], int
 
 	hashes_path(src, path, sizeof(path));
 	*computed = 0;
-	if (read_cached(src, path, hex))
+	for (i = 0; i < src->nt; i++)
+		hex[i][0] = '\0';
+	if (read_cached(src, path, first, last, hex))
 		return 0;
 	/* reading a large checkpoint from disk is the slow part: show it */
 	for (i = 0; i < src->nt; i++)
-		total += src->t[i].bytes;
+		if (wanted(src, i, first, last) && hex[i][0] == '\0')
+			total += src->t[i].bytes;
 	base = strrchr(src->path, '/');
 	mu__progress_start(&pr, total, "hashing %s", base != NULL ? base + 1 : src->path);
 	for (i = 0; rc == 0 && i < src->nt; i++) {
-		if ((rc = mu__sha256_hex(src->t[i].m.data, (size_t)src->t[i].bytes, hex[i])) != 0)
+		if (!wanted(src, i, first, last) || hex[i][0] != '\0')
+			continue;
+		if ((rc = hash_tensor(&src->t[i], hex[i])) != 0)
 			rc = mu__why(why, wl, rc, "cannot hash tensor %s", src->t[i].name);
 		done += src->t[i].bytes;
 		mu__progress_bytes(&pr, done);
@@ -255,6 +297,49 @@ int mu__llm_src_hashes(const mu__llm_src_t *src, char (*hex)[MU_SHA256_HEX], int
 	*computed = 1;
 	write_cache(src, path, hex);
 	return 0;
+}
+
+/* A tensor's name and hash, sorted by name for the weights digest. */
+typedef struct {
+	const char *name, *hex;
+} named_hash_t;
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const named_hash_t *)a)->name, ((const named_hash_t *)b)->name);
+}
+
+int mu__llm_weights_digest(const mu__llm_src_t *src, const char (*hex)[MU_SHA256_HEX],
+                           int first, int last, char *out)
+{
+	mu__sha256_t *h = NULL;
+	named_hash_t *v;
+	size_t n = 0, i;
+	int rc;
+
+	out[0] = '\0';
+	if ((v = mu__calloc(src->nt + 1, sizeof(*v))) == NULL)
+		return MU_ENOMEM;
+	for (i = 0; i < src->nt; i++)
+		if (mu__llm_tensor_in(src, i, first, last))
+			v[n++] = (named_hash_t){src->t[i].name, hex[i]};
+	/* by name: the same tensors give the same digest in any file's order */
+	qsort(v, n, sizeof(*v), by_name);
+	rc = mu__sha256_new(&h);
+	for (i = 0; rc == 0 && i < n; i++) {
+		if (strlen(v[i].hex) != MU_SHA256_HEX - 1)
+			rc = MU_EARG; /* a tensor that was not hashed */
+		else if ((rc = mu__sha256_update(h, v[i].name, strlen(v[i].name) + 1)) == 0 &&
+		         (rc = mu__sha256_update(h, v[i].hex, MU_SHA256_HEX - 1)) == 0)
+			rc = mu__sha256_update(h, "\n", 1);
+	}
+	if (rc == 0) {
+		rc = mu__sha256_final(h, out);
+		h = NULL;
+	}
+	mu__sha256_free(h);
+	mu__free(v);
+	return rc;
 }
 
 int mu__llm_src_from_files(const mu__llm_hp_t *hp, const mu__llm_file_t *files, size_t n,

@@ -356,6 +356,37 @@ static uint64_t list_bytes(const mu_tensor_list_t *l)
 	return b;
 }
 
+/* A RESULT holds exactly the outputs stage k's description lists, each
+ * once: a tensor by another name would stand in for another stage's (or
+ * the caller's) in the pool. Their dtypes and shapes are checked by the
+ * stage that reads them next (its inputs), and the caller's by dtype. */
+static int check_result(const mu_coord_t *c, int k, const mu_tensor_list_t *got, char *err,
+                        size_t el)
+{
+	const cstage_t *s = &c->s[k];
+
+	for (size_t j = 0; j < got->n; j++) {
+		int known = 0;
+
+		for (int o = 0; o < s->nout && !known; o++)
+			known = strcmp(s->out[o], got->t[j]->name) == 0;
+		for (size_t i = 0; known && i < j; i++)
+			known = strcmp(got->t[i]->name, got->t[j]->name) != 0;
+		if (!known) {
+			snprintf(err, el, "stage %d/%d (%s) returned %.200s (%s), which is not one of its "
+			         "outputs or came twice", k, c->n, s->addr, got->t[j]->name,
+			         mu_dtype_name((int)got->t[j]->dtype));
+			return MU_EPROTO;
+		}
+	}
+	if (got->n != (size_t)s->nout) {
+		snprintf(err, el, "stage %d/%d (%s) returned %zu tensors; its description lists %d "
+		         "outputs", k, c->n, s->addr, got->n, s->nout);
+		return MU_EPROTO;
+	}
+	return 0;
+}
+
 /*
  * Stage k on one input: gather its inputs from `given` (the caller's,
  * borrowed) and `pool` (owned boundaries), send, and add its outputs to the
@@ -397,6 +428,8 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 		rc = reply(c, k, m.id, MU_MSG_RESULT, &m, err, el, "waiting for a forward's result");
 	if (rc == 0 && (rc = mu__msg_recv_frame(&s->c, &m, &got)) != 0)
 		stage_error(c, k, rc, err, el, "reading a forward's result");
+	if (rc == 0)
+		rc = check_result(c, k, &got, err, el);
 	if (locked)
 		uv_mutex_lock(&c->lock);
 	if (rc == 0) {

@@ -70,7 +70,7 @@ static int hashes(mu__llm_cluster_t *c, char *err, size_t el)
 		return 0;
 	if ((c->sha = mu__calloc(c->src->nt, sizeof(*c->sha))) == NULL)
 		return MU_ENOMEM;
-	rc = mu__llm_src_hashes(c->src, c->sha, &computed, err, el);
+	rc = mu__llm_src_hashes(c->src, -1, -1, c->sha, &computed, err, el);
 	if (rc == 0 && computed)
 		mu__devpool_say(&c->base.pool, "  hashed the checkpoint's %zu tensors (SHA-256) in %.1f s, "
 		                "kept beside it for next time", c->src->nt,
@@ -229,8 +229,13 @@ static int kind_plan(void *ud, const uint64_t *budget, int nd, int *device, int 
 	mu__free(order);
 	mu__free(cut);
 	*n = k;
-	if (rc == 0)
+	/* the hashes stream the weights, and tell a device's own copy, or a
+	 * replacement's, from other weights of the same shape */
+	if (rc == 0 && (rc = hashes(c, err, el)) == 0) {
+		c->o.coord.src = c->src;
+		c->o.coord.sha = (const char (*)[65])c->sha;
 		rc = mu__llm_coord_new(k, &c->o.coord, &c->coord);
+	}
 	if (rc == 0)
 		mu__devpool_say(&c->base.pool, "the model (%d layers, %.1f MiB of weights) is cut into %d "
 		                "stage%s, each with a KV cache for %d sequence%s of %d positions:", L,
@@ -282,7 +287,11 @@ static int kind_set(void *ud, int i, mu_session_t *sess, const char *addr, const
 
 static int kind_check(void *ud, char *err, size_t el)
 {
-	return mu__llm_coord_check(((mu__llm_cluster_t *)ud)->coord, err, el);
+	mu__llm_cluster_t *c = ud;
+
+	for (int i = 0; i < c->base.n; i++)
+		mu__llm_coord_streamed(c->coord, i, c->base.placed[i].streamed);
+	return mu__llm_coord_check(c->coord, err, el);
 }
 
 static void kind_placed(void *ud, int i, const char *addr, int streamed, double ms)

@@ -36,6 +36,7 @@ typedef struct {
 	char *desc;
 	int first, last;
 	int ids_f32;         /* it reads ids as F32 only: a stage of before I32 ids */
+	int streamed;        /* its weights were streamed from ours (the cluster) */
 	int32_t want_rows, want_cols; /* the outstanding batch's result: [rows, cols] */
 	double compute_ms;   /* the stage's own time, summed */
 } lstage_t;
@@ -54,6 +55,9 @@ void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o)
 	o->connect_timeout_ms = 10000;
 	o->io_timeout_ms = 60000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
+	o->sec = NULL;
+	o->src = NULL;
+	o->sha = NULL;
 }
 
 static int fail(const mu__llm_coord_t *c, int i, int rc, char *err, size_t el, const char *what)
@@ -116,6 +120,46 @@ static int num(const cJSON *d, const char *k, int32_t *v)
 	return 0;
 }
 
+/* Stage i (description d) holds layers [first, last) of the weights we
+ * hold: its weights digest is ours for those layers. A stage that does
+ * not say one cannot be told from one serving other weights of the same
+ * shape, so it is refused too (docs/protocols/pipeline.md). */
+static int check_weights(const mu__llm_coord_t *c, int i, const cJSON *d, int first, int last,
+                         char *err, size_t el)
+{
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(d, "weights_sha256");
+	const cJSON *mn = cJSON_GetObjectItemCaseSensitive(d, "model");
+	const char *ours = strrchr(c->o.src->path, '/');
+	char want[65];
+	int rc;
+
+	ours = ours != NULL ? ours + 1 : c->o.src->path;
+	/* a device of before that took our tensors checked each one against
+	 * the SHA-256 we sent: its weights are ours, though it cannot say so */
+	if (!cJSON_IsString(w) && c->s[i].streamed)
+		return 0;
+	if (!cJSON_IsString(w)) {
+		snprintf(err, el, "stage %d/%d (%s) does not say which weights it holds (its INFO has "
+		         "no \"weights_sha256\": a muster stage of before weights digests), so it "
+		         "cannot be told from a stage serving other weights of the same shape; run "
+		         "it with this version of muster", i, c->n, c->s[i].addr);
+		return MU_EPROTO;
+	}
+	if ((rc = mu__llm_weights_digest(c->o.src, c->o.sha, first, last, want)) != 0) {
+		snprintf(err, el, "the weights digest of layers [%d, %d) of %s: %s", first, last, ours,
+		         mu_strerror(rc));
+		return rc;
+	}
+	if (strcmp(w->valuestring, want) == 0)
+		return 0;
+	snprintf(err, el, "stage %d/%d (%s) serves other weights than %s: its layers [%d, %d) "
+	         "(of %.100s) have weights digest %.16s, ours %.16s (weights_sha256, SHA-256 of "
+	         "the tensors' SHA-256s)", i, c->n, c->s[i].addr, ours, first, last,
+	         cJSON_IsString(mn) ? mn->valuestring : "a checkpoint it does not name",
+	         w->valuestring, want);
+	return MU_EARG;
+}
+
 /* Stage i's INFO: an LLM stage that continues the chain where the last
  * one ended, of the same checkpoint. */
 static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
@@ -145,8 +189,10 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	else if (i == c->n - 1 && last != layers)
 		snprintf(err, el, "the last stage (%s) ends at layer %d of %d: no stage has the rest",
 		         s->addr, last, layers);
-	else
+	else if (c->o.src == NULL)
 		rc = 0;
+	else
+		rc = check_weights(c, i, d, first, last, err, el);
 	if (rc == 0) {
 		/* a stage of before I32 ids says nothing, and reads F32 ids only */
 		ids = cJSON_GetObjectItemCaseSensitive(d, "ids");
@@ -255,6 +301,11 @@ int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char 
 	snprintf(s->addr, sizeof(s->addr), "%s", addr);
 	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
 	return 0;
+}
+
+void mu__llm_coord_streamed(mu__llm_coord_t *c, int i, int streamed)
+{
+	c->s[i].streamed = streamed;
 }
 
 int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "muster/server.h"
+#include "llm/llm_int.h"
 #include "llm/engine_int.h"
 #include "pipeline/msg_int.h"
 
@@ -20,6 +21,13 @@ typedef struct {
 	int io_timeout_ms;       /* a reply that makes no progress this long */
 	uint64_t max_frame_bytes;
 	const mu_secure_t *sec;  /* toward the stages; NULL: plain TCP */
+	/* The checkpoint the stages must serve, and its tensors' SHA-256
+	 * (sha[i] for src->t[i]): each stage's "weights_sha256" must be the
+	 * weights digest of its layers of src (mu__llm_weights_digest), and
+	 * a stage that does not say one is refused. NULL: not checked. Both
+	 * must outlive the coordinator. */
+	const mu__llm_src_t *src;
+	const char (*sha)[65];
 } mu__llm_coord_opts_t;
 
 void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o);
@@ -42,6 +50,10 @@ int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **ou
 int mu__llm_coord_set(mu__llm_coord_t *c, int i, mu_session_t *sess, const char *addr,
                       const char *desc, char *err, size_t el);
 int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el);
+/* Stage i's weights were streamed from ours, each tensor checked against
+ * its SHA-256 by the device: a device of before weights digests, which
+ * says none, is taken at that (a local copy never is). */
+void mu__llm_coord_streamed(mu__llm_coord_t *c, int i, int streamed);
 
 typedef struct {
 	const char *addr, *desc; /* desc: the stage's INFO JSON */

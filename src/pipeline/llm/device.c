@@ -250,8 +250,8 @@ static int open_stage(lpending_t *p, const char *path, mu_stage_t **st, char *er
 		                          err, el);
 	rc = mu__llm_src_from_files(&p->hp, p->files, p->n, p->first, p->last, &src, err, el);
 	if (rc == 0)
-		rc = mu__stage_from_llm_src(&src, p->digest, p->index, p->of, p->first, p->last,
-		                            &p->so, st, err, el);
+		rc = mu__stage_from_llm_src(&src, p->digest, (const char (*)[MU_SHA256_HEX])p->sha,
+		                            p->index, p->of, p->first, p->last, &p->so, st, err, el);
 	return rc;
 }
 

@@ -116,10 +116,19 @@ static int open_stages(mu_llm_t *l, char *err, size_t el)
 {
 	mu__llm_coord_opts_t o;
 	char why[1024] = "";
-	int rc, n = l->o.nstages;
+	int rc, n = l->o.nstages, computed;
 
 	if ((rc = coord_opts(l->o.coord, &o, err, el)) != 0)
 		return rc;
+	/* each stage must hold the weights of our checkpoint: their digests
+	 * come from its tensors' hashes (kept beside it after the first run) */
+	if ((l->sha = mu__calloc(l->src.nt + 1, sizeof(*l->sha))) == NULL)
+		return mu__why(err, el, MU_ENOMEM, "out of memory");
+	rc = mu__llm_src_hashes(&l->src, -1, -1, l->sha, &computed, why, sizeof(why));
+	if (rc != 0)
+		return mu__why(err, el, rc, "cannot hash the checkpoint's weights: %s", why);
+	o.src = &l->src;
+	o.sha = (const char (*)[65])l->sha;
 	rc = mu__llm_coord_connect(l->o.stages, n, &o, &l->coord, why, sizeof(why));
 	if (rc != 0)
 		return mu__why(err, el, rc, "cannot use the stages: %s", why);
@@ -271,6 +280,7 @@ void mu_llm_free(mu_llm_t *l)
 	mu__free(l->links);
 	mu__dec_free(l->dec);
 	mu__llm_coord_free(l->coord);
+	mu__free(l->sha); /* after the coordinator, which reads it */
 	mu__llm_cluster_close(l->cluster);
 	mu__tok_free(l->tok.t);
 	if (l->have_src)

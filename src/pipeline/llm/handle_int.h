@@ -34,6 +34,7 @@ struct mu_llm_s {
 	struct mu_tokenizer_s tok;
 	mu__dec_t *dec;            /* in this process */
 	mu__llm_coord_t *coord;    /* over `muster stage` servers (owned) */
+	char (*sha)[65];           /* its tensors' SHA-256, which coord checks stages by */
 	mu__llm_cluster_t *cluster; /* over devices (owned, and its coordinator) */
 	mu__eng_link_t *links;     /* one per stage */
 	int nlinks;

@@ -24,6 +24,7 @@
 #include "core/json_int.h"
 #include "core/log_int.h"
 #include "core/proc_int.h"
+#include "core/sha256_int.h"
 #include "core/time_int.h"
 #include "pipeline/llm/seqmsg_int.h"
 #include "pipeline/llm/stage_int.h"
@@ -39,6 +40,8 @@ typedef struct {
 	int first, last;      /* its layers */
 	uv_mutex_t lock;
 	int32_t *tok;         /* token ids of the chunk being run */
+	char weights[MU_SHA256_HEX]; /* the weights digest of its layers */
+	char model[96];       /* the checkpoint's file name, for a peer's errors */
 	double load_ms;
 	uint64_t kv_now;      /* atomic: mu__dec_kv_reserved after the last change */
 	int seqs_now;         /* atomic: mu__dec_seqs ... */
@@ -82,7 +85,7 @@ static int describe(lstage_t *s, double load_ms)
 	                    "\"vocab\": %d, \"ctx\": %d, \"embeds\": %s, \"head\": %s, "
 	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, \"kv_bytes\": %llu, "
 	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"ids\": \"I32\", "
-	                    "\"threads\": %d, "
+	                    "\"weights_sha256\": \"%s\", \"model\": \"%s\", \"threads\": %d, "
 	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
 	                    "\"load_ms\": %.3f, \"sequences_open\": %d, \"kv_reserved\": %llu}",
 	                    s->base.index, s->base.of, h->arch, s->first, s->last, h->n_layers, h->dim,
@@ -91,7 +94,7 @@ static int describe(lstage_t *s, double load_ms)
 	                    (unsigned long long)s->base.digest, s->o.max_seqs,
 	                    (unsigned long long)s->o.kv_bytes,
 	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
-	                    s->o.threads, mu__kern_isa(),
+	                    s->weights, s->model, s->o.threads, mu__kern_isa(),
 	                    (unsigned long long)mu__llm_src_bytes(&s->src, s->first, s->last),
 	                    (unsigned long long)mu__self_rss(), load_ms, mu__dec_seqs(s->dec),
 	                    (unsigned long long)mu__dec_kv_reserved(s->dec));
@@ -124,6 +127,44 @@ static int place(lstage_t *s, int first, int last, char *err, size_t el)
 	s->first = cut[s->base.index];
 	s->last = cut[s->base.index + 1];
 	return 0;
+}
+
+/* The weights digest of s's layers from the hashes of src's tensors
+ * (hex, in src's order), and the name the checkpoint goes by. */
+static int weigh(lstage_t *s, const char (*hex)[MU_SHA256_HEX], const char *path, char *err,
+                 size_t el)
+{
+	const char *base = strrchr(path, '/');
+	size_t i;
+	int rc = mu__llm_weights_digest(&s->src, hex, s->first, s->last, s->weights);
+
+	if (rc != 0) {
+		snprintf(err, el, "cannot compute the digest of the stage's weights: %s",
+		         mu_strerror(rc));
+		return rc;
+	}
+	/* a file name for a peer's error message: JSON-safe as it is */
+	snprintf(s->model, sizeof(s->model), "%s", base != NULL && base[1] ? base + 1 : path);
+	for (i = 0; s->model[i] != '\0'; i++)
+		if (s->model[i] == '"' || s->model[i] == '\\' || (unsigned char)s->model[i] < 0x20)
+			s->model[i] = '_';
+	return 0;
+}
+
+/* Hash the tensors of s's layers in its own checkpoint (from the cache
+ * beside it when that is current) and take their weights digest. */
+static int weigh_own(lstage_t *s, char *err, size_t el)
+{
+	char (*hex)[MU_SHA256_HEX] = mu__calloc(s->src.nt + 1, sizeof(*hex));
+	int computed, rc;
+
+	if (hex == NULL)
+		return MU_ENOMEM;
+	rc = mu__llm_src_hashes(&s->src, s->first, s->last, hex, &computed, err, el);
+	if (rc == 0)
+		rc = weigh(s, (const char (*)[MU_SHA256_HEX])hex, s->src.path, err, el);
+	mu__free(hex);
+	return rc;
 }
 
 static void stage_free(mu_stage_t *st)
@@ -191,6 +232,8 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
 		s->base.digest = mu__llm_digest(&s->src);
 		rc = place(s, first, last, err, el);
 	}
+	if (rc == 0)
+		rc = weigh_own(s, err, el);
 	if (rc != 0) {
 		stage_free(&s->base);
 		return rc;
@@ -198,11 +241,13 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
 	return finish(s, t0, out, err, el);
 }
 
-int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
-                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
-                           char *err, size_t el)
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, const char (*hex)[65],
+                           int index, int of, int first, int last,
+                           const mu__llm_stage_opts_t *o, mu_stage_t **out, char *err,
+                           size_t el)
 {
 	lstage_t *s = stage_alloc(index, of, o);
+	int rc;
 
 	*out = NULL;
 	if (s == NULL) {
@@ -214,6 +259,10 @@ int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int o
 	s->base.digest = digest;
 	s->first = first;
 	s->last = last;
+	if ((rc = weigh(s, hex, "(streamed)", err, el)) != 0) {
+		stage_free(&s->base);
+		return rc;
+	}
 	return finish(s, mu__clock_ms(), out, err, el);
 }
 

@@ -32,10 +32,13 @@ int mu__stage_open_llm(const char *path, const char *tok_path, int index, int of
                        mu_stage_t **out, char *err, size_t el);
 /* The same from an open source (taken: freed with the stage, or on
  * failure) whose digest is given (a stage assembled from streamed
- * tensors cannot compute the whole checkpoint's). */
-int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, int index, int of, int first,
-                           int last, const mu__llm_stage_opts_t *o, mu_stage_t **out,
-                           char *err, size_t el);
+ * tensors cannot compute the whole checkpoint's), and the SHA-256 of its
+ * tensors (hex[i] for src->t[i], checked as they came) for its weights
+ * digest. */
+int mu__stage_from_llm_src(mu__llm_src_t *src, uint64_t digest, const char (*hex)[65],
+                           int index, int of, int first, int last,
+                           const mu__llm_stage_opts_t *o, mu_stage_t **out, char *err,
+                           size_t el);
 
 /* The kind's device side (pipeline/llm/device.c), for its table. */
 int mu__llm_dev_probe(const char *path, mu__held_t *h, char *err, size_t el);

@@ -6,7 +6,9 @@
  * limits and owners hold; the layer split balances bytes.
  *
  * The wire form and the digest are the same bytes as the last version's
- * (the tables they walk: test_arch.c).
+ * (the tables they walk: test_arch.c). Tensor hashes are kept beside the
+ * checkpoint per range; the weights digest is one of names and hashes,
+ * in name order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -240,6 +242,56 @@ static void test_wire_and_digest_unchanged(void **state)
 	}
 }
 
+/* ---- tensor hashes and the weights digest ---- */
+
+static void test_hashes_and_weights_digest(void **state)
+{
+	char (*hex)[65] = calloc(src.nt, sizeof(*hex)), (*rev)[65] = calloc(src.nt, sizeof(*rev));
+	char cache[96], whole[65], again[65], part[65];
+	mu__llm_src_t r = src;
+	int computed;
+
+	(void)state;
+	snprintf(cache, sizeof(cache), "%s.muster-sha256.json", path);
+	unlink(cache);
+	/* a stage hashes its own tensors only, and keeps them */
+	assert_int_equal(mu__llm_src_hashes(&src, 1, 2, hex, &computed, NULL, 0), 0);
+	assert_true(computed);
+	for (size_t i = 0; i < src.nt; i++)
+		assert_int_equal(strlen(hex[i]), mu__llm_tensor_in(&src, i, 1, 2) ? 64 : 0);
+	assert_int_equal(mu__llm_weights_digest(&src, (const char (*)[65])hex, 1, 2, part), 0);
+	assert_int_equal(strlen(part), 64);
+	assert_int_equal(mu__llm_weights_digest(&src, (const char (*)[65])hex, 0, LAYERS, whole),
+	                 MU_EARG); /* not every tensor was hashed */
+	assert_int_equal(mu__llm_src_hashes(&src, 1, 2, hex, &computed, NULL, 0), 0);
+	assert_false(computed);
+	/* all of them: the cache had some, the rest are computed, then kept */
+	assert_int_equal(mu__llm_src_hashes(&src, -1, -1, hex, &computed, NULL, 0), 0);
+	assert_true(computed);
+	assert_int_equal(mu__llm_src_hashes(&src, -1, -1, hex, &computed, NULL, 0), 0);
+	assert_false(computed);
+	assert_int_equal(mu__llm_weights_digest(&src, (const char (*)[65])hex, 1, 2, again), 0);
+	assert_string_equal(again, part);
+	assert_int_equal(mu__llm_weights_digest(&src, (const char (*)[65])hex, 0, LAYERS, whole), 0);
+	assert_string_not_equal(whole, part);
+	/* by name: the tensors' order in the file does not count */
+	r.t = calloc(src.nt, sizeof(*r.t));
+	for (size_t i = 0; i < src.nt; i++) {
+		r.t[i] = src.t[src.nt - 1 - i];
+		memcpy(rev[i], hex[src.nt - 1 - i], 65);
+	}
+	assert_int_equal(mu__llm_weights_digest(&r, (const char (*)[65])rev, 0, LAYERS, again), 0);
+	assert_string_equal(again, whole);
+	/* one tensor's bytes: another digest */
+	rev[0][0] = rev[0][0] == '0' ? '1' : '0';
+	assert_int_equal(mu__llm_weights_digest(&r, (const char (*)[65])rev, 0, LAYERS, again), 0);
+	assert_string_not_equal(again, whole);
+	free(r.t);
+	free(hex);
+	free(rev);
+	unlink(cache);
+}
+
 /* A field added later (MU__HPF_WIRE_NEW) is left out at its default, so
  * the JSON and the digest stay those of a peer that does not know it. */
 static void test_new_wire_field(void **state)
@@ -280,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_split_balances_bytes),
 		cmocka_unit_test(test_wire_and_digest_unchanged),
 		cmocka_unit_test(test_new_wire_field),
+		cmocka_unit_test(test_hashes_and_weights_digest),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
