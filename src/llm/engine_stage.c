@@ -339,6 +339,15 @@ static void forget(mu__eng_t *e, int k)
 	e->s[k].busy = 0;
 }
 
+/* why without the stage's name in front, which the texts of a down
+ * stage give once. */
+static const char *unnamed(const mu__eng_stage_t *s, const char *why)
+{
+	size_t n = strlen(s->l.name);
+
+	return strncmp(why, s->l.name, n) == 0 && strncmp(why + n, ": ", 2) == 0 ? why + n + 2 : why;
+}
+
 /* Stage k is lost: down from now, unless it was already, and tried again
  * at once (it may only have closed an idle connection). */
 static void stage_down(mu__eng_t *e, int k, const char *why)
@@ -348,6 +357,7 @@ static void stage_down(mu__eng_t *e, int k, const char *why)
 	forget(e, k);
 	if (s->down)
 		return;
+	why = unnamed(s, why);
 	mu__log(MU_LOG_WARN, LOG, "%s is lost (%s): reconnecting", s->l.name, why);
 	uv_mutex_lock(&e->lock);
 	s->down = 1;
@@ -380,10 +390,10 @@ static void try_back(mu__eng_t *e, int k)
 		return;
 	}
 	forget(e, k); /* a replay cut short: the next connection starts over */
-	if (strcmp(s->retry, why) != 0)
-		mu__log(MU_LOG_WARN, LOG, "%s is still down: %s", s->l.name, why);
+	if (strcmp(s->retry, unnamed(s, why)) != 0)
+		mu__log(MU_LOG_WARN, LOG, "%s is still down: %s", s->l.name, unnamed(s, why));
 	uv_mutex_lock(&e->lock);
-	snprintf(s->retry, sizeof(s->retry), "%s", why);
+	snprintf(s->retry, sizeof(s->retry), "%s", unnamed(s, why));
 	s->next_try = mu__clock_ms() + s->backoff_ms;
 	s->backoff_ms = s->backoff_ms * 2 < e->o.retry_ms ? s->backoff_ms * 2 : e->o.retry_ms;
 	uv_mutex_unlock(&e->lock);
@@ -462,7 +472,7 @@ void mu__eng_watch(mu__eng_t *e)
 
 		if (s->down || s->busy || st == NULL || mu__sock_idle_ok(st))
 			continue;
-		snprintf(why, sizeof(why), "%s closed its connection while idle, or sent what nobody "
+		snprintf(why, sizeof(why), "%s: closed its connection while idle, or sent what nobody "
 		         "asked for", s->l.name);
 		mu__eng_stage_failed(e, k, MU_EEOF, why);
 	}
