@@ -220,13 +220,15 @@ typedef struct {
 MU_EXTERN int mu_llm_stage_info(const mu_llm_t *llm, int i, mu_llm_stage_info_t *out);
 
 typedef struct {
-	int recoveries;            /* devices lost and replaced */
+	int recoveries;            /* devices lost and replaced, stages lost and
+	                            * back */
 	double recovery_ms;        /* from each loss to generating again, summed */
 	uint64_t replayed;         /* positions replayed to rebuild KV caches */
 	uint64_t kept_bytes;       /* activations held for replay now */
 } mu_llm_recovery_t;
 
-/* Over devices: what was recovered so far (all zero otherwise). */
+/* Over devices or stages: what was recovered so far (all zero in this
+ * process). */
 MU_EXTERN void mu_llm_recovery(const mu_llm_t *llm, mu_llm_recovery_t *out);
 
 /* ---- generating ---- */

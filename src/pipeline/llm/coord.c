@@ -199,8 +199,13 @@ static int connect_stage(mu__llm_coord_t *c, int i, int timeout_ms, int retry, c
 		         mu_strerror(rc));
 		return rc;
 	}
-	mu__chan_init(&s->c, s->fd, NULL, c->o.io_timeout_ms, c->o.max_frame_bytes);
-	return ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
+	/* a stage that accepts but does not answer (stopped) is as good as
+	 * down: its INFO is waited for no longer than the connection */
+	mu__chan_init(&s->c, s->fd, NULL, retry ? c->o.io_timeout_ms : timeout_ms,
+	              c->o.max_frame_bytes);
+	rc = ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
+	s->c.io_ms = c->o.io_timeout_ms;
+	return rc;
 }
 
 int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **out)
