@@ -234,7 +234,7 @@ static int round_once(mu__eng_t *e, mu__eng_seq_t **all)
 			                mu__eng_stopping(e) ? "the engine stopped" : "cancelled");
 		all[nall++] = q;
 	}
-	if (e->o.retry_ms > 0)
+	if (e->o.retry_ms > 0 && !mu__eng_stopping(e)) /* stopping: no more attempts */
 		mu__eng_check_down(e);
 	for (k = 0; k < e->n; k++) {
 		if (e->s[k].busy || e->s[k].down)
