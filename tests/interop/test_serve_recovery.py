@@ -218,6 +218,9 @@ def test_soak_two_kills_four_streaming_clients(muster_bin, stages, tmp_path):
     # a clean request ran wholly between a recovery and the next kill
     windows = list(zip(recovered, kills[1:] + [float("inf")]))
     clean = [r for r in results if any(a <= r[0] and r[1] < b for a, b in windows)]
+    spanning = [r for r in results if any(r[0] <= k <= r[1] for k in kills)]
+    print(f"requests: {len(results)}, {len(clean)} after a recovery, {len(spanning)} in flight "
+          f"at a kill ({sum(r[3] == 'ok' for r in spanning)} of them with the right text)")
     assert len(clean) >= 8, results
     for t0, t1, prompt, kind, text in results:
         if kind == "ok":
