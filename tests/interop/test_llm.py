@@ -401,11 +401,10 @@ def test_stage_restarted_mid_generation(muster_bin, llm_stages, tmp_path, k):
     want = generate(muster_bin, "--model", model, "--temperature", 0, "--max-tokens", 400,
                     "--ignore-eos").stdout
     group = llm_stages(model, 3, "--threads", 1)
-    # stdout unbuffered, so the first bytes come while the rest is made
-    proc = subprocess.Popen(["stdbuf", "-o0", str(muster_bin), "generate", "--model", str(model),
-                             "--stages", addrs(group), "--temperature", "0", "--max-tokens",
-                             "400", "--ignore-eos"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(model), "--stages",
+                             addrs(group), "--temperature", "0", "--max-tokens", "400",
+                             "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=ENV)
     first = os.read(proc.stdout.fileno(), 20)  # unbuffered: communicate reads the rest
     assert first
     os.kill(group[k].pid, signal.SIGSTOP)  # mid-generation for sure: it waits on the stage

@@ -231,4 +231,9 @@ def test_soak_two_kills_four_streaming_clients(muster_bin, stages, tmp_path):
             assert "stage" in text, (prompt, text)
     assert s.log().count("is back") >= 2, s.log()
     grown = [v - figures[0][1] for _, v in figures[1:]]
-    assert max(grown) < RSS_BOUND, figures
+    if b"__asan_init" in Path(muster_bin).read_bytes():
+        # ASan's quarantine holds freed memory; its leak check at exit
+        # (serve must exit 0) is what counts there
+        print("serve RSS not bounded under ASan (its quarantine keeps what is freed)")
+    else:
+        assert max(grown) < RSS_BOUND, figures
