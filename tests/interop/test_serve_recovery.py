@@ -39,14 +39,16 @@ def stages(muster_bin, tmp_path):
     start = stagefix.stage_factory(muster_bin, tmp_path, ENV)
     again = []
 
-    def restart(old):
-        log_path = tmp_path / f"stage-again-{len(again)}-{old.index}of{old.of}.log"
-        args = [str(muster_bin), "stage", "--model", str(STORIES), "--stage", str(old.index),
-                "--of", str(old.of), "--host", HOST, "--port", str(old.port), "--threads", "1"]
+    def restart(old, index=None, of=None):
+        index = old.index if index is None else index
+        of = old.of if of is None else of
+        log_path = tmp_path / f"stage-again-{len(again)}-{index}of{of}.log"
+        args = [str(muster_bin), "stage", "--model", str(STORIES), "--stage", str(index),
+                "--of", str(of), "--host", HOST, "--port", str(old.port), "--threads", "1"]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     env=ENV)
-        st = stagefix.Stage(proc, log_path, old.index, old.of)
+        st = stagefix.Stage(proc, log_path, index, of)
         again.append(st)
         st.wait_serving()
         assert st.port == old.port, st.log()
@@ -122,6 +124,31 @@ def test_restart_then_requests_succeed(muster_bin, stages, tmp_path):
         for _ in range(3):
             assert completion(s, PROMPTS[2]) == want
         assert health(s)[0] == 200, health(s)
+    finally:
+        problem = s.stop()
+    assert problem is None, problem
+
+
+def test_stage_back_with_other_layers_stays_down(muster_bin, stages, tmp_path):
+    """What comes back on the port must be the stage that was there: one
+    with other layers is refused, /health says why, and the right one is
+    taken once it is there."""
+    group = stages(STORIES, 2, "--threads", 1)
+    s = Server(muster_bin, tmp_path / "serve.log", STORIES, "--stages",
+               ",".join(g.address for g in group))
+    try:
+        assert completion(s, PROMPTS[3], 5)
+        group[1].kill()
+        wrong = stages.restart(group[1], index=1, of=3)   # layers of a 3-way split
+        wait_for(lambda: "layers [2, 4)" in health(s)[1].get("error", ""), timeout=10,
+                 what="/health to say why the stage is refused")
+        status, body = health(s)
+        assert status == 503 and "layers [2, 4)" in body["stages_down"][0]["reconnecting"], body
+        wrong.allow_exit = True
+        wrong.kill()
+        stages.restart(group[1])
+        wait_for(lambda: health(s)[0] == 200, timeout=20, what="/health to say 200 again")
+        assert completion(s, PROMPTS[3]) == generate(muster_bin, STORIES, PROMPTS[3], TOKENS)
     finally:
         problem = s.stop()
     assert problem is None, problem
