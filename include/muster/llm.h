@@ -24,9 +24,13 @@
  * mu_llm_generate, mu_llm_drain or mu_llm_free on its handle (they wait
  * for that thread). Everything else may be called from any thread.
  *
- * A handle whose stage or device is lost for good (no replacement) stops:
- * what runs ends with the error naming the stage, and later requests fail
- * with MU_ESTOPPED. Free it and open another.
+ * A handle whose device is lost for good (no replacement) stops: what
+ * runs ends with the error naming the stage, and later requests fail with
+ * MU_ESTOPPED. Free it and open another. A `muster stage` that is lost is
+ * down, not gone: the handle reconnects to its address while it is down,
+ * rebuilds its KV caches once it serves the same layers again, and what
+ * was running goes on with the same text; what waits for it longer than
+ * io_timeout_ms fails with -EHOSTDOWN, naming the stage.
  */
 #ifndef MUSTER_LLM_H
 #define MUSTER_LLM_H
@@ -122,7 +126,9 @@ typedef struct {
 	                            * share its batch; 0: one per batch (to
 	                            * measure what batching gives) */
 	int io_timeout_ms;         /* a stage or device silent this long on a batch
-	                            * has failed; default 60000 */
+	                            * has failed, and what waits for a lost
+	                            * stage to come back waits this long;
+	                            * default 60000 */
 	int keepalive_ms;          /* ping idle stages and devices this often, so
 	                            * they keep the session; default 60000; 0:
 	                            * never */
@@ -142,8 +148,9 @@ typedef struct {
 	                            * (default): not. Not with stages */
 	int device_sequences;      /* with cluster: sequences each device keeps a
 	                            * KV cache for; 0 (default): max_sequences */
-	uint64_t replay_bytes;     /* with cluster: activations kept to rebuild a
-	                            * lost device's KV cache; default 256 MiB */
+	uint64_t replay_bytes;     /* with stages or cluster: activations kept to
+	                            * rebuild a lost stage's or device's KV
+	                            * cache; default 256 MiB */
 } mu_llm_opts_t;
 
 MU_EXTERN void mu_llm_opts_init_size(mu_llm_opts_t *o, size_t size);
@@ -213,13 +220,15 @@ typedef struct {
 MU_EXTERN int mu_llm_stage_info(const mu_llm_t *llm, int i, mu_llm_stage_info_t *out);
 
 typedef struct {
-	int recoveries;            /* devices lost and replaced */
+	int recoveries;            /* devices lost and replaced, stages lost and
+	                            * back */
 	double recovery_ms;        /* from each loss to generating again, summed */
 	uint64_t replayed;         /* positions replayed to rebuild KV caches */
 	uint64_t kept_bytes;       /* activations held for replay now */
 } mu_llm_recovery_t;
 
-/* Over devices: what was recovered so far (all zero otherwise). */
+/* Over devices or stages: what was recovered so far (all zero in this
+ * process). */
 MU_EXTERN void mu_llm_recovery(const mu_llm_t *llm, mu_llm_recovery_t *out);
 
 /* ---- generating ---- */

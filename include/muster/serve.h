@@ -55,9 +55,9 @@ typedef struct {
 	int max_seqs;                /* with cluster: sequences each device
 	                              * keeps a KV cache for; 0 (default):
 	                              * parallel */
-	uint64_t replay_bytes;       /* with cluster: activations kept to
-	                              * rebuild a lost device's KV cache;
-	                              * default 256 MiB */
+	uint64_t replay_bytes;       /* with stages or cluster: activations
+	                              * kept to rebuild a lost stage's or
+	                              * device's KV cache; default 256 MiB */
 	int threads;                 /* compute threads in this process;
 	                              * default 1 */
 	int32_t ctx;                 /* positions a sequence may use; 0
@@ -85,7 +85,9 @@ typedef struct {
 	                              * 4 MiB, at least 1 KiB */
 	int io_timeout_ms;           /* a client sending its request, or not
 	                              * reading its stream; a stage making no
-	                              * progress on a batch. Default 60000 */
+	                              * progress on a batch; requests waiting
+	                              * for a lost stage to come back (then
+	                              * 503 stage_down). Default 60000 */
 	const char *api_key;         /* require "Authorization: Bearer KEY" on
 	                              * every route but /health (401 without);
 	                              * NULL (default): no key, unless: */

@@ -66,6 +66,7 @@ static double rate(int32_t n, double ms)
 
 static void print_stats(const gen_run_t *r, const mu_llm_stats_t *st)
 {
+	mu_llm_recovery_t rec;
 	char rss[32];
 
 	cli_bytes((double)mu__proc_status_kib(0, "VmHWM") * 1024, rss, sizeof(rss));
@@ -74,6 +75,11 @@ static void print_stats(const gen_run_t *r, const mu_llm_stats_t *st)
 	        st->prompt_tokens, st->prefill_ms, rate(st->prompt_tokens, st->prefill_ms),
 	        st->decode_steps, st->decode_ms, rate(st->decode_steps, st->decode_ms),
 	        st->ttft_ms, gen_stop_name(st->stop), r->info.where, rss);
+	mu_llm_recovery(r->llm, &rec);
+	if (rec.recoveries > 0) /* --stages: a stage that came back */
+		fprintf(stderr, "reconnected to %d lost stage%s in %.0f ms, replaying %llu positions; "
+		        "the text went on where it was\n", rec.recoveries, rec.recoveries == 1 ? "" : "s",
+		        rec.recovery_ms, (unsigned long long)rec.replayed);
 }
 
 /* Over devices from the tracker: the figures, and what was recovered. */

@@ -89,8 +89,9 @@ static int gen_opts(gen_args_t *a, cli_opt_t *o)
 			              "stages; more wait their turn (default 4)";
 		if (strcmp(all[i].name, "io-timeout") == 0)
 			all[i].help = "a stage that makes no progress on a reply this long has failed; "
-			              "also how long a client may take to send a request or to take its "
-			              "stream's next bytes (default 60)";
+			              "requests wait this long for a lost stage to come back; also how "
+			              "long a client may take to send a request or to take its stream's "
+			              "next bytes (default 60)";
 		if (strcmp(all[i].name, "seed") == 0)
 			all[i].help = "seed of requests that give none (default: a random one each)";
 		o[k++] = all[i];
@@ -138,16 +139,17 @@ static int placement(gen_args_t *a, serve_run_t *sr)
 		sr->o.stages = sr->addrs;
 		sr->o.nstages = n;
 	}
+	/* a stage that comes back, or a device's replacement, is rebuilt */
+	if (cli_parse_size(a->replay_mem != NULL ? a->replay_mem : "256M", &sr->o.replay_bytes)) {
+		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", a->prog);
+		return 2;
+	}
 	if (a->tracker == NULL)
 		return 0;
 	mu_cluster_opts_init(&sr->cluster);
 	if (mu__split_hostport(a->tracker, sr->thost, sizeof(sr->thost),
 	                       &sr->cluster.tracker_port) != 0) {
 		fprintf(stderr, "%s: --tracker %s is not HOST:PORT\n", a->prog, a->tracker);
-		return 2;
-	}
-	if (cli_parse_size(a->replay_mem != NULL ? a->replay_mem : "256M", &sr->o.replay_bytes)) {
-		fprintf(stderr, "%s: --replay-mem is not a size (try 256M)\n", a->prog);
 		return 2;
 	}
 	sr->cluster.tracker_host = sr->thost;

@@ -56,8 +56,8 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		 "device's own copy when it has one (auto, the default), only so, or always streamed"},
 		{"max-sequences", OPT_INT, &a->max_seqs, "N", "with --tracker: sequences each device "
 		 "keeps a KV cache for (default: --parallel, else 1)"},
-		{"replay-mem", OPT_STR, &a->replay_mem, "SIZE", "with --tracker: activations kept to "
-		 "rebuild a lost device's KV cache (default 256M)"},
+		{"replay-mem", OPT_STR, &a->replay_mem, "SIZE", "with --stages or --tracker: activations "
+		 "kept to rebuild a lost stage's or device's KV cache (default 256M)"},
 		{"quiet", OPT_FLAG, &a->quiet, NULL, "with --tracker: no narration of the placement, no progress"},
 		{"keepalive", OPT_INT, &a->keepalive, "SECONDS", "with --stages or --tracker: ping idle "
 		 "stages this often, so devices keep the session (default 60; 0: never)"},
@@ -75,7 +75,8 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		 "text (default: random, printed with --json)"},
 		{"chunk", OPT_INT, &a->chunk, "N", "prompt positions per forward (default 256)"},
 		{"io-timeout", OPT_INT, &a->io_timeout, "SECONDS", "with --stages: a stage that makes no "
-		 "progress on a reply this long has failed (default 60)"},
+		 "progress on a reply this long has failed, and what waits for a lost stage to come "
+		 "back waits this long (default 60)"},
 		{"parallel", OPT_INT, &a->parallel, "S", "with --prompt-file: every line is a prompt, "
 		 "S of them generated at once (batched and pipelined over the stages)"},
 		{"no-batch", OPT_FLAG, &a->no_batch, NULL, "with --parallel: one sequence per batch "
@@ -220,6 +221,9 @@ static int stages_opts(gen_run_t *r, gen_open_t *g)
 	}
 	g->o.stages = (const char *const *)g->addrs;
 	g->o.nstages = n;
+	/* checked by the argument checks: a stage that comes back is rebuilt */
+	if (r->a.replay_mem != NULL)
+		cli_parse_size(r->a.replay_mem, &g->o.replay_bytes);
 	return 0;
 }
 

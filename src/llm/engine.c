@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
@@ -22,6 +23,7 @@
 #include "llm/engine_priv_int.h"
 
 #define LOG "engine"
+#define WATCH_MS 500 /* idle, with stages that come back: how often their connections are looked at */
 
 /* ---- sequences ---- */
 
@@ -232,8 +234,10 @@ static int round_once(mu__eng_t *e, mu__eng_seq_t **all)
 			                mu__eng_stopping(e) ? "the engine stopped" : "cancelled");
 		all[nall++] = q;
 	}
+	if (e->o.retry_ms > 0 && !mu__eng_stopping(e)) /* stopping: no more attempts */
+		mu__eng_check_down(e);
 	for (k = 0; k < e->n; k++) {
-		if (e->s[k].busy)
+		if (e->s[k].busy || e->s[k].down)
 			continue;
 		moved |= mu__eng_control(e, k);
 		if (mu__eng_stopping(e))
@@ -281,17 +285,49 @@ static void keepalive(mu__eng_t *e)
 	int k, rc;
 
 	for (k = 0; k < e->n && !mu__eng_stopping(e); k++)
-		if (e->s[k].l.ping != NULL && (rc = e->s[k].l.ping(e->s[k].l.ud, why, sizeof(why))) != 0)
+		if (!e->s[k].down && e->s[k].l.ping != NULL &&
+		    (rc = e->s[k].l.ping(e->s[k].l.ud, why, sizeof(why))) != 0)
 			mu__eng_stage_failed(e, k, rc, why);
+}
+
+/* How long the thread may wait for news when nothing moves: until a down
+ * stage's next attempt, the next look at idle connections, or the next
+ * keepalive; -1: until there is news. Under the lock. */
+static int idle_wait_ms(mu__eng_t *e)
+{
+	int w = e->o.retry_ms > 0 ? mu__eng_down_wait(e) : -1, ka;
+	int idle = mu__list_empty(&e->active) && mu__list_empty(&e->queue);
+	double since = mu__clock_ms() - e->last_moved;
+
+	if (idle && e->o.retry_ms > 0 && (w < 0 || w > WATCH_MS))
+		w = WATCH_MS;
+	if (idle && e->o.keepalive_ms > 0) {
+		ka = since >= e->o.keepalive_ms ? 0 : (int)(e->o.keepalive_ms - since);
+		w = w < 0 || ka < w ? ka : w;
+	}
+	return w;
+}
+
+/* Idle past a wait: look at the idle connections, ping the stages when
+ * the keepalive is due. Not under the lock. */
+static void idle_work(mu__eng_t *e)
+{
+	if (e->o.retry_ms > 0)
+		mu__eng_watch(e);
+	if (e->o.keepalive_ms > 0 && mu__clock_ms() - e->last_moved >= e->o.keepalive_ms) {
+		keepalive(e);
+		e->last_moved = mu__clock_ms();
+	}
 }
 
 static void engine_thread(void *arg)
 {
 	mu__eng_t *e = arg;
 	mu__eng_seq_t **all = mu__calloc((size_t)e->o.max_active + 1, sizeof(*all));
-	int moved;
+	int moved, wait;
 
 	uv_mutex_lock(&e->lock);
+	e->last_moved = mu__clock_ms();
 	for (;;) {
 		while (!mu__eng_stopping(e) && admit_one(e))
 			;
@@ -304,15 +340,18 @@ static void engine_thread(void *arg)
 		if (all == NULL)
 			mu__eng_stop(e);
 		uv_mutex_lock(&e->lock);
+		if (moved)
+			e->last_moved = mu__clock_ms();
 		if (moved || mu__eng_stopping(e) || !mu__list_empty(&e->queue))
 			continue;
-		if (e->o.keepalive_ms <= 0) {
+		wait = idle_wait_ms(e);
+		if (wait < 0) {
 			uv_cond_wait(&e->cond, &e->lock);
-		} else if (uv_cond_timedwait(&e->cond, &e->lock,
-		                             (uint64_t)e->o.keepalive_ms * 1000000) == UV_ETIMEDOUT &&
+		} else if (uv_cond_timedwait(&e->cond, &e->lock, (uint64_t)wait * 1000000) ==
+		                   UV_ETIMEDOUT &&
 		           mu__list_empty(&e->active) && mu__list_empty(&e->queue)) {
 			uv_mutex_unlock(&e->lock);
-			keepalive(e);
+			idle_work(e);
 			uv_mutex_lock(&e->lock);
 		}
 	}
@@ -421,6 +460,23 @@ void mu__eng_stats(mu__eng_t *e, mu__eng_stats_t *st)
 	uv_mutex_lock(&e->lock);
 	*st = e->st;
 	uv_mutex_unlock(&e->lock);
+}
+
+int mu__eng_stages(const mu__eng_t *e)
+{
+	return e->n;
+}
+
+void mu__eng_down_text(const mu__eng_down_t *d, char *out, size_t n)
+{
+	char since[32] = "?";
+	time_t t = (time_t)d->since;
+	struct tm tm;
+
+	if (gmtime_r(&t, &tm) != NULL)
+		strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(out, n, "%s is down since %s (%.1f s): %s%s%s", d->name, since, d->down_ms / 1e3,
+	         d->lost, d->retry[0] ? "; reconnecting: " : "", d->retry);
 }
 
 void mu__eng_free(mu__eng_t *e)

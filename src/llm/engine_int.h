@@ -24,6 +24,7 @@
 #ifndef MU_LLM_ENGINE_INT_H
 #define MU_LLM_ENGINE_INT_H
 
+#include <errno.h>
 #include <stdint.h>
 
 #include "muster/stream.h"
@@ -91,7 +92,22 @@ typedef struct {
 	 * replay; a sequence whose inputs would pass it keeps none, and is
 	 * failed rather than replayed if its stage is lost. */
 	uint64_t replay_bytes;
+	/*
+	 * With recover: 0 (devices from a tracker): a stage recover cannot
+	 * bring back ends the engine. > 0 (`muster stage` servers, which come
+	 * back where they were): the stage is down, not gone. recover is
+	 * tried again and again, the waits between attempts doubling up to
+	 * retry_ms, and max_recoveries does not apply; what needs the stage
+	 * waits for it up to io_timeout_ms after the loss, then fails with
+	 * MU__ENG_EDOWN and what is wrong, as does what starts while it is
+	 * still down after that. A stage that closes its idle connection is
+	 * found within a second and brought back the same way.
+	 */
+	int retry_ms;
 } mu__eng_opts_t;
+
+/* What a sequence fails with while its stage is down (retry_ms). */
+#define MU__ENG_EDOWN (-EHOSTDOWN)
 
 typedef struct {
 	const int32_t *prompt;   /* copied */
@@ -148,6 +164,23 @@ typedef struct {
 } mu__eng_stats_t;
 
 void mu__eng_stats(mu__eng_t *e, mu__eng_stats_t *st);
+
+/* A stage that is down (opts.retry_ms), as /health says it. */
+typedef struct {
+	char name[320];          /* the link's: "stage 1/2 (10.0.0.5:9090)" */
+	int64_t since;           /* when it was lost, seconds since 1970 (UTC) */
+	double down_ms;          /* how long ago */
+	char lost[512];          /* why it was lost */
+	char retry[512];         /* why the last attempt to bring it back failed */
+} mu__eng_down_t;
+
+/* The number of stages. */
+int mu__eng_stages(const mu__eng_t *e);
+/* 1 and *out when stage i is down now, else 0. Any thread. */
+int mu__eng_stage_down(mu__eng_t *e, int i, mu__eng_down_t *out);
+/* What is wrong with a down stage d, in one line for people and logs:
+ * "stage 1/2 (addr) is down since 2026-12-02T06:40:01Z (12.3 s): ...". */
+void mu__eng_down_text(const mu__eng_down_t *d, char *out, size_t n);
 
 /* ---- links in this process (llm/link.c) ---- */
 

@@ -54,6 +54,14 @@ typedef struct {
 	int32_t *tok;         /* stage 0's rows of token ids */
 	float *x;             /* a later stage's rows of activations */
 	mu__eng_stage_stats_t stats;
+	/* Down (opts.retry_ms): lost and not brought back yet. Written on the
+	 * engine's thread under the engine's lock, read by health checks. */
+	int down;
+	double down_at;       /* mu__clock_ms() of the loss */
+	int64_t down_since;   /* the same in seconds since 1970 */
+	double next_try;      /* mu__clock_ms() of the next attempt */
+	int backoff_ms;       /* the wait after the next failed attempt */
+	char lost[512], retry[512];
 } mu__eng_stage_t;
 
 struct mu__eng_s {
@@ -70,6 +78,7 @@ struct mu__eng_s {
 	uint64_t next_rid, pending;
 	uint64_t last_sid;    /* the sequence id given last */
 	int rotate;
+	double last_moved;    /* mu__clock_ms() when a round last did something */
 	mu__eng_stats_t st;
 };
 
@@ -111,5 +120,14 @@ int mu__eng_reply(mu__eng_t *e, int k, char *why, size_t wl);
 void mu__eng_stage_failed(mu__eng_t *e, int k, int rc, const char *why);
 /* Wait for the busy remote stages; handle the replies that came. */
 void mu__eng_wait_replies(mu__eng_t *e);
+/* Down stages (opts.retry_ms): try to bring back those whose wait is
+ * over, and fail what waited for one past io_timeout_ms. */
+void mu__eng_check_down(mu__eng_t *e);
+/* Milliseconds until mu__eng_check_down has something to do (-1: no
+ * stage is down). */
+int mu__eng_down_wait(mu__eng_t *e);
+/* Nothing runs (opts.retry_ms): a stage whose idle connection became
+ * readable closed it or broke the protocol; it is lost. */
+void mu__eng_watch(mu__eng_t *e);
 
 #endif

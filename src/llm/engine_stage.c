@@ -5,11 +5,14 @@
  * what happens when it fails: a stage's own error ends the sequences of
  * the batch; a lost device ends everything, or, when the engine can
  * recover, is replaced and has its KV caches rebuilt by replaying the
- * inputs the engine kept.
+ * inputs the engine kept. A stage that comes back where it was (opts.
+ * retry_ms) is down while it is lost: tried again with a growing wait,
+ * and rebuilt the same way once it answers.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "muster/common.h"
 #include "core/alloc_int.h"
@@ -19,6 +22,7 @@
 #include "llm/engine_priv_int.h"
 
 #define LOG "engine"
+#define RETRY_FIRST_MS 100 /* the first wait between attempts to bring a stage back */
 
 /* ---- the inputs a stage's positions keep for replay ---- */
 
@@ -156,9 +160,11 @@ int mu__eng_start_batch(mu__eng_t *e, int k, mu__eng_seq_t **all, int nall, char
 	if (s->nbatch == 0)
 		return 0;
 	*err = s->l.submit(s->l.ud, s->items, s->nbatch, rows, s->tok, s->x, why, wl);
-	if (*err != 0) {
-		for (i = 0; i < s->nbatch; i++)
+	if (*err != 0) { /* nothing went: sent again when the stage can take it */
+		for (i = 0; i < s->nbatch; i++) {
 			s->batch[i]->inflight[k] = 0;
+			s->batch[i]->sent[k] = s->batch[i]->done[k];
+		}
 		return 0;
 	}
 	s->busy = 1;
@@ -315,6 +321,163 @@ static void fail_batch(mu__eng_t *e, int k, int rc, const char *why)
 		mu__eng_seq_end(e->s[k].batch[i], rc, MU__STOP_LENGTH, why);
 }
 
+/* ---- a stage that comes back where it was (opts.retry_ms) ---- */
+
+/* Nothing of any sequence is open or in flight at stage k: its peer is
+ * gone, or a new connection starts clean. */
+static void forget(mu__eng_t *e, int k)
+{
+	mu__list_t *it;
+
+	mu__list_foreach(it, &e->active) {
+		mu__eng_seq_t *q = mu__container_of(it, mu__eng_seq_t, node);
+
+		q->opened[k] = 0;
+		q->inflight[k] = 0;
+		q->sent[k] = q->done[k];
+	}
+	e->s[k].busy = 0;
+}
+
+/* why without the stage's name in front, which the texts of a down
+ * stage give once. */
+static const char *unnamed(const mu__eng_stage_t *s, const char *why)
+{
+	size_t n = strlen(s->l.name);
+
+	return strncmp(why, s->l.name, n) == 0 && strncmp(why + n, ": ", 2) == 0 ? why + n + 2 : why;
+}
+
+/* Stage k is lost: down from now, unless it was already, and tried again
+ * at once (it may only have closed an idle connection). */
+static void stage_down(mu__eng_t *e, int k, const char *why)
+{
+	mu__eng_stage_t *s = &e->s[k];
+
+	forget(e, k);
+	if (s->down)
+		return;
+	why = unnamed(s, why);
+	mu__log(MU_LOG_WARN, LOG, "%s is lost (%s): reconnecting", s->l.name, why);
+	uv_mutex_lock(&e->lock);
+	s->down = 1;
+	s->down_at = mu__clock_ms();
+	s->down_since = (int64_t)time(NULL);
+	s->next_try = s->down_at;
+	s->backoff_ms = RETRY_FIRST_MS;
+	snprintf(s->lost, sizeof(s->lost), "%s", why);
+	s->retry[0] = '\0';
+	uv_mutex_unlock(&e->lock);
+}
+
+/* One attempt at bringing stage k back: a new connection (recover), then
+ * its KV caches rebuilt from the inputs kept. Else the next attempt waits
+ * longer, up to retry_ms. */
+static void try_back(mu__eng_t *e, int k)
+{
+	mu__eng_stage_t *s = &e->s[k];
+	char why[512] = "";
+	int rc = e->o.recover(e->o.recover_ud, k, why, sizeof(why));
+
+	if (rc == 0 && (rc = replay(e, k, why, sizeof(why))) == 0) {
+		uv_mutex_lock(&e->lock);
+		s->down = 0;
+		e->st.recoveries++;
+		e->st.recovery_ms += mu__clock_ms() - s->down_at;
+		uv_mutex_unlock(&e->lock);
+		mu__log(MU_LOG_INFO, LOG, "%s is back after %.1f s", s->l.name,
+		        (mu__clock_ms() - s->down_at) / 1e3);
+		return;
+	}
+	forget(e, k); /* a replay cut short: the next connection starts over */
+	if (strcmp(s->retry, unnamed(s, why)) != 0)
+		mu__log(MU_LOG_WARN, LOG, "%s is still down: %s", s->l.name, unnamed(s, why));
+	uv_mutex_lock(&e->lock);
+	snprintf(s->retry, sizeof(s->retry), "%s", unnamed(s, why));
+	s->next_try = mu__clock_ms() + s->backoff_ms;
+	s->backoff_ms = s->backoff_ms * 2 < e->o.retry_ms ? s->backoff_ms * 2 : e->o.retry_ms;
+	uv_mutex_unlock(&e->lock);
+}
+
+static void down_of(mu__eng_t *e, int k, mu__eng_down_t *d)
+{
+	const mu__eng_stage_t *s = &e->s[k];
+
+	snprintf(d->name, sizeof(d->name), "%s", s->l.name);
+	d->since = s->down_since;
+	d->down_ms = mu__clock_ms() - s->down_at;
+	snprintf(d->lost, sizeof(d->lost), "%s", s->lost);
+	snprintf(d->retry, sizeof(d->retry), "%s", s->retry);
+}
+
+int mu__eng_stage_down(mu__eng_t *e, int k, mu__eng_down_t *out)
+{
+	int down;
+
+	uv_mutex_lock(&e->lock);
+	down = k >= 0 && k < e->n && e->s[k].down;
+	if (down)
+		down_of(e, k, out);
+	uv_mutex_unlock(&e->lock);
+	return down;
+}
+
+void mu__eng_check_down(mu__eng_t *e)
+{
+	mu__eng_down_t d;
+	mu__list_t *it;
+	char text[1400];
+
+	for (int k = 0; k < e->n; k++) {
+		mu__eng_stage_t *s = &e->s[k];
+
+		if (s->down && mu__clock_ms() >= s->next_try)
+			try_back(e, k);
+		if (!s->down || mu__clock_ms() - s->down_at < e->o.io_timeout_ms)
+			continue;
+		/* waited long enough: what needs it fails, saying what is wrong */
+		down_of(e, k, &d);
+		mu__eng_down_text(&d, text, sizeof(text));
+		mu__list_foreach(it, &e->active)
+			mu__eng_seq_end(mu__container_of(it, mu__eng_seq_t, node), MU__ENG_EDOWN,
+			                MU__STOP_LENGTH, text);
+	}
+}
+
+int mu__eng_down_wait(mu__eng_t *e)
+{
+	double now = mu__clock_ms(), w = -1;
+
+	for (int k = 0; k < e->n; k++) {
+		const mu__eng_stage_t *s = &e->s[k];
+		double t = s->next_try - now, end = s->down_at + e->o.io_timeout_ms - now;
+
+		if (!s->down)
+			continue;
+		if (end > 0 && end < t && !mu__list_empty(&e->active))
+			t = end;
+		t = t < 1 ? 1 : t;
+		w = w < 0 || t < w ? t : w;
+	}
+	return (int)w;
+}
+
+void mu__eng_watch(mu__eng_t *e)
+{
+	char why[512];
+
+	for (int k = 0; k < e->n; k++) {
+		mu__eng_stage_t *s = &e->s[k];
+		mu_stream_t *st = s->l.stream(s->l.ud);
+
+		if (s->down || s->busy || st == NULL || mu__sock_idle_ok(st))
+			continue;
+		snprintf(why, sizeof(why), "%s: closed its connection while idle, or sent what nobody "
+		         "asked for", s->l.name);
+		mu__eng_stage_failed(e, k, MU_EEOF, why);
+	}
+}
+
 void mu__eng_stage_failed(mu__eng_t *e, int k, int rc, const char *why)
 {
 	char more[512];
@@ -322,6 +485,11 @@ void mu__eng_stage_failed(mu__eng_t *e, int k, int rc, const char *why)
 
 	if (!lost(rc)) {
 		fail_batch(e, k, rc, why);
+		return;
+	}
+	if (e->o.recover != NULL && e->o.retry_ms > 0) {
+		stage_down(e, k, why);
+		try_back(e, k);
 		return;
 	}
 	if (e->o.recover == NULL || e->st.recoveries >= e->o.max_recoveries) {

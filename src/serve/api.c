@@ -4,7 +4,9 @@
  * an OpenAI request into what the engine runs.
  *
  *   GET  /health                200 {"status": "ok", ...}, 503 once the
- *                               engine cannot run (a stage failed)
+ *                               engine cannot run (a stage failed), or
+ *                               while a stage is down (its name, since
+ *                               when, why: "stages_down")
  *   GET  /v1/models             the one model served
  *   POST /v1/completions        prompt -> text
  *   POST /v1/chat/completions   messages -> the chat template -> text
@@ -242,11 +244,38 @@ static int is(h2o_iovec_t v, const char *s)
 	return v.len == strlen(s) && memcmp(v.base, s, v.len) == 0;
 }
 
+/* The stages that are down (being reconnected), as /health's
+ * "stages_down"; the first one's text in first. The number of them. */
+static int stages_down(mu__srv_t *s, mu__buf_t *b, char *first, size_t fl)
+{
+	mu__eng_down_t d;
+	int n = 0;
+
+	for (int k = 0; k < mu__eng_stages(s->eng); k++) {
+		if (!mu__eng_stage_down(s->eng, k, &d))
+			continue;
+		if (n++ == 0)
+			mu__eng_down_text(&d, first, fl);
+		mu__buf_printf(b, "%s{\"stage\": %d, \"name\": ", n > 1 ? ", " : "", k);
+		mu__json_dump_string(b, d.name);
+		mu__buf_printf(b, ", \"since\": %lld, \"down_s\": %.1f, \"lost\": ",
+		               (long long)d.since, d.down_ms / 1e3);
+		mu__json_dump_string(b, d.lost);
+		mu__buf_appends(b, ", \"reconnecting\": ");
+		mu__json_dump_string(b, d.retry);
+		mu__buf_appends(b, "}");
+	}
+	return n;
+}
+
 static void health(mu__srv_t *s, h2o_req_t *req, double t0)
 {
-	mu__buf_t b;
-	int bad = s->engine_error[0] != 0;
+	mu__buf_t b, down;
+	char first[1400] = "";
+	int bad;
 
+	mu__buf_init(&down, 1 << 16);
+	bad = stages_down(s, &down, first, sizeof(first)) > 0 || s->engine_error[0] != 0;
 	mu__buf_init(&b, 1 << 16);
 	mu__buf_printf(&b, "{\"status\": \"%s\", \"model\": ", bad ? "error" : "ok");
 	mu__json_dump_string(&b, s->o.model_name);
@@ -255,11 +284,14 @@ static void health(mu__srv_t *s, h2o_req_t *req, double t0)
 	mu__json_dump_string(&b, s->o.where != NULL ? s->o.where : "");
 	if (bad) {
 		mu__buf_appends(&b, ", \"error\": ");
-		mu__json_dump_string(&b, s->engine_error);
+		mu__json_dump_string(&b, s->engine_error[0] ? s->engine_error : first);
 	}
+	if (first[0])
+		mu__buf_printf(&b, ", \"stages_down\": [%.*s]", (int)down.len, down.data);
 	mu__buf_appends(&b, "}");
 	reply_json(req, bad ? 503 : 200, &b, 0, t0, NULL);
 	mu__buf_free(&b);
+	mu__buf_free(&down);
 }
 
 /*

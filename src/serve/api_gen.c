@@ -203,6 +203,8 @@ static void failed(const gen_t *g, mu__oai_err_t *e)
 {
 	if (g->s->stopping)
 		mu__oai_fail(e, 503, "server_error", NULL, "shutting_down", "the server is stopping");
+	else if (g->rc == MU__ENG_EDOWN) /* a stage is down: /health says which */
+		mu__oai_fail(e, 503, "server_error", NULL, "stage_down", "%s", g->why);
 	else
 		mu__oai_fail(e, 500, "server_error", NULL, NULL, "generation failed: %s", g->why);
 }

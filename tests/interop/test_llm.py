@@ -373,10 +373,12 @@ def test_stage_kv_budget(muster_bin, llm_stages):
 
 
 def test_stage_killed_mid_generation(muster_bin, llm_stages):
+    """A stage that does not come back: generate waits --io-timeout for it,
+    then fails saying which stage is down."""
     group = llm_stages(FORMATS["bin"], 3, "--threads", 1)
     proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(FORMATS["bin"]),
                              "--stages", addrs(group), "--temperature", "0", "--max-tokens",
-                             "500", "--ignore-eos"], stdout=subprocess.PIPE,
+                             "500", "--ignore-eos", "--io-timeout", "2"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=ENV)
     first = proc.stdout.read(20)  # tokens are coming
     assert first
@@ -387,7 +389,37 @@ def test_stage_killed_mid_generation(muster_bin, llm_stages):
         proc.kill()
         pytest.fail("generate did not end within 30 s of a stage's death")
     assert proc.returncode != 0
-    assert f"stage 1/3 ({group[1].address})" in err.decode(), err.decode()
+    assert f"stage 1/3 ({group[1].address}) is down since" in err.decode(), err.decode()
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_stage_restarted_mid_generation(muster_bin, llm_stages, tmp_path, k):
+    """A stage SIGKILLed mid-generation and started again on its port: the
+    handle reconnects, rebuilds its KV cache from what it kept, and the
+    text is the one process's."""
+    model = FORMATS["bin"]
+    want = generate(muster_bin, "--model", model, "--temperature", 0, "--max-tokens", 400,
+                    "--ignore-eos").stdout
+    group = llm_stages(model, 3, "--threads", 1)
+    proc = subprocess.Popen([str(muster_bin), "generate", "--model", str(model), "--stages",
+                             addrs(group), "--temperature", "0", "--max-tokens", "400",
+                             "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=ENV)
+    first = os.read(proc.stdout.fileno(), 20)  # unbuffered: communicate reads the rest
+    assert first
+    os.kill(group[k].pid, signal.SIGSTOP)  # mid-generation for sure: it waits on the stage
+    port = group[k].port
+    group[k].kill()
+    again = llm_stages.one(model, k, 3, "--threads", 1, "--port", port)
+    assert again.port == port, again.log()
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("generate did not end within 60 s of a stage's restart")
+    assert proc.returncode == 0, err.decode()
+    assert first + out == want
+    assert "reconnected to 1 lost stage" in err.decode(), err.decode()
 
 
 def test_stage_stopped_mid_generation(muster_bin, llm_stages):

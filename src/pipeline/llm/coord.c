@@ -23,6 +23,10 @@
 #include "pipeline/llm/seqmsg_int.h"
 #include "pipeline/msg_int.h"
 
+/* A stage lost and tried again: how long one attempt may take at most
+ * (the engine waits meanwhile). */
+#define RECONNECT_MS 2000
+
 typedef struct {
 	struct mu__llm_coord_s *co;
 	int i;
@@ -73,7 +77,7 @@ static int reply(mu__llm_coord_t *c, int i, uint64_t id, int want, mu__msg_t *m,
 {
 	lstage_t *s = &c->s[i];
 	char *text = NULL;
-	int rc = mu__msg_recv(&s->c, m, s->c.io_ms);
+	int rc = s->fd != NULL ? mu__msg_recv(&s->c, m, s->c.io_ms) : MU_EEOF;
 
 	if (rc != 0)
 		return fail(c, i, rc, err, el, what);
@@ -101,7 +105,8 @@ static int ask(mu__llm_coord_t *c, int i, mu__msg_t *m, const char *body, int wa
 	int rc;
 
 	m->id = ++c->next_id;
-	rc = mu__msg_send(&c->s[i].c, m, body, body != NULL ? strlen(body) : 0);
+	rc = c->s[i].fd == NULL ? MU_EEOF /* lost, not back yet */
+	   : mu__msg_send(&c->s[i].c, m, body, body != NULL ? strlen(body) : 0);
 	if (rc != 0)
 		return fail(c, i, rc, err, el, what);
 	if ((rc = reply(c, i, m->id, want, m, err, el, what)) != 0)
@@ -211,34 +216,42 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	return rc;
 }
 
-static int connect_stage(mu__llm_coord_t *c, int i, const char *addr, char *err, size_t el)
+/* Connect to stage i at s->addr by timeout_ms (retrying a refusal while
+ * it may still be loading, when retry) and ask for its INFO. */
+static int connect_stage(mu__llm_coord_t *c, int i, int timeout_ms, int retry, char *err,
+                         size_t el)
 {
 	lstage_t *s = &c->s[i];
-	int64_t deadline = mu__deadline(c->o.connect_timeout_ms);
+	int64_t deadline = mu__deadline(timeout_ms);
 	mu__msg_t m = {MU_MSG_INFO, 0, 0, 0, 0, 0};
 	char host[256];
 	int port, rc;
 
-	snprintf(s->addr, sizeof(s->addr), "%s", addr);
-	if (mu__split_hostport(addr, host, sizeof(host), &port) != 0) {
-		snprintf(err, el, "stage %d: \"%s\" is not HOST:PORT", i, addr);
+	if (mu__split_hostport(s->addr, host, sizeof(host), &port) != 0) {
+		snprintf(err, el, "stage %d: \"%s\" is not HOST:PORT", i, s->addr);
 		return MU_EARG;
 	}
 	for (;;) { /* the stage may still be loading */
 		rc = mu__sock_connect(host, port, c->o.sec, deadline, &s->fd);
 		/* a refusal (secret, certificate) will not change on retry */
-		if (rc == 0 || rc == MU_ERESOLVE || rc == MU_EAUTH || rc == MU_ETLS ||
+		if (rc == 0 || !retry || rc == MU_ERESOLVE || rc == MU_EAUTH || rc == MU_ETLS ||
 		    mu__remaining_ms(deadline) == 0)
 			break;
 		usleep(50 * 1000);
 	}
 	if (rc != 0) {
 		s->fd = NULL;
-		snprintf(err, el, "stage %d/%d (%s): cannot connect: %s", i, c->n, addr, mu_strerror(rc));
+		snprintf(err, el, "stage %d/%d (%s): cannot connect: %s", i, c->n, s->addr,
+		         mu_strerror(rc));
 		return rc;
 	}
-	mu__chan_init(&s->c, s->fd, NULL, c->o.io_timeout_ms, c->o.max_frame_bytes);
-	return ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
+	/* a stage that accepts but does not answer (stopped) is as good as
+	 * down: its INFO is waited for no longer than the connection */
+	mu__chan_init(&s->c, s->fd, NULL, retry ? c->o.io_timeout_ms : timeout_ms,
+	              c->o.max_frame_bytes);
+	rc = ask(c, i, &m, NULL, MU_MSG_INFO, &s->desc, err, el, "asking what it serves");
+	s->c.io_ms = c->o.io_timeout_ms;
+	return rc;
 }
 
 int mu__llm_coord_new(int n, const mu__llm_coord_opts_t *o, mu__llm_coord_t **out)
@@ -328,8 +341,10 @@ int mu__llm_coord_connect(const char *const *addrs, int n, const mu__llm_coord_o
 		snprintf(err, el, rc == MU_EARG ? "give 1 to 1024 stages" : "out of memory");
 		return rc;
 	}
-	for (i = 0; rc == 0 && i < n; i++)
-		rc = connect_stage(c, i, addrs[i], err, el);
+	for (i = 0; rc == 0 && i < n; i++) {
+		snprintf(c->s[i].addr, sizeof(c->s[i].addr), "%s", addrs[i]);
+		rc = connect_stage(c, i, c->o.connect_timeout_ms, 1, err, el);
+	}
 	if (rc == 0)
 		rc = mu__llm_coord_check(c, err, el);
 	if (rc != 0) {
@@ -350,6 +365,57 @@ void mu__llm_coord_free(mu__llm_coord_t *c)
 		drop(&c->s[i]);
 	mu__free(c->s);
 	mu__free(c);
+}
+
+/* The stage as it came back must be what it was: 0, or err says how not. */
+static int same_stage(const mu__llm_coord_t *c, int i, const mu__llm_coord_t *was, int first,
+                      int last, int seqs, char *err, size_t el)
+{
+	const lstage_t *s = &c->s[i];
+
+	if (s->first != first || s->last != last)
+		snprintf(err, el, "stage %d/%d (%s) came back with layers [%d, %d); it had [%d, %d)", i,
+		         c->n, s->addr, s->first, s->last, first, last);
+	else if (strcmp(c->digest, was->digest) != 0 || c->layers != was->layers ||
+	         c->dim != was->dim || c->vocab != was->vocab)
+		snprintf(err, el, "stage %d/%d (%s) came back serving another checkpoint (digest %s; "
+		         "it served %s)", i, c->n, s->addr, c->digest, was->digest);
+	else if (c->ctx < was->ctx || c->max_chunk < was->max_chunk || s->max_seqs < seqs)
+		snprintf(err, el, "stage %d/%d (%s) came back with less room: a context of %d, %d rows "
+		         "a batch, %d sequences (it had at least %d, %d, %d)", i, c->n, s->addr,
+		         c->ctx, c->max_chunk, s->max_seqs, was->ctx, was->max_chunk, seqs);
+	else
+		return 0;
+	return MU_EPROTO;
+}
+
+int mu__llm_coord_recover(void *ud, int i, char *err, size_t el)
+{
+	mu__llm_coord_t *c = ud, was = *c;
+	lstage_t *s = &c->s[i];
+	int first = s->first, last = s->last, seqs = s->max_seqs, rc;
+	int t = c->o.connect_timeout_ms < RECONNECT_MS ? c->o.connect_timeout_ms : RECONNECT_MS;
+
+	drop(s); /* its sequences on the stage end with the connection */
+	rc = connect_stage(c, i, t, 0, err, el);
+	if (rc == 0)
+		rc = check_info(c, i, err, el);
+	if (rc == 0)
+		rc = same_stage(c, i, &was, first, last, seqs, err, el);
+	/* the chain's figures stay what the engine was started with */
+	memcpy(c->digest, was.digest, sizeof(c->digest));
+	c->vocab = was.vocab;
+	c->dim = was.dim;
+	c->layers = was.layers;
+	c->ctx = was.ctx;
+	c->max_chunk = was.max_chunk;
+	if (rc != 0) {
+		drop(s);
+		s->first = first;
+		s->last = last;
+		s->max_seqs = seqs;
+	}
+	return rc;
 }
 
 int mu__llm_coord_stages(const mu__llm_coord_t *c)
@@ -419,7 +485,7 @@ static int link_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
 	s->want_cols = head ? c->vocab : c->dim;
 	for (j = 0; head && j < k; j++)
 		s->want_rows += it[j].all_logits ? it[j].n : 1;
-	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &l)) != 0)
+	if (rc == 0 && (rc = s->fd == NULL ? MU_EEOF : mu__msg_send_frame(&s->c, &m, &l)) != 0)
 		fail(c, s->i, rc, why, wl, "sending a batch");
 	s->want_id = m.id;
 	mu_tensor_free(items);

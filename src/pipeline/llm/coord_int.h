@@ -55,6 +55,17 @@ int mu__llm_coord_check(mu__llm_coord_t *c, char *err, size_t el);
  * says none, is taken at that (a local copy never is). */
 void mu__llm_coord_streamed(mu__llm_coord_t *c, int i, int streamed);
 
+/*
+ * The engine's recover hook over `muster stage` servers (ud: c), for a
+ * stage that comes back where it was (mu__eng_opts_t.retry_ms): one
+ * attempt at a new connection to stage i's address, within the connect
+ * timeout and 2 s at most. The old connection goes first (the stage ends
+ * the sequences it held); the stage must then serve what it served: the
+ * same layers of the same checkpoint, with at least the context, rows
+ * per batch and sequences it had. 0, or err says why not.
+ */
+int mu__llm_coord_recover(void *ud, int i, char *err, size_t el);
+
 typedef struct {
 	const char *addr, *desc; /* desc: the stage's INFO JSON */
 	int first, last;

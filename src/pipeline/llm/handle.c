@@ -18,6 +18,7 @@
 #include "pipeline/llm/handle_int.h"
 
 #define DEFAULT_CTX 4096
+#define STAGE_RETRY_MS 1000 /* a lost stage is tried again at least this often */
 
 static void llm_defaults(mu_llm_opts_t *o)
 {
@@ -198,6 +199,13 @@ static int start_engine(mu_llm_t *l, char *err, size_t el)
 		o.recover = mu__llm_cluster_recover;
 		o.recover_ud = l->cluster;
 		o.max_recoveries = l->max_recoveries;
+		o.replay_bytes = l->o.replay_bytes;
+	} else if (l->coord != NULL) {
+		/* a `muster stage` comes back where it was (restarted, or only
+		 * its connection broke): reconnect while it is down, rebuild */
+		o.recover = mu__llm_coord_recover;
+		o.recover_ud = l->coord;
+		o.retry_ms = STAGE_RETRY_MS;
 		o.replay_bytes = l->o.replay_bytes;
 	}
 	if ((rc = mu__eng_new(l->links, l->nlinks, &o, &l->eng)) != 0)

@@ -7,8 +7,13 @@
  * (no allocation anywhere near the ids' range); the stop reasons and
  * figures are what the old single-sequence loop reported; max_tokens 0
  * runs the prompt and samples nothing; on_logits sees each sampled step.
+ * A stage that dies and comes back where it was (retry_ms) is waited for
+ * and replayed, or fails what waited past io_timeout with MU__ENG_EDOWN
+ * and is used again once it is back.
  */
 #include "mu_test.h"
+
+#include <unistd.h>
 
 #include "llm/engine_int.h"
 
@@ -23,6 +28,10 @@ typedef struct {
 	uint64_t seen[1024];      /* every id opened, in order */
 	int nseen, max_open, nopen;
 	int dup;                  /* an id opened while open */
+	/* a stage that dies and comes back (retry_ms): the die_at-th submit
+	 * and everything after fails as a lost connection, until recover has
+	 * been called back_after times (atomic: the test changes it) */
+	int die_at, submits, dead, tries, back_after;
 } fake_t;
 
 static int fake_open(void *ud, uint64_t seq, int32_t ctx, char *why, size_t wl)
@@ -33,6 +42,8 @@ static int fake_open(void *ud, uint64_t seq, int32_t ctx, char *why, size_t wl)
 	(void)ctx;
 	(void)why;
 	(void)wl;
+	if (f->dead)
+		return MU_EEOF;
 	for (i = 0; i < MAX_OPEN; i++) {
 		if (f->open[i] == seq)
 			f->dup = 1;
@@ -75,6 +86,10 @@ static int fake_submit(void *ud, const mu__dec_item_t *it, int k, int32_t rows,
 	(void)x;
 	(void)why;
 	(void)wl;
+	if (f->die_at > 0 && ++f->submits == f->die_at)
+		f->dead = 1;
+	if (f->dead)
+		return MU_EEOF;
 	for (int i = 0; i < k; i++) {
 		int32_t next = (tokens[row + it[i].n - 1] + 1) % VOCAB;
 
@@ -100,6 +115,36 @@ static int fake_finish(void *ud, const float **out, double *ms, char *why, size_
 	*out = f->out;
 	*ms = 0;
 	return 0;
+}
+
+/* The recover hook: a new connection to a fresh stage, once it is back. */
+static int fake_recover(void *ud, int stage, char *why, size_t wl)
+{
+	fake_t *f = ud;
+
+	assert_int_equal(stage, 0);
+	if (++f->tries < __atomic_load_n(&f->back_after, __ATOMIC_RELAXED)) {
+		snprintf(why, wl, "fake: cannot connect: Connection refused");
+		return -ECONNREFUSED;
+	}
+	f->dead = 0;
+	memset(f->open, 0, sizeof(f->open)); /* the old connection's sequences went */
+	f->nopen = 0;
+	return 0;
+}
+
+/* An engine whose one stage comes back where it was (retry_ms). */
+static mu__eng_t *engine_retrying(fake_t *f, int io_timeout_ms)
+{
+	mu__eng_link_t l = {fake_open, fake_close, fake_submit, fake_stream, fake_finish, NULL,
+	                    f, 64, MAX_OPEN, "fake"};
+	mu__eng_opts_t o = {.dim = 4, .vocab = VOCAB, .ctx_max = 128, .max_active = 2,
+	                    .batch = 1, .io_timeout_ms = io_timeout_ms, .recover = fake_recover,
+	                    .recover_ud = f, .replay_bytes = 1 << 20, .retry_ms = 200};
+	mu__eng_t *e = NULL;
+
+	assert_int_equal(mu__eng_new(&l, 1, &o, &e), 0);
+	return e;
 }
 
 static mu__eng_t *engine(fake_t *f, int max_active)
@@ -318,6 +363,74 @@ static void test_refusals(void **state)
 	assert_int_equal(a.done, 0); /* a refused request is never called back */
 }
 
+/* The stage dies mid-request and refuses twice: the request waits, the
+ * stage's cache is replayed, and the tokens are what they would be. */
+static void test_stage_comes_back(void **state)
+{
+	fake_t f = {.die_at = 3, .back_after = 3};
+	mu__eng_t *e = engine_retrying(&f, 10000);
+	int32_t prompt[3] = {1, 2, 3};
+	rec_t a = {0};
+	mu__eng_req_t q = request(&a, prompt, 3, 8);
+	mu__eng_stats_t st;
+	mu__eng_down_t d;
+
+	(void)state;
+	assert_int_equal(mu__eng_submit(e, &q, NULL), 0);
+	mu__eng_drain(e);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(a.ntok, 8);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(a.toks[i], (4 + i) % VOCAB);
+	mu__eng_stats(e, &st);
+	assert_int_equal(st.recoveries, 1);
+	assert_true(st.replayed > 0);
+	assert_int_equal(f.tries, 3);
+	assert_int_equal(mu__eng_stage_down(e, 0, &d), 0);
+	mu__eng_free(e);
+	assert_int_equal(f.nopen, 0);
+}
+
+/* Down past io_timeout: the request fails naming the stage, one that
+ * starts then fails at once, and once the stage is back one succeeds. */
+static void test_stage_down_fails_then_back(void **state)
+{
+	fake_t f = {.die_at = 2, .back_after = 1 << 30};
+	mu__eng_t *e = engine_retrying(&f, 300);
+	int32_t prompt[2] = {5, 6};
+	rec_t a = {0}, b = {0}, c = {0};
+	mu__eng_req_t q = request(&a, prompt, 2, 4);
+	mu__eng_down_t d;
+	char text[1400];
+
+	(void)state;
+	assert_int_equal(mu__eng_submit(e, &q, NULL), 0);
+	mu__eng_drain(e);
+	assert_int_equal(a.rc, MU__ENG_EDOWN);
+	assert_int_equal(mu__eng_stage_down(e, 0, &d), 1);
+	assert_string_equal(d.name, "fake");
+	assert_true(d.down_ms >= 300);
+	mu__eng_down_text(&d, text, sizeof(text));
+	assert_non_null(strstr(text, "fake is down since "));
+	assert_non_null(strstr(text, "Connection refused"));
+	q = request(&b, prompt, 2, 4);
+	assert_int_equal(mu__eng_submit(e, &q, NULL), 0);
+	mu__eng_drain(e);
+	assert_int_equal(b.rc, MU__ENG_EDOWN);
+	__atomic_store_n(&f.back_after, 0, __ATOMIC_RELAXED);
+	for (int i = 0; i < 300 && mu__eng_stage_down(e, 0, &d); i++)
+		usleep(10 * 1000);
+	assert_int_equal(mu__eng_stage_down(e, 0, &d), 0);
+	q = request(&c, prompt, 2, 4);
+	assert_int_equal(mu__eng_submit(e, &q, NULL), 0);
+	mu__eng_drain(e);
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(c.ntok, 4);
+	assert_int_equal(c.toks[0], 7);
+	mu__eng_free(e);
+	assert_int_equal(f.nopen, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -326,6 +439,8 @@ int main(void)
 		cmocka_unit_test(test_consumer_stops),
 		cmocka_unit_test(test_ids_in_turn_without_a_table),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_stage_comes_back),
+		cmocka_unit_test(test_stage_down_fails_then_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
