@@ -420,7 +420,7 @@ static void metrics_init(mu__srv_t *s, mu_metrics_t *m)
 int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu__srv_t **out,
                 char *why, size_t wl)
 {
-	mu__http_opts_t ho = {o->host, o->port, o->max_conns,
+	mu__http_opts_t ho = {o->host, o->port, o->max_conns, o->max_per_addr,
 	                      o->max_body * 4 > ((size_t)16 << 20) ? o->max_body * 4
 	                                                           : (size_t)16 << 20,
 	                      o->io_timeout_ms, on_req, NULL};

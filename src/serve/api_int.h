@@ -38,6 +38,7 @@ typedef struct {
 	int port;
 	const char *model_name;    /* the id clients name in "model" */
 	int max_conns;
+	int max_per_addr;          /* connections from one client address */
 	size_t max_body;           /* bytes of a request body (413 past it) */
 	int io_timeout_ms;         /* reading a request; a client not reading its reply */
 	mu__sample_opts_t sample;  /* defaults of requests that say nothing */

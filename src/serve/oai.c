@@ -20,7 +20,11 @@ int mu__oai_fail(mu__oai_err_t *e, int status, const char *type, const char *par
 
 	e->status = status;
 	e->type = type;
-	e->param = param;
+	e->param = NULL;
+	if (param != NULL) {
+		snprintf(e->pbuf, sizeof(e->pbuf), "%s", param);
+		e->param = e->pbuf;
+	}
 	e->code = code;
 	va_start(ap, fmt);
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
@@ -85,8 +89,112 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, int *
 	return 0;
 }
 
-/* Fields we cannot honour: refused when set to anything but their
- * neutral value. */
+/*
+ * Every field a request may hold, and what becomes of it. HONOURED: read
+ * by the decoder. IGNORED: does not change the text. NEUTRAL: we cannot
+ * honour it, so it is refused unless set to the value that asks for
+ * nothing (num, for a number; false; or an empty string, array or
+ * object). CHECKED: not honoured, judged by unsupported() below. A field
+ * that is not here is refused as unknown.
+ */
+enum { HONOURED, IGNORED, NEUTRAL, CHECKED };
+#define BOTH 3
+#define COMPL 1
+#define CHAT 2
+
+static const struct {
+	const char *name;
+	int kinds, what;
+	double num;   /* NEUTRAL: the neutral number (NAN: takes no number) */
+} fields[] = {
+	{"model", BOTH, HONOURED, 0}, {"prompt", COMPL, HONOURED, 0},
+	{"messages", CHAT, HONOURED, 0}, {"max_tokens", BOTH, HONOURED, 0},
+	{"max_completion_tokens", BOTH, HONOURED, 0}, {"temperature", BOTH, HONOURED, 0},
+	{"top_p", BOTH, HONOURED, 0}, {"top_k", BOTH, HONOURED, 0}, {"seed", BOTH, HONOURED, 0},
+	{"stop", BOTH, HONOURED, 0}, {"stream", BOTH, HONOURED, 0},
+	{"stream_options", BOTH, HONOURED, 0}, {"chat_template_kwargs", CHAT, HONOURED, 0},
+	{"user", BOTH, IGNORED, 0}, {"metadata", BOTH, IGNORED, 0}, {"store", BOTH, IGNORED, 0},
+	{"service_tier", BOTH, IGNORED, 0}, {"parallel_tool_calls", CHAT, IGNORED, 0},
+	{"n", BOTH, CHECKED, 0}, {"best_of", BOTH, CHECKED, 0}, {"echo", BOTH, CHECKED, 0},
+	{"logprobs", BOTH, CHECKED, 0}, {"top_logprobs", BOTH, CHECKED, 0},
+	{"tools", BOTH, CHECKED, 0}, {"functions", BOTH, CHECKED, 0},
+	{"tool_choice", BOTH, CHECKED, 0}, {"logit_bias", BOTH, CHECKED, 0},
+	{"suffix", BOTH, CHECKED, 0}, {"response_format", BOTH, CHECKED, 0},
+	{"presence_penalty", BOTH, CHECKED, 0}, {"frequency_penalty", BOTH, CHECKED, 0},
+	/* other servers' extensions (vLLM, llama.cpp), not implemented */
+	{"min_p", BOTH, NEUTRAL, 0}, {"repetition_penalty", BOTH, NEUTRAL, 1},
+	{"repeat_penalty", BOTH, NEUTRAL, 1}, {"typical_p", BOTH, NEUTRAL, 1},
+	{"tfs_z", BOTH, NEUTRAL, 1}, {"mirostat", BOTH, NEUTRAL, 0},
+	{"mirostat_tau", BOTH, NEUTRAL, NAN}, {"mirostat_eta", BOTH, NEUTRAL, NAN},
+	{"min_tokens", BOTH, NEUTRAL, 0}, {"ignore_eos", BOTH, NEUTRAL, NAN},
+	{"stop_token_ids", BOTH, NEUTRAL, NAN}, {"grammar", BOTH, NEUTRAL, NAN},
+	{"json_schema", BOTH, NEUTRAL, NAN}, {"guided_json", BOTH, NEUTRAL, NAN},
+	{"guided_regex", BOTH, NEUTRAL, NAN}, {"guided_choice", BOTH, NEUTRAL, NAN},
+	{"guided_grammar", BOTH, NEUTRAL, NAN}, {"length_penalty", BOTH, NEUTRAL, 1},
+	{"use_beam_search", BOTH, NEUTRAL, NAN}, {"n_predict", BOTH, NEUTRAL, NAN},
+	{"dry_multiplier", BOTH, NEUTRAL, 0}, {"xtc_probability", BOTH, NEUTRAL, 0},
+	{"penalty_last_n", BOTH, NEUTRAL, NAN}, {"n_probs", BOTH, NEUTRAL, 0},
+	{"prompt_logprobs", BOTH, NEUTRAL, NAN}, {"skip_special_tokens", BOTH, NEUTRAL, NAN},
+	{"include_stop_str_in_output", BOTH, NEUTRAL, NAN},
+	{"add_generation_prompt", CHAT, NEUTRAL, NAN}, {"continue_final_message", CHAT, NEUTRAL, NAN},
+	{"chat_template", CHAT, NEUTRAL, NAN},
+};
+
+static int neutral(const cJSON *v, double num)
+{
+	if (cJSON_IsNumber(v))
+		return !isnan(num) && v->valuedouble == num;
+	if (cJSON_IsFalse(v))
+		return 1;
+	if (cJSON_IsString(v))
+		return v->valuestring[0] == 0;
+	return (cJSON_IsArray(v) || cJSON_IsObject(v)) && cJSON_GetArraySize(v) == 0;
+}
+
+/* Each member of the request object against the table. */
+static int known_fields(const cJSON *o, mu__oai_kind_t kind, mu__oai_err_t *e)
+{
+	int k = kind == MU__OAI_CHAT ? CHAT : COMPL;
+	const cJSON *v;
+
+	cJSON_ArrayForEach(v, o) {
+		size_t i;
+
+		for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+			if (strcmp(fields[i].name, v->string) == 0)
+				break;
+		if (i == sizeof(fields) / sizeof(fields[0]) || !(fields[i].kinds & k))
+			return BAD(e, v->string, "'%.60s' is not a field of %s that this server knows "
+			           "(an unknown field is refused, not ignored)", v->string,
+			           kind == MU__OAI_CHAT ? "/v1/chat/completions" : "/v1/completions");
+		if (fields[i].what == NEUTRAL && !cJSON_IsNull(v) && !neutral(v, fields[i].num))
+			return BAD(e, v->string, "'%s' is not supported by this server (a request that "
+			           "sets it would not get what it asks for)", v->string);
+	}
+	return 0;
+}
+
+/* The members of an object inside a request (where) other than names
+ * (NULL-terminated) are refused, as unknown top-level fields are. */
+static int only(const cJSON *o, const char *const *names, const char *param, const char *where,
+                mu__oai_err_t *e)
+{
+	const cJSON *v;
+
+	cJSON_ArrayForEach(v, o) {
+		size_t i;
+
+		for (i = 0; names[i] != NULL && strcmp(names[i], v->string) != 0; i++)
+			;
+		if (names[i] == NULL)
+			return BAD(e, param, "%s: '%.60s' is not supported by this server (an unknown "
+			           "field is refused, not ignored)", where, v->string);
+	}
+	return 0;
+}
+
+/* The CHECKED fields: refused when set to anything but their neutral
+ * value. */
 static int unsupported(const cJSON *o, mu__oai_kind_t kind, mu__oai_err_t *e)
 {
 	static const char *nonempty[] = {"tools", "functions", "logit_bias", "suffix"};
@@ -124,8 +232,7 @@ static int unsupported(const cJSON *o, mu__oai_kind_t kind, mu__oai_err_t *e)
 			return BAD(e, "response_format", "only response_format {\"type\": \"text\"} is "
 			           "supported");
 	}
-	(void)kind;
-	return 0;
+	return known_fields(o, kind, e);
 }
 
 static int get_stop(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
@@ -173,7 +280,9 @@ static int get_sampling(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 			           "is true");
 		if (!cJSON_IsObject(so))
 			return BAD(e, "stream_options", "'stream_options' must be an object");
-		if (get_bool(so, "include_usage", &r->include_usage, e))
+		if (get_bool(so, "include_usage", &r->include_usage, e) ||
+		    only(so, (const char *const[]){"include_usage", NULL}, "stream_options",
+		         "stream_options", e))
 			return -1;
 	}
 	return 0;
@@ -269,6 +378,7 @@ static int get_content(const cJSON *c, int i, mu__oai_req_t *r, const char **out
 static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 {
 	const cJSON *v = field(o, "messages"), *m;
+	char where[32];
 	int n, i = 0;
 
 	if (v == NULL)
@@ -296,6 +406,11 @@ static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 		r->msgs[i].reasoning = rc != NULL ? rc->valuestring : NULL;
 		if (field(m, "tool_calls") != NULL)
 			return BAD(e, "messages", "messages[%d]: tool calls are not supported", i);
+		snprintf(where, sizeof(where), "messages[%d]", i);
+		/* name: our families' templates write nothing for it */
+		if (only(m, (const char *const[]){"role", "content", "reasoning_content", "name",
+		                                   "tool_calls", NULL}, "messages", where, e))
+			return -1;
 		if (get_content(field(m, "content"), i, r, &r->msgs[i].content, e))
 			return -1;
 		i++;
@@ -327,7 +442,9 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
 	if ((kw = field(r->root, "chat_template_kwargs")) != NULL) {
 		if (!cJSON_IsObject(kw))
 			return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-		if (get_bool(kw, "enable_thinking", &r->enable_thinking, e))
+		if (get_bool(kw, "enable_thinking", &r->enable_thinking, e) ||
+		    only(kw, (const char *const[]){"enable_thinking", NULL}, "chat_template_kwargs",
+		         "chat_template_kwargs", e))
 			return -1;
 	}
 	return kind == MU__OAI_CHAT ? get_messages(r->root, r, e) : get_prompt(r->root, vocab, r, e);

@@ -536,6 +536,7 @@ def test_bad_input_gets_openai_errors(serve, chat_model):
     bad(s, p, {"prompt": "x", "stop": [1]}, 400, "stop")
     bad(s, p, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop")
     bad(s, p, {"prompt": "x", "logprobs": 2}, 400, "logprobs")
+    bad(s, p, {"prompt": "x", "whatever": {"a": 1}}, 400, "whatever", needle="unknown field")
     bad(s, p, {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options")
     bad(s, p, {"prompt": [1, 99999]}, 400, "prompt", needle="token id")
     bad(s, p, {"prompt": ["a", "b"]}, 400, "prompt", needle="one prompt")
@@ -548,7 +549,7 @@ def test_bad_input_gets_openai_errors(serve, chat_model):
     assert st == 405 and r["error"]["code"] == "method_not_allowed"
     # Ignored: fields that do not change the text.
     st, r = post(s, p, {"prompt": "x", "max_tokens": 2, "user": "u", "n": 1, "logprobs": None,
-                        "presence_penalty": 0, "stream": False, "whatever": {"a": 1}})
+                        "presence_penalty": 0, "stream": False, "metadata": {"a": "1"}})
     assert st == 200 and r["usage"]["completion_tokens"] == 2
     status, _, body = curl(s.url + p, data=b"{")
     assert status == 400 and json.loads(body)["error"]["type"] == "invalid_request_error"
