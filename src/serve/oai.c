@@ -34,6 +34,23 @@ int mu__oai_fail(mu__oai_err_t *e, int status, const char *type, const char *par
 
 #define BAD(e, param, ...) mu__oai_fail(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
 
+/* A string that carries NULs (\\u0000, mu__json_parse_nul): its bytes
+ * back in place, and their number. */
+static const char *text_of(const cJSON *v, size_t *len)
+{
+	*len = mu__json_nul_back(v->valuestring);
+	return v->valuestring;
+}
+
+/* A string that cannot carry a NUL (a C string further on): refused. */
+static int no_nul(const cJSON *v, const char *param, mu__oai_err_t *e)
+{
+	if (strchr(v->valuestring, 0xFF) == NULL)
+		return 0;
+	return BAD(e, param, "'%s' cannot hold a NUL (\\u0000): only prompts and message "
+	           "contents can", param);
+}
+
 /* ---- decoding ---- */
 
 static const cJSON *field(const cJSON *o, const char *name)
@@ -243,7 +260,7 @@ static int get_stop(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 		return 0;
 	if (cJSON_IsString(v)) {
 		r->stop[r->nstop++] = v->valuestring;
-		return 0;
+		return no_nul(v, "stop", e);
 	}
 	if (!cJSON_IsArray(v))
 		return BAD(e, "stop", "'stop' must be a string or an array of strings");
@@ -252,6 +269,8 @@ static int get_stop(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 	cJSON_ArrayForEach(it, v) {
 		if (!cJSON_IsString(it))
 			return BAD(e, "stop", "'stop' must be a string or an array of strings");
+		if (no_nul(it, "stop", e))
+			return -1;
 		r->stop[r->nstop++] = it->valuestring;
 	}
 	return 0;
@@ -315,7 +334,7 @@ static int get_prompt(const cJSON *o, int32_t vocab, mu__oai_req_t *r, mu__oai_e
 	if (v == NULL)
 		return BAD(e, "prompt", "'prompt' is required");
 	if (cJSON_IsString(v)) {
-		r->prompt = v->valuestring;
+		r->prompt = text_of(v, &r->prompt_len);
 		return 0;
 	}
 	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1)
@@ -327,7 +346,7 @@ static int get_prompt(const cJSON *o, int32_t vocab, mu__oai_req_t *r, mu__oai_e
 	if (cJSON_GetArraySize(v) > 1)
 		return BAD(e, "prompt", "one prompt per request is supported (n=1)");
 	if (cJSON_IsString(a)) {
-		r->prompt = a->valuestring;
+		r->prompt = text_of(a, &r->prompt_len);
 		return 0;
 	}
 	if (cJSON_IsArray(a))
@@ -339,17 +358,18 @@ static int get_prompt(const cJSON *o, int32_t vocab, mu__oai_req_t *r, mu__oai_e
 /* A message's content: a string, null, or text parts (joined with "\n",
  * as vLLM does for models whose template takes a string). */
 static int get_content(const cJSON *c, int i, mu__oai_req_t *r, const char **out,
-                       mu__oai_err_t *e)
+                       size_t *len, mu__oai_err_t *e)
 {
 	const cJSON *p;
 	mu__buf_t b;
 
+	*len = 0;
 	if (c == NULL) {
 		*out = "";
 		return 0;
 	}
 	if (cJSON_IsString(c)) {
-		*out = c->valuestring;
+		*out = text_of(c, len);
 		return 0;
 	}
 	if (!cJSON_IsArray(c))
@@ -366,12 +386,12 @@ static int get_content(const cJSON *c, int i, mu__oai_req_t *r, const char **out
 			           "supported", i);
 		}
 		if ((b.len > 0 && mu__buf_appendc(&b, '\n') != 0) ||
-		    mu__buf_appends(&b, x->valuestring) != 0) {
+		    mu__buf_append(&b, x->valuestring, mu__json_nul_back(x->valuestring)) != 0) {
 			mu__buf_free(&b);
 			return mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 		}
 	}
-	*out = r->joined[i] = b.data != NULL ? mu__buf_take(&b, NULL) : mu__strdup("");
+	*out = r->joined[i] = b.data != NULL ? mu__buf_take(&b, len) : mu__strdup("");
 	return *out != NULL ? 0 : mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
@@ -398,12 +418,14 @@ static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 
 		if (!cJSON_IsObject(m) || !cJSON_IsString(role))
 			return BAD(e, "messages", "messages[%d] must be an object with a string 'role'", i);
+		if (no_nul(role, "messages", e))
+			return -1;
 		/* OpenAI's newer name for the system role. */
 		r->msgs[i].role = strcmp(role->valuestring, "developer") == 0 ? "system"
 		                                                               : role->valuestring;
 		if (rc != NULL && !cJSON_IsString(rc))
 			return BAD(e, "messages", "messages[%d].reasoning_content must be a string", i);
-		r->msgs[i].reasoning = rc != NULL ? rc->valuestring : NULL;
+		r->msgs[i].reasoning = rc != NULL ? text_of(rc, &r->msgs[i].reasoning_len) : NULL;
 		if (field(m, "tool_calls") != NULL)
 			return BAD(e, "messages", "messages[%d]: tool calls are not supported", i);
 		snprintf(where, sizeof(where), "messages[%d]", i);
@@ -411,9 +433,37 @@ static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 		if (only(m, (const char *const[]){"role", "content", "reasoning_content", "name",
 		                                   "tool_calls", NULL}, "messages", where, e))
 			return -1;
-		if (get_content(field(m, "content"), i, r, &r->msgs[i].content, e))
+		if (get_content(field(m, "content"), i, r, &r->msgs[i].content,
+		                &r->msgs[i].content_len, e))
 			return -1;
 		i++;
+	}
+	return 0;
+}
+
+/*
+ * Whether body holds more values than MU__OAI_MAX_VALUES: cJSON spends a
+ * node (64 bytes) on each, so "[0,0,0,...]" would cost 32 times the body.
+ * Counted cheaply: a comma or an opening bracket outside strings.
+ */
+static int too_many_values(const char *p, size_t len)
+{
+	size_t n = 0;
+	int in_str = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = p[i];
+
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if ((c == ',' || c == '[' || c == '{') && ++n > MU__OAI_MAX_VALUES) {
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -422,13 +472,16 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
                    mu__oai_req_t *r, mu__oai_err_t *e)
 {
 	const cJSON *v, *kw;
-	int rc;
+	int rc, had_nul;
 
 	memset(r, 0, sizeof(*r));
 	r->kind = kind;
 	r->max_tokens = -1;
 	r->enable_thinking = -1;
-	rc = mu__json_parse(body, len, &r->root);
+	if (too_many_values(body, len))
+		return BAD(e, NULL, "the body holds more than %d JSON values (a prompt of token ids "
+		           "holds at most 1048576)", MU__OAI_MAX_VALUES);
+	rc = mu__json_parse_nul(body, len, &r->root, &had_nul);
 	if (rc == MU_ENOMEM)
 		return mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 	if (rc != 0 || !cJSON_IsObject(r->root))
@@ -436,6 +489,8 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
 		           "than %d)", MU_JSON_MAX_DEPTH);
 	if ((v = field(r->root, "model")) != NULL && !cJSON_IsString(v))
 		return BAD(e, "model", "'model' must be a string");
+	if (v != NULL && no_nul(v, "model", e))
+		return -1;
 	r->model = v != NULL ? v->valuestring : NULL;
 	if (get_sampling(r->root, r, e))
 		return -1;
@@ -594,7 +649,8 @@ int mu__oai_error_json(const mu__oai_err_t *e, mu__buf_t *out)
 {
 	cJSON *o = cJSON_CreateObject(), *j = cJSON_AddObjectToObject(o, "error");
 
-	cJSON_AddStringToObject(j, "message", e->message);
+	/* the message may quote a client's bytes (a field's name) */
+	add_text(j, "message", e->message, strlen(e->message));
 	cJSON_AddStringToObject(j, "type", e->type != NULL ? e->type : "invalid_request_error");
 	if (e->param != NULL)
 		cJSON_AddStringToObject(j, "param", e->param);

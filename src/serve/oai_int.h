@@ -46,6 +46,8 @@ int mu__oai_fail(mu__oai_err_t *e, int status, const char *type, const char *par
                  const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #define MU__OAI_MAX_MESSAGES 4096
+/* JSON values a body may hold: a prompt of 2^20 token ids and the rest */
+#define MU__OAI_MAX_VALUES ((1 << 20) + 65536)
 
 /* A decoded request. Strings point into root (or into joined), both owned
  * by the request: free with mu__oai_req_free. */
@@ -54,6 +56,7 @@ typedef struct {
 	cJSON *root;
 	const char *model;            /* NULL when absent */
 	const char *prompt;           /* completions: the prompt text, or NULL */
+	size_t prompt_len;            /* its bytes (it may hold NULs) */
 	int32_t *prompt_ids;          /* completions: the prompt given as token ids */
 	size_t nprompt_ids;
 	mu__chat_msg_t *msgs;         /* chat */
@@ -72,7 +75,8 @@ typedef struct {
 
 /*
  * Decode body[0..len) as a request of the given kind; token ids in a
- * prompt must be below vocab. 0 with r filled, or -1 with e filled (status
+ * prompt must be below vocab. Prompts and message contents keep a NUL
+ * (\\u0000) with their lengths; other strings that hold one are refused. 0 with r filled, or -1 with e filled (status
  * 400, the field in param). r needs mu__oai_req_free either way.
  */
 int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vocab,

@@ -211,3 +211,87 @@ def test_fields_not_implemented_are_refused(serve, chat_model, name):
     e = bad(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x",
                                                       "weight": 2}]}, 400, "messages")
     assert "weight" in e["message"]
+
+
+# ---------------------------------------------------------------------------
+# a NUL in a prompt
+# ---------------------------------------------------------------------------
+
+def test_nul_in_a_prompt_is_kept(serve):
+    """\\u0000 is a character of the prompt like any other: completions and
+    chat contents keep what follows it; a stop string cannot hold one."""
+    s = serve(STORIES, "--chat-template", "chatml")
+
+    def prompt_tokens(path, body):
+        st, r = post(s, path, dict(body, max_tokens=1))
+        assert st == 200, r
+        return r["usage"]["prompt_tokens"]
+    cut = prompt_tokens("/v1/completions", {"prompt": "Once"})
+    assert prompt_tokens("/v1/completions", {"prompt": "Once\0 upon a time"}) > cut + 3
+    assert prompt_tokens("/v1/completions", {"prompt": ["Once\0 upon a time"]}) > cut + 3
+    msgs = lambda c: {"messages": [{"role": "user", "content": c}]}  # noqa: E731
+    assert (prompt_tokens("/v1/chat/completions", msgs("a\0 upon a time")) >
+            prompt_tokens("/v1/chat/completions", msgs("a")) + 3)
+    parts = [{"type": "text", "text": "a\0b"}, {"type": "text", "text": "c"}]
+    st, r = post(s, "/apply-template", msgs(parts))
+    assert st == 200 and r["prompt"] == ("<|im_start|>user\na\0b\nc<|im_end|>\n"
+                                         "<|im_start|>assistant\n"), r
+    bad(s, "/v1/completions", {"prompt": "x", "stop": "a\0"}, 400, "stop", needle="NUL")
+
+
+# ---------------------------------------------------------------------------
+# big bodies
+# ---------------------------------------------------------------------------
+
+def test_health_is_answered_while_a_big_body_is_prepared(serve):
+    """A 48 MB chat is parsed, rendered and tokenized off the HTTP loop:
+    /health answers, saying one request is being prepared, before the big
+    request's own answer comes."""
+    s = serve(STORIES, "--chat-template", "chatml", "--max-body", "64M")
+    body = raw_request({"messages": [{"role": "user", "content": "ab cd " * (8 << 20)}]},
+                       "/v1/chat/completions")
+    sent, done, reply = threading.Event(), threading.Event(), []
+
+    def big():
+        with socket.create_connection((HOST, s.port), timeout=120) as c:
+            c.sendall(body)
+            sent.set()
+            c.shutdown(socket.SHUT_WR)
+            reply.append(read_reply(c))
+        done.set()
+    t = threading.Thread(target=big, daemon=True)
+    t.start()
+    assert sent.wait(60)
+    seen = []
+    with socket.create_connection((HOST, s.port), timeout=120) as h:
+        while not done.is_set():
+            h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while not data.endswith(b"}"):
+                data += h.recv(4096)
+            health = json.loads(data.split(b"\r\n\r\n", 1)[1])
+            if not done.is_set():
+                seen.append(health.get("preparing", 0))
+    t.join(60)
+    assert reply and reply[0][0] == 400, reply
+    assert b"context_length_exceeded" in reply[0][1]
+    assert max(seen, default=0) == 1, f"/health never answered during the preparation: {seen}"
+
+
+def test_apply_template_of_a_big_body(serve):
+    """A 40 MB chat renders whole, every byte where it belongs."""
+    s = serve(STORIES, "--chat-template", "chatml", "--max-body", "64M")
+    content = "ab \u00e9\"\\\n" * (4 << 20)
+    st, r = post(s, "/apply-template", {"messages": [{"role": "user", "content": content}]})
+    assert st == 200
+    assert r["prompt"] == f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_body_of_many_values_is_refused_cheaply(serve):
+    """cJSON spends 64 bytes on each value: a body of millions is refused
+    before it is parsed (its memory is measured in bench/hostile.sh)."""
+    s = serve(STORIES, "--chat-template", "chatml", "--max-body", "64M")
+    raw = (b'{"messages": [{"role": "user", "content": "x"}], "metadata": [' +
+           b"0," * (4 << 20) + b"0]}")
+    st, r = post(s, "/v1/chat/completions", None, raw=raw)
+    assert st == 400 and "JSON values" in r["error"]["message"], r
