@@ -117,7 +117,7 @@ typedef struct {
 
 	int max_conns_per_addr;      /* connections from one client address;
 	                              * 0 (default): a quarter of max_conns,
-	                              * at least 1. A newcomer past this or
+	                              * at least 4 (or max_conns). A newcomer past this or
 	                              * max_conns displaces the longest-idle
 	                              * connection (of its address, or of the
 	                              * server); it is closed only when every

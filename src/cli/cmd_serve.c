@@ -266,7 +266,7 @@ int cmd_serve(int argc, char **argv)
 		 "(default 32)"},
 		{"max-connections-per-address", OPT_INT, &sa.max_per_addr, "N", "HTTP connections "
 		 "from one client address; past it a newcomer displaces that address's longest-idle "
-		 "one (default: a quarter of --max-connections)"},
+		 "one (default: a quarter of --max-connections, at least 4)"},
 		{"max-body", OPT_STR, &sa.max_body, "SIZE", "largest request body (default 4M; larger "
 		 "gets 413)"},
 		{"chat-template", OPT_STR, &sa.chat_template, "NAME", "render chats as chatml, qwen3, "

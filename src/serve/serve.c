@@ -163,8 +163,11 @@ static void srv_opts(const mu_serve_t *s, const mu_serve_opts_t *o, mu__srv_opts
 	so->port = o->port;
 	so->model_name = s->name;
 	so->max_conns = o->max_conns;
+	/* a quarter, but at least 4 (all of them below 4): a client keeps a
+	 * few connections of a small server */
 	so->max_per_addr = o->max_conns_per_addr > 0 ? o->max_conns_per_addr
-	                   : o->max_conns / 4 > 0 ? o->max_conns / 4 : 1;
+	                   : o->max_conns / 4 > 4 ? o->max_conns / 4
+	                   : o->max_conns < 4 ? o->max_conns : 4;
 	so->max_body = o->max_body;
 	so->io_timeout_ms = o->io_timeout_ms;
 	so->sample.temperature = o->temperature;
