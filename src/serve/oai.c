@@ -249,7 +249,8 @@ static int unsupported(const cJSON *o, mu__oai_kind_t kind, mu__oai_err_t *e)
 			return BAD(e, "response_format", "only response_format {\"type\": \"text\"} is "
 			           "supported");
 	}
-	return known_fields(o, kind, e);
+	(void)kind;
+	return 0;
 }
 
 static int get_stop(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
@@ -502,7 +503,10 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
 		         "chat_template_kwargs", e))
 			return -1;
 	}
-	return kind == MU__OAI_CHAT ? get_messages(r->root, r, e) : get_prompt(r->root, vocab, r, e);
+	if (kind == MU__OAI_CHAT ? get_messages(r->root, r, e) : get_prompt(r->root, vocab, r, e))
+		return -1;
+	/* last: a missing 'messages' is named before a stray 'prompt' */
+	return known_fields(r->root, kind, e);
 }
 
 void mu__oai_req_free(mu__oai_req_t *r)

@@ -18,6 +18,7 @@ import json
 import re
 import select
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -237,6 +238,21 @@ def test_nul_in_a_prompt_is_kept(serve):
     assert st == 200 and r["prompt"] == ("<|im_start|>user\na\0b\nc<|im_end|>\n"
                                          "<|im_start|>assistant\n"), r
     bad(s, "/v1/completions", {"prompt": "x", "stop": "a\0"}, 400, "stop", needle="NUL")
+
+
+def test_generate_prompt_file_keeps_a_nul(muster_bin, tmp_path):
+    """`muster generate --prompt-file` tokenizes the file by its length,
+    as the public mu_tokenizer_encode does: a NUL does not end it."""
+    counts = []
+    for text in (b"Once", b"Once\0 upon a time"):
+        f = tmp_path / "prompt"
+        f.write_bytes(text)
+        proc = subprocess.run([str(muster_bin), "generate", "--model", str(STORIES),
+                               "--prompt-file", str(f), "--max-tokens", "1", "--json",
+                               "--threads", "1"], capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr.decode()
+        counts.append(json.loads(proc.stdout)["prompt_tokens"])
+    assert counts[1] > counts[0] + 3, counts
 
 
 # ---------------------------------------------------------------------------
