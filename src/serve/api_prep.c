@@ -27,7 +27,6 @@
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/json_int.h"
-#include "core/log_int.h"
 #include "core/time_int.h"
 #include "serve/api_int.h"
 
@@ -266,7 +265,12 @@ static void prep_done(uv_work_t *w, int status)
 		p->failed = 1;
 	}
 	if (p->gone) {
-		mu__log(MU_LOG_INFO, "serve", "a client went away while its request was prepared");
+		char what[80];
+
+		snprintf(what, sizeof(what), "%.*s %.*s", (int)req->method.len, req->method.base,
+		         (int)req->path_normalized.len > 60 ? 60 : (int)req->path_normalized.len,
+		         req->path_normalized.base);
+		mu__srv_log(what, 499, 0, 0, p->t0, "client went away while its request was prepared");
 		mu__http_abort(req);
 		mu__http_send(req, 499, "text/plain", "", 0);
 	} else if (s->stopping) {
