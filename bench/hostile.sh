@@ -79,6 +79,15 @@ run device device-info "$dport"
 pid=$!
 run "device md" md-send "$(wait_port "$out/log" 'P2P listener on [0-9.]+:[0-9]+')"
 
+# muster serve: idle connections that reconnect when closed, and 32 MB
+# chat bodies pipelined by a client that reads nothing
+for flood in serve-idle-holders serve-big-body; do
+	"$MUSTER" serve --model models/stories260K/stories260K.gguf --listen 127.0.0.1:0 \
+		--chat-template chatml --max-body 64M --threads 1 >"$out/log" 2>&1 &
+	pid=$!
+	run serve $flood "$(wait_port "$out/log" 'listening on http://[0-9.]+:[0-9]+')"
+done
+
 $PYTHON - "$out/results" "$DURATION" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -308,8 +308,88 @@ class DeviceInfo(Flood):
             return True if mtype == STAGE_INFO else f"INFO answered type {mtype}"
 
 
+def http_post(port, host, path, body, timeout=TIMEOUT):
+    """(status, JSON body) of one request on a fresh connection."""
+    data = json.dumps(body).encode()
+    with connect(port, host) as s:
+        s.settimeout(timeout)
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    while got.startswith(b"HTTP/1.1 1"):
+        got = got.split(b"\r\n\r\n", 1)[1]
+    if not got:
+        raise ConnectionError("closed without a reply")
+    head, _, rest = got.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(rest)
+
+
+class ServeIdleHolders(Flood):
+    """`muster serve`: 32 idle connections (its --max-connections), each
+    reconnected as soon as the server closes it; another client asks for
+    a short completion."""
+    name = "serve-idle-holders"
+    HOLDERS = 32
+
+    def open(self):
+        # not in self.socks: the sender has nothing to send on them
+        self.holders = [connect(self.port, self.host) for _ in range(self.HOLDERS)]
+        self.reconnects = 0
+
+    def chunk(self):
+        return None  # holders send nothing; pump() reconnects them
+
+    def pump(self):
+        ready, _, _ = select.select(self.holders, [], [], 0)
+        for s in ready:
+            try:
+                gone = s.recv(1) == b""
+            except OSError:
+                gone = True
+            if gone:
+                s.close()
+                self.holders[self.holders.index(s)] = connect(self.port, self.host)
+                self.reconnects += 1
+
+    def close(self):
+        super().close()
+        for s in self.holders:
+            s.close()
+
+    def probe(self):
+        st, r = http_post(self.port, self.host, "/v1/completions",
+                          {"prompt": "Once", "max_tokens": 2})
+        return True if st == 200 else f"answered {st}: {str(r)[:80]}"
+
+
+class ServeBigBody(Flood):
+    """`muster serve --max-body 64M`: one client pipelines 32 MB chats
+    (far past the context) and reads nothing; another asks for a short
+    completion."""
+    name = "serve-big-body"
+
+    def open(self):
+        self.socks.append(connect(self.port, self.host, rcvbuf=4096))
+        data = json.dumps({"messages": [{"role": "user",
+                                         "content": "ab cd " * ((32 << 20) // 6)}]}).encode()
+        self.data = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     f"application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data
+
+    def chunk(self):
+        return self.data
+
+    def probe(self):
+        return ServeIdleHolders.probe(self)
+
+
 FLOODS = {f.name: f for f in (TrackerPing, StorePing, StoreWatchFanout, StoreWatchKeys,
-                              StageInfo, StageForward, MdSend, DeviceInfo)}
+                              StageInfo, StageForward, MdSend, DeviceInfo, ServeIdleHolders,
+                              ServeBigBody)}
 
 
 # ---- running one ----

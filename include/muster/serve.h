@@ -79,8 +79,10 @@ typedef struct {
 	const char *model_name;      /* the model's id in the API; NULL
 	                              * (default): the file or directory name
 	                              * of model */
-	int max_conns;               /* connections at once (more are closed as
-	                              * they come); default 32 */
+	int max_conns;               /* connections at once (past it, the
+	                              * longest-idle one makes room; a newcomer
+	                              * is closed only when all are busy);
+	                              * default 32 */
 	size_t max_body;             /* a request body (413 past it); default
 	                              * 4 MiB, at least 1 KiB */
 	int io_timeout_ms;           /* a client sending its request, or not
@@ -114,6 +116,14 @@ typedef struct {
 	                              * qwen3, llama3, llama3.1, llama2,
 	                              * mistral) whatever the model's template
 	                              * is; NULL (default): recognise it */
+
+	int max_conns_per_addr;      /* connections from one client address;
+	                              * 0 (default): a quarter of max_conns,
+	                              * at least 4 (or max_conns). A newcomer past this or
+	                              * max_conns displaces the longest-idle
+	                              * connection (of its address, or of the
+	                              * server); it is closed only when every
+	                              * one is busy */
 } mu_serve_opts_t;
 
 MU_EXTERN void mu_serve_opts_init_size(mu_serve_opts_t *o, size_t size);

@@ -160,7 +160,7 @@ static const mu__layout_field_t serve_opts[] = {
 	F(mu_serve_opts_t, top_k), F(mu_serve_opts_t, top_p),
 	F(mu_serve_opts_t, have_seed), F(mu_serve_opts_t, seed),
 	F(mu_serve_opts_t, no_bos), F(mu_serve_opts_t, ignore_eos),
-	F(mu_serve_opts_t, chat_template), {0}};
+	F(mu_serve_opts_t, chat_template), F(mu_serve_opts_t, max_conns_per_addr), {0}};
 
 static const mu__layout_field_t metrics_server_opts[] = {
 	F(mu_metrics_server_opts_t, struct_size), F(mu_metrics_server_opts_t, host),

@@ -21,12 +21,12 @@
 #include "core/log_int.h"
 #include "core/net_int.h"
 
-#define SERVE_OPTS (6 + CLI_SVC_NOPTS)
+#define SERVE_OPTS (7 + CLI_SVC_NOPTS)
 #define MAX_STAGES 1024
 
 typedef struct {
 	const char *listen, *name, *max_body, *chat_template, *key_file;
-	int max_conns;
+	int max_conns, max_per_addr;
 	char key[MU_SERVE_KEY_MAX + 1]; /* from key_file: what clients send as Bearer */
 } serve_args_t;
 
@@ -176,9 +176,11 @@ static int serve_opts(gen_args_t *a, const serve_args_t *sa, serve_run_t *sr)
 
 	mu_serve_opts_init(o);
 	if (mu__split_hostport(sa->listen, sr->host, sizeof(sr->host), &o->port) != 0 ||
-	    cli_parse_size(sa->max_body, &body) != 0 || body < 1024 || sa->max_conns < 1) {
+	    cli_parse_size(sa->max_body, &body) != 0 || body < 1024 || sa->max_conns < 1 ||
+	    sa->max_per_addr < 0) {
 		fprintf(stderr, "muster serve: --listen takes HOST:PORT, --max-body a size of 1K or "
-		        "more, --max-connections 1 or more\n");
+		        "more, --max-connections 1 or more, --max-connections-per-address 0 or "
+		        "more\n");
 		return 2;
 	}
 	for (i = 0; sa->chat_template != NULL && mu_serve_chat_family(i) != NULL; i++)
@@ -200,6 +202,7 @@ static int serve_opts(gen_args_t *a, const serve_args_t *sa, serve_run_t *sr)
 	o->host = sr->host;
 	o->model_name = sa->name;
 	o->max_conns = sa->max_conns;
+	o->max_conns_per_addr = sa->max_per_addr;
 	o->max_body = (size_t)body;
 	o->io_timeout_ms = a->io_timeout * 1000;
 	o->api_key = sa->key[0] != '\0' ? sa->key : NULL;
@@ -250,7 +253,7 @@ static int serve(serve_run_t *sr, cli_svc_t *sv)
 
 int cmd_serve(int argc, char **argv)
 {
-	serve_args_t sa = {"127.0.0.1:8080", NULL, "4M", NULL, NULL, 32, ""};
+	serve_args_t sa = {"127.0.0.1:8080", NULL, "4M", NULL, NULL, 32, 0, ""};
 	gen_args_t a;
 	serve_run_t sr = {0};
 	int npos, rc;
@@ -260,8 +263,12 @@ int cmd_serve(int argc, char **argv)
 		 "127.0.0.1:8080; port 0 picks a free one, printed)"},
 		{"model-name", OPT_STR, &sa.name, "NAME", "the model's id in the API (default: the "
 		 "--model file or directory name)"},
-		{"max-connections", OPT_INT, &sa.max_conns, "N", "HTTP connections at once; more are "
-		 "closed as they come (default 32)"},
+		{"max-connections", OPT_INT, &sa.max_conns, "N", "HTTP connections at once; past it a "
+		 "newcomer displaces the longest-idle one, and is closed only when all are busy "
+		 "(default 32)"},
+		{"max-connections-per-address", OPT_INT, &sa.max_per_addr, "N", "HTTP connections "
+		 "from one client address; past it a newcomer displaces that address's longest-idle "
+		 "one (default: a quarter of --max-connections, at least 4)"},
 		{"max-body", OPT_STR, &sa.max_body, "SIZE", "largest request body (default 4M; larger "
 		 "gets 413)"},
 		{"chat-template", OPT_STR, &sa.chat_template, "NAME", "render chats as chatml, qwen3, "

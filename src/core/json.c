@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "muster/common.h"
+#include "core/alloc_int.h"
 #include "core/json_int.h"
 
 static int depth_ok(const char *p, size_t len)
@@ -79,16 +80,12 @@ int mu__utf8_valid(const char *p, size_t len)
 	return 1;
 }
 
-int mu__json_parse(const char *text, size_t len, cJSON **out)
+/* cJSON over exactly len bytes, nothing but whitespace after the value. */
+static int parse_exact(const char *text, size_t len, cJSON **out)
 {
 	const char *end = NULL;
-	cJSON *v;
+	cJSON *v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
 
-	*out = NULL;
-	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len) ||
-	    !depth_ok(text, len))
-		return MU_EJSON;
-	v = cJSON_ParseWithLengthOpts(text, len, &end, 0);
 	if (v == NULL)
 		return MU_EJSON;
 	/* cJSON stops after the first value; anything but whitespace after it
@@ -102,6 +99,69 @@ int mu__json_parse(const char *text, size_t len, cJSON **out)
 	}
 	*out = v;
 	return 0;
+}
+
+int mu__json_parse(const char *text, size_t len, cJSON **out)
+{
+	*out = NULL;
+	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len) ||
+	    !depth_ok(text, len))
+		return MU_EJSON;
+	return parse_exact(text, len, out);
+}
+
+/* Where the first \u0000 escape starts in text, or len. */
+static size_t nul_escape(const char *text, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i++)
+		if (text[i] == '\\') {
+			if (text[i + 1] == 'u' && i + 6 <= len && memcmp(text + i + 2, "0000", 4) == 0)
+				return i;
+			i++; /* the escaped character: "\\u0000" is text */
+		}
+	return len;
+}
+
+int mu__json_parse_nul(const char *text, size_t len, cJSON **out, int *had_nul)
+{
+	size_t i = 0, k = 0, at;
+	char *copy;
+	int rc;
+
+	*out = NULL;
+	*had_nul = 0;
+	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len) ||
+	    !depth_ok(text, len))
+		return MU_EJSON;
+	if ((at = nul_escape(text, len)) == len)
+		return parse_exact(text, len, out);
+	/* Each \u0000 becomes the byte 0xFF, which cJSON copies as it is and
+	 * which valid UTF-8 (all the text can hold otherwise) never has. */
+	if ((copy = mu__malloc(len)) == NULL)
+		return MU_ENOMEM;
+	while (at < len) {
+		memcpy(copy + k, text + i, at - i);
+		k += at - i;
+		copy[k++] = (char)0xFF;
+		i = at + 6;
+		at = i + nul_escape(text + i, len - i);
+	}
+	memcpy(copy + k, text + i, len - i);
+	k += len - i;
+	*had_nul = 1;
+	rc = parse_exact(copy, k, out);
+	mu__free(copy);
+	return rc;
+}
+
+size_t mu__json_nul_back(char *s)
+{
+	size_t n = strlen(s);
+	char *p = s;
+
+	while ((p = memchr(p, 0xFF, n - (size_t)(p - s))) != NULL)
+		*p++ = '\0';
+	return n;
 }
 
 int mu__json_is_int(const cJSON *v, double lo, double hi)
@@ -174,8 +234,9 @@ int mu__json_double(const cJSON *v, double lo, double hi, double *out)
 	return 0;
 }
 
-/* Decode one UTF-8 sequence; returns its length, or 1 with *cp = U+FFFD. */
-static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
+/* Decode one UTF-8 sequence of the avail bytes at s; returns its length,
+ * or 1 with *cp = U+FFFD. */
+static size_t utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp)
 {
 	uint32_t c = s[0];
 	size_t n, i;
@@ -198,7 +259,7 @@ static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
 		return 1;
 	}
 	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xC0) != 0x80) {
+		if (i >= avail || (s[i] & 0xC0) != 0x80) {
 			*cp = 0xFFFD;
 			return 1;
 		}
@@ -208,15 +269,43 @@ static size_t utf8_decode(const unsigned char *s, uint32_t *cp)
 	return n;
 }
 
+/* "\uXXXX" for a code unit, into out (7 bytes). */
+static void u_escape(char *out, unsigned u)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	out[0] = '\\';
+	out[1] = 'u';
+	for (int i = 0; i < 4; i++)
+		out[2 + i] = hex[(u >> (12 - 4 * i)) & 0xF];
+	out[6] = 0;
+}
+
 int mu__json_dump_string(mu__buf_t *out, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
-	int rc = mu__buf_appendc(out, '"');
+	return mu__json_dump_stringn(out, s, strlen(s));
+}
 
-	while (rc == 0 && *p != '\0') {
+int mu__json_dump_stringn(mu__buf_t *out, const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s, *end = p + len;
+	int rc = mu__buf_reserve(out, len + 2);
+	char esc[16];
+
+	rc = rc ? rc : mu__buf_appendc(out, '"');
+	while (rc == 0 && p < end) {
+		const unsigned char *run = p;
 		uint32_t cp;
-		size_t n = utf8_decode(p, &cp);
+		size_t n;
 
+		/* plain ASCII goes in runs: one append, not one per byte */
+		while (p < end && *p >= 0x20 && *p < 0x7F && *p != '"' && *p != '\\')
+			p++;
+		if (p > run && (rc = mu__buf_append(out, run, (size_t)(p - run))) != 0)
+			break;
+		if (p == end)
+			break;
+		n = utf8_decode(p, (size_t)(end - p), &cp);
 		p += n;
 		switch (cp) {
 		case '"':
@@ -241,15 +330,16 @@ int mu__json_dump_string(mu__buf_t *out, const char *s)
 			rc = mu__buf_appends(out, "\\f");
 			break;
 		default:
-			if (cp >= 0x20 && cp < 0x7F)
+			if (cp >= 0x20 && cp < 0x7F) {
 				rc = mu__buf_appendc(out, (char)cp);
-			else if (cp < 0x10000)
-				rc = mu__buf_printf(out, "\\u%04x", (unsigned)cp);
-			else /* a surrogate pair, as Python writes it */
-				rc = mu__buf_printf(
-					out, "\\u%04x\\u%04x",
-					(unsigned)(0xD800 + ((cp - 0x10000) >> 10)),
-					(unsigned)(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+			} else if (cp < 0x10000) {
+				u_escape(esc, (unsigned)cp);
+				rc = mu__buf_append(out, esc, 6);
+			} else { /* a surrogate pair, as Python writes it */
+				u_escape(esc, (unsigned)(0xD800 + ((cp - 0x10000) >> 10)));
+				u_escape(esc + 6, (unsigned)(0xDC00 + ((cp - 0x10000) & 0x3FF)));
+				rc = mu__buf_append(out, esc, 12);
+			}
 		}
 	}
 	return rc != 0 ? rc : mu__buf_appendc(out, '"');

@@ -25,6 +25,18 @@
  * refuses it) or that contains a NUL byte is rejected.
  */
 int mu__json_parse(const char *text, size_t len, cJSON **out);
+/*
+ * As mu__json_parse, for text whose strings may hold U+0000, which a cJSON
+ * string (NUL-terminated) cannot: every \u0000 escape comes back as the
+ * byte 0xFF, which no string holds otherwise (the text is valid UTF-8),
+ * and *had_nul says whether there was one. The caller turns 0xFF back
+ * into NUL where it keeps lengths (mu__json_nul_back), and refuses it
+ * where it cannot.
+ */
+int mu__json_parse_nul(const char *text, size_t len, cJSON **out, int *had_nul);
+/* s's 0xFF bytes (from mu__json_parse_nul) back into NULs, in place; its
+ * length, as strlen(s) was before. */
+size_t mu__json_nul_back(char *s);
 
 /* True when the len bytes are well-formed UTF-8 (no overlongs, no surrogates). */
 int mu__utf8_valid(const char *p, size_t len);
@@ -39,6 +51,9 @@ int mu__json_dump(mu__buf_t *out, const cJSON *v);
 
 /* Append s as a JSON string literal (Python escaping). */
 int mu__json_dump_string(mu__buf_t *out, const char *s);
+/* The same for s[0..len), which may hold NULs (written \u0000); bytes
+ * that are not UTF-8 become U+FFFD. */
+int mu__json_dump_stringn(mu__buf_t *out, const char *s, size_t len);
 
 /* True when v is a number with an integral value in [lo, hi]. */
 int mu__json_is_int(const cJSON *v, double lo, double hi);

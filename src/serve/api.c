@@ -54,8 +54,8 @@ static void what_of(h2o_req_t *req, char *out, size_t n)
 	         req->path_normalized.base);
 }
 
-static void reply_json(h2o_req_t *req, int status, mu__buf_t *b, int32_t prompt, double t0,
-                       const char *note)
+void mu__srv_reply_json(h2o_req_t *req, int status, mu__buf_t *b, int32_t prompt, double t0,
+                        const char *note)
 {
 	char what[80];
 
@@ -71,170 +71,8 @@ void mu__srv_error(mu__srv_t *s, h2o_req_t *req, const mu__oai_err_t *e, double 
 	(void)s;
 	mu__buf_init(&b, 1 << 16);
 	mu__oai_error_json(e, &b);
-	reply_json(req, e->status, &b, 0, t0, e->message);
+	mu__srv_reply_json(req, e->status, &b, 0, t0, e->message);
 	mu__buf_free(&b);
-}
-
-/* ---- turning a request into prompt ids ---- */
-
-static int encode(mu__srv_t *s, const char *text, int flags, int32_t **ids, size_t *n,
-                  mu__oai_err_t *e)
-{
-	if (mu__tok_encode(s->tok, text, strlen(text), flags, ids, n) != 0)
-		return mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-	return 0;
-}
-
-/* The chat's prompt text into b (ids NULL), or its ids. */
-static int chat_prompt(mu__srv_t *s, const mu__oai_req_t *q, int32_t **ids, size_t *n,
-                       mu__buf_t *text, mu__oai_err_t *e)
-{
-	mu__chat_opts_t co = {q->enable_thinking};
-	char why[600] = "";
-	mu__buf_t b;
-	int rc;
-
-	if (!s->have_chat)
-		return mu__oai_fail(e, s->chat_why[0] && strstr(s->chat_why, "no chat template") ? 400
-		                                                                                   : 501,
-		                    "invalid_request_error", "messages", "chat_template_unsupported",
-		                    "%s", s->chat_why);
-	mu__buf_init(&b, (size_t)64 << 20);
-	rc = mu__chat_render(&s->chat, q->msgs, q->nmsgs, &co, &b, why, sizeof(why));
-	if (rc != 0)
-		mu__oai_fail(e, 400, "invalid_request_error", "messages", NULL, "%s", why);
-	else if (text != NULL)
-		rc = mu__buf_append(text, b.data, b.len) != 0 ? mu__oai_fail(e, 500, "server_error",
-		                                                             NULL, NULL, "out of memory")
-		                                              : 0;
-	else
-		rc = encode(s, b.data != NULL ? b.data : "", MU__TOK_SPECIAL, ids, n, e);
-	mu__buf_free(&b);
-	return rc != 0 ? -1 : 0;
-}
-
-static int prompt_ids(mu__srv_t *s, const mu__oai_req_t *q, int32_t **ids, size_t *n,
-                      mu__oai_err_t *e)
-{
-	*ids = NULL;
-	*n = 0;
-	if (q->kind == MU__OAI_CHAT)
-		return chat_prompt(s, q, ids, n, NULL, e);
-	if (q->prompt_ids != NULL) {
-		*ids = mu__memdup(q->prompt_ids, q->nprompt_ids * sizeof(int32_t));
-		*n = q->nprompt_ids;
-		return *ids != NULL ? 0 : mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of "
-		                                       "memory");
-	}
-	return encode(s, q->prompt, (s->o.no_bos ? 0 : MU__TOK_BOS) | MU__TOK_SPECIAL, ids, n, e);
-}
-
-/* The completion's length and the sampling options. */
-static int plan(mu__srv_t *s, const mu__oai_req_t *q, size_t n, mu__gen_ask_t *a,
-                mu__oai_err_t *e)
-{
-	int64_t room = (int64_t)s->o.ctx - (int64_t)n;
-
-	if (n == 0)
-		return mu__oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "the prompt is "
-		                    "empty and the model's tokenizer adds no BOS: nothing to generate from");
-	if (room < 1 || (q->max_tokens > 0 && q->max_tokens > room))
-		return mu__oai_fail(e, 400, "invalid_request_error",
-		                    q->max_tokens > 0 ? "max_tokens" : "messages",
-		                    "context_length_exceeded", "This model's maximum context length is "
-		                    "%d tokens. However, you requested %" PRId64 " tokens (%zu in the "
-		                    "prompt, %" PRId64 " for the completion). Please reduce the prompt "
-		                    "or the completion length.", s->o.ctx,
-		                    (int64_t)n + (q->max_tokens > 0 ? q->max_tokens : 1), n,
-		                    q->max_tokens > 0 ? q->max_tokens : 1);
-	a->max_tokens = (int32_t)(q->max_tokens > 0 ? q->max_tokens
-	                          : s->o.max_tokens > 0 && s->o.max_tokens < room ? s->o.max_tokens
-	                          : room);
-	a->sample = s->o.sample;
-	if (q->has_temperature)
-		a->sample.temperature = (float)q->temperature;
-	if (q->has_top_k)
-		a->sample.top_k = q->top_k;
-	if (q->has_top_p) {
-		/* top_p 0 keeps only the likeliest token. */
-		a->sample.top_p = q->top_p > 0 ? (float)q->top_p : 1.0f;
-		if (q->top_p == 0)
-			a->sample.temperature = 0;
-	}
-	if (q->has_seed)
-		a->sample.seed = q->seed;
-	else if (!s->o.have_seed && getrandom(&a->sample.seed, sizeof(a->sample.seed), 0) !=
-	         (ssize_t)sizeof(a->sample.seed))
-		a->sample.seed = (uint64_t)mu__clock_ms();
-	return 0;
-}
-
-static void generate(mu__srv_t *s, h2o_req_t *req, mu__oai_kind_t kind, double t0)
-{
-	mu__gen_ask_t a = {0};
-	mu__oai_req_t q;
-	mu__oai_err_t e;
-	int32_t *ids = NULL;
-	size_t n = 0;
-
-	if (req->entity.len > s->o.max_body) {
-		mu__oai_fail(&e, 413, "invalid_request_error", NULL, "request_too_large", "the body is "
-		             "%zu bytes; this server takes at most %zu (--max-body)", req->entity.len,
-		             s->o.max_body);
-		mu__srv_error(s, req, &e, t0);
-		return;
-	}
-	if (mu__oai_decode(kind, req->entity.base != NULL ? req->entity.base : "", req->entity.len,
-	                   mu__tok_vocab_size(s->tok), &q, &e) != 0 ||
-	    (q.model != NULL && strcmp(q.model, s->o.model_name) != 0 &&
-	     mu__oai_fail(&e, 404, "invalid_request_error", "model", "model_not_found", "The model "
-	                  "`%.200s` does not exist: this server serves `%s`", q.model,
-	                  s->o.model_name)) ||
-	    prompt_ids(s, &q, &ids, &n, &e) != 0 || plan(s, &q, n, &a, &e) != 0) {
-		mu__oai_req_free(&q);
-		mu__free(ids);
-		mu__srv_error(s, req, &e, t0);
-		return;
-	}
-	a.kind = kind;
-	a.stream = q.stream;
-	a.include_usage = q.include_usage;
-	a.ids = ids;
-	a.nids = n;
-	a.stop = q.stop;
-	a.nstop = q.nstop;
-	mu__gen_start(s, req, &a, t0);
-	mu__oai_req_free(&q);
-	mu__free(ids);
-}
-
-static void apply_template(mu__srv_t *s, h2o_req_t *req, double t0)
-{
-	mu__oai_req_t q = {0};
-	mu__oai_err_t e;
-	mu__buf_t text, out;
-
-	mu__buf_init(&text, (size_t)64 << 20);
-	mu__buf_init(&out, (size_t)128 << 20);
-	if (req->entity.len > s->o.max_body)
-		mu__oai_fail(&e, 413, "invalid_request_error", NULL, "request_too_large", "the body is "
-		             "%zu bytes; this server takes at most %zu (--max-body)", req->entity.len,
-		             s->o.max_body);
-	else if (mu__oai_decode(MU__OAI_CHAT, req->entity.base != NULL ? req->entity.base : "",
-	                        req->entity.len, mu__tok_vocab_size(s->tok), &q, &e) == 0 &&
-	         chat_prompt(s, &q, NULL, NULL, &text, &e) == 0)
-		e.status = 0;
-	mu__oai_req_free(&q);
-	if (e.status != 0) {
-		mu__srv_error(s, req, &e, t0);
-	} else {
-		mu__buf_appends(&out, "{\"prompt\": ");
-		mu__json_dump_string(&out, text.data != NULL ? text.data : "");
-		mu__buf_appends(&out, "}");
-		reply_json(req, 200, &out, 0, t0, NULL);
-	}
-	mu__buf_free(&text);
-	mu__buf_free(&out);
 }
 
 /* ---- the routes ---- */
@@ -279,8 +117,9 @@ static void health(mu__srv_t *s, h2o_req_t *req, double t0)
 	mu__buf_init(&b, 1 << 16);
 	mu__buf_printf(&b, "{\"status\": \"%s\", \"model\": ", bad ? "error" : "ok");
 	mu__json_dump_string(&b, s->o.model_name);
-	mu__buf_printf(&b, ", \"requests\": %d, \"connections\": %d, \"served\": %" PRIu64
-	               ", \"where\": ", s->ngens, mu__http_conns(s->http), s->served);
+	mu__buf_printf(&b, ", \"requests\": %d, \"preparing\": %d, \"connections\": %d, "
+	               "\"served\": %" PRIu64 ", \"where\": ", s->ngens, s->npreps,
+	               mu__http_conns(s->http), s->served);
 	mu__json_dump_string(&b, s->o.where != NULL ? s->o.where : "");
 	if (bad) {
 		mu__buf_appends(&b, ", \"error\": ");
@@ -289,7 +128,7 @@ static void health(mu__srv_t *s, h2o_req_t *req, double t0)
 	if (first[0])
 		mu__buf_printf(&b, ", \"stages_down\": [%.*s]", (int)down.len, down.data);
 	mu__buf_appends(&b, "}");
-	reply_json(req, bad ? 503 : 200, &b, 0, t0, NULL);
+	mu__srv_reply_json(req, bad ? 503 : 200, &b, 0, t0, NULL);
 	mu__buf_free(&b);
 	mu__buf_free(&down);
 }
@@ -355,14 +194,14 @@ static void on_req(void *ud, h2o_req_t *req)
 	} else if (is(p, "/v1/models") && get) {
 		mu__buf_init(&b, 1 << 16);
 		mu__oai_models(s->o.model_name, s->started, s->o.ctx, &b);
-		reply_json(req, 200, &b, 0, t0, NULL);
+		mu__srv_reply_json(req, 200, &b, 0, t0, NULL);
 		mu__buf_free(&b);
 	} else if (is(p, "/v1/completions") && post) {
-		generate(s, req, MU__OAI_COMPLETIONS, t0);
+		mu__prep_start(s, req, MU__PREP_COMPLETIONS, t0);
 	} else if (is(p, "/v1/chat/completions") && post) {
-		generate(s, req, MU__OAI_CHAT, t0);
+		mu__prep_start(s, req, MU__PREP_CHAT, t0);
 	} else if (is(p, "/apply-template") && post) {
-		apply_template(s, req, t0);
+		mu__prep_start(s, req, MU__PREP_TEMPLATE, t0);
 	} else if (is(p, "/health") || is(p, "/v1/models") || is(p, "/v1/completions") ||
 	           is(p, "/v1/chat/completions") || is(p, "/apply-template")) {
 		mu__oai_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%.*s is not "
@@ -391,7 +230,10 @@ static void on_wake(uv_async_t *a)
 
 static void on_tick(uv_timer_t *t)
 {
-	mu__gen_tick(mu__container_of(t, mu__srv_t, tick));
+	mu__srv_t *s = mu__container_of(t, mu__srv_t, tick);
+
+	mu__gen_tick(s);
+	mu__prep_tick(s);
 }
 
 /* The end-of-turn token of the chat template, as one id. */
@@ -452,7 +294,7 @@ static void metrics_init(mu__srv_t *s, mu_metrics_t *m)
 int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu__srv_t **out,
                 char *why, size_t wl)
 {
-	mu__http_opts_t ho = {o->host, o->port, o->max_conns,
+	mu__http_opts_t ho = {o->host, o->port, o->max_conns, o->max_per_addr,
 	                      o->max_body * 4 > ((size_t)16 << 20) ? o->max_body * 4
 	                                                           : (size_t)16 << 20,
 	                      o->io_timeout_ms, on_req, NULL};
@@ -469,6 +311,7 @@ int mu__srv_new(const mu__srv_opts_t *o, mu__eng_t *e, const mu__tok_t *tok, mu_
 	metrics_init(s, o->metrics);
 	mu__list_init(&s->dirty);
 	mu__list_init(&s->gens);
+	mu__list_init(&s->preps);
 	if ((rc = uv_loop_init(&s->loop)) != 0) {
 		mu__free(s);
 		return mu__why(why, wl, rc, "%s", uv_strerror(rc));
@@ -519,7 +362,7 @@ int mu__srv_run(mu__srv_t *s)
 	        mu__http_conns(s->http));
 	mu__gen_cancel_all(s);
 	mu__http_stop(s->http, 0, http_closed, s);
-	while (s->ngens > 0 || mu__http_conns(s->http) > 0)
+	while (s->ngens > 0 || s->npreps > 0 || mu__http_conns(s->http) > 0)
 		uv_run(&s->loop, UV_RUN_ONCE);
 	return 0;
 }

@@ -9,8 +9,9 @@
  * (the text decoder and the stop scanner), the shared ones (under the
  * server's lock: text not yet taken, the end), and the loop's.
  *
- * A client that goes away (its socket reads EOF while we compute, its
- * connection fails under a write, or it stops reading for io_timeout)
+ * A client that goes away (its connection is reset or closed while we
+ * compute, mu__http_peer_gone; it fails under a write; or it stops reading
+ * for io_timeout)
  * gets its sequence cancelled at once (mu__eng_cancel), so the engine
  * frees its KV cache on every stage; the request is logged with status
  * 499 once the engine has let go.
@@ -55,7 +56,7 @@ typedef struct {
 	const char *finish;
 	char why[300];
 	/* the loop's */
-	int eng_done, gone, status, first_sent, final_queued, final_sent, sending;
+	int eng_done, gone, status, first_sent, final_queued, final_sent, sending, probed;
 	double send_t0;
 	mu__buf_t text, pend, wire;
 } gen_t;
@@ -346,7 +347,9 @@ void mu__gen_tick(mu__srv_t *s)
 
 		if (g->req == NULL || g->gone)
 			continue;
-		if (!g->eng_done && mu__http_peer_gone(g->req))
+		if (!g->eng_done &&
+		    mu__http_peer_gone(g->req, g->first_sent || g->sending || g->final_sent,
+		                       &g->probed))
 			abandon(g, "client closed the connection");
 		else if (g->sending && now - g->send_t0 > s->o.io_timeout_ms)
 			abandon(g, "client stopped reading (--io-timeout)");

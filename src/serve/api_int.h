@@ -6,12 +6,17 @@
  *   api.c      the server: its loop, the routes, turning a request into
  *              prompt ids and sampling options, the one log line per
  *              request
+ *   api_prep.c a request's body turned into what the engine runs (JSON,
+ *              the chat template, the tokenizer) on libuv's worker
+ *              threads, never on the loop; the result posted back to it
  *   api_gen.c  one generation: the engine's callbacks, the hand-off of
  *              text to the loop, the reply (whole or as server-sent
  *              events), a client that goes away
  *
- * Threads: the loop runs on the thread that calls mu__srv_run; the engine
- * calls back on its own thread. Text crosses from the engine to the loop
+ * Threads: the loop runs on the thread that calls mu__srv_run; a request's
+ * preparation runs on a worker thread (uv_queue_work) with the server's
+ * read-only parts (options, tokenizer, chat template); the engine calls
+ * back on its own thread. Text crosses from the engine to the loop
  * under the server's lock and a uv_async_t wakes the loop; nothing else
  * is shared.
  */
@@ -38,6 +43,7 @@ typedef struct {
 	int port;
 	const char *model_name;    /* the id clients name in "model" */
 	int max_conns;
+	int max_per_addr;          /* connections from one client address */
 	size_t max_body;           /* bytes of a request body (413 past it) */
 	int io_timeout_ms;         /* reading a request; a client not reading its reply */
 	mu__sample_opts_t sample;  /* defaults of requests that say nothing */
@@ -87,6 +93,8 @@ struct mu__srv_s {
 	mu__list_t dirty;          /* gens with news for the loop */
 	mu__list_t gens;           /* every live gen (loop thread) */
 	int ngens;
+	mu__list_t preps;          /* requests being prepared (loop thread) */
+	int npreps;
 	int stop_asked;            /* atomic */
 	int stopping;
 	char engine_error[300];    /* the engine stopped (a stage failed): why */
@@ -108,6 +116,18 @@ typedef struct {
 	const char *const *stop;
 	int nstop;
 } mu__gen_ask_t;
+
+typedef enum { MU__PREP_COMPLETIONS, MU__PREP_CHAT, MU__PREP_TEMPLATE } mu__prep_kind_t;
+
+/* Decode req's body, render and tokenize it off the loop, then start its
+ * generation (or answer /apply-template, or the error) on the loop.
+ * Answers req on every path. */
+void mu__prep_start(mu__srv_t *s, h2o_req_t *req, mu__prep_kind_t kind, double t0);
+/* The loop: clients of requests in preparation that went away. */
+void mu__prep_tick(mu__srv_t *s);
+/* A whole JSON reply, logged. */
+void mu__srv_reply_json(h2o_req_t *req, int status, mu__buf_t *b, int32_t prompt, double t0,
+                        const char *note);
 
 /* Start generating for req. Answers req on every path: an error reply
  * when the engine refuses it. */

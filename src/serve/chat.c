@@ -302,6 +302,26 @@ static int addn(mu__buf_t *b, const char *s, size_t n)
 	return mu__buf_append(b, s, n);
 }
 
+/* A message's content and reasoning lengths (literals give 0: strlen's). */
+static size_t clen(const mu__chat_msg_t *m)
+{
+	return m->content_len > 0 ? m->content_len : strlen(m->content);
+}
+
+static size_t rlen(const mu__chat_msg_t *m)
+{
+	return m->reasoning_len > 0 ? m->reasoning_len : strlen(m->reasoning);
+}
+
+/* One whole turn: open, the content, close. */
+static int turn(mu__buf_t *b, const char *open, const mu__chat_msg_t *m, const char *close)
+{
+	int rc = mu__buf_appends(b, open);
+
+	rc = rc ? rc : addn(b, m->content, clen(m));
+	return rc ? rc : mu__buf_appends(b, close);
+}
+
 static int is_role(const mu__chat_msg_t *m, const char *r)
 {
 	return strcmp(m->role, r) == 0;
@@ -322,19 +342,23 @@ static int render_chatml(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int 
 
 	if (t->default_system != NULL && !is_role(&m[0], "system"))
 		rc = cat(b, "<|im_start|>system\n", t->default_system, "<|im_end|>\n", NULL);
-	for (int i = 0; rc == 0 && i < n; i++)
-		rc = cat(b, "<|im_start|>", m[i].role, "\n", m[i].content, "<|im_end|>\n", NULL);
+	for (int i = 0; rc == 0 && i < n; i++) {
+		rc = cat(b, "<|im_start|>", m[i].role, "\n", NULL);
+		rc = rc ? rc : turn(b, "", &m[i], "<|im_end|>\n");
+	}
 	return rc != 0 ? rc : cat(b, "<|im_start|>assistant\n", NULL);
 }
 
-static int starts(const char *s, const char *p)
+static int starts(const char *s, size_t a, const char *p)
 {
-	return strncmp(s, p, strlen(p)) == 0;
+	size_t b = strlen(p);
+
+	return a >= b && memcmp(s, p, b) == 0;
 }
 
-static int ends(const char *s, const char *p)
+static int ends(const char *s, size_t a, const char *p)
 {
-	size_t a = strlen(s), b = strlen(p);
+	size_t b = strlen(p);
 
 	return a >= b && memcmp(s + a - b, p, b) == 0;
 }
@@ -342,17 +366,19 @@ static int ends(const char *s, const char *p)
 /* One assistant turn of Qwen 3: its reasoning split from its content. */
 static int qwen3_assistant(const mu__chat_msg_t *m, int after_query, int last, mu__buf_t *b)
 {
-	const char *c = m->content, *r = "", *close = strstr(c, "</think>");
-	size_t cn = strlen(c), rn = 0;
+	const char *c = m->content, *r = "", *close, *cend;
+	size_t cn = clen(m), rn = 0;
 	int rc;
 
+	cend = c + cn;
+	close = memmem(c, cn, "</think>", 8);
 	if (m->reasoning != NULL) {
 		r = m->reasoning;
-		rn = strlen(r);
+		rn = rlen(m);
 	} else if (close != NULL) {
 		const char *lastc = close, *p, *open;
 
-		while ((p = strstr(lastc + 8, "</think>")) != NULL)
+		while ((p = memmem(lastc + 8, (size_t)(cend - lastc - 8), "</think>", 8)) != NULL)
 			lastc = p;
 		r = c;
 		rn = (size_t)(close - c);
@@ -362,7 +388,7 @@ static int qwen3_assistant(const mu__chat_msg_t *m, int after_query, int last, m
 		rn -= (size_t)(open - r);
 		r = lstrip_c(open, &rn, '\n');
 		c = lastc + 8;
-		cn = strlen(c);
+		cn = (size_t)(cend - c);
 		c = lstrip_c(c, &cn, '\n');
 	}
 	if ((rc = cat(b, "<|im_start|>assistant\n", NULL)) != 0)
@@ -386,16 +412,18 @@ static int render_qwen3(const mu__chat_msg_t *m, int n, const mu__chat_opts_t *o
 
 	/* The last user turn that is not a tool's answer. */
 	for (i = n - 1; i >= 0; i--)
-		if (is_role(&m[i], "user") && !(starts(m[i].content, "<tool_response>") &&
-		                                ends(m[i].content, "</tool_response>"))) {
+		if (is_role(&m[i], "user") && !(starts(m[i].content, clen(&m[i]), "<tool_response>") &&
+		                                ends(m[i].content, clen(&m[i]), "</tool_response>"))) {
 			last_query = i;
 			break;
 		}
 	if (is_role(&m[0], "system"))
-		rc = cat(b, "<|im_start|>system\n", m[0].content, "<|im_end|>\n", NULL);
+		rc = turn(b, "<|im_start|>system\n", &m[0], "<|im_end|>\n");
 	for (i = 0; rc == 0 && i < n; i++) {
-		if (is_role(&m[i], "user") || (is_role(&m[i], "system") && i > 0))
-			rc = cat(b, "<|im_start|>", m[i].role, "\n", m[i].content, "<|im_end|>\n", NULL);
+		if (is_role(&m[i], "user") || (is_role(&m[i], "system") && i > 0)) {
+			rc = cat(b, "<|im_start|>", m[i].role, "\n", NULL);
+			rc = rc ? rc : turn(b, "", &m[i], "<|im_end|>\n");
+		}
 		else if (is_role(&m[i], "assistant"))
 			rc = qwen3_assistant(&m[i], i > last_query, i == n - 1, b);
 	}
@@ -422,7 +450,7 @@ static int render_llama3(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int 
 		if (t->date[0] == 0 && localtime_r(&now, &tm) != NULL)
 			strftime(today, sizeof(today), "%d %b %Y", &tm);
 		if (n > 0 && is_role(&m[0], "system")) {
-			len = strlen(m[0].content);
+			len = clen(&m[0]);
 			sys = mu__py_strip(m[0].content, &len);
 			i = 1;
 		}
@@ -433,7 +461,7 @@ static int render_llama3(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int 
 			rc = cat(b, "<|eot_id|>", NULL);
 	}
 	for (; rc == 0 && i < n; i++) {
-		size_t len = strlen(m[i].content);
+		size_t len = clen(&m[i]);
 		const char *c = mu__py_strip(m[i].content, &len);
 
 		rc = cat(b, "<|start_header_id|>", m[i].role, "<|end_header_id|>\n\n", NULL);
@@ -471,9 +499,9 @@ static int render_llama2(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int 
 			continue;
 		mu__buf_init(&c, b->max);
 		if (i == first && first)
-			rc = cat(&c, "<<SYS>>\n", m[0].content, "\n<</SYS>>\n\n", NULL);
+			rc = turn(&c, "<<SYS>>\n", &m[0], "\n<</SYS>>\n\n");
 		if (rc == 0)
-			rc = cat(&c, m[i].content, NULL);
+			rc = addn(&c, m[i].content, clen(&m[i]));
 		len = c.len;
 		s = mu__py_strip(c.data != NULL ? c.data : "", &len);
 		if (rc == 0 && is_role(&m[i], "user"))
@@ -501,8 +529,8 @@ static int render_mistral(const mu__chat_tmpl_t *t, const mu__chat_msg_t *m, int
 	if (rc == 0)
 		rc = cat(b, t->bos, NULL);
 	for (int i = 0; rc == 0 && i < n; i++)
-		rc = is_role(&m[i], "user") ? cat(b, "[INST] ", m[i].content, " [/INST]", NULL)
-		                            : cat(b, m[i].content, t->eos, NULL);
+		rc = is_role(&m[i], "user") ? turn(b, "[INST] ", &m[i], " [/INST]")
+		                            : turn(b, "", &m[i], t->eos);
 	return rc;
 }
 

@@ -46,11 +46,13 @@ typedef enum {
 	MU__CHAT_MISTRAL
 } mu__chat_kind_t;
 
-/* A message as the client sent it; contents are NUL-terminated UTF-8. */
+/* A message as the client sent it: UTF-8 whose content and reasoning may
+ * hold NULs, with their lengths (0: strlen's, for literals). */
 typedef struct {
 	const char *role;       /* "system", "user", "assistant" */
 	const char *content;
 	const char *reasoning;  /* reasoning_content (Qwen 3), or NULL */
+	size_t content_len, reasoning_len;
 } mu__chat_msg_t;
 
 /* A recognised template. Strings are owned (mu__chat_free). */

@@ -12,6 +12,7 @@
  * stopping the server).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -22,14 +23,29 @@
 #include "core/list_int.h"
 #include "core/log_int.h"
 #include "core/net_int.h"
+#include "core/time_int.h"
 #include "serve/http_int.h"
 
 #define LOG "serve"
 
+/*
+ * A connection. State, one line each:
+ *   idle     no request in progress (just accepted, or between kept-alive
+ *            requests): may be displaced by a newcomer when the server or
+ *            its address is full, the longest idle first
+ *   busy     a request is in progress (from its head to its disposal)
+ *   leaving  displaced: shut down, counted by nobody, until h2o closes it
+ */
 typedef struct {
 	uv_tcp_t tcp;         /* first: h2o gets &tcp and hands it back to close_cb */
 	mu__list_t node;
 	mu__http_t *h;
+	h2o_socket_t *sock;   /* h2o's, to find the connection of a request */
+	void **slot;          /* the busy request's dispose slot, or NULL */
+	int busy, leaving;
+	double idle_since;    /* mu__clock_ms() when it last became idle */
+	struct sockaddr_storage addr;
+	socklen_t alen;
 } conn_t;
 
 typedef struct {
@@ -45,7 +61,7 @@ struct mu__http_s {
 	h2o_context_t ctx;
 	h2o_accept_ctx_t accept;
 	mu__list_t conns;
-	int nconns, refused, stopping;
+	int nconns, refused, displaced, stopping;
 	int listener_open, freeing;   /* the handle is closing while freeing */
 	void (*done)(void *);
 	void *done_ud;
@@ -60,10 +76,35 @@ static void listener_closed(uv_handle_t *handle)
 		mu__free(h);
 }
 
+/* The request's connection is idle again. */
+static void req_disposed(void *slot)
+{
+	conn_t *c = *(conn_t **)slot;
+
+	if (c == NULL)
+		return;
+	c->busy = 0;
+	c->slot = NULL;
+	c->idle_since = mu__clock_ms();
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
 	handler_t *hd = (handler_t *)self;
+	h2o_socket_t *sock = req->conn->callbacks->get_socket != NULL
+	                         ? req->conn->callbacks->get_socket(req->conn) : NULL;
+	mu__list_t *it;
 
+	mu__list_foreach(it, &hd->h->conns) {
+		conn_t *c = mu__container_of(it, conn_t, node);
+
+		if (c->sock == sock && sock != NULL && c->slot == NULL) {
+			c->busy = 1;
+			c->slot = h2o_mem_alloc_shared(&req->pool, sizeof(*c->slot), req_disposed);
+			*c->slot = c;
+			break;
+		}
+	}
 	hd->h->o.on_req(hd->h->o.ud, req);
 	return 0;
 }
@@ -84,6 +125,8 @@ static void conn_closed(uv_handle_t *handle)
 	conn_t *c = mu__container_of((uv_tcp_t *)handle, conn_t, tcp);
 	mu__http_t *h = c->h;
 
+	if (c->slot != NULL)
+		*c->slot = NULL;
 	mu__list_remove(&c->node);
 	h->nconns--;
 	mu__free(c);
@@ -92,46 +135,111 @@ static void conn_closed(uv_handle_t *handle)
 
 static void refused_closed(uv_handle_t *handle)
 {
-	mu__free(handle);
+	mu__free(mu__container_of((uv_tcp_t *)handle, conn_t, tcp));
+}
+
+static int same_addr(const conn_t *a, const conn_t *b)
+{
+	const struct sockaddr *x = (const struct sockaddr *)&a->addr;
+	const struct sockaddr *y = (const struct sockaddr *)&b->addr;
+
+	if (x->sa_family != y->sa_family)
+		return 0;
+	if (x->sa_family == AF_INET)
+		return memcmp(&((const struct sockaddr_in *)x)->sin_addr,
+		              &((const struct sockaddr_in *)y)->sin_addr, sizeof(struct in_addr)) == 0;
+	if (x->sa_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)x)->sin6_addr,
+		              &((const struct sockaddr_in6 *)y)->sin6_addr,
+		              sizeof(struct in6_addr)) == 0;
+	return 1;
+}
+
+/*
+ * Room for c, a connection just accepted: when the server holds
+ * max_conns, or c's address max_per_addr, the longest-idle connection (of
+ * that address, when it is the address that is full) is displaced, so
+ * idle sockets can never lock a client out. 0, or -1 when every
+ * candidate is busy (c is refused).
+ */
+static int make_room(mu__http_t *h, conn_t *c, const char **why)
+{
+	conn_t *oldest_all = NULL, *oldest_addr = NULL, *victim;
+	int all = 0, mine = 0;
+	mu__list_t *it;
+	uv_os_fd_t fd;
+
+	mu__list_foreach(it, &h->conns) {
+		conn_t *o = mu__container_of(it, conn_t, node);
+		int same;
+
+		if (o->leaving)
+			continue;
+		same = same_addr(o, c);
+		all++;
+		mine += same;
+		if (o->busy)
+			continue;
+		if (oldest_all == NULL || o->idle_since < oldest_all->idle_since)
+			oldest_all = o;
+		if (same && (oldest_addr == NULL || o->idle_since < oldest_addr->idle_since))
+			oldest_addr = o;
+	}
+	if (mine >= h->o.max_per_addr) {
+		victim = oldest_addr;
+		*why = "--max-connections-per-address";
+	} else if (all >= h->o.max_conns) {
+		victim = oldest_all;
+		*why = "--max-connections";
+	} else {
+		return 0;
+	}
+	if (victim == NULL)
+		return -1;
+	/* h2o, reading for the next request, sees EOF and closes it. */
+	victim->leaving = 1;
+	if (uv_fileno((uv_handle_t *)&victim->tcp, &fd) == 0)
+		shutdown(fd, SHUT_RDWR);
+	if (h->displaced++ % 100 == 0)
+		mu__log(MU_LOG_INFO, LOG, "closed a connection idle for %.0f ms to make room for a "
+		        "new one (%s is reached; %d displaced so far)",
+		        mu__clock_ms() - victim->idle_since, *why, h->displaced);
+	return 0;
 }
 
 static void on_connection(uv_stream_t *server, int status)
 {
 	mu__http_t *h = mu__container_of((uv_tcp_t *)server, mu__http_t, listener);
-	h2o_socket_t *sock;
+	const char *why = "--max-connections";
+	int alen;
 	conn_t *c;
 
-	if (status != 0)
+	if (status != 0 || (c = mu__calloc(1, sizeof(*c))) == NULL)
 		return;
-	if (h->nconns >= h->o.max_conns || (c = mu__calloc(1, sizeof(*c))) == NULL) {
-		uv_tcp_t *t = mu__malloc(sizeof(*t));
-
-		/* Accept and close: the client sees the connection end rather
-		 * than wait in the backlog. */
-		if (t == NULL || uv_tcp_init(h->loop, t) != 0) {
-			mu__free(t);
-			return;
-		}
-		if (uv_accept(server, (uv_stream_t *)t) == 0 && h->refused++ % 100 == 0)
-			mu__log(MU_LOG_WARN, LOG, "refused a connection: %d open, the most "
-			        "--max-connections allows (%d refused so far)", h->nconns, h->refused);
-		uv_close((uv_handle_t *)t, refused_closed);
-		return;
-	}
 	c->h = h;
+	c->idle_since = mu__clock_ms();
 	if (uv_tcp_init(h->loop, &c->tcp) != 0) {
 		mu__free(c);
 		return;
 	}
-	mu__list_insert_tail(&h->conns, &c->node);
-	h->nconns++;
-	if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
-		uv_close((uv_handle_t *)&c->tcp, conn_closed);
+	alen = (int)sizeof(c->addr);
+	if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+	    uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->addr, &alen) != 0 ||
+	    make_room(h, c, &why) != 0) {
+		/* Accept and close: the client sees the connection end rather
+		 * than wait in the backlog. */
+		if (h->refused++ % 100 == 0)
+			mu__log(MU_LOG_WARN, LOG, "refused a connection: %d open, every one busy, the "
+			        "most %s allows (%d refused so far)", h->nconns, why, h->refused);
+		uv_close((uv_handle_t *)&c->tcp, refused_closed);
 		return;
 	}
+	c->alen = (socklen_t)alen;
+	mu__list_insert_tail(&h->conns, &c->node);
+	h->nconns++;
 	uv_tcp_nodelay(&c->tcp, 1);
-	sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
-	h2o_accept(&h->accept, sock);
+	c->sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, conn_closed);
+	h2o_accept(&h->accept, c->sock);
 }
 
 static void setup_h2o(mu__http_t *h)
@@ -197,16 +305,32 @@ static int req_fd(h2o_req_t *req)
 	return s != NULL ? h2o_socket_get_fd(s) : -1;
 }
 
-int mu__http_peer_gone(h2o_req_t *req)
+int mu__http_peer_gone(h2o_req_t *req, int replying, int *probed)
 {
-	int fd = req_fd(req);
-	char c;
-	ssize_t n;
+	static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+	struct pollfd p = {.fd = req_fd(req), .events = POLLIN | POLLRDHUP};
 
-	if (fd < 0)
+	if (p.fd < 0)
 		return 1;
-	n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+	if (poll(&p, 1, 0) <= 0)
+		return 0;
+	/* A reset (or both directions shut): nobody will read the reply. */
+	if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
+		return 1;
+	if (!(p.revents & POLLRDHUP) || replying || *probed || req->version < 0x101)
+		return 0;
+	/*
+	 * The client sent FIN: it closed, or only shut its sending side
+	 * (a legal half-close that still waits for the reply). Only a write
+	 * tells them apart: a closed socket answers it with a reset, which
+	 * the next look sees. Nothing of the reply has been written, and an
+	 * HTTP/1.1 client must take an interim 100 before the reply.
+	 */
+	*probed = 1;
+	if (send(p.fd, cont, sizeof(cont) - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+	    errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return 1;
+	return 0;
 }
 
 void mu__http_abort(h2o_req_t *req)

@@ -7,8 +7,10 @@
  * away while its request computes, and aborting a connection whose client
  * stopped reading). Everything here runs on the loop's thread.
  *
- * Budgets: at most max_conns connections (more are accepted and closed at
- * once, with a warning); HTTP/1 only (no h2c), so a connection holds one
+ * Budgets: at most max_conns connections, and max_per_addr from one client
+ * address; a newcomer past either displaces the longest-idle connection
+ * (no request in progress) of the server or of its address, and is closed
+ * at once, with a warning, only when every one is busy; HTTP/1 only (no h2c), so a connection holds one
  * request at a time; a request's head is at most h2o's H2O_MAX_REQLEN and
  * its body at most body_limit bytes, which h2o buffers whole before the
  * handler runs. The handler applies its own, smaller, limit and answers
@@ -30,6 +32,7 @@ typedef struct {
 	const char *host;       /* NULL: all IPv4 addresses */
 	int port;               /* 0: the kernel picks */
 	int max_conns;
+	int max_per_addr;       /* connections from one client address */
 	size_t body_limit;      /* h2o's limit on a request body */
 	int io_timeout_ms;      /* reading a request */
 	/* Every request, on the loop thread. It must answer it, now or later
@@ -53,9 +56,17 @@ void mu__http_stop(mu__http_t *h, int force, void (*done)(void *), void *ud);
 void mu__http_free(mu__http_t *h);
 int mu__http_conns(const mu__http_t *h);
 
-/* Did the client of req close its side of the connection? (A peek at the
- * socket: HTTP/1 clients do not half-close while they wait.) */
-int mu__http_peer_gone(h2o_req_t *req);
+/*
+ * Is the client of req gone (its connection reset, or closed)? A look at
+ * the socket that reads nothing, so bytes it sent past the request (a
+ * pipelined request, or junk) do not hide its close. A FIN alone may be a
+ * legal half-close (SHUT_WR) of a client that waits for its reply: when
+ * nothing of the reply was written yet (replying 0) and the request is
+ * HTTP/1.1, an interim "100 Continue" is written once (*probed, the
+ * caller's, 0 at first), and a client that closed answers it with a
+ * reset, which a later call reports. Otherwise writing the reply tells.
+ */
+int mu__http_peer_gone(h2o_req_t *req, int replying, int *probed);
 /* Shut req's connection down: its pending write fails, so h2o closes it
  * and disposes of the request. For clients that stopped reading. */
 void mu__http_abort(h2o_req_t *req);

@@ -89,7 +89,8 @@ int mu_metrics_server_start(mu_metrics_t *m, const mu_metrics_server_opts_t *uo,
                             mu_metrics_server_t **out, char *err, size_t errlen)
 {
 	mu_metrics_server_opts_t o;
-	mu__http_opts_t ho = {NULL, 0, 16, 64 << 10, 10000, on_req, NULL};
+	/* idle holders are displaced (http.c); a scraper comes from one address */
+	mu__http_opts_t ho = {NULL, 0, 16, 16, 64 << 10, 10000, on_req, NULL};
 	mu_metrics_server_t *ms;
 	int rc;
 

@@ -20,7 +20,11 @@ int mu__oai_fail(mu__oai_err_t *e, int status, const char *type, const char *par
 
 	e->status = status;
 	e->type = type;
-	e->param = param;
+	e->param = NULL;
+	if (param != NULL) {
+		snprintf(e->pbuf, sizeof(e->pbuf), "%s", param);
+		e->param = e->pbuf;
+	}
 	e->code = code;
 	va_start(ap, fmt);
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
@@ -29,6 +33,23 @@ int mu__oai_fail(mu__oai_err_t *e, int status, const char *type, const char *par
 }
 
 #define BAD(e, param, ...) mu__oai_fail(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+/* A string that carries NULs (\\u0000, mu__json_parse_nul): its bytes
+ * back in place, and their number. */
+static const char *text_of(const cJSON *v, size_t *len)
+{
+	*len = mu__json_nul_back(v->valuestring);
+	return v->valuestring;
+}
+
+/* A string that cannot carry a NUL (a C string further on): refused. */
+static int no_nul(const cJSON *v, const char *param, mu__oai_err_t *e)
+{
+	if (strchr(v->valuestring, 0xFF) == NULL)
+		return 0;
+	return BAD(e, param, "'%s' cannot hold a NUL (\\u0000): only prompts and message "
+	           "contents can", param);
+}
 
 /* ---- decoding ---- */
 
@@ -85,8 +106,112 @@ static int get_int(const cJSON *o, const char *name, double lo, double hi, int *
 	return 0;
 }
 
-/* Fields we cannot honour: refused when set to anything but their
- * neutral value. */
+/*
+ * Every field a request may hold, and what becomes of it. HONOURED: read
+ * by the decoder. IGNORED: does not change the text. NEUTRAL: we cannot
+ * honour it, so it is refused unless set to the value that asks for
+ * nothing (num, for a number; false; or an empty string, array or
+ * object). CHECKED: not honoured, judged by unsupported() below. A field
+ * that is not here is refused as unknown.
+ */
+enum { HONOURED, IGNORED, NEUTRAL, CHECKED };
+#define BOTH 3
+#define COMPL 1
+#define CHAT 2
+
+static const struct {
+	const char *name;
+	int kinds, what;
+	double num;   /* NEUTRAL: the neutral number (NAN: takes no number) */
+} fields[] = {
+	{"model", BOTH, HONOURED, 0}, {"prompt", COMPL, HONOURED, 0},
+	{"messages", CHAT, HONOURED, 0}, {"max_tokens", BOTH, HONOURED, 0},
+	{"max_completion_tokens", BOTH, HONOURED, 0}, {"temperature", BOTH, HONOURED, 0},
+	{"top_p", BOTH, HONOURED, 0}, {"top_k", BOTH, HONOURED, 0}, {"seed", BOTH, HONOURED, 0},
+	{"stop", BOTH, HONOURED, 0}, {"stream", BOTH, HONOURED, 0},
+	{"stream_options", BOTH, HONOURED, 0}, {"chat_template_kwargs", CHAT, HONOURED, 0},
+	{"user", BOTH, IGNORED, 0}, {"metadata", BOTH, IGNORED, 0}, {"store", BOTH, IGNORED, 0},
+	{"service_tier", BOTH, IGNORED, 0}, {"parallel_tool_calls", CHAT, IGNORED, 0},
+	{"n", BOTH, CHECKED, 0}, {"best_of", BOTH, CHECKED, 0}, {"echo", BOTH, CHECKED, 0},
+	{"logprobs", BOTH, CHECKED, 0}, {"top_logprobs", BOTH, CHECKED, 0},
+	{"tools", BOTH, CHECKED, 0}, {"functions", BOTH, CHECKED, 0},
+	{"tool_choice", BOTH, CHECKED, 0}, {"logit_bias", BOTH, CHECKED, 0},
+	{"suffix", BOTH, CHECKED, 0}, {"response_format", BOTH, CHECKED, 0},
+	{"presence_penalty", BOTH, CHECKED, 0}, {"frequency_penalty", BOTH, CHECKED, 0},
+	/* other servers' extensions (vLLM, llama.cpp), not implemented */
+	{"min_p", BOTH, NEUTRAL, 0}, {"repetition_penalty", BOTH, NEUTRAL, 1},
+	{"repeat_penalty", BOTH, NEUTRAL, 1}, {"typical_p", BOTH, NEUTRAL, 1},
+	{"tfs_z", BOTH, NEUTRAL, 1}, {"mirostat", BOTH, NEUTRAL, 0},
+	{"mirostat_tau", BOTH, NEUTRAL, NAN}, {"mirostat_eta", BOTH, NEUTRAL, NAN},
+	{"min_tokens", BOTH, NEUTRAL, 0}, {"ignore_eos", BOTH, NEUTRAL, NAN},
+	{"stop_token_ids", BOTH, NEUTRAL, NAN}, {"grammar", BOTH, NEUTRAL, NAN},
+	{"json_schema", BOTH, NEUTRAL, NAN}, {"guided_json", BOTH, NEUTRAL, NAN},
+	{"guided_regex", BOTH, NEUTRAL, NAN}, {"guided_choice", BOTH, NEUTRAL, NAN},
+	{"guided_grammar", BOTH, NEUTRAL, NAN}, {"length_penalty", BOTH, NEUTRAL, 1},
+	{"use_beam_search", BOTH, NEUTRAL, NAN}, {"n_predict", BOTH, NEUTRAL, NAN},
+	{"dry_multiplier", BOTH, NEUTRAL, 0}, {"xtc_probability", BOTH, NEUTRAL, 0},
+	{"penalty_last_n", BOTH, NEUTRAL, NAN}, {"n_probs", BOTH, NEUTRAL, 0},
+	{"prompt_logprobs", BOTH, NEUTRAL, NAN}, {"skip_special_tokens", BOTH, NEUTRAL, NAN},
+	{"include_stop_str_in_output", BOTH, NEUTRAL, NAN},
+	{"add_generation_prompt", CHAT, NEUTRAL, NAN}, {"continue_final_message", CHAT, NEUTRAL, NAN},
+	{"chat_template", CHAT, NEUTRAL, NAN},
+};
+
+static int neutral(const cJSON *v, double num)
+{
+	if (cJSON_IsNumber(v))
+		return !isnan(num) && v->valuedouble == num;
+	if (cJSON_IsFalse(v))
+		return 1;
+	if (cJSON_IsString(v))
+		return v->valuestring[0] == 0;
+	return (cJSON_IsArray(v) || cJSON_IsObject(v)) && cJSON_GetArraySize(v) == 0;
+}
+
+/* Each member of the request object against the table. */
+static int known_fields(const cJSON *o, mu__oai_kind_t kind, mu__oai_err_t *e)
+{
+	int k = kind == MU__OAI_CHAT ? CHAT : COMPL;
+	const cJSON *v;
+
+	cJSON_ArrayForEach(v, o) {
+		size_t i;
+
+		for (i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+			if (strcmp(fields[i].name, v->string) == 0)
+				break;
+		if (i == sizeof(fields) / sizeof(fields[0]) || !(fields[i].kinds & k))
+			return BAD(e, v->string, "'%.60s' is not a field of %s that this server knows "
+			           "(an unknown field is refused, not ignored)", v->string,
+			           kind == MU__OAI_CHAT ? "/v1/chat/completions" : "/v1/completions");
+		if (fields[i].what == NEUTRAL && !cJSON_IsNull(v) && !neutral(v, fields[i].num))
+			return BAD(e, v->string, "'%s' is not supported by this server (a request that "
+			           "sets it would not get what it asks for)", v->string);
+	}
+	return 0;
+}
+
+/* The members of an object inside a request (where) other than names
+ * (NULL-terminated) are refused, as unknown top-level fields are. */
+static int only(const cJSON *o, const char *const *names, const char *param, const char *where,
+                mu__oai_err_t *e)
+{
+	const cJSON *v;
+
+	cJSON_ArrayForEach(v, o) {
+		size_t i;
+
+		for (i = 0; names[i] != NULL && strcmp(names[i], v->string) != 0; i++)
+			;
+		if (names[i] == NULL)
+			return BAD(e, param, "%s: '%.60s' is not supported by this server (an unknown "
+			           "field is refused, not ignored)", where, v->string);
+	}
+	return 0;
+}
+
+/* The CHECKED fields: refused when set to anything but their neutral
+ * value. */
 static int unsupported(const cJSON *o, mu__oai_kind_t kind, mu__oai_err_t *e)
 {
 	static const char *nonempty[] = {"tools", "functions", "logit_bias", "suffix"};
@@ -136,7 +261,7 @@ static int get_stop(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 		return 0;
 	if (cJSON_IsString(v)) {
 		r->stop[r->nstop++] = v->valuestring;
-		return 0;
+		return no_nul(v, "stop", e);
 	}
 	if (!cJSON_IsArray(v))
 		return BAD(e, "stop", "'stop' must be a string or an array of strings");
@@ -145,6 +270,8 @@ static int get_stop(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 	cJSON_ArrayForEach(it, v) {
 		if (!cJSON_IsString(it))
 			return BAD(e, "stop", "'stop' must be a string or an array of strings");
+		if (no_nul(it, "stop", e))
+			return -1;
 		r->stop[r->nstop++] = it->valuestring;
 	}
 	return 0;
@@ -173,7 +300,9 @@ static int get_sampling(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 			           "is true");
 		if (!cJSON_IsObject(so))
 			return BAD(e, "stream_options", "'stream_options' must be an object");
-		if (get_bool(so, "include_usage", &r->include_usage, e))
+		if (get_bool(so, "include_usage", &r->include_usage, e) ||
+		    only(so, (const char *const[]){"include_usage", NULL}, "stream_options",
+		         "stream_options", e))
 			return -1;
 	}
 	return 0;
@@ -206,7 +335,7 @@ static int get_prompt(const cJSON *o, int32_t vocab, mu__oai_req_t *r, mu__oai_e
 	if (v == NULL)
 		return BAD(e, "prompt", "'prompt' is required");
 	if (cJSON_IsString(v)) {
-		r->prompt = v->valuestring;
+		r->prompt = text_of(v, &r->prompt_len);
 		return 0;
 	}
 	if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1)
@@ -218,7 +347,7 @@ static int get_prompt(const cJSON *o, int32_t vocab, mu__oai_req_t *r, mu__oai_e
 	if (cJSON_GetArraySize(v) > 1)
 		return BAD(e, "prompt", "one prompt per request is supported (n=1)");
 	if (cJSON_IsString(a)) {
-		r->prompt = a->valuestring;
+		r->prompt = text_of(a, &r->prompt_len);
 		return 0;
 	}
 	if (cJSON_IsArray(a))
@@ -230,17 +359,18 @@ static int get_prompt(const cJSON *o, int32_t vocab, mu__oai_req_t *r, mu__oai_e
 /* A message's content: a string, null, or text parts (joined with "\n",
  * as vLLM does for models whose template takes a string). */
 static int get_content(const cJSON *c, int i, mu__oai_req_t *r, const char **out,
-                       mu__oai_err_t *e)
+                       size_t *len, mu__oai_err_t *e)
 {
 	const cJSON *p;
 	mu__buf_t b;
 
+	*len = 0;
 	if (c == NULL) {
 		*out = "";
 		return 0;
 	}
 	if (cJSON_IsString(c)) {
-		*out = c->valuestring;
+		*out = text_of(c, len);
 		return 0;
 	}
 	if (!cJSON_IsArray(c))
@@ -257,18 +387,19 @@ static int get_content(const cJSON *c, int i, mu__oai_req_t *r, const char **out
 			           "supported", i);
 		}
 		if ((b.len > 0 && mu__buf_appendc(&b, '\n') != 0) ||
-		    mu__buf_appends(&b, x->valuestring) != 0) {
+		    mu__buf_append(&b, x->valuestring, mu__json_nul_back(x->valuestring)) != 0) {
 			mu__buf_free(&b);
 			return mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 		}
 	}
-	*out = r->joined[i] = b.data != NULL ? mu__buf_take(&b, NULL) : mu__strdup("");
+	*out = r->joined[i] = b.data != NULL ? mu__buf_take(&b, len) : mu__strdup("");
 	return *out != NULL ? 0 : mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 {
 	const cJSON *v = field(o, "messages"), *m;
+	char where[32];
 	int n, i = 0;
 
 	if (v == NULL)
@@ -288,17 +419,52 @@ static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 
 		if (!cJSON_IsObject(m) || !cJSON_IsString(role))
 			return BAD(e, "messages", "messages[%d] must be an object with a string 'role'", i);
+		if (no_nul(role, "messages", e))
+			return -1;
 		/* OpenAI's newer name for the system role. */
 		r->msgs[i].role = strcmp(role->valuestring, "developer") == 0 ? "system"
 		                                                               : role->valuestring;
 		if (rc != NULL && !cJSON_IsString(rc))
 			return BAD(e, "messages", "messages[%d].reasoning_content must be a string", i);
-		r->msgs[i].reasoning = rc != NULL ? rc->valuestring : NULL;
+		r->msgs[i].reasoning = rc != NULL ? text_of(rc, &r->msgs[i].reasoning_len) : NULL;
 		if (field(m, "tool_calls") != NULL)
 			return BAD(e, "messages", "messages[%d]: tool calls are not supported", i);
-		if (get_content(field(m, "content"), i, r, &r->msgs[i].content, e))
+		snprintf(where, sizeof(where), "messages[%d]", i);
+		/* name: our families' templates write nothing for it */
+		if (only(m, (const char *const[]){"role", "content", "reasoning_content", "name",
+		                                   "tool_calls", NULL}, "messages", where, e))
+			return -1;
+		if (get_content(field(m, "content"), i, r, &r->msgs[i].content,
+		                &r->msgs[i].content_len, e))
 			return -1;
 		i++;
+	}
+	return 0;
+}
+
+/*
+ * Whether body holds more values than MU__OAI_MAX_VALUES: cJSON spends a
+ * node (64 bytes) on each, so "[0,0,0,...]" would cost 32 times the body.
+ * Counted cheaply: a comma or an opening bracket outside strings.
+ */
+static int too_many_values(const char *p, size_t len)
+{
+	size_t n = 0;
+	int in_str = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = p[i];
+
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+		} else if (c == '"') {
+			in_str = 1;
+		} else if ((c == ',' || c == '[' || c == '{') && ++n > MU__OAI_MAX_VALUES) {
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -307,13 +473,16 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
                    mu__oai_req_t *r, mu__oai_err_t *e)
 {
 	const cJSON *v, *kw;
-	int rc;
+	int rc, had_nul;
 
 	memset(r, 0, sizeof(*r));
 	r->kind = kind;
 	r->max_tokens = -1;
 	r->enable_thinking = -1;
-	rc = mu__json_parse(body, len, &r->root);
+	if (too_many_values(body, len))
+		return BAD(e, NULL, "the body holds more than %d JSON values (a prompt of token ids "
+		           "holds at most 1048576)", MU__OAI_MAX_VALUES);
+	rc = mu__json_parse_nul(body, len, &r->root, &had_nul);
 	if (rc == MU_ENOMEM)
 		return mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 	if (rc != 0 || !cJSON_IsObject(r->root))
@@ -321,16 +490,23 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
 		           "than %d)", MU_JSON_MAX_DEPTH);
 	if ((v = field(r->root, "model")) != NULL && !cJSON_IsString(v))
 		return BAD(e, "model", "'model' must be a string");
+	if (v != NULL && no_nul(v, "model", e))
+		return -1;
 	r->model = v != NULL ? v->valuestring : NULL;
 	if (get_sampling(r->root, r, e))
 		return -1;
 	if ((kw = field(r->root, "chat_template_kwargs")) != NULL) {
 		if (!cJSON_IsObject(kw))
 			return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-		if (get_bool(kw, "enable_thinking", &r->enable_thinking, e))
+		if (get_bool(kw, "enable_thinking", &r->enable_thinking, e) ||
+		    only(kw, (const char *const[]){"enable_thinking", NULL}, "chat_template_kwargs",
+		         "chat_template_kwargs", e))
 			return -1;
 	}
-	return kind == MU__OAI_CHAT ? get_messages(r->root, r, e) : get_prompt(r->root, vocab, r, e);
+	if (kind == MU__OAI_CHAT ? get_messages(r->root, r, e) : get_prompt(r->root, vocab, r, e))
+		return -1;
+	/* last: a missing 'messages' is named before a stray 'prompt' */
+	return known_fields(r->root, kind, e);
 }
 
 void mu__oai_req_free(mu__oai_req_t *r)
@@ -477,7 +653,8 @@ int mu__oai_error_json(const mu__oai_err_t *e, mu__buf_t *out)
 {
 	cJSON *o = cJSON_CreateObject(), *j = cJSON_AddObjectToObject(o, "error");
 
-	cJSON_AddStringToObject(j, "message", e->message);
+	/* the message may quote a client's bytes (a field's name) */
+	add_text(j, "message", e->message, strlen(e->message));
 	cJSON_AddStringToObject(j, "type", e->type != NULL ? e->type : "invalid_request_error");
 	if (e->param != NULL)
 		cJSON_AddStringToObject(j, "param", e->param);

@@ -5,12 +5,16 @@
  * replies (a whole result, server-sent-event chunks, errors, the model
  * list) in the shapes the official clients parse.
  *
- * What a request may ask for and we cannot honour is refused (400) rather
- * than ignored when it would change the output: n > 1, best_of > 1, echo,
+ * Every top-level field of a request is looked up in one table (oai.c):
+ * those we honour, those that do not change the text (user, metadata,
+ * store, ...), and those we cannot honour, which are refused (400 naming
+ * the field) unless set to their neutral value: n > 1, best_of > 1, echo,
  * suffix, logprobs, logit_bias, tools and functions, a response_format
- * other than text, non-zero presence/frequency penalties. Fields the API
- * has that do not change the text (user, metadata, store, ...) and fields
- * it does not have are ignored, as llama.cpp's server and vLLM do.
+ * other than text, non-zero presence/frequency penalties, and the other
+ * servers' extensions (min_p, repetition_penalty, grammar, json_schema,
+ * mirostat, min_tokens, ignore_eos, stop_token_ids, ...). A field the
+ * table does not know is refused too, as OpenAI's API refuses it: a
+ * request never silently gets less than it asked for.
  */
 #ifndef MU_SERVE_OAI_INT_H
 #define MU_SERVE_OAI_INT_H
@@ -31,9 +35,10 @@ typedef enum { MU__OAI_COMPLETIONS, MU__OAI_CHAT } mu__oai_kind_t;
 typedef struct {
 	int status;
 	const char *type;      /* "invalid_request_error", "server_error", ... */
-	const char *param;     /* the field at fault, or NULL */
+	const char *param;     /* the field at fault (pbuf), or NULL */
 	const char *code;      /* a machine-readable code, or NULL */
 	char message[640];
+	char pbuf[80];         /* param's copy: an error outlives the request it names */
 } mu__oai_err_t;
 
 /* Fill e; returns -1 so callers can `return mu__oai_fail(...)`. */
@@ -41,6 +46,8 @@ int mu__oai_fail(mu__oai_err_t *e, int status, const char *type, const char *par
                  const char *code, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #define MU__OAI_MAX_MESSAGES 4096
+/* JSON values a body may hold: a prompt of 2^20 token ids and the rest */
+#define MU__OAI_MAX_VALUES ((1 << 20) + 65536)
 
 /* A decoded request. Strings point into root (or into joined), both owned
  * by the request: free with mu__oai_req_free. */
@@ -49,6 +56,7 @@ typedef struct {
 	cJSON *root;
 	const char *model;            /* NULL when absent */
 	const char *prompt;           /* completions: the prompt text, or NULL */
+	size_t prompt_len;            /* its bytes (it may hold NULs) */
 	int32_t *prompt_ids;          /* completions: the prompt given as token ids */
 	size_t nprompt_ids;
 	mu__chat_msg_t *msgs;         /* chat */
@@ -67,7 +75,8 @@ typedef struct {
 
 /*
  * Decode body[0..len) as a request of the given kind; token ids in a
- * prompt must be below vocab. 0 with r filled, or -1 with e filled (status
+ * prompt must be below vocab. Prompts and message contents keep a NUL
+ * (\\u0000) with their lengths; other strings that hold one are refused. 0 with r filled, or -1 with e filled (status
  * 400, the field in param). r needs mu__oai_req_free either way.
  */
 int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vocab,

@@ -87,8 +87,9 @@ static const char *bad_opts(const mu_serve_opts_t *o)
 		return "the model runs over stages or over devices from a tracker, not both";
 	if (o->keepalive_ms < 0 || o->io_timeout_ms < 1)
 		return "keepalive_ms must be 0 or more, io_timeout_ms 1 or more";
-	if (o->max_conns < 1 || o->max_body < 1024)
-		return "max_conns must be 1 or more, max_body 1024 or more";
+	if (o->max_conns < 1 || o->max_body < 1024 || o->max_conns_per_addr < 0)
+		return "max_conns must be 1 or more, max_body 1024 or more, max_conns_per_addr 0 or "
+		       "more";
 	if (!(o->temperature >= 0 && o->temperature <= 100) || o->top_k < 0 ||
 	    !(o->top_p > 0 && o->top_p <= 1))
 		return "temperature must be 0 to 100, top_k 0 or more, top_p in (0, 1]";
@@ -162,6 +163,11 @@ static void srv_opts(const mu_serve_t *s, const mu_serve_opts_t *o, mu__srv_opts
 	so->port = o->port;
 	so->model_name = s->name;
 	so->max_conns = o->max_conns;
+	/* a quarter, but at least 4 (all of them below 4): a client keeps a
+	 * few connections of a small server */
+	so->max_per_addr = o->max_conns_per_addr > 0 ? o->max_conns_per_addr
+	                   : o->max_conns / 4 > 4 ? o->max_conns / 4
+	                   : o->max_conns < 4 ? o->max_conns : 4;
 	so->max_body = o->max_body;
 	so->io_timeout_ms = o->io_timeout_ms;
 	so->sample.temperature = o->temperature;

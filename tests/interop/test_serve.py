@@ -536,6 +536,7 @@ def test_bad_input_gets_openai_errors(serve, chat_model):
     bad(s, p, {"prompt": "x", "stop": [1]}, 400, "stop")
     bad(s, p, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop")
     bad(s, p, {"prompt": "x", "logprobs": 2}, 400, "logprobs")
+    bad(s, p, {"prompt": "x", "whatever": {"a": 1}}, 400, "whatever", needle="unknown field")
     bad(s, p, {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options")
     bad(s, p, {"prompt": [1, 99999]}, 400, "prompt", needle="token id")
     bad(s, p, {"prompt": ["a", "b"]}, 400, "prompt", needle="one prompt")
@@ -548,7 +549,7 @@ def test_bad_input_gets_openai_errors(serve, chat_model):
     assert st == 405 and r["error"]["code"] == "method_not_allowed"
     # Ignored: fields that do not change the text.
     st, r = post(s, p, {"prompt": "x", "max_tokens": 2, "user": "u", "n": 1, "logprobs": None,
-                        "presence_penalty": 0, "stream": False, "whatever": {"a": 1}})
+                        "presence_penalty": 0, "stream": False, "metadata": {"a": "1"}})
     assert st == 200 and r["usage"]["completion_tokens"] == 2
     status, _, body = curl(s.url + p, data=b"{")
     assert status == 400 and json.loads(body)["error"]["type"] == "invalid_request_error"
@@ -611,17 +612,29 @@ def test_client_that_disconnects_frees_its_sequence(serve):
 
 
 def test_connection_budget(serve):
-    s = serve(STORIES, "--max-connections", 2)
+    """Full, a newcomer displaces the longest-idle connection; with every
+    connection busy, it is closed at once."""
+    s = serve(STORIES, "--max-connections", 2, "--max-connections-per-address", 2,
+              "--parallel", 2, "--ignore-eos")
     a = socket.create_connection((HOST, s.port), timeout=10)
+    time.sleep(0.05)
     b = socket.create_connection((HOST, s.port), timeout=10)
+    time.sleep(0.05)
+    c = socket.create_connection((HOST, s.port), timeout=10)
     try:
-        wait_for(lambda: get_conns(s, a) == 2, timeout=10, what="two connections")
-        with socket.create_connection((HOST, s.port), timeout=10) as c:
-            assert c.recv(1) == b"", "a third connection was not closed"
-        assert "refused a connection: 2 open" in s.log()
+        assert a.recv(1) == b"", "the longest-idle connection was not displaced"
+        body = json.dumps({"prompt": "Once", "max_tokens": 1900, "stream": True})
+        for x in (b, c):
+            x.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                       f"{len(body)}\r\n\r\n{body}").encode())
+            read_events(x, 2)
+        with socket.create_connection((HOST, s.port), timeout=10) as d:
+            assert d.recv(1) == b"", "a connection past the budget was not closed"
+        assert "refused a connection: 2 open, every one busy" in s.log()
+        assert "to make room for a new one" in s.log()
     finally:
-        a.close()
-        b.close()
+        for x in (a, b, c):
+            x.close()
 
 
 def get_conns(s, sock):

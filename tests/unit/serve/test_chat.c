@@ -24,10 +24,10 @@
 #define MISTRAL "{{ bos_token }}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
 
 static const mu__chat_msg_t convo[] = {
-	{"system", " Sys ", NULL},
-	{"user", " q1\n", NULL},
-	{"assistant", "<think>\nr\n</think>\n\n a1 ", NULL},
-	{"user", "q2", NULL},
+	{"system", " Sys ", NULL, 0, 0},
+	{"user", " q1\n", NULL, 0, 0},
+	{"assistant", "<think>\nr\n</think>\n\n a1 ", NULL, 0, 0},
+	{"user", "q2", NULL, 0, 0},
 };
 
 static void render(const char *tmpl, const char *bos, const char *eos, const mu__chat_msg_t *m,
@@ -83,12 +83,12 @@ static void test_render_families(void **state)
 static void test_qwen3_keeps_the_last_turns_thinking(void **state)
 {
 	static const mu__chat_msg_t m[] = {
-		{"user", "q", NULL},
-		{"assistant", "<think>\nplan\n</think>\n\nans", NULL},
+		{"user", "q", NULL, 0, 0},
+		{"assistant", "<think>\nplan\n</think>\n\nans", NULL, 0, 0},
 	};
 	static const mu__chat_msg_t given[] = {
-		{"user", "q", NULL},
-		{"assistant", "ans", "\nwhy\n"},
+		{"user", "q", NULL, 0, 0},
+		{"assistant", "ans", "\nwhy\n", 0, 0},
 	};
 
 	(void)state;
@@ -155,8 +155,8 @@ static void bad(const char *tmpl, const mu__chat_msg_t *m, int n, const char *ne
 
 static void test_messages_a_template_cannot_take(void **state)
 {
-	static const mu__chat_msg_t two_users[] = {{"user", "a", NULL}, {"user", "b", NULL}};
-	static const mu__chat_msg_t tool[] = {{"tool", "a", NULL}};
+	static const mu__chat_msg_t two_users[] = {{"user", "a", NULL, 0, 0}, {"user", "b", NULL, 0, 0}};
+	static const mu__chat_msg_t tool[] = {{"tool", "a", NULL, 0, 0}};
 
 	(void)state;
 	bad(LLAMA2, two_users, 2, "alternate");

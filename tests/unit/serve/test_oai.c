@@ -38,7 +38,8 @@ static void test_completion_fields(void **state)
 	                        "\"max_tokens\": 7, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": "
 	                        "-1, \"seed\": -3, \"stop\": \"\\n\", \"stream\": true, "
 	                        "\"stream_options\": {\"include_usage\": true}, \"user\": \"u\", "
-	                        "\"n\": 1, \"logprobs\": null, \"extra\": [1]}", &r, &e), 0);
+	                        "\"n\": 1, \"logprobs\": null, \"metadata\": {\"a\": \"b\"}, "
+	                        "\"min_p\": 0, \"ignore_eos\": false}", &r, &e), 0);
 	assert_string_equal(r.model, "m");
 	assert_string_equal(r.prompt, "hi");
 	assert_int_equal(r.max_tokens, 7);
@@ -54,6 +55,26 @@ static void test_completion_fields(void **state)
 	assert_int_equal(r.prompt_ids[2], 999);
 	assert_int_equal(r.max_tokens, 3);
 	assert_false(r.has_temperature);
+	mu__oai_req_free(&r);
+}
+
+/* \u0000 is kept in prompts and contents, with their lengths. */
+static void test_nul_is_kept(void **state)
+{
+	mu__oai_req_t r;
+	mu__oai_err_t e;
+
+	(void)state;
+	assert_int_equal(decode(MU__OAI_COMPLETIONS, "{\"prompt\": \"a\\u0000b\\\\u0000\"}", &r,
+	                        &e), 0);
+	assert_int_equal(r.prompt_len, 9);
+	assert_memory_equal(r.prompt, "a\0b\\u0000", 9);
+	mu__oai_req_free(&r);
+	assert_int_equal(decode(MU__OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": "
+	                        "[{\"type\": \"text\", \"text\": \"\\u0000\"}, {\"type\": \"text\", "
+	                        "\"text\": \"x\"}]}]}", &r, &e), 0);
+	assert_int_equal(r.msgs[0].content_len, 3);
+	assert_memory_equal(r.msgs[0].content, "\0\nx", 3);
 	mu__oai_req_free(&r);
 }
 
@@ -81,6 +102,12 @@ static void test_bad_requests_name_the_field(void **state)
 {
 	(void)state;
 	refuse(MU__OAI_COMPLETIONS, "{", NULL, "not a JSON object");
+	refuse(MU__OAI_COMPLETIONS, "{\"prompt\": \"x\", \"extra\": [1]}", "extra", "unknown");
+	refuse(MU__OAI_COMPLETIONS, "{\"prompt\": \"x\", \"min_p\": 0.1}", "min_p", "not supported");
+	refuse(MU__OAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+	       "\"grammar\": \"g\"}", "grammar", "not supported");
+	refuse(MU__OAI_COMPLETIONS, "{\"prompt\": \"x\", \"stop\": \"a\\u0000\"}", "stop", "NUL");
+	refuse(MU__OAI_COMPLETIONS, "[0,0,0]", NULL, "not a JSON object");
 	refuse(MU__OAI_COMPLETIONS, "[]", NULL, "not a JSON object");
 	refuse(MU__OAI_COMPLETIONS, "{}", "prompt", "required");
 	refuse(MU__OAI_COMPLETIONS, "{\"prompt\": 3}", "prompt", "must be a string");
@@ -158,6 +185,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_completion_fields),
 		cmocka_unit_test(test_chat_messages),
+		cmocka_unit_test(test_nul_is_kept),
 		cmocka_unit_test(test_bad_requests_name_the_field),
 		cmocka_unit_test(test_replies),
 	};
