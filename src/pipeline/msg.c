@@ -220,6 +220,10 @@ int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out)
 		}
 		/* headers through a scratch buffer, exactly as many bytes as the
 		 * field needs; tensor data straight into the tensor */
+		if (dst == NULL && r.state == FR_DATA) {
+			rc = MU_ENOMEM; /* its storage could not grow */
+			break;
+		}
 		if (dst == NULL) {
 			dst = small;
 			room = r.need - r.have;
