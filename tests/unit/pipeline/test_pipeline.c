@@ -767,9 +767,16 @@ static void test_connection_limit(void **state)
 	}
 	expect_error_on(silent[1], MU_ETOOBIG, "closed to make room");
 	expect_error_on(silent[2], MU_ETOOBIG, "closed to make room");
-	/* ... and with both busy a newcomer is refused, saying why */
+	/* ... a newcomer displaces the one idle longest between messages ... */
 	late = raw_connect(addr);
-	expect_error_on(late, MU_ETOOBIG, "too many connections");
+	expect_error_on(busy[0], MU_ETOOBIG, "was idle for");
+	close(busy[0]);
+	/* ... and with both in the middle of a message, it is refused */
+	assert_int_equal(raw_send_all(busy[1], h, 10, mu__deadline(1000)), 0);
+	assert_int_equal(raw_send_all(late, h, 10, mu__deadline(1000)), 0);
+	usleep(50000);
+	busy[0] = raw_connect(addr);
+	expect_error_on(busy[0], MU_ETOOBIG, "too many connections");
 	for (int i = 0; i < 3; i++)
 		close(silent[i]);
 	close(late);
