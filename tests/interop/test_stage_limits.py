@@ -271,3 +271,38 @@ def test_idle_sequences_are_closed(llm_stage):
              in s.log(), timeout=5, what="the log line")
     a.close()
     b.close()
+
+
+# ---- item 5: metrics ports ----
+
+def scrape(port):
+    with socket.create_connection((HOST, port), timeout=5) as c:
+        c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while True:
+            part = c.recv(65536)
+            if not part:
+                return got
+            got += part
+
+
+def test_idle_holders_do_not_stop_a_scrape(stage):
+    """16 connections that send nothing used to stop every scrape of a
+    --metrics port. Now a scrape displaces the oldest one still waiting
+    for its request."""
+    s = stage("--metrics", f"{HOST}:0")
+    port = int(s.wait_log(r"serving metrics on http://[0-9.]+:(\d+)/metrics", timeout=10)[0])
+    holders = [socket.create_connection((HOST, port), timeout=5) for _ in range(16)]
+    time.sleep(0.2)
+    ok = 0
+    for _ in range(10):
+        try:
+            reply = scrape(port)
+        except OSError:
+            continue
+        ok += reply.startswith(b"HTTP/1.1 200") and b"muster_stage_connections_open" in reply
+        holders.append(socket.create_connection((HOST, port), timeout=5))  # and another holder
+    assert ok == 10, f"{ok} of 10 scrapes answered with 16 idle holders"
+    s.wait_log(r"closed to make room for a scrape: it sent no request in")
+    for c in holders:
+        c.close()
