@@ -45,6 +45,7 @@ static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, tracker_host), F(mu_server_opts_t, tracker_port),
 	F(mu_server_opts_t, key), F(mu_server_opts_t, custom_addr),
 	F(mu_server_opts_t, silent), F(mu_server_opts_t, handshake_timeout),
+	F(mu_server_opts_t, queue_timeout),
 	F(mu_server_opts_t, session_timeout), F(mu_server_opts_t, poll_period),
 	F(mu_server_opts_t, retry_max), F(mu_server_opts_t, defer_register),
 	F(mu_server_opts_t, on_session), F(mu_server_opts_t, ud),

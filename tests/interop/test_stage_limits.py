@@ -244,13 +244,13 @@ def test_one_connection_gets_a_share_of_the_sequences(llm_stage):
     """One connection opening all --max-sequences used to make every other
     coordinator fail. It gets half by default (INFO says how many)."""
     s = llm_stage("--max-sequences", 4)
-    a, replies = open_seqs(s.address, 4)
+    a, replies_a = open_seqs(s.address, 4)
+    b, replies = open_seqs(s.address, 2, first_id=10)
+    assert [r[0] for r in replies] == [READY, READY], replies
+    assert [r[0] for r in replies_a] == [READY, READY, ERROR, ERROR], replies_a
+    assert b"--max-sequences-per-connection" in replies_a[2][3], replies_a[2]
     info = json.loads(ask(a, INFO, rid=99)[3])
     assert info["max_sequences_per_connection"] == 2, info
-    assert [r[0] for r in replies] == [READY, READY, ERROR, ERROR], replies
-    assert b"--max-sequences-per-connection" in replies[2][3], replies[2]
-    b, replies = open_seqs(s.address, 2)
-    assert [r[0] for r in replies] == [READY, READY], replies
     a.close()
     b.close()
 
@@ -306,3 +306,48 @@ def test_idle_holders_do_not_stop_a_scrape(stage):
     s.wait_log(r"closed to make room for a scrape: it sent no request in")
     for c in holders:
         c.close()
+
+
+# ---- item 8: a device server with a session open ----
+
+RPC_MAGIC, RPC_MISMATCH = 0xFF271, 0xFF273
+
+
+def hello(port, key=b"client:"):
+    c = socket.create_connection((HOST, port), timeout=30)
+    c.sendall(struct.pack("<ii", RPC_MAGIC, len(key)) + key)
+    return c
+
+
+def test_silent_session_does_not_block_a_new_handshake(muster_server):
+    """A standalone `muster server` holding one silent session used to
+    answer no new handshake for 60 s and more. Now the newcomer waits in
+    line for --queue-timeout (10 s by default), then is answered: TVM's
+    MISMATCH (so TVM clients retry or fail) and muster's reason."""
+    srv = muster_server()
+    a = hello(srv.port)
+    assert struct.unpack("<i", hostile.recv_exact(a, 4))[0] == RPC_MAGIC  # SUCCESS
+    n = struct.unpack("<i", hostile.recv_exact(a, 4))[0]
+    hostile.recv_exact(a, n)
+    b = hello(srv.port)
+    b.settimeout(20)
+    code = struct.unpack("<i", hostile.recv_exact(b, 4))[0]
+    assert code == RPC_MISMATCH, hex(code)
+    reason = assert_closed(b, timeout=5)
+    assert b"busy: this device serves one session at a time" in reason, reason
+    assert b"--queue-timeout" in reason, reason
+    srv.wait_log(r"told the device is busy")
+    a.close()
+    b.close()
+
+
+def test_queued_handshake_gets_the_device_when_the_session_ends(muster_server):
+    s = muster_server("--queue-timeout", 30)
+    a = hello(s.port)
+    assert struct.unpack("<i", hostile.recv_exact(a, 4))[0] == RPC_MAGIC
+    b = hello(s.port)
+    s.wait_log(r"waits for the session of \S+ to end \(at most 30 s\)")
+    a.close()
+    b.settimeout(20)
+    assert struct.unpack("<i", hostile.recv_exact(b, 4))[0] == RPC_MAGIC
+    b.close()
