@@ -80,7 +80,7 @@ run "llm stage" stage-seqs "$(wait_port "$out/log" 'serving on [0-9.]+:[0-9]+')"
 "$MUSTER" stage --model "$out/model" --stage 0 --of 1 --port 0 --metrics 127.0.0.1:0 \
 	>"$out/log" 2>&1 &
 pid=$!
-run "stage metrics" metrics-idle "$(wait_port "$out/log" 'metrics on http://[0-9.]+:[0-9]+')"
+run metrics metrics-idle "$(wait_port "$out/log" 'metrics on http://[0-9.]+:[0-9]+')"
 # an md agent's P2P listener: it publishes to itself, then holds
 mport=$(free_port)
 "$MUSTER" md publish --name hostile --value metadata --listen-port "$mport" \
