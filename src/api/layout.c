@@ -45,12 +45,11 @@ static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, tracker_host), F(mu_server_opts_t, tracker_port),
 	F(mu_server_opts_t, key), F(mu_server_opts_t, custom_addr),
 	F(mu_server_opts_t, silent), F(mu_server_opts_t, handshake_timeout),
-	F(mu_server_opts_t, queue_timeout),
 	F(mu_server_opts_t, session_timeout), F(mu_server_opts_t, poll_period),
 	F(mu_server_opts_t, retry_max), F(mu_server_opts_t, defer_register),
 	F(mu_server_opts_t, on_session), F(mu_server_opts_t, ud),
 	F(mu_server_opts_t, metrics), F(mu_server_opts_t, sec),
-	F(mu_server_opts_t, budget), {0}};
+	F(mu_server_opts_t, budget), F(mu_server_opts_t, queue_timeout), {0}};
 
 static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, struct_size), F(mu_store_server_opts_t, host),

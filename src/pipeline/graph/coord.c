@@ -375,8 +375,8 @@ static int redial_if_closed(mu_coord_t *c, int k, char *err, size_t el)
 
 	if (s->fd == NULL || mu__sock_idle_ok(s->fd))
 		return 0;
-	mu__log(MU_LOG_INFO, "coord", "stage %d/%d (%s) closed the idle connection: dialling it "
-	        "again", k, c->n, s->addr);
+	mu__log(MU_LOG_INFO, "coord", "stage %d/%d (%s) closed the connection between forwards "
+	        "(idle, or going away): dialling it again", k, c->n, s->addr);
 	mu__sock_close(s->fd);
 	s->fd = NULL;
 	if (mu__split_hostport(s->addr, host, sizeof(host), &port) != 0)
@@ -384,8 +384,8 @@ static int redial_if_closed(mu_coord_t *c, int k, char *err, size_t el)
 	rc = mu__sock_connect(host, port, c->o.sec, mu__deadline(c->o.connect_timeout_ms), &s->fd);
 	if (rc != 0) {
 		s->fd = NULL;
-		snprintf(err, el, "stage %d/%d (%s): cannot connect again after it closed the idle "
-		         "connection: %s", k, c->n, s->addr, mu_strerror(rc));
+		snprintf(err, el, "stage %d/%d (%s): the connection was lost between forwards, and "
+		         "dialling it again failed: %s", k, c->n, s->addr, mu_strerror(rc));
 		return rc;
 	}
 	mu__chan_init(&s->c, s->fd, NULL, c->o.io_timeout_ms, c->o.max_frame_bytes);
