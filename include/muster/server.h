@@ -194,7 +194,9 @@ MU_EXTERN int mu_session_unread(mu_session_t *s, const void *buf, size_t n);
  * session_timeout > 0 asks the server to end the session after that many
  * seconds. sec: TLS and/or the shared secret (NULL: plain TCP; the server
  * must be configured alike). MU_EMISMATCH when the server refuses the
- * matchkey, MU_EAUTH / MU_ETLS when it refuses us (or we it).
+ * matchkey, -EBUSY when a standalone muster server's session slot stayed
+ * taken for its queue_timeout, MU_EAUTH / MU_ETLS when it refuses us (or
+ * we it).
  */
 MU_EXTERN int mu_session_connect(const char *host, int port,
                                  const char *matchkey, double session_timeout,
