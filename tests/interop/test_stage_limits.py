@@ -142,10 +142,10 @@ def test_declared_tensor_is_refused_before_it_is_allocated(stage):
 
 
 def test_declared_tensors_within_budget_hold_only_what_came(stage):
-    """Declarations within the budget are held as their bytes come: twelve
+    """Declarations within the budget are held as their bytes come: six
     connections that each declare 15 MiB and send one byte of it do not
-    make the stage hold 180 MiB; past --total-budget the next one is
-    refused with an ERROR naming it; the stage still answers."""
+    make the stage hold 90 MiB; past --total-budget (100M) the next one
+    is refused with an ERROR naming it; the stage still answers."""
     s = stage("--total-budget", "100M")
     idle = rss(s.pid)
     socks = []
