@@ -375,8 +375,16 @@ static void do_read(mu__conn_t *c)
 	int i, rc;
 
 	for (i = 0; i < READS_PER_EVENT && c->reading && !c->closing; i++) {
-		size_t len, n = 0;
+		size_t len, n = 0, room = c->in.max > c->in.len ? c->in.max - c->in.len : 0;
 		char *buf = read_space(c, &len);
+
+		/* the owner yielded with input left (mu__conn_yield): read no
+		 * more than c->in holds until its next turn, rather than close
+		 * a pipelining peer for a slow loop */
+		if (!c->direct && !c->draining && len > room)
+			len = room;
+		if (len == 0)
+			break;
 
 		rc = mu__stream_recv(c->st, buf, len, &n);
 		if (rc == -EAGAIN) {

@@ -156,12 +156,14 @@ static void mc_data(mu__conn_t *c)
 		return;
 	}
 	end = c->in.len >= 4 ? memmem(c->in.data, c->in.len, "\r\n\r\n", 4) : NULL;
-	if (end == NULL && c->in.len >= MAX_HEAD - 1) {
+	if (end == NULL && c->in.len >= MAX_HEAD) {
 		reply(mc, 431, "text/plain", "request head too large\n", 23, 0, 0);
+		mu__buf_consume(&c->in, c->in.len);
 		return;
 	}
-	if (end != NULL)
-		answer(mc, c->in.data, (size_t)(end - c->in.data));
+	if (end == NULL)
+		return; /* the rest of the head is to come */
+	answer(mc, c->in.data, (size_t)(end - c->in.data));
 	mu__buf_consume(&c->in, c->in.len);
 }
 
@@ -224,7 +226,7 @@ static void on_connection(mu__listener_t *l, mu_stream_t *st)
 	mc->since = mu__clock_ms();
 	mu__list_insert_tail(&ms->conns, &mc->node);
 	ms->nconns++;
-	if (mu__conn_accept(&mc->conn, ms->loop, st, &mc_ops, MAX_HEAD, ms->scratch,
+	if (mu__conn_accept(&mc->conn, ms->loop, st, &mc_ops, 2 * MAX_HEAD, ms->scratch,
 	                    sizeof(ms->scratch), &ms->budget) != 0)
 		return; /* closed through its ops */
 	if (ms->nconns > MAX_CONNS)
