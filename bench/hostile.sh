@@ -35,10 +35,12 @@ wait_port() {
 	exit 1
 }
 
-# run NAME FLOOD PORT: the flood against the running server ($pid)
+# run NAME FLOOD PORT [ARGS]: the flood against the running server ($pid)
 run() {
-	$PYTHON tools/hostile.py "$2" --port "$3" --pid "$pid" --seconds "$DURATION" |
-		$PYTHON -c 'import json,sys; r=json.load(sys.stdin); r["server"]=sys.argv[1]; print(json.dumps(r))' "$1" \
+	name=$1 flood=$2 port=$3
+	shift 3
+	$PYTHON tools/hostile.py "$flood" --port "$port" --pid "$pid" --seconds "$DURATION" "$@" |
+		$PYTHON -c 'import json,sys; r=json.load(sys.stdin); r["server"]=sys.argv[1]; print(json.dumps(r))' "$name" \
 		>>"$out/results"
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
@@ -62,6 +64,23 @@ for flood in stage-info stage-forward; do
 	pid=$!
 	run stage $flood "$(wait_port "$out/log" 'serving on [0-9.]+:[0-9]+')"
 done
+# holders (issue 22): 3 connections of 70 bytes declaring 300 MiB each; 64
+# connections that idle after one INFO; one connection that opens every
+# sequence of an LLM stage; 16 idle holders of a --metrics port
+"$MUSTER" stage --model "$out/model" --stage 0 --of 1 --port 0 >"$out/log" 2>&1 &
+pid=$!
+run stage stage-declare "$(wait_port "$out/log" 'serving on [0-9.]+:[0-9]+')" --conns 3
+"$MUSTER" stage --model "$out/model" --stage 0 --of 1 --port 0 >"$out/log" 2>&1 &
+pid=$!
+run stage stage-idle "$(wait_port "$out/log" 'serving on [0-9.]+:[0-9]+')"
+"$MUSTER" stage --model models/stories260K/stories260K.bin --stage 0 --of 1 --port 0 \
+	--threads 1 >"$out/log" 2>&1 &
+pid=$!
+run "llm stage" stage-seqs "$(wait_port "$out/log" 'serving on [0-9.]+:[0-9]+')"
+"$MUSTER" stage --model "$out/model" --stage 0 --of 1 --port 0 --metrics 127.0.0.1:0 \
+	>"$out/log" 2>&1 &
+pid=$!
+run metrics metrics-idle "$(wait_port "$out/log" 'metrics on http://[0-9.]+:[0-9]+')"
 # an md agent's P2P listener: it publishes to itself, then holds
 mport=$(free_port)
 "$MUSTER" md publish --name hostile --value metadata --listen-port "$mport" \
@@ -75,6 +94,9 @@ run "md P2P" md-send "$mport"
 pid=$!
 dport=$(wait_port "$out/log" 'Bind to [0-9.]+:[0-9]+')
 run device device-info "$dport"
+"$MUSTER" server --host 127.0.0.1 --port 0 >"$out/log" 2>&1 &
+pid=$!
+run device device-session "$(wait_port "$out/log" 'Bind to [0-9.]+:[0-9]+')"
 "$MUSTER" server --host 127.0.0.1 --port 0 >"$out/log" 2>&1 &
 pid=$!
 run "device md" md-send "$(wait_port "$out/log" 'P2P listener on [0-9.]+:[0-9]+')"
@@ -92,7 +114,9 @@ $PYTHON - "$out/results" "$DURATION" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 mib = lambda kib: f"{kib / 1024:.1f} MiB"
-print(f"== hostile peers: one client pipelining requests for {sys.argv[2]} s, reading nothing")
+print(f"== hostile peers for {sys.argv[2]} s: one client pipelining requests and reading nothing,"
+      " or holders that take memory or slots and say nothing (the -declare, -idle, -seqs and"
+      " -session floods)")
 print(f"  {'server':<11} {'flood':<20} {'idle RSS':>10} {'peak RSS':>10} {'grown':>10}  other client")
 for r in rows:
     served = r["probes"] - len(r["probe_failures"])

@@ -387,9 +387,123 @@ class ServeBigBody(Flood):
         return ServeIdleHolders.probe(self)
 
 
+# ---- holders: peers that take memory or slots and then say nothing ----
+
+class StageDeclare(StageInfo):
+    """A FORWARD header and a frame header that declare a 300 MiB tensor
+    (under --max-frame 1G), and one byte of it: 70 bytes per connection
+    (issue 22 item 4: it used to calloc the whole tensor at once)."""
+    name = "stage-declare"
+    DECLARED = 300 << 20
+
+    def open(self):
+        s = connect(self.port, self.host)
+        name = b"x"
+        head = (struct.pack("<II", 1, len(name)) + name + struct.pack("<I", 1)
+                + struct.pack("<QQ", self.DECLARED // 4, self.DECLARED // 4))
+        s.sendall(b"MUPL" + struct.pack("<HHiIQQQ", 1, STAGE_FORWARD, 0, 0, 1, 0,
+                                        len(head) + self.DECLARED) + head + b"\0")
+        self.socks.append(s)
+
+    def chunk(self):
+        return None
+
+
+class StageIdle(StageInfo):
+    """64 connections (the stage's --max-connections) that each send one
+    INFO, read the reply, then idle (issue 22 item 5)."""
+    name = "stage-idle"
+
+    def open(self):
+        for i in range(64):
+            s = connect(self.port, self.host)
+            s.sendall(stage_header(STAGE_INFO, i + 1))
+            h = recv_exact(s, 40)
+            recv_exact(s, struct.unpack("<Q", h[32:40])[0])
+            self.socks.append(s)
+
+    def chunk(self):
+        return None
+
+
+class StageSeqs(StageInfo):
+    """One connection that opens as many sequences of an LLM stage as it
+    is let (8, --max-sequences by default), then idles; the probe is
+    another coordinator opening one."""
+    name = "stage-seqs"
+
+    def seq(self, s, mtype, rid, aux, body=b""):
+        s.sendall(b"MUPL" + struct.pack("<HHiIQQQ", 1, mtype, 0, 0, rid, aux, len(body)) + body)
+        h = recv_exact(s, 40)
+        recv_exact(s, struct.unpack("<Q", h[32:40])[0])
+        return struct.unpack("<H", h[6:8])[0]
+
+    def open(self):
+        s = connect(self.port, self.host)
+        for i in range(8):
+            self.seq(s, 10, i + 1, i + 1, b'{"ctx": 64}')
+        self.socks.append(s)
+
+    def chunk(self):
+        return None
+
+    def probe(self):
+        self.rid += 1
+        with connect(self.port, self.host) as s:
+            t = self.seq(s, 10, 1, 1000 + self.rid, b'{"ctx": 64}')
+            if t != 9:  # READY
+                return f"SEQ_OPEN answered type {t}"
+            self.seq(s, 12, 2, 1000 + self.rid)
+            return True
+
+
+class MetricsIdle(Flood):
+    """16 connections to a --metrics port that send nothing."""
+    name = "metrics-idle"
+
+    def open(self):
+        for _ in range(16):
+            self.socks.append(connect(self.port, self.host))
+
+    def chunk(self):
+        return None
+
+    def probe(self):
+        with connect(self.port, self.host) as s:
+            s.settimeout(2.0)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            got = s.recv(64)
+            return True if got.startswith(b"HTTP/1.1 200") else f"scrape answered {got[:40]!r}"
+
+
+class DeviceSession(DeviceInfo):
+    """A session on a standalone device server whose client then says
+    nothing (issue 22 item 8); the probe is a new handshake, which must
+    be answered (SUCCESS, or MISMATCH saying the device is busy) within
+    15 s."""
+    name = "device-session"
+
+    def open(self):
+        s = connect(self.port, self.host)
+        self.hello(s)
+        self.socks.append(s)
+
+    def chunk(self):
+        return None
+
+    def probe(self):
+        with connect(self.port, self.host) as s:
+            s.settimeout(15.0)
+            key = b"client:"
+            s.sendall(RPC_MAGIC + struct.pack("<i", len(key)) + key)
+            code = recv_exact(s, 4)
+            return True if code in (RPC_MAGIC, struct.pack("<i", 0xFF273)) else f"code {code!r}"
+
+
 FLOODS = {f.name: f for f in (TrackerPing, StorePing, StoreWatchFanout, StoreWatchKeys,
                               StageInfo, StageForward, MdSend, DeviceInfo, ServeIdleHolders,
-                              ServeBigBody)}
+                              ServeBigBody, StageDeclare, StageIdle, StageSeqs, MetricsIdle,
+                              DeviceSession)}
 
 
 # ---- running one ----

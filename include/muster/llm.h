@@ -336,6 +336,12 @@ typedef struct {
 	uint64_t kv_bytes;    /* KV cache all sequences may reserve; past it
 	                       * SEQ_OPEN gets an ERROR. Default 1 GiB */
 	int max_chunk;        /* positions per forward at most; default 256 */
+	int max_seqs_per_conn;/* of max_seqs, open by one connection at most
+	                       * (so one peer cannot take them all); default
+	                       * 0: half of max_seqs, at least 1 */
+	int seq_idle_ms;      /* a sequence no forward ran this long is
+	                       * closed when another is opened; default
+	                       * 600000; <= 0 never */
 } mu_llm_stage_opts_t;
 
 MU_EXTERN void mu_llm_stage_opts_init_size(mu_llm_stage_opts_t *o, size_t size);

@@ -77,9 +77,10 @@ typedef struct {
 	                          * or is refused (ERROR, MU_ETOOBIG) */
 	int io_timeout_ms;       /* a read or write that makes no progress for
 	                          * this long closes the connection; 30000 */
-	int idle_timeout_ms;     /* a connection idle between messages; default
-	                          * -1: kept (a coordinator's connection idles
-	                          * between runs) */
+	int idle_timeout_ms;     /* a connection idle between messages this
+	                          * long is closed (ERROR, -ETIMEDOUT); at the
+	                          * limit the longest idle makes room for a
+	                          * newcomer. Default 300000; <= 0 never */
 	int silent_timeout_ms;   /* a connection that sends nothing this long
 	                          * after connecting is closed (ERROR,
 	                          * -ETIMEDOUT); default 30000; <= 0 never */
@@ -93,6 +94,9 @@ typedef struct {
 	                          * It must outlive the server */
 	const mu_secure_t *sec;  /* TLS / shared secret (muster/stream.h);
 	                          * NULL: plain TCP. Must outlive the server */
+	int body_timeout_ms;     /* a message must arrive whole within this
+	                          * of its first byte, however it trickles;
+	                          * default 120000; <= 0 never */
 } mu_stage_server_opts_t;
 
 MU_EXTERN void mu_stage_server_opts_init_size(mu_stage_server_opts_t *o, size_t size);

@@ -189,9 +189,10 @@ MU_EXTERN const char *mu_serve_chat_family(int i);
 /*
  * GET (and HEAD) /metrics answers the registry's text (mu_metrics_render,
  * rendered at each scrape), / a line pointing there, anything else 404,
- * another method 405. At most 16 scrapers at once, 64 KiB of request body
- * (none is needed) and 10 s to send a request: a scraper is no peer to
- * budget further.
+ * another method 405, each on a connection of its own (Connection:
+ * close). At most 16 connections at once: past that a new one displaces
+ * the oldest still waiting for its request, so idle holders cannot stop
+ * scrapes. A request head is at most 8 KiB, sent within 10 s.
  */
 typedef struct mu_metrics_server_s mu_metrics_server_t;
 

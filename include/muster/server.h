@@ -87,6 +87,15 @@ typedef struct {
 	 * (docs/internals/budgets.md); a session's stream holds back at most
 	 * MU_STREAM_MAX_BACK besides. Default: mu_budget_init's. */
 	mu_budget_t budget;
+	/*
+	 * Standalone: seconds a client whose handshake is good waits in line
+	 * while another's session runs. Past it the client is answered
+	 * RPC_CODE_MISMATCH (TVM's "no server for you", so its clients retry
+	 * or fail) followed by muster's reason, int32 N + N bytes "busy: ...",
+	 * which mu_session_connect reports as -EBUSY. Default 10; 0: wait as
+	 * long as the session runs.
+	 */
+	double queue_timeout;
 } mu_server_opts_t;
 
 MU_EXTERN void mu_server_opts_init_size(mu_server_opts_t *o, size_t size);
@@ -185,7 +194,9 @@ MU_EXTERN int mu_session_unread(mu_session_t *s, const void *buf, size_t n);
  * session_timeout > 0 asks the server to end the session after that many
  * seconds. sec: TLS and/or the shared secret (NULL: plain TCP; the server
  * must be configured alike). MU_EMISMATCH when the server refuses the
- * matchkey, MU_EAUTH / MU_ETLS when it refuses us (or we it).
+ * matchkey, -EBUSY when a standalone muster server's session slot stayed
+ * taken for its queue_timeout, MU_EAUTH / MU_ETLS when it refuses us (or
+ * we it).
  */
 MU_EXTERN int mu_session_connect(const char *host, int port,
                                  const char *matchkey, double session_timeout,

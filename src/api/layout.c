@@ -49,7 +49,7 @@ static const mu__layout_field_t server_opts[] = {
 	F(mu_server_opts_t, retry_max), F(mu_server_opts_t, defer_register),
 	F(mu_server_opts_t, on_session), F(mu_server_opts_t, ud),
 	F(mu_server_opts_t, metrics), F(mu_server_opts_t, sec),
-	F(mu_server_opts_t, budget), {0}};
+	F(mu_server_opts_t, budget), F(mu_server_opts_t, queue_timeout), {0}};
 
 static const mu__layout_field_t store_server_opts[] = {
 	F(mu_store_server_opts_t, struct_size), F(mu_store_server_opts_t, host),
@@ -98,7 +98,7 @@ static const mu__layout_field_t stage_server_opts[] = {
 	F(mu_stage_server_opts_t, idle_timeout_ms), F(mu_stage_server_opts_t, silent_timeout_ms),
 	F(mu_stage_server_opts_t, max_frame_bytes), F(mu_stage_server_opts_t, name),
 	F(mu_stage_server_opts_t, budget), F(mu_stage_server_opts_t, metrics),
-	F(mu_stage_server_opts_t, sec), {0}};
+	F(mu_stage_server_opts_t, sec), F(mu_stage_server_opts_t, body_timeout_ms), {0}};
 
 static const mu__layout_field_t device_opts[] = {
 	F(mu_device_opts_t, struct_size), F(mu_device_opts_t, key),
@@ -130,7 +130,8 @@ static const mu__layout_field_t llm_stage_opts[] = {
 	F(mu_llm_stage_opts_t, index), F(mu_llm_stage_opts_t, of),
 	F(mu_llm_stage_opts_t, first), F(mu_llm_stage_opts_t, last),
 	F(mu_llm_stage_opts_t, threads), F(mu_llm_stage_opts_t, max_seqs),
-	F(mu_llm_stage_opts_t, kv_bytes), F(mu_llm_stage_opts_t, max_chunk), {0}};
+	F(mu_llm_stage_opts_t, kv_bytes), F(mu_llm_stage_opts_t, max_chunk),
+	F(mu_llm_stage_opts_t, max_seqs_per_conn), F(mu_llm_stage_opts_t, seq_idle_ms), {0}};
 
 static const mu__layout_field_t llm_plan_opts[] = {
 	F(mu_llm_plan_opts_t, struct_size), F(mu_llm_plan_opts_t, stages),

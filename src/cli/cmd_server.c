@@ -76,9 +76,10 @@ static int settle(server_args_t *a)
 		return 2;
 	}
 	if (!(a->o.session_timeout >= 0 && a->o.session_timeout <= 2000000) ||
-	    !(a->o.handshake_timeout >= 0)) {
-		fprintf(stderr, "muster server: --session-timeout must be 0 to 2000000 seconds "
-		        "and --handshake-timeout >= 0\n");
+	    !(a->o.handshake_timeout >= 0) ||
+	    !(a->o.queue_timeout >= 0 && a->o.queue_timeout <= 2000000)) {
+		fprintf(stderr, "muster server: --session-timeout and --queue-timeout must be 0 to "
+		        "2000000 seconds and --handshake-timeout >= 0\n");
 		return 2;
 	}
 	if (a->threads < 1 || a->md_port < 0 || a->md_port > 65535) {
@@ -183,6 +184,7 @@ int cmd_server(int argc, char **argv)
 		{"custom-addr", OPT_STR, &o->custom_addr, "ADDR", "address the tracker gives clients instead of the one it sees"},
 		{"quiet", OPT_FLAG, &o->silent, NULL, "log only warnings and errors (TVM's --silent works too)"},
 		{"handshake-timeout", OPT_DOUBLE, &o->handshake_timeout, "SECONDS", "close a client that has not finished its handshake (default 10)"},
+		{"queue-timeout", OPT_DOUBLE, &o->queue_timeout, "SECONDS", "standalone: a client that arrives while another's session runs waits this long in line, then is told the device is busy (default 10; 0: as long as the session runs)"},
 		{"session-timeout", OPT_DOUBLE, &o->session_timeout, "SECONDS", "end a session whose client sends nothing, or reads nothing, for this long (default 300; 0: never)"},
 		{"mem", OPT_STR, &a.mem, "SIZE", "memory for a stage's weights, e.g. 2G (default: what the machine has available now)"},
 		{"model", OPT_STR, &a.models, "PATH[,PATH...]", "models this device holds a copy of (stages load from them instead of being streamed): graph model directories, or LLM checkpoints (GGUF, HF directory, llama2.c)"},

@@ -74,20 +74,23 @@ int cmd_stage_llm(int argc, char **argv)
 	mu_stage_t *s;
 	char err[1024], archs[160], about[640];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	cli_opt_t opts[9 + CLI_STAGE_NOPTS] = {
+	int seq_idle = 600;
+	cli_opt_t opts[11 + CLI_STAGE_NOPTS] = {
 		{"model", OPT_STR, &path, "PATH", "the checkpoint: a GGUF file, an HF directory or a llama2.c .bin"},
 		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
 		{"of", OPT_INT, &of, "N", "the layers are split into N stages balanced by weight bytes"},
 		{"layers", OPT_STR, &layers, "A:B", "instead of --of: serve layers A to B-1 (A = 0 embeds tokens; B = the layer count has the head)"},
 		{"threads", OPT_INT, &lo.threads, "N", "compute threads (default: the machine's cores)"},
 		{"max-sequences", OPT_INT, &lo.max_seqs, "N", "sequences open at once, from all coordinators (default 8)"},
+		{"max-sequences-per-connection", OPT_INT, &lo.max_seqs_per_conn, "N", "of them, open by one connection at most, so one coordinator cannot take them all (default: half of --max-sequences, at least 1)"},
+		{"sequence-idle-timeout", OPT_INT, &seq_idle, "SECONDS", "close a sequence no forward ran for this long, when another is opened (default 600; 0: never)"},
 		{"kv-mem", OPT_STR, &kv, "SIZE", "KV cache all sequences may reserve (default 1G); past it SEQ_OPEN gets an ERROR"},
 		{"chunk", OPT_INT, &lo.max_chunk, "N", "positions per forward at most (default 256)"},
 		{"tokenizer", OPT_STR, &tok, "FILE", "ignored by a stage (the coordinator tokenizes); accepted for symmetry"},
 	};
 	cli_cmd_t cmd = {
 		"muster stage --model CHECKPOINT --stage I (--of N | --layers A:B) [options]",
-		about, opts, 9, 0, 0};
+		about, opts, 11, 0, 0};
 
 	/* the architectures from the library's table, not a list of our own */
 	mu_llm_architectures(0, archs, sizeof(archs));
@@ -103,7 +106,7 @@ int cmd_stage_llm(int argc, char **argv)
 	mu_llm_stage_opts_init(&lo);
 	lo.threads = cpus > 0 ? (int)cpus : 1;
 	cli_stage_args_init(&sa, 60);
-	cmd.nopts += cli_stage_args_opts(&sa, opts + 9);
+	cmd.nopts += cli_stage_args_opts(&sa, opts + 11);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -114,7 +117,8 @@ int cmd_stage_llm(int argc, char **argv)
 		return 2;
 	}
 	if (path == NULL || (index < 0 && layers == NULL) || (of < 1 && layers == NULL) ||
-	    lo.threads < 1 || lo.max_seqs < 1 || lo.max_chunk < 1 ||
+	    lo.threads < 1 || lo.max_seqs < 1 || lo.max_chunk < 1 || lo.max_seqs_per_conn < 0 ||
+	    seq_idle < 0 || seq_idle > 2000000 ||
 	    cli_parse_size(kv, &lo.kv_bytes) != 0) {
 		fprintf(stderr, "muster stage: needs --model PATH and --stage I with --of N, or "
 		                "--layers A:B; sizes like 512M (see --help)\n");
@@ -125,6 +129,7 @@ int cmd_stage_llm(int argc, char **argv)
 	if (of < 1)
 		of = 1;
 	cli_block_signals();
+	lo.seq_idle_ms = seq_idle * 1000;
 	lo.tokenizer = tok;
 	lo.index = index;
 	lo.of = of;

@@ -21,6 +21,8 @@ void cli_stage_args_init(cli_stage_args_t *a, int io_timeout)
 	cli_svc_init(&a->sv);
 	a->io_timeout = io_timeout;
 	a->silent_timeout = 30;
+	a->idle_timeout = 300;
+	a->body_timeout = 120;
 	a->max_conns = 64;
 	a->max_frame = "1G";
 }
@@ -34,6 +36,8 @@ int cli_stage_args_opts(cli_stage_args_t *a, cli_opt_t *out)
 		{"requests", OPT_INT, &a->requests, "N", "exit after serving N forwards (default 0: serve until stopped)"},
 		{"io-timeout", OPT_INT, &a->io_timeout, "SECONDS", help},
 		{"silent-timeout", OPT_INT, &a->silent_timeout, "SECONDS", "close a connection that sends nothing this long after connecting (default 30; 0: never)"},
+		{"idle-timeout", OPT_INT, &a->idle_timeout, "SECONDS", "close a connection idle this long between messages; at --max-connections the longest idle makes room for a newcomer (default 300; 0: never)"},
+		{"body-timeout", OPT_INT, &a->body_timeout, "SECONDS", "close a peer whose message has not arrived whole this long after its first byte, however it trickles (default 120; 0: never)"},
 		{"max-connections", OPT_INT, &a->max_conns, "N", "serve at most N connections; past that a newcomer displaces the oldest that never sent a whole message, or is refused (default 64)"},
 		{"max-frame", OPT_STR, &a->max_frame, "SIZE", "largest tensor data accepted in one message (default 1G)"},
 		CLI_BUDGET_OPTS(a->cb),
@@ -58,15 +62,19 @@ int cli_stage_args_apply(cli_stage_args_t *a, const char *cmd)
 	if (rc != 0 || (rc = cli_secure_apply(cmd, &a->cs, &a->sec)) != 0)
 		return rc;
 	a->o.sec = a->sec;
-	if (a->requests < 0 || a->io_timeout < 1 || a->silent_timeout < 0 || a->max_conns < 1 ||
+	if (a->requests < 0 || a->io_timeout < 1 || a->silent_timeout < 0 || a->idle_timeout < 0 ||
+	    a->body_timeout < 0 || a->idle_timeout > 2000000 || a->body_timeout > 2000000 || a->max_conns < 1 ||
 	    cli_parse_size(a->max_frame, &mf) != 0) {
-		fprintf(stderr, "%s: --requests >= 0, --io-timeout >= 1, --silent-timeout >= 0, "
+		fprintf(stderr, "%s: --requests >= 0, --io-timeout >= 1, --silent-timeout, --idle-timeout and "
+		        "--body-timeout >= 0, "
 		        "--max-connections >= 1 and --max-frame a size like 1G (see --help)\n", cmd);
 		return 2;
 	}
 	a->o.requests = (unsigned long)a->requests;
 	a->o.io_timeout_ms = a->io_timeout * 1000;
 	a->o.silent_timeout_ms = a->silent_timeout * 1000;
+	a->o.idle_timeout_ms = a->idle_timeout * 1000;
+	a->o.body_timeout_ms = a->body_timeout * 1000;
 	a->o.max_conns = a->max_conns;
 	a->o.max_frame_bytes = mf;
 	return cli_svc_start(&a->sv, cmd, MU_LOG_INFO);

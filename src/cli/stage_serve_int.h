@@ -10,7 +10,7 @@
 #include "cli/cli_int.h"
 #include "cli/svc_int.h"
 
-#define CLI_STAGE_NOPTS (16 + CLI_SVC_NOPTS) /* two of them aliases */
+#define CLI_STAGE_NOPTS (18 + CLI_SVC_NOPTS) /* two of them aliases */
 
 typedef struct {
 	mu_stage_server_opts_t o;
@@ -18,7 +18,7 @@ typedef struct {
 	cli_secure_t cs;
 	mu_secure_t *sec;        /* from cs; freed by cli_stage_serve */
 	cli_svc_t sv;
-	int io_timeout, silent_timeout, max_conns, requests;
+	int io_timeout, silent_timeout, idle_timeout, body_timeout, max_conns, requests;
 	const char *max_frame;
 	char name[64];
 	char io_help[96];

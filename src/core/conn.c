@@ -10,6 +10,7 @@
  * loop turn (never inside the call that queued them).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/ioctl.h>
@@ -374,8 +375,16 @@ static void do_read(mu__conn_t *c)
 	int i, rc;
 
 	for (i = 0; i < READS_PER_EVENT && c->reading && !c->closing; i++) {
-		size_t len, n = 0;
+		size_t len, n = 0, room = c->in.max > c->in.len ? c->in.max - c->in.len : 0;
 		char *buf = read_space(c, &len);
+
+		/* the owner yielded with input left (mu__conn_yield): read no
+		 * more than c->in holds until its next turn, rather than close
+		 * a pipelining peer for a slow loop */
+		if (!c->direct && !c->draining && len > room)
+			len = room;
+		if (len == 0)
+			break;
 
 		rc = mu__stream_recv(c->st, buf, len, &n);
 		if (rc == -EAGAIN) {
@@ -524,6 +533,25 @@ void mu__conn_input(mu__conn_t *c, size_t bytes)
 	c->in_owner = bytes;
 	mu__conn_charge(c->budget, c->in_bytes);
 	mu__conn_note_peak(c);
+}
+
+int mu__conn_input_admit(mu__conn_t *c, size_t bytes, char *why, size_t wl)
+{
+	mu__budget_t *b = c->budget;
+	size_t others = b->total - c->in_owner;
+
+	if (bytes > b->lim.conn_bytes || others > b->lim.total_bytes - bytes) {
+		snprintf(why, wl, bytes > b->lim.conn_bytes
+		         ? "%.1f MiB, more than one peer may make this server hold (--conn-budget "
+		           "%.1f MiB)"
+		         : "%.1f MiB, more than fits the server's total budget (--total-budget %.1f MiB; "
+		           "all peers hold %.1f MiB)", mu__mib(bytes),
+		         mu__mib(bytes > b->lim.conn_bytes ? b->lim.conn_bytes : b->lim.total_bytes),
+		         mu__mib(others));
+		return MU_ETOOBIG;
+	}
+	mu__conn_input(c, bytes);
+	return 0;
 }
 
 void mu__conn_kick(mu__conn_t *c)

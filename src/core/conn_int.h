@@ -189,6 +189,16 @@ void mu__conn_own(mu__conn_t *c, size_t bytes);
  */
 void mu__conn_input(mu__conn_t *c, size_t bytes);
 
+/*
+ * Before holding a partial request of `bytes` outside c->in (what a
+ * peer's header declares, charged before anything is allocated): 0 and
+ * it is charged as mu__conn_input does, or MU_ETOOBIG when it is more
+ * than one connection's budget or does not fit the server's total with
+ * what every peer holds; then why says which ("300.0 MiB, more than
+ * ..."), nothing is charged, and the owner refuses the request.
+ */
+int mu__conn_input_admit(mu__conn_t *c, size_t bytes, char *why, size_t wl);
+
 /* Everything the server holds for the peer now, as counted. */
 size_t mu__conn_held(const mu__conn_t *c);
 

@@ -18,6 +18,7 @@
 #include "muster/common.h"
 #include "core/alloc_int.h"
 #include "core/error_int.h"
+#include "core/time_int.h"
 #include "llm/arch_int.h"
 #include "llm/llm_int.h"
 #include "llm/ops_int.h"
@@ -26,6 +27,7 @@ typedef struct {
 	uint64_t owner, id;
 	int32_t ctx, len;
 	float *kv;            /* [layers held][2][ctx][kv_dim] */
+	double used;          /* opened or last run (mu__clock_ms) */
 } seq_t;
 
 struct mu__dec_s {
@@ -232,6 +234,15 @@ static seq_t *find_seq(const mu__dec_t *d, uint64_t owner, uint64_t id)
 	return NULL;
 }
 
+static int owned(const mu__dec_t *d, uint64_t owner)
+{
+	int i, n = 0;
+
+	for (i = 0; i < d->nseqs; i++)
+		n += d->seqs[i].owner == owner;
+	return n;
+}
+
 int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, char *why,
                      size_t wl)
 {
@@ -247,6 +258,10 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, cha
 	if (d->nseqs >= d->o.max_seqs)
 		return mu__why(why, wl, MU_ETOOBIG, "%d sequences are open, the most this stage keeps "
 		               "(--max-sequences)", d->nseqs);
+	if (d->o.max_per_owner > 0 && owned(d, owner) >= d->o.max_per_owner)
+		return mu__why(why, wl, MU_ETOOBIG, "this connection has %d sequences open, its share "
+		               "of the %d this stage keeps (--max-sequences-per-connection)",
+		               owned(d, owner), d->o.max_seqs);
 	need = mu__dec_kv_per_seq(d, ctx);
 	if (need > d->o.kv_bytes - d->kv_used || d->kv_used > d->o.kv_bytes)
 		return mu__why(why, wl, MU_ETOOBIG, "a KV cache of %llu bytes for %d positions does not "
@@ -263,6 +278,7 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, cha
 	s->id = id;
 	s->ctx = ctx;
 	s->len = 0;
+	s->used = mu__clock_ms();
 	d->nseqs++;
 	d->kv_used += need;
 	return 0;
@@ -283,6 +299,21 @@ int mu__dec_seq_close(mu__dec_t *d, uint64_t owner, uint64_t id)
 		return -ENOENT;
 	drop_seq(d, s);
 	return 0;
+}
+
+int mu__dec_seq_expire(mu__dec_t *d, double now_ms)
+{
+	int i = 0, n = 0;
+
+	while (d->o.idle_ms > 0 && i < d->nseqs) {
+		if (now_ms - d->seqs[i].used >= d->o.idle_ms) {
+			drop_seq(d, &d->seqs[i]);
+			n++;
+		} else {
+			i++;
+		}
+	}
+	return n;
 }
 
 int mu__dec_seq_close_owner(mu__dec_t *d, uint64_t owner)
@@ -356,6 +387,7 @@ static int32_t plan_rows(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it,
 		seqs[i] = find_seq(d, owner, it[i].id);
 		if ((rc = check_item(d, seqs[i], &it[i], why, wl)) != 0)
 			return rc;
+		seqs[i]->used = mu__clock_ms();
 		for (j = 0; j < i; j++)
 			if (seqs[j] == seqs[i])
 				return mu__why(why, wl, MU_EARG, "sequence %llu appears twice in one call",

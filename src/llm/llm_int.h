@@ -207,6 +207,9 @@ typedef struct {
 	int max_seqs;         /* open sequences at once */
 	uint64_t kv_bytes;    /* KV memory all sequences may reserve */
 	int max_chunk;        /* tokens per forward call (prefill chunk) */
+	int max_per_owner;    /* open sequences of one owner; 0: max_seqs */
+	int idle_ms;          /* mu__dec_seq_expire closes sequences unused
+	                       * this long; 0: never */
 } mu__dec_opts_t;
 
 /*
@@ -227,11 +230,17 @@ void mu__dec_free(mu__dec_t *d);
  * and a peer that goes away takes its sequences with it.
  *
  * Reserve a sequence's KV cache for ctx positions. MU_ETOOBIG with why
- * when max_seqs or kv_bytes would be passed, or ctx is over the model's
+ * when max_seqs, the owner's share (max_per_owner) or kv_bytes would be
+ * passed, or ctx is over the model's
  * trained context; -EEXIST for an id already open.
  */
 int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx,
                      char *why, size_t wl);
+/*
+ * Close the sequences not opened or run for o.idle_ms before now_ms (a
+ * peer that opened them and went quiet); how many (0 without idle_ms).
+ */
+int mu__dec_seq_expire(mu__dec_t *d, double now_ms);
 /* Free it; -ENOENT when unknown. */
 int mu__dec_seq_close(mu__dec_t *d, uint64_t owner, uint64_t id);
 /* Free every sequence of owner; how many there were. */

@@ -165,21 +165,35 @@ int mu__msg_recv(mu__chan_t *c, mu__msg_t *m, int wait_ms)
 	return rc;
 }
 
+/* A body's buffer grows from this, doubling as its bytes come: a header
+ * that declares 64 MiB and sends little holds little. */
+#define BODY_GROW ((size_t)64 << 10)
+
 int mu__msg_recv_body(mu__chan_t *c, const mu__msg_t *m, char **body)
 {
-	char *b = mu__malloc((size_t)m->len + 1);
+	size_t n = (size_t)m->len, have = 0, step;
+	char *b = NULL, *nb;
 	int rc;
 
 	*body = NULL;
 	c->got = 0;
-	if (b == NULL)
-		return MU_ENOMEM;
-	rc = read_exact(c, b, (size_t)m->len, c->io_ms, 0);
-	if (rc != 0) {
-		mu__free(b);
-		return rc;
-	}
-	b[m->len] = '\0';
+	do {
+		step = have < BODY_GROW ? BODY_GROW : have;
+		if (step > n - have)
+			step = n - have;
+		if ((nb = mu__realloc(b, have + step + 1)) == NULL) {
+			mu__free(b);
+			return MU_ENOMEM;
+		}
+		b = nb;
+		rc = read_exact(c, b + have, step, c->io_ms, have);
+		if (rc != 0) {
+			mu__free(b);
+			return rc;
+		}
+		have += step;
+	} while (have < n);
+	b[n] = '\0';
 	*body = b;
 	return 0;
 }
@@ -220,6 +234,10 @@ int mu__msg_recv_frame(mu__chan_t *c, const mu__msg_t *m, mu_tensor_list_t *out)
 		}
 		/* headers through a scratch buffer, exactly as many bytes as the
 		 * field needs; tensor data straight into the tensor */
+		if (dst == NULL && r.state == FR_DATA) {
+			rc = MU_ENOMEM; /* its storage could not grow */
+			break;
+		}
 		if (dst == NULL) {
 			dst = small;
 			room = r.need - r.have;

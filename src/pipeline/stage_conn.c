@@ -280,17 +280,39 @@ static void sc_reset(sconn_t *sc)
 	mu__buf_reset(&sc->text);
 	sc->state = SC_HEADER;
 	sc->left = 0;
+	sc->deadline = 0;
+	sc->why[0] = '\0';
 }
 
-/* Progress on a message restarts the stall clock; between messages the
- * idle limit (if any) applies, before the first one the silent limit. */
+/* Progress on a message restarts the stall clock, within the message's
+ * deadline (from its first byte); between messages the idle limit (if
+ * any) applies, before the first one the silent limit. */
 static void arm_timer(sconn_t *sc)
 {
 	int idle = sc->state == SC_HEADER && sc->conn.in.len == 0;
 	int ms = !idle ? sc->srv->o.io_timeout_ms
 	         : sc->nmsgs == 0 ? sc->srv->o.silent_timeout_ms : sc->srv->o.idle_timeout_ms;
+	double now = mu__clock_ms();
 
+	if (!idle && sc->deadline == 0 && sc->srv->o.body_timeout_ms > 0)
+		sc->deadline = now + sc->srv->o.body_timeout_ms;
+	if (!idle && sc->deadline > 0 && (ms <= 0 || sc->deadline - now < ms))
+		ms = sc->deadline - now < 1 ? 1 : (int)(sc->deadline - now);
+	if (idle)
+		sc->last_msg = now;
 	mu__conn_timer(&sc->conn, ms > 0 ? (uint64_t)ms : 0);
+}
+
+/* The frame reader asks before a tensor's storage is allocated: what the
+ * frame declares so far (and the text held) must fit the budgets. */
+static int sc_admit(void *ud, uint64_t declared)
+{
+	sconn_t *sc = ud;
+	size_t n = mu__buf_footprint(&sc->text);
+
+	if (declared > SIZE_MAX - n)
+		declared = SIZE_MAX - n;
+	return mu__conn_input_admit(&sc->conn, n + (size_t)declared, sc->why, sizeof(sc->why));
 }
 
 static void frame_progress(sconn_t *sc, int rc)
@@ -299,6 +321,11 @@ static void frame_progress(sconn_t *sc, int rc)
 		rc = MU_EPROTO; /* the frame ended inside the body */
 	else if (rc == 0 && sc->left == 0)
 		rc = MU_EPROTO; /* the body ended inside the frame */
+	if (rc < 0 && sc->why[0] != '\0') {
+		mu__sconn_fail(sc, rc, "the %s frame declares tensors of %s", mu__msg_type_name(sc->m.type),
+		               sc->why);
+		return;
+	}
 	if (rc < 0) {
 		mu__sconn_fail(sc, rc, "bad %s frame: %s", mu__msg_type_name(sc->m.type), mu_strerror(rc));
 		return;
@@ -327,6 +354,8 @@ static void start_body(sconn_t *sc)
 		mu_frame_limits_init(&lim);
 		lim.max_bytes = sc->srv->o.max_frame_bytes;
 		mu__frame_reader_init(&sc->fr, &lim);
+		sc->fr.admit = sc_admit;
+		sc->fr.admit_ud = sc;
 		sc->fr_live = 1;
 		sc->state = SC_FRAME;
 		if (sc->left == 0)
@@ -466,6 +495,15 @@ static void sc_timeout(mu__conn_t *c)
 
 	if (sc->state == SC_BUSY)
 		return; /* not armed while a reply is due */
+	if ((sc->state != SC_HEADER || c->in.len > 0) && sc->deadline > 0 &&
+	    mu__clock_ms() >= sc->deadline - 1) {
+		mu__sconn_fail(sc, -ETIMEDOUT, "%s: %llu of %llu bytes came in %g s (--body-timeout)",
+		               sc->state == SC_HEADER ? "a message header was cut short"
+		               : "a message body was cut short", (unsigned long long)(sc->state == SC_HEADER
+		               ? c->in.len : sc->m.len - sc->left), (unsigned long long)(sc->state ==
+		               SC_HEADER ? MU_MSG_HEADER : sc->m.len), sc->srv->o.body_timeout_ms / 1000.0);
+		return;
+	}
 	if (sc->state != SC_HEADER || c->in.len > 0) {
 		fail_cut_short(sc, -ETIMEDOUT);
 		return;
@@ -475,7 +513,7 @@ static void sc_timeout(mu__conn_t *c)
 		mu__sconn_fail(sc, -ETIMEDOUT, "nothing received in %g s since connecting",
 		          sc->srv->o.silent_timeout_ms / 1000.0);
 	else
-		mu__sconn_fail(sc, -ETIMEDOUT, "idle for %g s since the last message",
+		mu__sconn_fail(sc, -ETIMEDOUT, "idle for %g s since the last message (--idle-timeout)",
 		          sc->srv->o.idle_timeout_ms / 1000.0);
 }
 

@@ -4,11 +4,12 @@
  * (stage_conn.c reads, runs and answers each one's messages); here, its
  * listener, the admission of connections, its metrics and its life.
  *
- * Silent clients cannot lock a stage server: a connection that sends
- * nothing for silent_timeout_ms after connecting is closed, and at the
- * connection limit the oldest one that never completed a message makes
- * room for the newcomer. Only when every connection has done real work is
- * a newcomer refused, with an ERROR saying so.
+ * Silent and idle clients cannot lock a stage server: a connection that
+ * sends nothing for silent_timeout_ms after connecting, or nothing more
+ * for idle_timeout_ms between messages, is closed, and at the connection
+ * limit the oldest one that never completed a message, else the one idle
+ * longest, makes room for the newcomer. Only when every connection is in
+ * the middle of a message is a newcomer refused, with an ERROR saying so.
  */
 
 #include <errno.h>
@@ -40,30 +41,51 @@ void mu__stage_server_counted(mu_stage_server_t *srv)
 }
 
 
+/* Between messages with nothing under way: it may be displaced. */
+static int sc_idle(const mu__sconn_t *sc)
+{
+	return !sc->uncounted && !sc->conn.closing && !sc->conn.draining && !sc->computing &&
+	       sc->state == SC_HEADER && sc->conn.in.len == 0 && mu__list_empty(&sc->conn.wq);
+}
+
 /*
  * Over the limit with newcomer: close the oldest connection that never
- * completed a message (it has done no work and may never do any), or,
- * when every one has, refuse the newcomer.
+ * completed a message (it has done no work and may never do any), else
+ * the one idle longest between messages (a peer that holds a slot and
+ * asks nothing), or, when every one is in the middle of a message,
+ * refuse the newcomer.
  */
 void mu__stage_server_over_limit(mu_stage_server_t *srv, mu__sconn_t *newcomer)
 {
 	mu__list_t *it;
+	mu__sconn_t *idlest = NULL;
 	char why[256];
+	double now = mu__clock_ms();
 
 	mu__list_foreach(it, &srv->conns) {
 		mu__sconn_t *sc = mu__container_of(it, mu__sconn_t, node);
 
-		if (sc == newcomer || sc->uncounted || sc->conn.closing || sc->conn.draining ||
-		    sc->nmsgs > 0 || sc->state == SC_BUSY)
+		if (sc == newcomer || !sc_idle(sc))
 			continue;
-		snprintf(why, sizeof(why), "closed to make room for a new connection: this one sent no "
-		         "whole message in %.1f s and the server is at its limit of %d connections",
-		         (mu__clock_ms() - sc->since) / 1000.0, srv->o.max_conns);
-		mu__sconn_fail(sc, MU_ETOOBIG, "%s", why);
+		if (sc->nmsgs == 0) {
+			snprintf(why, sizeof(why), "closed to make room for a new connection: this one "
+			         "sent no whole message in %.1f s and the server is at its limit of %d "
+			         "connections", (now - sc->since) / 1000.0, srv->o.max_conns);
+			mu__sconn_fail(sc, MU_ETOOBIG, "%s", why);
+			return;
+		}
+		if (idlest == NULL || sc->last_msg < idlest->last_msg)
+			idlest = sc;
+	}
+	if (idlest != NULL) {
+		snprintf(why, sizeof(why), "closed to make room for a new connection: this one was "
+		         "idle for %.1f s, the longest of the %d connections this server serves at "
+		         "most (--max-connections)", (now - idlest->last_msg) / 1000.0, srv->o.max_conns);
+		mu__sconn_fail(idlest, MU_ETOOBIG, "%s", why);
 		return;
 	}
-	snprintf(why, sizeof(why), "too many connections: %d are open and busy, the limit of "
-	         "this server", srv->nconns - 1);
+	snprintf(why, sizeof(why), "too many connections: %d are open and each is in the middle "
+	         "of a message, the limit of this server (--max-connections)", srv->nconns - 1);
 	mu__sconn_fail(newcomer, MU_ETOOBIG, "%s", why);
 }
 
@@ -90,7 +112,8 @@ static void stage_server_defaults(mu_stage_server_opts_t *o)
 	o->host = "127.0.0.1";
 	o->max_conns = 64;
 	o->io_timeout_ms = 30000;
-	o->idle_timeout_ms = -1;
+	o->idle_timeout_ms = 300000;
+	o->body_timeout_ms = 120000;
 	o->silent_timeout_ms = 30000;
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->name = "stage";

@@ -49,6 +49,9 @@ typedef struct mu__sconn_s {
 	double since;             /* when it connected (mu__clock_ms) */
 	int uncounted;            /* closing after an ERROR: not in nconns */
 	int in_data;              /* inside sc_data: it goes on with the next message */
+	double deadline;          /* the message under way must be in by then (ms); 0 */
+	double last_msg;          /* when it last went idle between messages (ms) */
+	char why[192];            /* why the budget refused the frame under way */
 } mu__sconn_t;
 
 struct mu_stage_server_s {

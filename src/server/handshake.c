@@ -128,6 +128,18 @@ int mu__rpc_reply_encode(mu__buf_t *out, int success, const char *key)
 	return rc;
 }
 
+int mu__rpc_busy_encode(mu__buf_t *out, const char *why)
+{
+	size_t n = strlen(why);
+	int rc = append_le32(out, MU_RPC_CODE_MISMATCH);
+
+	if (rc == 0)
+		rc = append_le32(out, (int32_t)n);
+	if (rc == 0)
+		rc = mu__buf_append(out, why, n);
+	return rc;
+}
+
 int mu__rpc_reply_peek(const void *data, size_t len, int *success,
                        size_t *consumed)
 {

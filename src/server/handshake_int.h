@@ -39,6 +39,13 @@ int mu__rpc_parse_client_key(const char *s, size_t n, const char **mk,
 /* Append the client's hello for matchkey (and -timeout=T when T > 0). */
 int mu__rpc_hello_encode(mu__buf_t *out, const char *matchkey, double timeout);
 
+/*
+ * Append a busy server's answer (docs/protocols/tvm-rpc.md): MISMATCH,
+ * which is all a TVM client reads, then muster's reason, int32 N and N
+ * bytes starting "busy:".
+ */
+int mu__rpc_busy_encode(mu__buf_t *out, const char *why);
+
 /* Append the server's answer: SUCCESS plus "server:KEY", or MISMATCH. */
 int mu__rpc_reply_encode(mu__buf_t *out, int success, const char *key);
 

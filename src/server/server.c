@@ -10,6 +10,7 @@
  * Handshake connection states (hs_conn_t.state):
  *   HELLO    reading RPC_MAGIC, the length and the key string; timer runs
  *   WAITING  standalone only: a good hello, waiting for the session slot
+ *            for at most queue_timeout (then told the device is busy)
  *   ANSWER   reply queued (SUCCESS: hand the stream off after it is
  *            written; MISMATCH: finish the connection after it)
  *   CLOSING  mu__conn_close called; freed by core/conn.c's on_free
@@ -48,6 +49,7 @@ typedef struct {
 	int handed;       /* the stream went to a session */
 	size_t used;      /* bytes of conn.in that were the hello */
 	double timeout;   /* the client's -timeout */
+	double since;     /* WAITING: since when (mu__clock_ms) */
 	mu__buf_t out;    /* the answer, referenced by its write */
 } hs_conn_t;
 
@@ -219,7 +221,12 @@ static void judge(hs_conn_t *c, const char *mk, size_t mklen)
 	} else if (wait) {
 		c->state = HS_WAITING;
 		mu__conn_hold(&c->conn, 1);
-		mu__conn_timer(&c->conn, 0);
+		c->since = mu__clock_ms();
+		mu__conn_timer(&c->conn, s->opts.queue_timeout > 0
+		               ? (uint64_t)(s->opts.queue_timeout * 1000.0) : 0);
+		SLOG(s, MU_LOG_INFO, "%s waits for the session of %s to end (at most %g s)", c->conn.peer,
+		     s->active != NULL ? mu_session_peer(s->active) : "another client",
+		     s->opts.queue_timeout);
 		mu__list_remove(&c->node);
 		mu__list_insert_tail(&s->waiting, &c->node);
 	} else {
@@ -255,9 +262,38 @@ static void hs_data(mu__conn_t *cc)
 	judge(c, mk, mklen);
 }
 
+/* WAITING past queue_timeout: MISMATCH and why, then close. */
+static void answer_busy(hs_conn_t *c)
+{
+	mu_server_t *s = c->s;
+	char why[256];
+	int rc;
+
+	snprintf(why, sizeof(why), "busy: this device serves one session at a time; the session "
+	         "of %s has run %.1f s and %g s of waiting (--queue-timeout) passed",
+	         s->active != NULL ? mu_session_peer(s->active) : "another client",
+	         (mu__clock_ms() - s->session_start) / 1000.0, s->opts.queue_timeout);
+	SLOG(s, MU_LOG_WARN, "%s: told the device is busy: %s", c->conn.peer, why + 6);
+	mu__list_remove(&c->node); /* out of line */
+	c->state = HS_ANSWER;
+	c->success = 0;
+	mu__conn_timer(&c->conn, 0);
+	mu__buf_reset(&c->out);
+	rc = mu__rpc_busy_encode(&c->out, why);
+	if (rc == 0)
+		rc = mu__conn_send(&c->conn, NULL, 0, c->out.data, c->out.len, answer_done, c);
+	if (rc != 0)
+		mu__conn_close(&c->conn, rc);
+}
+
 static void hs_timeout(mu__conn_t *cc)
 {
 	hs_conn_t *c = (hs_conn_t *)cc;
+
+	if (c->state == HS_WAITING) {
+		answer_busy(c);
+		return;
+	}
 
 	SLOG(c->s, MU_LOG_WARN, "%s: no handshake within %g s, closing", cc->peer,
 	     c->s->opts.handshake_timeout);
@@ -352,6 +388,7 @@ static void server_defaults(mu_server_opts_t *o)
 	o->port = 9090;
 	o->port_end = 9199;
 	o->handshake_timeout = 10;
+	o->queue_timeout = 10;
 	o->session_timeout = 300;
 	o->poll_period = 2;
 	o->retry_max = 8;
@@ -370,7 +407,7 @@ static int server_init(mu_server_t *s, const mu_server_opts_t *o)
 {
 	if (o->key == NULL || (o->key[0] == '\0' && o->tracker_host != NULL) ||
 	    o->on_session == NULL ||
-	    o->handshake_timeout < 0 || o->poll_period <= 0 || o->retry_max <= 0 ||
+	    o->handshake_timeout < 0 || !(o->queue_timeout >= 0) || o->poll_period <= 0 || o->retry_max <= 0 ||
 	    !(o->session_timeout >= 0 && o->session_timeout <= INT_MAX / 1000) ||
 	    mu_budget_check(&o->budget) != 0 ||
 	    mu__copy_str(s->host, sizeof(s->host), o->host ? o->host : "0.0.0.0") ||

@@ -172,6 +172,26 @@ static int read_reply(mu_stream_t *st, mu__buf_t *in, int64_t deadline, int *suc
 	}
 }
 
+/*
+ * After MISMATCH: did a muster server say it is busy (int32 N, "busy:
+ * ...")? It closes right after, so this waits at most for its close, and
+ * never past the deadline or 1 s.
+ */
+static int said_busy(mu_stream_t *st, mu__buf_t *in, size_t used, int64_t deadline)
+{
+	int64_t soon = mu__deadline(1000);
+	char tmp[512];
+	size_t r;
+
+	if (deadline >= 0 && deadline < soon)
+		soon = deadline;
+	while (in->len < used + 9 && in->len < MU_RPC_MAX_KEY &&
+	       mu__sock_recv_some(st, tmp, sizeof(tmp), &r, soon) == 0 &&
+	       mu__buf_append(in, tmp, r) == 0)
+		;
+	return in->len >= used + 9 && memcmp(in->data + used + 4, "busy:", 5) == 0;
+}
+
 int mu_session_connect(const char *host, int port, const char *matchkey,
                        double session_timeout, const mu_secure_t *sec,
                        int timeout_ms, mu_session_t **out)
@@ -193,7 +213,7 @@ int mu_session_connect(const char *host, int port, const char *matchkey,
 	if (rc == 0)
 		rc = read_reply(st, &in, deadline, &ok, &used);
 	if (rc == 0 && !ok)
-		rc = MU_EMISMATCH;
+		rc = said_busy(st, &in, used, deadline) ? -EBUSY : MU_EMISMATCH;
 	if (rc == 0) {
 		/* the peer as dialled (a name stays a name in logs) */
 		mu__hostport_text(host, port, st->peer, sizeof(st->peer));

@@ -86,7 +86,36 @@ static void next_tensor(mu__frame_reader_t *r)
 		expect(r, FR_NAME_LEN, 4);
 }
 
-/* numel == product of dims, and its bytes fit the budget: then allocate. */
+/* Storage grows from this many bytes, doubling as the data arrives. */
+#define GROW_FIRST ((uint64_t)64 << 10)
+
+/* Room for more of cur's data: its storage, doubled (up to its declared
+ * size), with what came so far copied over. 64-byte aligned, as
+ * mu_tensor_new's. */
+static int grow(mu__frame_reader_t *r)
+{
+	mu_tensor_t *t = r->cur;
+	uint64_t want = mu_tensor_nbytes(t), cap = r->cap == 0 ? GROW_FIRST : 2 * r->cap;
+	void *mem;
+	char *raw;
+
+	if (cap > want)
+		cap = want;
+	mem = mu__malloc((size_t)cap + 64);
+	if (mem == NULL)
+		return MU_ENOMEM;
+	raw = (char *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+	if (r->data_have > 0)
+		memcpy(raw, t->raw, (size_t)r->data_have);
+	mu__free(t->mem);
+	t->mem = mem;
+	t->raw = raw;
+	r->cap = cap;
+	return 0;
+}
+
+/* numel == product of dims, and its bytes fit the limit and the owner's
+ * budget: then make the tensor (its storage comes as its data does). */
 static int start_data(mu__frame_reader_t *r, uint64_t numel)
 {
 	uint64_t prod = 1;
@@ -101,15 +130,21 @@ static int start_data(mu__frame_reader_t *r, uint64_t numel)
 	}
 	if (prod != numel)
 		return MU_EPROTO;
-	if (numel > (r->lim.max_bytes - r->bytes) / w)
+	if (numel > (r->lim.max_bytes - r->bytes) / w || numel * w > SIZE_MAX - 64)
 		return MU_ETOOBIG;
+	if (r->admit != NULL && (rc = r->admit(r->admit_ud, r->bytes + numel * w)) != 0)
+		return rc;
 	r->bytes += numel * w;
-	rc = mu_tensor_new_typed(r->name, r->dtype, r->rank, r->dims, &r->cur);
+	if (numel == 0)
+		rc = mu_tensor_new_typed(r->name, r->dtype, r->rank, r->dims, &r->cur);
+	else
+		rc = mu_tensor_wrap_typed(r->name, r->dtype, r->rank, r->dims, NULL, &r->cur);
 	mu__free(r->name);
 	r->name = NULL;
 	if (rc != 0)
 		return rc;
 	r->data_have = 0;
+	r->cap = 0;
 	r->idx++;
 	if (numel == 0) {
 		rc = mu_tensor_list_push(&r->got, r->cur);
@@ -120,7 +155,7 @@ static int start_data(mu__frame_reader_t *r, uint64_t numel)
 		return 0;
 	}
 	expect(r, FR_DATA, 0);
-	return 0;
+	return grow(r);
 }
 
 /* A field just completed: check it and move on. */
@@ -182,11 +217,12 @@ void *mu__frame_reader_space(mu__frame_reader_t *r, size_t *n)
 {
 	uint64_t left;
 
-	if (r->state != FR_DATA) {
-		*n = 0;
+	*n = 0;
+	if (r->state != FR_DATA)
 		return NULL;
-	}
-	left = mu_tensor_nbytes(r->cur) - r->data_have;
+	if (r->data_have == r->cap && grow(r) != 0)
+		return NULL;
+	left = r->cap - r->data_have;
 	*n = left > SIZE_MAX ? SIZE_MAX : (size_t)left;
 	return (char *)r->cur->raw + r->data_have;
 }
@@ -218,6 +254,10 @@ int mu__frame_reader_feed(mu__frame_reader_t *r, const void *p, size_t n,
 		if (r->state == FR_DATA) {
 			void *dst = mu__frame_reader_space(r, &k);
 
+			if (dst == NULL) {
+				*used = off;
+				return MU_ENOMEM;
+			}
 			k = k < n - off ? k : n - off;
 			memcpy(dst, b + off, k); /* one copy of the run, not per element */
 			off += k;

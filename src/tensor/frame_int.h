@@ -32,8 +32,17 @@ typedef struct {
 	uint64_t dims[MU_TENSOR_MAX_RANK];
 	mu_tensor_t *cur;       /* receiving its data */
 	uint64_t data_have;
+	uint64_t cap;           /* bytes of cur's storage allocated so far */
 	uint64_t bytes;         /* data bytes declared so far (the budget) */
 	mu_tensor_list_t got;
+	/*
+	 * Optional: asked before a tensor's storage is allocated, with the
+	 * data bytes the frame declares so far; nonzero refuses the frame
+	 * (the reader returns it). A server charges what a peer's frame
+	 * declares against its budget here, before holding any of it.
+	 */
+	int (*admit)(void *ud, uint64_t declared);
+	void *admit_ud;
 } mu__frame_reader_t;
 
 void mu__frame_reader_init(mu__frame_reader_t *r, const mu_frame_limits_t *lim);
@@ -47,7 +56,13 @@ void mu__frame_reader_free(mu__frame_reader_t *r);
 int mu__frame_reader_feed(mu__frame_reader_t *r, const void *p, size_t n,
                           size_t *used);
 
-/* While tensor data is due: where the next bytes go, and how many fit. */
+/*
+ * While tensor data is due: where the next bytes go, and how many fit. A
+ * tensor's storage grows as its bytes arrive (doubling, from 64 KiB up to
+ * its declared size), so a header that declares much and sends little
+ * holds little. NULL with *n 0 when no data is due, or (r->state still
+ * FR_DATA) when growing failed: MU_ENOMEM.
+ */
 void *mu__frame_reader_space(mu__frame_reader_t *r, size_t *n);
 /* n bytes were written at the space: 1 complete, 0 more needed. */
 int mu__frame_reader_wrote(mu__frame_reader_t *r, size_t n);

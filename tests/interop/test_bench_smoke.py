@@ -138,5 +138,7 @@ def test_bench_hostile_script(muster_bin):
         ("tracker", "tracker-ping"), ("store", "store-ping"),
         ("store", "store-watch-fanout"), ("store", "store-watch-keys"),
         ("stage", "stage-info"), ("stage", "stage-forward"), ("md P2P", "md-send"),
-        ("device", "device-info"), ("device md", "md-send")]), out
+        ("device", "device-info"), ("device md", "md-send"),
+        ("stage", "stage-declare"), ("stage", "stage-idle"), ("llm stage", "stage-seqs"),
+        ("metrics", "metrics-idle"), ("device", "device-session")]), out
     assert all(float(idle) > 0 and float(peak) > 0 for _, _, idle, peak, *_ in rows), out

@@ -319,7 +319,8 @@ def frame(name, dims, values):
 
 
 def test_stage_protocol(muster_bin, llm_stages):
-    (stage,) = llm_stages(FORMATS["bin"], 1, "--max-sequences", 2, "--threads", 1)
+    (stage,) = llm_stages(FORMATS["bin"], 1, "--max-sequences", 2, "--max-sequences-per-connection", 2,
+                          "--threads", 1)
     p = Peer(stage.address)
     d = p.info()
     assert d["kind"] == "llm" and d["first"] == 0 and d["last"] == 5 and d["layers"] == 5

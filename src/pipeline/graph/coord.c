@@ -392,6 +392,37 @@ static int check_result(const mu_coord_t *c, int k, const mu_tensor_list_t *got,
  * borrowed) and `pool` (owned boundaries), send, and add its outputs to the
  * pool. `lock` guards the pool and the figures when stages run at once.
  */
+/*
+ * Between forwards a stage may have closed the connection as idle
+ * (`muster stage --idle-timeout`): it said so and closed, so the socket
+ * is readable before we asked anything. Dial it again (a graph stage
+ * keeps nothing for a connection). 0, or the dial's error in err.
+ */
+static int redial_if_closed(mu_coord_t *c, int k, char *err, size_t el)
+{
+	cstage_t *s = &c->s[k];
+	char host[256];
+	int port, rc;
+
+	if (s->fd == NULL || mu__sock_idle_ok(s->fd))
+		return 0;
+	mu__log(MU_LOG_INFO, "coord", "stage %d/%d (%s) closed the connection between forwards "
+	        "(idle, or going away): dialling it again", k, c->n, s->addr);
+	mu__sock_close(s->fd);
+	s->fd = NULL;
+	if (mu__split_hostport(s->addr, host, sizeof(host), &port) != 0)
+		return MU_EARG;
+	rc = mu__sock_connect(host, port, c->o.sec, mu__deadline(c->o.connect_timeout_ms), &s->fd);
+	if (rc != 0) {
+		s->fd = NULL;
+		snprintf(err, el, "stage %d/%d (%s): the connection was lost between forwards, and "
+		         "dialling it again failed: %s", k, c->n, s->addr, mu_strerror(rc));
+		return rc;
+	}
+	mu__chan_init(&s->c, s->fd, NULL, c->o.io_timeout_ms, c->o.max_frame_bytes);
+	return 0;
+}
+
 static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_tensor_list_t *pool,
                      int locked, char *err, size_t el)
 {
@@ -422,6 +453,8 @@ static int run_stage(mu_coord_t *c, int k, const mu_tensor_list_t *given, mu_ten
 	if (locked)
 		uv_mutex_unlock(&c->lock);
 	t0 = mu__clock_ms();
+	if (rc == 0)
+		rc = redial_if_closed(c, k, err, el);
 	if (rc == 0 && (rc = mu__msg_send_frame(&s->c, &m, &send)) != 0)
 		stage_error(c, k, rc, err, el, "sending a forward");
 	if (rc == 0)

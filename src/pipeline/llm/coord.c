@@ -172,7 +172,7 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	lstage_t *s = &c->s[i];
 	cJSON *d = NULL;
 	const cJSON *dg, *kind, *ids;
-	int32_t first, last, layers, dim, vocab, ctx, chunk, seqs;
+	int32_t first, last, layers, dim, vocab, ctx, chunk, seqs, share;
 	int rc = MU_EPROTO;
 
 	if (mu__json_parse(s->desc, strlen(s->desc), &d) != 0)
@@ -205,6 +205,9 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 		s->first = first;
 		s->last = last;
 		s->max_seqs = seqs;
+		/* a stage keeps only a share of its sequences for one connection */
+		if (num(d, "max_sequences_per_connection", &share) == 0 && share >= 1 && share < seqs)
+			s->max_seqs = share;
 		snprintf(c->digest, sizeof(c->digest), "%s", dg->valuestring);
 		c->vocab = vocab;
 		c->dim = dim;

@@ -81,7 +81,7 @@ static int coord_opts(const mu_coord_opts_t *uo, mu__llm_coord_opts_t *o, char *
 
 static int open_local(mu_llm_t *l, char *err, size_t el)
 {
-	mu__dec_opts_t o = {l->threads, l->o.max_sequences, UINT64_MAX, l->o.chunk};
+	mu__dec_opts_t o = {l->threads, l->o.max_sequences, UINT64_MAX, l->o.chunk, 0, 0};
 	const mu__llm_hp_t *h = &l->src.hp;
 	char why[1024] = "";
 	int rc;

@@ -83,7 +83,9 @@ static int describe(lstage_t *s, double load_ms)
 	rc = mu__buf_printf(&b, "{\"kind\": \"llm\", \"stage\": %d, \"of\": %d, \"arch\": \"%s\", "
 	                    "\"first\": %d, \"last\": %d, \"layers\": %d, \"dim\": %d, "
 	                    "\"vocab\": %d, \"ctx\": %d, \"embeds\": %s, \"head\": %s, "
-	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, \"kv_bytes\": %llu, "
+	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, "
+	                    "\"max_sequences_per_connection\": %d, \"sequence_idle_timeout_s\": %g, "
+	                    "\"kv_bytes\": %llu, "
 	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"ids\": \"I32\", "
 	                    "\"weights_sha256\": \"%s\", \"model\": \"%s\", \"threads\": %d, "
 	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
@@ -92,6 +94,8 @@ static int describe(lstage_t *s, double load_ms)
 	                    h->vocab, h->ctx, s->first == 0 ? "true" : "false",
 	                    s->last == h->n_layers ? "true" : "false",
 	                    (unsigned long long)s->base.digest, s->o.max_seqs,
+	                    s->o.max_seqs_per_owner > 0 ? s->o.max_seqs_per_owner : s->o.max_seqs,
+	                    s->o.seq_idle_ms / 1000.0,
 	                    (unsigned long long)s->o.kv_bytes,
 	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
 	                    s->weights, s->model, s->o.threads, mu__kern_isa(),
@@ -184,7 +188,8 @@ static void stage_free(mu_stage_t *st)
  * frees s. */
 static int finish(lstage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
 {
-	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk};
+	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk,
+	                    s->o.max_seqs_per_owner, s->o.seq_idle_ms};
 	int rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
 
 	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
@@ -305,7 +310,7 @@ static void seq_open(lstage_t *s, uint64_t owner, const mu__msg_t *m, const char
 	cJSON *j = NULL;
 	const cJSON *ctx;
 	char why[512];
-	int rc;
+	int rc, expired;
 
 	if (mu__json_parse(body, strlen(body), &j) != 0 || !cJSON_IsObject(j)) {
 		cJSON_Delete(j);
@@ -319,6 +324,11 @@ static void seq_open(lstage_t *s, uint64_t owner, const mu__msg_t *m, const char
 		return;
 	}
 	uv_mutex_lock(&s->lock);
+	expired = mu__dec_seq_expire(s->dec, mu__clock_ms());
+	if (expired > 0)
+		mu__log(MU_LOG_INFO, "stage", "stage %d/%d: closed %d sequence%s unused for %g s "
+		        "(--sequence-idle-timeout)", s->base.index, s->base.of, expired,
+		        expired == 1 ? "" : "s", s->o.seq_idle_ms / 1000.0);
 	rc = mu__dec_seq_open(s->dec, owner, m->aux, (int32_t)ctx->valuedouble, why, sizeof(why));
 	usage_changed(s);
 	uv_mutex_unlock(&s->lock);

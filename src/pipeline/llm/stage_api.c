@@ -38,6 +38,8 @@ static void stage_defaults(mu_llm_stage_opts_t *o)
 	o->max_seqs = d.max_seqs;
 	o->kv_bytes = d.kv_bytes;
 	o->max_chunk = d.max_chunk;
+	o->max_seqs_per_conn = 0;
+	o->seq_idle_ms = 600000;
 }
 
 void mu_llm_stage_opts_init_size(mu_llm_stage_opts_t *o, size_t size)
@@ -69,6 +71,11 @@ int mu_stage_load_llm(const char *path, const mu_llm_stage_opts_t *uo, mu_stage_
 	lo.max_seqs = o.max_seqs;
 	lo.kv_bytes = o.kv_bytes;
 	lo.max_chunk = o.max_chunk;
+	lo.max_seqs_per_owner = o.max_seqs_per_conn > 0 ? o.max_seqs_per_conn
+	                        : o.max_seqs / 2 > 1 ? o.max_seqs / 2 : 1;
+	if (lo.max_seqs_per_owner > o.max_seqs)
+		lo.max_seqs_per_owner = o.max_seqs;
+	lo.seq_idle_ms = o.seq_idle_ms > 0 ? o.seq_idle_ms : 0;
 	/* stage.c writes its reasons unchecked: give it somewhere to */
 	return mu__stage_open_llm(path, o.tokenizer, o.index, o.of, o.first, o.last, &lo, out,
 	                          err != NULL ? err : none, err != NULL ? errlen : sizeof(none));

@@ -18,6 +18,9 @@ typedef struct {
 	int max_seqs;         /* sequences open at once (all connections) */
 	uint64_t kv_bytes;    /* KV cache all sequences may reserve */
 	int max_chunk;        /* positions per SEQ_FORWARD */
+	int max_seqs_per_owner; /* of them, open by one connection; 0: all */
+	int seq_idle_ms;      /* a sequence unused this long is closed at the
+	                       * next SEQ_OPEN; 0: never */
 } mu__llm_stage_opts_t;
 
 void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o);

@@ -767,9 +767,16 @@ static void test_connection_limit(void **state)
 	}
 	expect_error_on(silent[1], MU_ETOOBIG, "closed to make room");
 	expect_error_on(silent[2], MU_ETOOBIG, "closed to make room");
-	/* ... and with both busy a newcomer is refused, saying why */
+	/* ... a newcomer displaces the one idle longest between messages ... */
 	late = raw_connect(addr);
-	expect_error_on(late, MU_ETOOBIG, "too many connections");
+	expect_error_on(busy[0], MU_ETOOBIG, "was idle for");
+	close(busy[0]);
+	/* ... and with both in the middle of a message, it is refused */
+	assert_int_equal(raw_send_all(busy[1], h, 10, mu__deadline(1000)), 0);
+	assert_int_equal(raw_send_all(late, h, 10, mu__deadline(1000)), 0);
+	usleep(50000);
+	busy[0] = raw_connect(addr);
+	expect_error_on(busy[0], MU_ETOOBIG, "too many connections");
 	for (int i = 0; i < 3; i++)
 		close(silent[i]);
 	close(late);
@@ -799,6 +806,39 @@ static void test_silent_timeout(void **state)
 	close(fd);
 	mu_stage_server_free(srv);
 	mu_stage_free(s);
+}
+
+/* A connection idle past idle_timeout_ms is closed, saying why; a
+ * coordinator that idled past it dials again and its forward goes on. */
+static void test_idle_timeout(void **state)
+{
+	mu_stage_t *s;
+	mu_stage_server_t *srv;
+	mu_stage_server_opts_t o;
+	mu_coord_t *co;
+	mu_tensor_list_t in, out;
+	char err[512], addr[32];
+	const char *a = addr;
+
+	(void)state;
+	assert_int_equal(mu_stage_load(dir, 0, 1, &s, err, sizeof(err)), 0);
+	mu_stage_server_opts_init(&o);
+	assert_int_equal(o.idle_timeout_ms, 300000);
+	o.idle_timeout_ms = 200;
+	assert_int_equal(mu_stage_server_start(s, &o, &srv), 0);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", mu_stage_server_port(srv));
+	assert_int_equal(mu_coord_connect(&a, 1, NULL, &co, err, sizeof(err)), 0);
+	input(&in);
+	for (int i = 0; i < 2; i++) {
+		usleep(500000); /* past the idle limit: the stage closes us */
+		mu_tensor_list_init(&out);
+		assert_int_equal(mu_coord_forward(co, &in, &out, err, sizeof(err)), 0);
+		mu_tensor_list_free(&out);
+	}
+	mu_coord_close(co);
+	mu_stage_server_free(srv);
+	mu_stage_free(s);
+	mu_tensor_list_free(&in);
 }
 
 static void test_requests_limit(void **state)
@@ -921,6 +961,7 @@ int main(void)
 		cmocka_unit_test(test_session_cut_short),
 		cmocka_unit_test(test_connection_limit),
 		cmocka_unit_test(test_silent_timeout),
+		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_requests_limit),
 		cmocka_unit_test(test_load_errors),
 		cmocka_unit_test(test_plan_budgets),

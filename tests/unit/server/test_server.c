@@ -165,6 +165,33 @@ static void test_standalone(void **state)
 	mu_server_free(s);
 }
 
+/* A client queued behind a session is told, after queue_timeout, that
+ * the device is busy: -EBUSY, not a matchkey mismatch and not silence. */
+static void test_busy_after_queue_timeout(void **state)
+{
+	mu_server_opts_t o;
+	mu_server_t *s;
+	mu_session_t *a, *b;
+
+	(void)state;
+	mu_server_opts_init(&o);
+	assert_true(o.queue_timeout == 10);
+	o.host = "127.0.0.1";
+	o.port = 0;
+	o.key = "dev";
+	o.silent = 1;
+	o.queue_timeout = 0.2;
+	o.on_session = handler;
+	assert_int_equal(mu_server_start(&o, &s), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, NULL, T, &a), 0);
+	assert_int_equal(mu_session_connect("127.0.0.1", mu_server_port(s), "dev", 0, NULL, T, &b),
+	                 -EBUSY);
+	assert_null(b);
+	echo_once(a, "still mine");
+	mu_session_close(a);
+	mu_server_free(s);
+}
+
 static void test_request_through_tracker(void **state)
 {
 	mu_tracker_t *t = tracker_at(0);
@@ -572,6 +599,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_standalone),
+		cmocka_unit_test(test_busy_after_queue_timeout),
 		cmocka_unit_test(test_request_through_tracker),
 		cmocka_unit_test(test_matchkey_is_single_use),
 		cmocka_unit_test(test_silent_client_blocks_nobody),

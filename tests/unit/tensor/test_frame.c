@@ -416,6 +416,59 @@ static void test_limit_bytes(void **state)
 	expect_decode(&w, &lim, MU_ETOOBIG);
 }
 
+static int admit_calls;
+static uint64_t admit_last;
+
+/* The owner's budget: refuses more than 1 MiB declared. */
+static int admit_1mib(void *ud, uint64_t declared)
+{
+	(void)ud;
+	admit_calls++;
+	admit_last = declared;
+	return declared > ((uint64_t)1 << 20) ? MU_ETOOBIG : 0;
+}
+
+/* What a header declares is asked of the owner before it is allocated,
+ * and a tensor's storage grows with what came, not what was declared. */
+static void test_reader_admit_and_growth(void **state)
+{
+	static const uint64_t big[] = {(uint64_t)75 << 20}; /* 300 MiB of f32 */
+	static const uint64_t small[] = {(uint64_t)1 << 18}; /* 1 MiB */
+	mu__frame_reader_t r;
+	bytes_t w = {.n = 0};
+	size_t used, room;
+	unsigned char zeros[4096] = {0};
+	int rc = 0;
+
+	(void)state;
+	put32(&w, 1);
+	puthdr(&w, "x", 1, big, big[0]);
+	mu__frame_reader_init(&r, NULL);
+	r.admit = admit_1mib;
+	admit_calls = 0;
+	assert_int_equal(mu__frame_reader_feed(&r, w.b, w.n, &used), MU_ETOOBIG);
+	assert_int_equal(admit_calls, 1);
+	assert_true(admit_last == (uint64_t)300 << 20);
+	assert_null(r.cur); /* nothing was allocated */
+	mu__frame_reader_free(&r);
+
+	w.n = 0;
+	put32(&w, 1);
+	puthdr(&w, "y", 1, small, small[0]);
+	mu__frame_reader_init(&r, NULL);
+	r.admit = admit_1mib;
+	assert_int_equal(mu__frame_reader_feed(&r, w.b, w.n, &used), 0);
+	assert_true(r.cap == (uint64_t)64 << 10); /* 64 KiB, of the 1 MiB declared */
+	for (uint64_t sent = 0; rc == 0 && sent < ((uint64_t)1 << 20); sent += used) {
+		assert_non_null(mu__frame_reader_space(&r, &room));
+		rc = mu__frame_reader_feed(&r, zeros, sizeof(zeros), &used);
+	}
+	assert_int_equal(rc, 1);
+	assert_int_equal(r.got.n, 1);
+	assert_int_equal(r.got.t[0]->numel, small[0]);
+	mu__frame_reader_free(&r);
+}
+
 static void test_bad_names(void **state)
 {
 	static const char *const bad[] = {
@@ -1009,6 +1062,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_encode_decode_hand_bytes),
+		cmocka_unit_test(test_reader_admit_and_growth),
 		cmocka_unit_test(test_typed_hand_bytes),
 		cmocka_unit_test(test_typed_limits),
 		cmocka_unit_test(test_empty_frame_and_numel_zero),
