@@ -535,18 +535,23 @@ void mu__conn_input(mu__conn_t *c, size_t bytes)
 	mu__conn_note_peak(c);
 }
 
-int mu__conn_input_admit(mu__conn_t *c, size_t bytes, char *why, size_t wl)
+int mu__conn_input_admit(mu__conn_t *c, size_t bytes, size_t message, char *why, size_t wl)
 {
 	mu__budget_t *b = c->budget;
 	size_t others = b->total - c->in_owner;
+	size_t conn = b->lim.conn_bytes > message ? b->lim.conn_bytes : message;
+	/* alone, one message fits whatever --total-budget says */
+	size_t total = others == 0 && message > b->lim.total_bytes ? message : b->lim.total_bytes;
+	const char *opt = conn == b->lim.conn_bytes ? "--conn-budget" : "--max-frame";
 
-	if (bytes > b->lim.conn_bytes || others > b->lim.total_bytes - bytes) {
-		snprintf(why, wl, bytes > b->lim.conn_bytes
-		         ? "%.1f MiB, more than one peer may make this server hold (--conn-budget "
-		           "%.1f MiB)"
-		         : "%.1f MiB, more than fits the server's total budget (--total-budget %.1f MiB; "
-		           "all peers hold %.1f MiB)", mu__mib(bytes),
-		         mu__mib(bytes > b->lim.conn_bytes ? b->lim.conn_bytes : b->lim.total_bytes),
+	if (bytes > conn) {
+		snprintf(why, wl, "%.1f MiB, more than one peer may make this server hold (%s %.1f MiB)",
+		         mu__mib(bytes), opt, mu__mib(conn));
+		return MU_ETOOBIG;
+	}
+	if (others > total - bytes) {
+		snprintf(why, wl, "%.1f MiB, more than fits the server's total budget (--total-budget "
+		         "%.1f MiB; all peers hold %.1f MiB)", mu__mib(bytes), mu__mib(total),
 		         mu__mib(others));
 		return MU_ETOOBIG;
 	}

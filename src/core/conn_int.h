@@ -196,8 +196,16 @@ void mu__conn_input(mu__conn_t *c, size_t bytes);
  * than one connection's budget or does not fit the server's total with
  * what every peer holds; then why says which ("300.0 MiB, more than
  * ..."), nothing is charged, and the owner refuses the request.
+ *
+ * `message` is the largest message the owner takes (its --max-frame, 0
+ * for none): a message up to it is let in past --conn-budget, which bounds
+ * what a peer makes the server hold in replies and partial requests, and
+ * past --total-budget when no other peer holds anything, so that the
+ * budgets' defaults never refuse a message the server says it takes. It
+ * counts in the total all the same: while it is held, what the others
+ * declare must fit the total beside it.
  */
-int mu__conn_input_admit(mu__conn_t *c, size_t bytes, char *why, size_t wl);
+int mu__conn_input_admit(mu__conn_t *c, size_t bytes, size_t message, char *why, size_t wl);
 
 /* Everything the server holds for the peer now, as counted. */
 size_t mu__conn_held(const mu__conn_t *c);

@@ -312,7 +312,10 @@ static int sc_admit(void *ud, uint64_t declared)
 
 	if (declared > SIZE_MAX - n)
 		declared = SIZE_MAX - n;
-	return mu__conn_input_admit(&sc->conn, n + (size_t)declared, sc->why, sizeof(sc->why));
+	/* one message of up to --max-frame tensor bytes (and its text) is let
+	 * in whatever --conn-budget says, which bounds replies held */
+	return mu__conn_input_admit(&sc->conn, n + (size_t)declared,
+	                            (size_t)sc->srv->o.max_frame_bytes + n, sc->why, sizeof(sc->why));
 }
 
 static void frame_progress(sconn_t *sc, int rc)

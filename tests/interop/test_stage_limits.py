@@ -119,8 +119,10 @@ def rss(pid):
 def test_declared_tensor_is_refused_before_it_is_allocated(stage):
     """69 bytes declaring a 300 MiB tensor (under --max-frame 1G) used to
     calloc all of it at once: three such connections took a stage from
-    14 MB to 936 MB. Now the declaration is charged against the budget
-    first, refused with an ERROR that names --conn-budget, and closed."""
+    14 MB to 936 MB. Now a declaration is charged against the budgets
+    first: the first one (a message the stage takes) is held as its bytes
+    come, the next ones do not fit --total-budget (512M) beside it and are
+    refused with an ERROR that names it, and closed."""
     s = stage()
     idle = rss(s.pid)
     socks = []
@@ -129,16 +131,34 @@ def test_declared_tensor_is_refused_before_it_is_allocated(stage):
         declare(c, 300 << 20, rid=i + 1)
         socks.append(c)
     peak = idle
-    for c in socks:
+    for c in socks[1:]:
         reply = assert_closed(c, timeout=10)
         peak = max(peak, rss(s.pid))
         assert reply[:4] == b"MUPL" and struct.unpack("<H", reply[6:8])[0] == ERROR, reply[:80]
-        assert b"--conn-budget" in reply and b"300.0 MiB" in reply, reply
+        assert b"--total-budget 512.0 MiB" in reply and b"300.0 MiB" in reply, reply
         c.close()
+    socks[0].settimeout(0.5)
+    with pytest.raises(socket.timeout):
+        socks[0].recv(1)  # still waiting for its bytes
+    socks[0].close()
     peak = max(peak, rss(s.pid))
     assert peak - idle < 64 * MIB, f"three 69-byte headers grew the stage by {(peak - idle) // MIB} MiB"
-    s.wait_log(r"the FORWARD frame declares tensors of 300.0 MiB, more than one peer may make "
-               r"this server hold \(--conn-budget 16.0 MiB\)")
+    s.wait_log(r"the FORWARD frame declares tensors of 300.0 MiB, more than fits the server's "
+               r"total budget \(--total-budget 512.0 MiB")
+
+
+def test_message_past_the_conn_budget_is_taken(stage):
+    """--conn-budget bounds what a peer makes the stage hold in replies;
+    a message the stage takes (up to --max-frame) is let in past it: 4 MiB
+    of activations at --conn-budget 1M are read, not refused for size."""
+    s = stage("--conn-budget", "1M")
+    c = socket.create_connection((HOST, s.port), timeout=10)
+    n = 4 << 20
+    head = frame_head("x", [n // 4])
+    c.sendall(HDR.pack(b"MUPL", 1, FORWARD, 0, 0, 1, 0, len(head) + n) + head + bytes(n))
+    mtype, _status, _mid, body = recv_msg(c)
+    assert b"budget" not in body and b"MiB, more than" not in body, body[:200]
+    c.close()
 
 
 def test_declared_tensors_within_budget_hold_only_what_came(stage):
