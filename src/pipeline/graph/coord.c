@@ -31,132 +31,8 @@
 
 #define LOG "coord"
 
-typedef struct {
-	char addr[300];
-	mu_stream_t *fd;
-	mu_session_t *sess;    /* a tracker session (owned), or NULL: fd is ours */
-	mu__chan_t c;
-	char *desc;
-	int first, last, nodes;
-	char **in, **out;      /* names (NULL-terminated) */
-	int nin, nout;
-	mu_stage_timing_t t;
-} cstage_t;
+#include "pipeline/graph/coord_priv_int.h"
 
-struct mu_coord_s {
-	cstage_t *s;
-	int n;
-	mu_coord_opts_t o;
-	uint64_t digest;
-	char **model_out;
-	int nmodel_out;
-	uint64_t next_id;
-	int failed_stage;      /* whose connection broke in the last call; -1 */
-	uv_mutex_t lock;  /* ids, timings and pools while pipelining */
-};
-
-static void free_names(char **v, int n)
-{
-	for (int i = 0; i < n; i++)
-		mu__free(v[i]);
-	mu__free(v);
-}
-
-static int names_of(const cJSON *a, const char *field, char ***out, int *n)
-{
-	const cJSON *it;
-	char **v;
-	int k = 0;
-
-	if (!cJSON_IsArray(a))
-		return MU_EPROTO;
-	v = mu__calloc((size_t)cJSON_GetArraySize(a) + 1, sizeof(*v));
-	if (v == NULL)
-		return MU_ENOMEM;
-	cJSON_ArrayForEach(it, a) {
-		const cJSON *s = field != NULL ? cJSON_GetObjectItemCaseSensitive(it, field) : it;
-
-		if (!cJSON_IsString(s) || (v[k] = mu__strdup(s->valuestring)) == NULL) {
-			free_names(v, k);
-			return cJSON_IsString(s) ? MU_ENOMEM : MU_EPROTO;
-		}
-		k++;
-	}
-	*out = v;
-	*n = k;
-	return 0;
-}
-
-static int parse_info(mu_coord_t *c, int i, const char *json, char *err, size_t el)
-{
-	cstage_t *s = &c->s[i];
-	cJSON *o = NULL;
-	const cJSON *d;
-	unsigned long long dg = 0;
-	int rc, idx, of;
-
-	rc = mu__json_parse(json, strlen(json), &o);
-	if (rc == 0) {
-		/* a stage's numbers, range-checked before they become ints */
-		if (mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "stage"), 0, INT_MAX, &idx) != 0 ||
-		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "of"), 1, INT_MAX, &of) != 0 ||
-		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "first"), 0, INT_MAX, &s->first) != 0 ||
-		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "last"), 0, INT_MAX, &s->last) != 0 ||
-		    mu__json_int(cJSON_GetObjectItemCaseSensitive(o, "nodes"), 0, INT_MAX, &s->nodes) != 0 ||
-		    mu__json_double(cJSON_GetObjectItemCaseSensitive(o, "load_ms"), 0, 1e300,
-		                    &s->t.load_ms) != 0 ||
-		    mu__json_u64(cJSON_GetObjectItemCaseSensitive(o, "resident_bytes"), UINT64_MAX,
-		                 &s->t.resident_bytes) != 0 ||
-		    mu__json_u64(cJSON_GetObjectItemCaseSensitive(o, "rss_bytes"), UINT64_MAX,
-		                 &s->t.rss_bytes) != 0)
-			rc = MU_EPROTO;
-		d = cJSON_GetObjectItemCaseSensitive(o, "digest");
-		if (rc == 0 && (!cJSON_IsString(d) || sscanf(d->valuestring, "%llx", &dg) != 1))
-			rc = MU_EPROTO;
-		if (rc == 0)
-			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "inputs"), "name", &s->in, &s->nin);
-		if (rc == 0)
-			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "outputs"), NULL, &s->out, &s->nout);
-		if (rc == 0 && c->model_out == NULL)
-			rc = names_of(cJSON_GetObjectItemCaseSensitive(o, "model_outputs"), NULL,
-			              &c->model_out, &c->nmodel_out);
-	}
-	cJSON_Delete(o);
-	if (rc != 0) {
-		snprintf(err, el, "%s: its description is not what a muster stage sends (%s)", s->addr,
-		         mu_strerror(rc));
-		return rc;
-	}
-	if (of != c->n || idx != i) {
-		snprintf(err, el, "%s serves stage %d/%d but was given as stage %d/%d", s->addr, idx, of,
-		         i, c->n);
-		return MU_EARG;
-	}
-	if (c->digest == 0)
-		c->digest = dg;
-	if (dg != c->digest) {
-		snprintf(err, el, "%s serves a different model (digest %016llx) than %s (%016llx)",
-		         s->addr, dg, c->s[0].addr, (unsigned long long)c->digest);
-		return MU_EARG;
-	}
-	return 0;
-}
-
-/* The stages, in order, cover the graph's nodes exactly once. */
-static int check_chain(const mu_coord_t *c, char *err, size_t el)
-{
-	for (int i = 0; i < c->n; i++) {
-		const cstage_t *s = &c->s[i];
-
-		if (s->first != (i == 0 ? 0 : c->s[i - 1].last) || (i == c->n - 1 && s->last != s->nodes)) {
-			snprintf(err, el, "%s serves nodes %d..%d, which does not continue the stages before "
-			         "it (the stages must come from one split of one model)", s->addr, s->first,
-			         s->last - 1);
-			return MU_EARG;
-		}
-	}
-	return 0;
-}
 
 static int stage_error(mu_coord_t *c, int i, int rc, char *err, size_t el, const char *what)
 {
@@ -236,7 +112,7 @@ static int connect_stage(mu_coord_t *c, int i, const char *addr, char *err, size
 		return stage_error(c, i, rc, err, el, "reading what it serves");
 	if (rc == 0) {
 		s->desc = body;
-		rc = parse_info(c, i, body, err, el);
+		rc = mu__coord_parse_info(c, i, body, err, el);
 	}
 	return rc;
 }
@@ -265,7 +141,7 @@ int mu_coord_connect(const char *const *addrs, int n, const mu_coord_opts_t *uo,
 	for (int i = 0; rc == 0 && i < n; i++)
 		rc = connect_stage(c, i, addrs[i], err, el);
 	if (rc == 0)
-		rc = check_chain(c, err, el);
+		rc = mu__coord_check_chain(c, err, el);
 	if (rc != 0) {
 		mu_coord_close(c);
 		return rc;
@@ -316,11 +192,11 @@ void mu_coord_close(mu_coord_t *c)
 			else
 				mu__sock_close(s->fd);
 		}
-		free_names(s->in, s->nin);
-		free_names(s->out, s->nout);
+		mu__coord_free_names(s->in, s->nin);
+		mu__coord_free_names(s->out, s->nout);
 		mu__free(s->desc);
 	}
-	free_names(c->model_out, c->nmodel_out);
+	mu__coord_free_names(c->model_out, c->nmodel_out);
 	uv_mutex_destroy(&c->lock);
 	mu__free(c->s);
 	mu__free(c);
@@ -673,15 +549,15 @@ int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
 	s->fd = mu_session_stream(sess);
 	mu__chan_init(&s->c, s->fd, sess, c->o.io_timeout_ms, c->o.max_frame_bytes);
 	s->desc = mu__strdup(desc);
-	rc = s->desc == NULL ? MU_ENOMEM : parse_info(c, i, desc, err, el);
+	rc = s->desc == NULL ? MU_ENOMEM : mu__coord_parse_info(c, i, desc, err, el);
 	if (rc == 0 && old.fd != NULL && (s->first != old.first || s->last != old.last)) {
 		snprintf(err, el, "%s took nodes %d..%d in place of %d..%d", addr, s->first, s->last - 1,
 		         old.first, old.last - 1);
 		rc = MU_EPROTO;
 	}
 	if (rc != 0) {
-		free_names(s->in, s->nin);
-		free_names(s->out, s->nout);
+		mu__coord_free_names(s->in, s->nin);
+		mu__coord_free_names(s->out, s->nout);
 		mu__free(s->desc);
 		*s = old; /* the caller still owns sess */
 		return rc;
@@ -697,8 +573,8 @@ int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
 			mu_session_close(old.sess);
 		else
 			mu__sock_close(old.fd);
-		free_names(old.in, old.nin);
-		free_names(old.out, old.nout);
+		mu__coord_free_names(old.in, old.nin);
+		mu__coord_free_names(old.out, old.nout);
 		mu__free(old.desc);
 	}
 	return 0;
@@ -706,7 +582,7 @@ int mu__coord_set(mu_coord_t *c, int i, mu_session_t *sess, const char *addr,
 
 int mu__coord_check(const mu_coord_t *c, char *err, size_t el)
 {
-	return check_chain(c, err, el);
+	return mu__coord_check_chain(c, err, el);
 }
 
 int mu__coord_failed_stage(const mu_coord_t *c)
