@@ -140,5 +140,6 @@ def test_bench_hostile_script(muster_bin):
         ("stage", "stage-info"), ("stage", "stage-forward"), ("md P2P", "md-send"),
         ("device", "device-info"), ("device md", "md-send"),
         ("stage", "stage-declare"), ("stage", "stage-idle"), ("llm stage", "stage-seqs"),
-        ("metrics", "metrics-idle"), ("device", "device-session")]), out
+        ("metrics", "metrics-idle"), ("device", "device-session"),
+            ("serve", "serve-idle-holders"), ("serve", "serve-big-body")]), out
     assert all(float(idle) > 0 and float(peak) > 0 for _, _, idle, peak, *_ in rows), out
