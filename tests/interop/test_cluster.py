@@ -916,7 +916,12 @@ def test_peak_rss_is_the_stage(muster_bin, cluster, models):
             f"stage {st['index']} ({st['weights']}): peak RSS {peak / MIB:.0f} MiB is over "
             f"{before[st['device']] / MIB:.0f} MiB before the run + its weights "
             f"({st['resident_bytes'] / MIB:.0f} MiB) + {slack / MIB:.0f} MiB")
-        assert peak < model.param_bytes * 0.6, f"stage {st['index']}: peak near the model"
+        if not asan:
+            # under ASan what the frame reader's growing buffers free stays
+            # resident (its quarantine and free lists: 304 MiB here, 181 MiB
+            # with an 8 MiB quarantine, 141 MiB in release); the release run
+            # asserts it
+            assert peak < model.param_bytes * 0.6, f"stage {st['index']}: peak near the model"
     # the coordinator streams two 96 MiB stages from its mapping, a bounded
     # frame at a time, without ever holding the whole model
     streamed = sum(st["resident_bytes"] for st in rep["stages"] if st["weights"] == "streamed")

@@ -280,7 +280,9 @@ static int redial_if_closed(mu_coord_t *c, int k, char *err, size_t el)
 	char host[256];
 	int port, rc;
 
-	if (s->fd == NULL || mu__sock_idle_ok(s->fd))
+	/* a device session's stream is the session's: its loss is the
+	 * cluster's to handle (a replacement), not a connection to dial */
+	if (s->fd == NULL || s->sess != NULL || mu__sock_idle_ok(s->fd))
 		return 0;
 	mu__log(MU_LOG_INFO, "coord", "stage %d/%d (%s) closed the connection between forwards "
 	        "(idle, or going away): dialling it again", k, c->n, s->addr);
