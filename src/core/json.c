@@ -12,14 +12,19 @@
 #include "core/alloc_int.h"
 #include "core/json_int.h"
 
-static int depth_ok(const char *p, size_t len)
+/*
+ * The text's shape before cJSON sees it, in one walk that ignores brackets
+ * inside strings: 0, MU_EJSON when it nests deeper than MU_JSON_MAX_DEPTH
+ * (cJSON recurses once per level; its own cap is 1000), or MU_ETOOBIG when
+ * it holds more than max_values values (0: no cap), counted cheaply as
+ * commas and opening brackets (cJSON spends a node, 64 bytes, on each).
+ */
+static int shape_ok(const char *p, size_t len, size_t max_values)
 {
-	/* cJSON recurses once per level (its own cap is 1000); stop hostile
-	 * nesting early and cheaply, ignoring brackets inside strings. */
 	int depth = 0, in_str = 0;
-	size_t i;
+	size_t values = 0;
 
-	for (i = 0; i < len; i++) {
+	for (size_t i = 0; i < len; i++) {
 		char c = p[i];
 
 		if (in_str) {
@@ -31,12 +36,17 @@ static int depth_ok(const char *p, size_t len)
 			in_str = 1;
 		} else if (c == '[' || c == '{') {
 			if (++depth > MU_JSON_MAX_DEPTH)
-				return 0;
+				return MU_EJSON;
+			values++;
 		} else if (c == ']' || c == '}') {
 			depth--;
+		} else if (c == ',') {
+			values++;
 		}
+		if (max_values != 0 && values > max_values)
+			return MU_ETOOBIG;
 	}
-	return 1;
+	return 0;
 }
 
 int mu__utf8_valid(const char *p, size_t len)
@@ -105,7 +115,7 @@ int mu__json_parse(const char *text, size_t len, cJSON **out)
 {
 	*out = NULL;
 	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len) ||
-	    !depth_ok(text, len))
+	    shape_ok(text, len, 0) != 0)
 		return MU_EJSON;
 	return parse_exact(text, len, out);
 }
@@ -122,7 +132,8 @@ static size_t nul_escape(const char *text, size_t len)
 	return len;
 }
 
-int mu__json_parse_nul(const char *text, size_t len, cJSON **out, int *had_nul)
+int mu__json_parse_nul(const char *text, size_t len, size_t max_values, cJSON **out,
+                       int *had_nul)
 {
 	size_t i = 0, k = 0, at;
 	char *copy;
@@ -130,9 +141,10 @@ int mu__json_parse_nul(const char *text, size_t len, cJSON **out, int *had_nul)
 
 	*out = NULL;
 	*had_nul = 0;
-	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len) ||
-	    !depth_ok(text, len))
+	if (memchr(text, '\0', len) != NULL || !mu__utf8_valid(text, len))
 		return MU_EJSON;
+	if ((rc = shape_ok(text, len, max_values)) != 0)
+		return rc;
 	if ((at = nul_escape(text, len)) == len)
 		return parse_exact(text, len, out);
 	/* Each \u0000 becomes the byte 0xFF, which cJSON copies as it is and

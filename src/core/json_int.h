@@ -31,9 +31,12 @@ int mu__json_parse(const char *text, size_t len, cJSON **out);
  * byte 0xFF, which no string holds otherwise (the text is valid UTF-8),
  * and *had_nul says whether there was one. The caller turns 0xFF back
  * into NUL where it keeps lengths (mu__json_nul_back), and refuses it
- * where it cannot.
+ * where it cannot. Text of more than max_values values (0: no cap;
+ * commas and opening brackets, counted before cJSON spends 64 bytes on
+ * each) is refused with MU_ETOOBIG, other bad text with MU_EJSON.
  */
-int mu__json_parse_nul(const char *text, size_t len, cJSON **out, int *had_nul);
+int mu__json_parse_nul(const char *text, size_t len, size_t max_values, cJSON **out,
+                       int *had_nul);
 /* s's 0xFF bytes (from mu__json_parse_nul) back into NULs, in place; its
  * length, as strlen(s) was before. */
 size_t mu__json_nul_back(char *s);

@@ -442,33 +442,6 @@ static int get_messages(const cJSON *o, mu__oai_req_t *r, mu__oai_err_t *e)
 	return 0;
 }
 
-/*
- * Whether body holds more values than MU__OAI_MAX_VALUES: cJSON spends a
- * node (64 bytes) on each, so "[0,0,0,...]" would cost 32 times the body.
- * Counted cheaply: a comma or an opening bracket outside strings.
- */
-static int too_many_values(const char *p, size_t len)
-{
-	size_t n = 0;
-	int in_str = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		char c = p[i];
-
-		if (in_str) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_str = 0;
-		} else if (c == '"') {
-			in_str = 1;
-		} else if ((c == ',' || c == '[' || c == '{') && ++n > MU__OAI_MAX_VALUES) {
-			return 1;
-		}
-	}
-	return 0;
-}
-
 int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vocab,
                    mu__oai_req_t *r, mu__oai_err_t *e)
 {
@@ -479,10 +452,10 @@ int mu__oai_decode(mu__oai_kind_t kind, const char *body, size_t len, int32_t vo
 	r->kind = kind;
 	r->max_tokens = -1;
 	r->enable_thinking = -1;
-	if (too_many_values(body, len))
+	rc = mu__json_parse_nul(body, len, MU__OAI_MAX_VALUES, &r->root, &had_nul);
+	if (rc == MU_ETOOBIG)
 		return BAD(e, NULL, "the body holds more than %d JSON values (a prompt of token ids "
 		           "holds at most 1048576)", MU__OAI_MAX_VALUES);
-	rc = mu__json_parse_nul(body, len, &r->root, &had_nul);
 	if (rc == MU_ENOMEM)
 		return mu__oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 	if (rc != 0 || !cJSON_IsObject(r->root))

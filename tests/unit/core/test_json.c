@@ -229,6 +229,28 @@ static void test_double_range_checked(void **state)
 	cJSON_Delete(v);
 }
 
+/* mu__json_parse_nul's value cap: commas and opening brackets outside
+ * strings, refused as MU_ETOOBIG before cJSON builds anything. */
+static void test_value_cap(void **state)
+{
+	const char *four = "[1,2,3,4]", *str = "[\"a,b,[c,{d\"]";
+	cJSON *j;
+	int nul;
+
+	(void)state;
+	/* "[" and three commas: four values */
+	assert_int_equal(mu__json_parse_nul(four, strlen(four), 3, &j, &nul), MU_ETOOBIG);
+	assert_null(j);
+	assert_int_equal(mu__json_parse_nul(four, strlen(four), 4, &j, &nul), 0);
+	cJSON_Delete(j);
+	assert_int_equal(mu__json_parse_nul(four, strlen(four), 0, &j, &nul), 0);
+	cJSON_Delete(j);
+	/* inside a string they are text */
+	assert_int_equal(mu__json_parse_nul(str, strlen(str), 1, &j, &nul), 0);
+	cJSON_Delete(j);
+	assert_int_equal(mu__json_parse_nul("[1,", 3, 0, &j, &nul), MU_EJSON);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -242,6 +264,7 @@ int main(void)
 		cmocka_unit_test(test_int_range_checked),
 		cmocka_unit_test(test_int64_and_u64_stop_at_2p53),
 		cmocka_unit_test(test_double_range_checked),
+		cmocka_unit_test(test_value_cap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
