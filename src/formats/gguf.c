@@ -5,6 +5,7 @@
  * layout only; what the keys mean for a decoder is in llm/load_gguf.c.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "muster/common.h"
@@ -175,34 +176,61 @@ static int read_kv(cur_t *c, mu__gguf_kv_t *kv, char *why, size_t wl)
 	return 0;
 }
 
+/*
+ * {ggml id, elements per block, bytes per block} of every type ggml.h
+ * sizes, whether muster computes it or not: a file's layout is checked
+ * (each tensor's bytes in the file) before any type is looked at, so a
+ * tensor of a type muster refuses is refused by its name, not as garbage.
+ */
+static const struct {
+	uint32_t type, blk, bytes;
+} ggml_sizes[] = {
+	{0, 1, 4},      {1, 1, 2},      {2, 32, 18},    {3, 32, 20},    {6, 32, 22},
+	{7, 32, 24},    {8, 32, 34},    {9, 32, 36},    {10, 256, 84},  {11, 256, 110},
+	{12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {15, 256, 292}, {16, 256, 66},
+	{17, 256, 74},  {18, 256, 98},  {19, 256, 50},  {20, 32, 18},   {21, 256, 110},
+	{22, 256, 82},  {23, 256, 136}, {24, 1, 1},     {25, 1, 2},     {26, 1, 4},
+	{27, 1, 8},     {28, 1, 8},     {29, 256, 56},  {30, 1, 2},     {34, 256, 54},
+	{35, 256, 66},  {39, 32, 17},
+};
+
+uint32_t mu__ggml_block(uint32_t t)
+{
+	for (size_t i = 0; i < sizeof(ggml_sizes) / sizeof(ggml_sizes[0]); i++)
+		if (ggml_sizes[i].type == t)
+			return ggml_sizes[i].blk;
+	return 0;
+}
+
 uint64_t mu__ggml_bytes(uint32_t t, uint64_t n, int *known)
 {
-	/* {elements per block, bytes per block} of the types we can size. */
-	static const struct { uint32_t type, blk, bytes; } sizes[] = {
-		{0, 1, 4}, {1, 1, 2}, {2, 32, 18}, {3, 32, 20}, {6, 32, 22},
-		{7, 32, 24}, {8, 32, 34}, {9, 32, 36}, {10, 256, 84},
-		{11, 256, 110}, {12, 256, 144}, {13, 256, 176}, {14, 256, 210},
-		{15, 256, 292}, {24, 1, 1}, {25, 1, 2}, {26, 1, 4}, {27, 1, 8},
-		{28, 1, 8}, {30, 1, 2},
-	};
-	size_t i;
-
-	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		if (sizes[i].type != t)
+	for (size_t i = 0; i < sizeof(ggml_sizes) / sizeof(ggml_sizes[0]); i++) {
+		if (ggml_sizes[i].type != t)
 			continue;
-		*known = n % sizes[i].blk == 0;
-		return *known ? n / sizes[i].blk * sizes[i].bytes : 0;
+		*known = n % ggml_sizes[i].blk == 0;
+		return *known ? n / ggml_sizes[i].blk * ggml_sizes[i].bytes : 0;
 	}
 	*known = 0;
 	return 0;
+}
+
+/* "Q4_K" for a type ggml names, "type 99" for one it does not. */
+static const char *type_name(uint32_t t, char buf[16])
+{
+	const char *name = mu__ggml_type_name(t);
+
+	if (name != NULL)
+		return name;
+	snprintf(buf, 16, "type %u", t);
+	return buf;
 }
 
 static int read_tensor(cur_t *c, mu__gguf_tensor_t *t, char *why, size_t wl)
 {
 	const char *name;
 	uint64_t nlen, n = 1;
-	uint32_t d;
-	mu__wtype_t wt;
+	uint32_t d, blk;
+	char tn[16];
 	int known;
 
 	if (get_str(c, &name, &nlen) != 0 || nlen > MU__GGUF_MAX_NAME)
@@ -225,10 +253,13 @@ static int read_tensor(cur_t *c, mu__gguf_tensor_t *t, char *why, size_t wl)
 	}
 	if (get_u32(c, &t->type) != 0 || get_u64(c, &t->offset) != 0)
 		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: truncated", t->name);
+	/* ggml's rule: a row (ne0 elements) is whole blocks */
+	blk = mu__ggml_block(t->type);
 	t->bytes = mu__ggml_bytes(t->type, n, &known);
-	if (!known && t->bytes == 0 && mu__wtype_by_ggml(t->type, &wt) == 0)
-		return mu__why(why, wl, MU_EPROTO, "tensor %.200s: %llu elements do not fill whole blocks",
-		               t->name, (unsigned long long)n);
+	if (blk != 0 && t->ne[0] % blk != 0)
+		return mu__why(why, wl, MU_EPROTO, "tensor %.200s (%s): its rows of %llu elements do not "
+		               "fill whole blocks of %u", t->name, type_name(t->type, tn),
+		               (unsigned long long)t->ne[0], blk);
 	return 0;
 }
 
@@ -251,6 +282,7 @@ static int place_tensors(mu__gguf_t *g, const unsigned char *base,
                          size_t len, size_t hdr, char *why, size_t wl)
 {
 	uint64_t start = (hdr + g->alignment - 1) / g->alignment * g->alignment;
+	char tn[16];
 	size_t i;
 
 	if (start > len)
@@ -265,8 +297,9 @@ static int place_tensors(mu__gguf_t *g, const unsigned char *base,
 			               t->name, (unsigned long long)t->offset,
 			               (unsigned long long)g->alignment);
 		if (t->offset > g->data_len || t->bytes > g->data_len - t->offset)
-			return mu__why(why, wl, MU_EPROTO, "tensor %.200s: its %llu bytes at %llu run past "
-			               "the end of the file", t->name, (unsigned long long)t->bytes,
+			return mu__why(why, wl, MU_EPROTO, "tensor %.200s (%s): its %llu bytes at %llu run "
+			               "past the end of the file (truncated?)", t->name,
+			               type_name(t->type, tn), (unsigned long long)t->bytes,
 			               (unsigned long long)t->offset);
 		t->data = g->data + t->offset;
 	}

@@ -110,8 +110,11 @@ int mu__gguf_arr_str(const mu__gguf_kv_t *kv, uint64_t *pos, const char **s,
 double mu__gguf_arr_f64(const mu__gguf_kv_t *kv, uint64_t i);
 int64_t mu__gguf_arr_i64(const mu__gguf_kv_t *kv, uint64_t i);
 
-/* Bytes of n elements of ggml type t (n a multiple of its block), or 0
- * for a type muster does not know. */
+/* Bytes of n elements of ggml type t (n a multiple of its block; *known
+ * says whether it is), or 0 for a type ggml.h does not size. Every type
+ * ggml sizes is known, whether muster computes it or not. */
 uint64_t mu__ggml_bytes(uint32_t t, uint64_t n, int *known);
+/* Elements per block of ggml type t, or 0 for one ggml.h does not size. */
+uint32_t mu__ggml_block(uint32_t t);
 
 #endif

@@ -252,6 +252,18 @@ static void test_refuses_bad_tensors(void **state)
 	build(&w, 3, 2);
 	patch64(&w, "blk.0.b", 7 + 4, 31); /* not whole Q8_0 blocks */
 	expect(&w, MU_EPROTO, "whole blocks");
+	/* a type muster does not compute is still sized, and named */
+	build(&w, 3, 2);
+	patch32(&w, "blk.0.b", 7 + 4 + 16, 14); /* Q6_K rows of 32 elements */
+	expect(&w, MU_EPROTO, "(Q6_K): its rows of 32 elements do not fill whole blocks of 256");
+	build(&w, 3, 2);
+	patch32(&w, "blk.0.b", 7 + 4 + 16, 14);
+	patch64(&w, "blk.0.b", 7 + 4, 256); /* 2 x 210 bytes, past the end */
+	expect(&w, MU_EPROTO, "blk.0.b (Q6_K): its 420 bytes at 32 run past the end of the file "
+	                      "(truncated?)");
+	build(&w, 3, 2);
+	patch32(&w, "blk.0.b", 7 + 4 + 16, 99); /* unsized: the loaders refuse it by number */
+	expect(&w, 0, NULL);
 	build2(&w, 3, 2, "a");
 	expect(&w, MU_EPROTO, "appears twice");
 }
