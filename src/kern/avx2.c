@@ -343,8 +343,14 @@ const mu__kern_isa_t mu__kern_avx2_table = {
 		[MU__WT_BF16] = mm_bf16,
 		[MU__WT_Q8_0] = mm_q8,
 		[MU__WT_Q4_0] = mm_q4,
+		[MU__WT_Q2_K] = MU__KQ_MM(q2_k),
+		[MU__WT_Q3_K] = MU__KQ_MM(q3_k),
+		[MU__WT_Q4_K] = MU__KQ_MM(q4_k),
+		[MU__WT_Q5_K] = MU__KQ_MM(q5_k),
+		[MU__WT_Q6_K] = MU__KQ_MM(q6_k),
+		[MU__WT_IQ4_XS] = MU__KQ_MM(iq4_xs),
 	},
-	{[MU__ACTFMT_Q8_0] = act_q8_0},
+	{[MU__ACTFMT_Q8_0] = act_q8_0, [MU__ACTFMT_Q8_K] = mu__act_q8_k},
 };
 
 #else

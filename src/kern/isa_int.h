@@ -16,8 +16,23 @@
  *     format, MU__ACTFMT_Q8_0, each block as mu__q8_block makes it): with
  *     d = dw_b * dx_b (an f32 product) and s_l = the exact integer sum of
  *     wq[4l+m] * xq[4l+m] for m = 0..3, acc[l] = fma(d, (float)s_l, acc[l]);
+ *     the K-quants and IQ4_XS, per superblock of 256 (x first in the Q8_K
+ *     format, MU__ACTFMT_Q8_K, each block as mu__q8k_block makes it), with
+ *     each type's integer quants q_k and sub-block scales as ggml defines
+ *     them (Q3_K, Q6_K: signed q; Q2_K, Q4_K, Q5_K: unsigned q and mins;
+ *     IQ4_XS: q the int8 value of its code book, scale ls - 32): with d =
+ *     f16(dw) * dx and S_l = the exact integer sum of scale(k) * q_k * x_k
+ *     over the 32 k of the superblock with (k / 4) % 8 == l, acc[l] =
+ *     fma(d, (float)S_l, acc[l]); for the types with mins, one more float
+ *     accm (+0) per output: M = the exact integer sum over sub-blocks j of
+ *     min_j * (the sum of x's quants in j, from the block's bsums), dm =
+ *     f16(dmin) * dx, accm = fma(dm, (float)-M, accm), superblock by
+ *     superblock (-M, not -dm: a NaN dm keeps its sign, where x86's
+ *     fnmadd, which compilers make of fma(-a, b, c), would not flip it). Every sum is exact in int32: |S_l| <= 32 * 128 * 32 *
+ *     127 < 2^25 (Q6_K's bound, the largest) and |M| <= 8 * 63 * 32 * 127;
  *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),
- *     and y + bias when there is one.
+ *     then y + accm for the types of superblocks (all of them, with or
+ *     without mins), and y + bias when there is one.
  */
 #ifndef MU_KERN_ISA_INT_H
 #define MU_KERN_ISA_INT_H
@@ -153,5 +168,56 @@ static inline float mu__hsum8(const float a[8])
  * Never -128, which the AVX2 sign trick relies on.
  */
 void mu__q8_block(const float *x, int8_t *q, uint16_t *dh);
+
+/* ---- the K-quants and IQ4_XS (kern/types_k.c, kern/portable_k.c,
+ * kern/avx2_k.c) ---- */
+
+/* A block of Q8_K activations: f32 d @0, int8 q[256] @4, int16 bsums[16]
+ * @260 (the sum of each 16 q). */
+#define MU__Q8K_BYTES 292
+
+/* One block of 256 floats to Q8_K as ggml's quantize_row_q8_K_ref does,
+ * with mu__q8_block's rule for NaNs and infinities (kern/types_k.c). */
+void mu__q8k_block(const float *x, unsigned char *blk);
+/* The Q8_K row quantizer of every table, and its row read back. */
+void mu__act_q8_k(const float *x, int64_t cols, void *out);
+void mu__act_q8_k_to_f32(const void *row, int64_t cols, float *out);
+
+/* ggml's dequantize_row_<type>, bit for bit. */
+void mu__q2_k_to_f32(const void *row, int64_t cols, float *out);
+void mu__q3_k_to_f32(const void *row, int64_t cols, float *out);
+void mu__q4_k_to_f32(const void *row, int64_t cols, float *out);
+void mu__q5_k_to_f32(const void *row, int64_t cols, float *out);
+void mu__q6_k_to_f32(const void *row, int64_t cols, float *out);
+void mu__iq4_xs_to_f32(const void *row, int64_t cols, float *out);
+
+/* The integer parts of the blocks, as the products read them: the code
+ * book of IQ4_NL/IQ4_XS; Q4_K/Q5_K's scale and min j (0..7) of the 12
+ * scale bytes s; Q3_K's 16 scales (minus 32); IQ4_XS's scale ib (ls - 32)
+ * of block b; Q6_K's signed quant e of block b. */
+extern const int8_t mu__iq4_values[16];
+void mu__k4_scale_min(const unsigned char *s, int j, int *sc, int *mn);
+void mu__k3_scales(const unsigned char *s, int sc[16]);
+int mu__iq4xs_scale(const unsigned char *b, int ib);
+int mu__q6_k_quant(const unsigned char *b, int e);
+
+/* The products, one per table (kern/portable_k.c, kern/avx2_k.c and its
+ * rebuild kern/vnni_k.c); MU__KQ_MM(q4_k) names the one of the file that
+ * includes this, avx2.c or vnni.c. */
+#define MU__KQ_DECL(isa)                                                    \
+	void mu__mm_q2_k_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);  \
+	void mu__mm_q3_k_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);  \
+	void mu__mm_q4_k_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);  \
+	void mu__mm_q5_k_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);  \
+	void mu__mm_q6_k_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);  \
+	void mu__mm_iq4_xs_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);
+MU__KQ_DECL(portable)
+MU__KQ_DECL(avx2)
+MU__KQ_DECL(vnni)
+#if defined(MU_KERN_VNNI)
+#define MU__KQ_MM(t) mu__mm_##t##_vnni
+#else
+#define MU__KQ_MM(t) mu__mm_##t##_avx2
+#endif
 
 #endif

@@ -46,6 +46,13 @@ typedef enum {
 	MU__WT_Q8_0, /* blocks of 32: f16 scale d, 32 x int8 q; x = d*q */
 	MU__WT_Q4_0, /* blocks of 32: f16 d, 16 bytes; x = d*(nibble-8),
 	                low nibbles are elements 0..15 */
+	/* ggml's superblocks of 256 (kern/types_k.c has their layouts) */
+	MU__WT_Q2_K,   /* 84 B: 16 x 16, 2-bit q, 4-bit scales and mins */
+	MU__WT_Q3_K,   /* 110 B: 16 x 16, 3-bit signed q, 6-bit scales */
+	MU__WT_Q4_K,   /* 144 B: 8 x 32, 4-bit q, 6-bit scales and mins */
+	MU__WT_Q5_K,   /* 176 B: 8 x 32, 5-bit q, 6-bit scales and mins */
+	MU__WT_Q6_K,   /* 210 B: 16 x 16, 6-bit signed q, int8 scales */
+	MU__WT_IQ4_XS, /* 136 B: 8 x 32, IQ4_NL's code book, 6-bit scales */
 	MU__WT_COUNT /* not a type: how many there are */
 } mu__wtype_t;
 
@@ -60,6 +67,8 @@ typedef enum {
 	MU__ACTFMT_F32,  /* x as it is: no conversion */
 	MU__ACTFMT_Q8_0, /* per row: cols int8 quants, then cols/32 f32
 	                    scales (f16 values), as mu__q8_block makes them */
+	MU__ACTFMT_Q8_K, /* per block of 256: f32 d, 256 int8 q, 16 int16
+	                    sums of 16 q (292 B), as mu__q8k_block makes it */
 	MU__ACTFMT_COUNT
 } mu__actfmt_t;
 

@@ -141,6 +141,12 @@ const mu__kern_isa_t mu__kern_portable = {
 		[MU__WT_BF16] = mm_bf16,
 		[MU__WT_Q8_0] = mm_q8_0,
 		[MU__WT_Q4_0] = mm_q4_0,
+		[MU__WT_Q2_K] = mu__mm_q2_k_portable,
+		[MU__WT_Q3_K] = mu__mm_q3_k_portable,
+		[MU__WT_Q4_K] = mu__mm_q4_k_portable,
+		[MU__WT_Q5_K] = mu__mm_q5_k_portable,
+		[MU__WT_Q6_K] = mu__mm_q6_k_portable,
+		[MU__WT_IQ4_XS] = mu__mm_iq4_xs_portable,
 	},
-	{[MU__ACTFMT_Q8_0] = act_q8_0},
+	{[MU__ACTFMT_Q8_0] = act_q8_0, [MU__ACTFMT_Q8_K] = mu__act_q8_k},
 };

@@ -255,6 +255,12 @@ const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
 	[MU__WT_BF16] = {"BF16", 30, 1, 2, MU__ACTFMT_F32, bf16_to_f32, bf16_from_f32},
 	[MU__WT_Q8_0] = {"Q8_0", 8, 32, 34, MU__ACTFMT_Q8_0, q8_0_to_f32, q8_0_from_f32},
 	[MU__WT_Q4_0] = {"Q4_0", 2, 32, 18, MU__ACTFMT_Q8_0, q4_0_to_f32, q4_0_from_f32},
+	[MU__WT_Q2_K] = {"Q2_K", 10, 256, 84, MU__ACTFMT_Q8_K, mu__q2_k_to_f32, NULL},
+	[MU__WT_Q3_K] = {"Q3_K", 11, 256, 110, MU__ACTFMT_Q8_K, mu__q3_k_to_f32, NULL},
+	[MU__WT_Q4_K] = {"Q4_K", 12, 256, 144, MU__ACTFMT_Q8_K, mu__q4_k_to_f32, NULL},
+	[MU__WT_Q5_K] = {"Q5_K", 13, 256, 176, MU__ACTFMT_Q8_K, mu__q5_k_to_f32, NULL},
+	[MU__WT_Q6_K] = {"Q6_K", 14, 256, 210, MU__ACTFMT_Q8_K, mu__q6_k_to_f32, NULL},
+	[MU__WT_IQ4_XS] = {"IQ4_XS", 23, 256, 136, MU__ACTFMT_Q8_K, mu__iq4_xs_to_f32, NULL},
 };
 
 /* The activation formats: a Q8_0 block of x is 32 quants and an f32
@@ -262,6 +268,7 @@ const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
 const mu__actfmt_info_t mu__actfmts[MU__ACTFMT_COUNT] = {
 	[MU__ACTFMT_F32] = {"F32", 1, 4, f32_to_f32},
 	[MU__ACTFMT_Q8_0] = {"Q8_0", MU__QBLOCK, MU__QBLOCK + 4, act_q8_0_to_f32},
+	[MU__ACTFMT_Q8_K] = {"Q8_K", 256, MU__Q8K_BYTES, mu__act_q8_k_to_f32},
 };
 
 /*
@@ -274,10 +281,9 @@ static const struct {
 	uint32_t ggml;
 	const char *name;
 } ggml_other[] = {
-	{3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {9, "Q8_1"}, {10, "Q2_K"}, {11, "Q3_K"},
-	{12, "Q4_K"}, {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {16, "IQ2_XXS"},
+	{3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"},
 	{17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"},
-	{22, "IQ2_S"}, {23, "IQ4_XS"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"},
+	{22, "IQ2_S"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"},
 	{28, "F64"}, {29, "IQ1_M"}, {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"},
 	{40, "NVFP4"},
 };

@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The AVX2+FMA+F16C products of the K-quants and IQ4_XS against Q8_K
+ * activations, bit for bit the arithmetic of kern/isa_int.h (the portable
+ * definition is kern/portable_k.c). Built with -mavx2 -mfma -mf16c and
+ * -ffp-contract=off; kern/vnni_k.c builds it again with MU_KERN_VNNI for
+ * the AVX512-VNNI table (the same code: the integer sums are the same
+ * whichever instructions make them).
+ *
+ * Per superblock and row of W, the 256 quants are unpacked once to eight
+ * vectors of 32 bytes (unsigned for the types with mins, signed for the
+ * others) and the scales to one byte per 16 elements; then for each row of
+ * x in the tile, chunk c of 32 elements gives maddubs's 16 exact pair sums
+ * (|pair| <= 2 * 127 * 127 < 2^15), madd with [scale(32c) x8, scale(32c +
+ * 16) x8] gives lane l = the four elements 32c + 4l..4l+3 times their
+ * scale, and eight chunks added make S_l exactly; one cvt and one fma per
+ * superblock. Signed quants go through maddubs as |q| times x with q's
+ * sign. The mins' sum M is a madd of x's bsums with the mins, summed
+ * across lanes (exact, any order). Tiles of W rows far apart by panels of
+ * x, as kern/avx2.c's DRIVER.
+ */
+#include "kern/isa_int.h"
+
+#if defined(MU_KERN_VNNI) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define MU__KERN_SKIP 1
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(MU__KERN_SKIP)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+#define TM 4
+#define TN 2
+#define PANEL_BYTES (768 << 10)
+
+#if defined(MU_KERN_VNNI)
+#define KQ_FN(t) mu__mm_##t##_vnni
+#else
+#define KQ_FN(t) mu__mm_##t##_avx2
+#endif
+
+enum { K2, K3, K4, K5, K6, KX };
+
+/* A superblock of W unpacked: q[c] holds elements 32c..32c+31 (for the
+ * signed types, qa = |q|); sc has a byte per 16 elements; mn an int16 per
+ * 16 elements (types with mins). */
+typedef struct {
+	__m256i q[8], qa[8], mn;
+	__m128i sc;
+	float d, dmin;
+} ublk_t;
+
+AI __m256i ld256(const unsigned char *p)
+{
+	return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+AI __m128i ld128(const unsigned char *p)
+{
+	return _mm_loadu_si128((const __m128i *)(const void *)p);
+}
+
+AI uint32_t ld32(const unsigned char *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* Q4_K/Q5_K's 8 scales (bytes 0..7) and 8 mins (8..15) of the 12 bytes. */
+AI __m128i k4_scales(const unsigned char *s)
+{
+	uint32_t a = ld32(s), b = ld32(s + 4), c = ld32(s + 8);
+	uint32_t sl = a & 0x3f3f3f3fu, sh = (c & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+	uint32_t ml = b & 0x3f3f3f3fu, mh = ((c >> 4) & 0x0f0f0f0fu) | (((b >> 6) & 0x03030303u) << 4);
+
+	return _mm_setr_epi32((int)sl, (int)sh, (int)ml, (int)mh);
+}
+
+AI void unpack(int t, const unsigned char *b, ublk_t *u)
+{
+	const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+
+	if (t == K2) {
+		__m128i s = ld128(b);
+
+		for (int h = 0; h < 2; h++) {
+			__m256i v = ld256(b + 16 + 32 * h);
+
+			for (int j = 0; j < 4; j++)
+				u->q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
+		}
+		u->sc = _mm_and_si128(s, _mm_set1_epi8(15));
+		u->mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
+		u->d = _cvtsh_ss(mu__ld16(b + 80));
+		u->dmin = _cvtsh_ss(mu__ld16(b + 82));
+	} else if (t == K3) {
+		__m256i hm = ld256(b);
+		uint32_t a = ld32(b + 96), bb = ld32(b + 100), c = ld32(b + 104);
+
+		for (int h = 0; h < 2; h++) {
+			__m256i v = ld256(b + 32 + 32 * h);
+
+			for (int j = 0; j < 4; j++) {
+				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
+				__m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+
+				/* low - 4 where the high bit is clear */
+				u->q[4 * h + j] =
+				    _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+			}
+		}
+		u->sc = _mm_sub_epi8(
+		    _mm_setr_epi32((int)((a & 0x0f0f0f0fu) | ((c & 0x03030303u) << 4)),
+		                   (int)((bb & 0x0f0f0f0fu) | (((c >> 2) & 0x03030303u) << 4)),
+		                   (int)(((a >> 4) & 0x0f0f0f0fu) | (((c >> 4) & 0x03030303u) << 4)),
+		                   (int)(((bb >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4))),
+		    _mm_set1_epi8(32));
+		u->d = _cvtsh_ss(mu__ld16(b + 108));
+	} else if (t == K4 || t == K5) {
+		__m128i sm = k4_scales(b + 4);
+		const unsigned char *qs = b + (t == K5 ? 48 : 16);
+		__m256i qh = t == K5 ? ld256(b + 16) : _mm256_setzero_si256();
+
+		for (int j = 0; j < 4; j++) {
+			__m256i v = ld256(qs + 32 * j);
+
+			u->q[2 * j] = _mm256_and_si256(v, m15);
+			u->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+		}
+		for (int c = 0; t == K5 && c < 8; c++)
+			u->q[c] = _mm256_or_si256(
+			    u->q[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, c), 4),
+			                              _mm256_set1_epi8(16)));
+		u->sc = _mm_unpacklo_epi8(sm, sm);
+		u->mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+		u->d = _cvtsh_ss(mu__ld16(b));
+		u->dmin = _cvtsh_ss(mu__ld16(b + 2));
+	} else if (t == K6) {
+		for (int h = 0; h < 2; h++) {
+			__m256i l0 = ld256(b + 64 * h), l1 = ld256(b + 64 * h + 32), qh = ld256(b + 128 + 32 * h);
+
+			for (int tt = 0; tt < 4; tt++) {
+				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(tt % 2 ? l1 : l0, 4 * (tt / 2)), m15);
+				__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * tt), m3);
+
+				u->q[4 * h + tt] = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)),
+				                                   _mm256_set1_epi8(32));
+			}
+		}
+		u->sc = ld128(b + 192);
+		u->d = _cvtsh_ss(mu__ld16(b + 208));
+	} else {
+		const __m256i book = _mm256_broadcastsi128_si256(ld128((const unsigned char *)mu__iq4_values));
+		uint32_t shi = mu__ld16(b + 2);
+		unsigned char s8[16];
+
+		for (int ib = 0; ib < 8; ib++) {
+			__m128i v = ld128(b + 8 + 16 * ib);
+			__m256i n = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, _mm_set1_epi8(15))),
+			                                    _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)), 1);
+
+			u->q[ib] = _mm256_shuffle_epi8(book, n);
+			s8[2 * ib] = s8[2 * ib + 1] =
+			    (unsigned char)((((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((shi >> (2 * ib)) & 3) << 4)) - 32);
+		}
+		u->sc = ld128(s8);
+		u->d = _cvtsh_ss(mu__ld16(b));
+	}
+	if (t == K3 || t == K6 || t == KX)
+		for (int c = 0; c < 8; c++)
+			u->qa[c] = _mm256_sign_epi8(u->q[c], u->q[c]);
+}
+
+/* The int16 scale vector of chunk c: [scale(32c) x8, scale(32c + 16) x8]. */
+AI __m256i chunk_scale(__m128i sc, int c)
+{
+	__m128i ctl = _mm_setr_epi8((char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
+	                            (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
+	                            (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
+	                            (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
+	                            (char)(2 * c + 1), (char)(2 * c + 1));
+
+	return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, ctl));
+}
+
+AI int32_t hsum_i32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+
+	s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+	return _mm_cvtsi128_si32(s);
+}
+
+AI float hsum(__m256 a)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	__m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+
+	return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+/* A tile: W rows r + a * rs (a < rm) by x rows i0.. i0 + rn - 1. */
+AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+{
+	int64_t nb = j->w->cols / 256;
+	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols), bb = rb / (size_t)nb;
+	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
+	const int mins = t == K2 || t == K4 || t == K5;
+	__m256 acc[TM][TN];
+	float accm[TM][TN];
+
+	for (int a = 0; a < rm; a++)
+		for (int i = 0; i < rn; i++) {
+			acc[a][i] = _mm256_setzero_ps();
+			accm[a][i] = 0.0f;
+		}
+	for (int64_t b = 0; b < nb; b++) {
+		const unsigned char *xb[TN];
+
+		for (int i = 0; i < rn; i++)
+			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
+		for (int a = 0; a < rm; a++) {
+			ublk_t u;
+
+			unpack(t, w + (size_t)a * (size_t)rs * rb + (size_t)b * bb, &u);
+			for (int i = 0; i < rn; i++) {
+				__m256i s = _mm256_setzero_si256();
+				float dx = mu__ldf(xb[i]);
+
+				for (int c = 0; c < 8; c++) {
+					__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
+
+					if (mins)
+						p = _mm256_maddubs_epi16(u.q[c], xv);
+					else
+						p = _mm256_maddubs_epi16(u.qa[c], _mm256_sign_epi8(xv, u.q[c]));
+					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, chunk_scale(u.sc, c)));
+				}
+				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u.d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
+				if (mins) {
+					int32_t m = hsum_i32(_mm256_madd_epi16(ld256(xb[i] + 260), u.mn));
+
+					accm[a][i] = fmaf(u.dmin * dx, (float)-m, accm[a][i]);
+				}
+			}
+		}
+	}
+	for (int a = 0; a < rm; a++)
+		for (int i = 0; i < rn; i++) {
+			float y = hsum(acc[a][i]) + accm[a][i];
+
+			j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? y + j->bias[r + a * rs] : y;
+		}
+}
+
+/* Rows [r0, r1) of W for every row of x: tiles of TM rows of W, q apart,
+ * by TN rows of x, x in panels that stay in L2 (kern/avx2.c's DRIVER). */
+AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
+{
+	int64_t n = j->n, q = (r1 - r0) / TM, p1;
+	int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;
+
+	panel = panel < TN ? TN : panel - panel % TN;
+	for (int64_t p0 = 0; p0 < n; p0 = p1) {
+		p1 = n - p0 < panel ? n : p0 + panel;
+		for (int64_t g = 0; g <= q; g++) {
+			int64_t r = g < q ? r0 + g : r0 + TM * q, rs = g < q ? q : 1;
+			int rm = g < q ? TM : (int)(r1 - r0 - TM * q);
+
+			for (int64_t i = p0; rm > 0 && i < p1; i += TN) {
+				int rn = p1 - i < TN ? (int)(p1 - i) : TN;
+
+				if (rm == TM && rn == TN)
+					tile(j, t, r, rs, i, TM, TN);
+				else if (rm == TM)
+					tile(j, t, r, rs, i, TM, 1);
+				else
+					for (int a = 0; a < rm; a++)
+						tile(j, t, r + a, 1, i, 1, rn);
+			}
+		}
+	}
+}
+
+#define KQ_MM(name, t) \
+	void KQ_FN(name)(const mu__mm_job_t *j, int64_t r0, int64_t r1) { drive(j, t, r0, r1); }
+KQ_MM(q2_k, K2)
+KQ_MM(q3_k, K3)
+KQ_MM(q4_k, K4)
+KQ_MM(q5_k, K5)
+KQ_MM(q6_k, K6)
+KQ_MM(iq4_xs, KX)
+
+#else
+typedef int mu__kern_avx2_k_unused_t;
+#endif
