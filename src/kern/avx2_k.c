@@ -46,7 +46,7 @@ enum { K2, K3, K4, K5, K6, KX };
  * signed types, qa = |q|); sc has a byte per 16 elements; mn an int16 per
  * 16 elements (types with mins). */
 typedef struct {
-	__m256i q[8], qa[8], mn;
+	__m256i q[8], qa[8], s[8], mn;
 	__m128i sc;
 	float d, dmin;
 } ublk_t;
@@ -79,6 +79,28 @@ AI __m128i k4_scales(const unsigned char *s)
 	return _mm_setr_epi32((int)sl, (int)sh, (int)ml, (int)mh);
 }
 
+/* pshufb controls: chunk c's two scale bytes, 2c eight times, 2c + 1
+ * eight times. */
+static const unsigned char scale_ctl[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+/* The int16 scale vectors of the eight chunks: [scale(32c) x8,
+ * scale(32c + 16) x8] from sc's byte per 16 elements. */
+AI void chunk_scales(__m128i sc, __m256i s[8])
+{
+#pragma GCC unroll 8
+	for (int c = 0; c < 8; c++)
+		s[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, ld128(scale_ctl[c])));
+}
+
 AI void unpack(int t, const unsigned char *b, ublk_t *u)
 {
 	const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
@@ -86,9 +108,11 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 	if (t == K2) {
 		__m128i s = ld128(b);
 
+#pragma GCC unroll 8
 		for (int h = 0; h < 2; h++) {
 			__m256i v = ld256(b + 16 + 32 * h);
 
+#pragma GCC unroll 8
 			for (int j = 0; j < 4; j++)
 				u->q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
 		}
@@ -100,9 +124,11 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 		__m256i hm = ld256(b);
 		uint32_t a = ld32(b + 96), bb = ld32(b + 100), c = ld32(b + 104);
 
+#pragma GCC unroll 8
 		for (int h = 0; h < 2; h++) {
 			__m256i v = ld256(b + 32 + 32 * h);
 
+#pragma GCC unroll 8
 			for (int j = 0; j < 4; j++) {
 				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
 				__m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
@@ -124,12 +150,14 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 		const unsigned char *qs = b + (t == K5 ? 48 : 16);
 		__m256i qh = t == K5 ? ld256(b + 16) : _mm256_setzero_si256();
 
+#pragma GCC unroll 8
 		for (int j = 0; j < 4; j++) {
 			__m256i v = ld256(qs + 32 * j);
 
 			u->q[2 * j] = _mm256_and_si256(v, m15);
 			u->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
 		}
+#pragma GCC unroll 8
 		for (int c = 0; t == K5 && c < 8; c++)
 			u->q[c] = _mm256_or_si256(
 			    u->q[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, c), 4),
@@ -139,9 +167,11 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 		u->d = _cvtsh_ss(mu__ld16(b));
 		u->dmin = _cvtsh_ss(mu__ld16(b + 2));
 	} else if (t == K6) {
+#pragma GCC unroll 8
 		for (int h = 0; h < 2; h++) {
 			__m256i l0 = ld256(b + 64 * h), l1 = ld256(b + 64 * h + 32), qh = ld256(b + 128 + 32 * h);
 
+#pragma GCC unroll 8
 			for (int tt = 0; tt < 4; tt++) {
 				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(tt % 2 ? l1 : l0, 4 * (tt / 2)), m15);
 				__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * tt), m3);
@@ -157,6 +187,7 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 		uint32_t shi = mu__ld16(b + 2);
 		unsigned char s8[16];
 
+#pragma GCC unroll 8
 		for (int ib = 0; ib < 8; ib++) {
 			__m128i v = ld128(b + 8 + 16 * ib);
 			__m256i n = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, _mm_set1_epi8(15))),
@@ -170,20 +201,10 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 		u->d = _cvtsh_ss(mu__ld16(b));
 	}
 	if (t == K3 || t == K6 || t == KX)
+#pragma GCC unroll 8
 		for (int c = 0; c < 8; c++)
 			u->qa[c] = _mm256_sign_epi8(u->q[c], u->q[c]);
-}
-
-/* The int16 scale vector of chunk c: [scale(32c) x8, scale(32c + 16) x8]. */
-AI __m256i chunk_scale(__m128i sc, int c)
-{
-	__m128i ctl = _mm_setr_epi8((char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
-	                            (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
-	                            (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
-	                            (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
-	                            (char)(2 * c + 1), (char)(2 * c + 1));
-
-	return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, ctl));
+	chunk_scales(u->sc, u->s);
 }
 
 AI int32_t hsum_i32(__m256i v)
@@ -213,24 +234,30 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 	__m256 acc[TM][TN];
 	float accm[TM][TN];
 
-	for (int a = 0; a < rm; a++)
-		for (int i = 0; i < rn; i++) {
+#pragma GCC unroll 8
+	for (int a = 0; a < TM; a++)
+#pragma GCC unroll 8
+		for (int i = 0; i < TN; i++) {
 			acc[a][i] = _mm256_setzero_ps();
 			accm[a][i] = 0.0f;
 		}
 	for (int64_t b = 0; b < nb; b++) {
 		const unsigned char *xb[TN];
 
+#pragma GCC unroll 8
 		for (int i = 0; i < rn; i++)
 			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
+#pragma GCC unroll 8
 		for (int a = 0; a < rm; a++) {
 			ublk_t u;
 
 			unpack(t, w + (size_t)a * (size_t)rs * rb + (size_t)b * bb, &u);
+#pragma GCC unroll 8
 			for (int i = 0; i < rn; i++) {
 				__m256i s = _mm256_setzero_si256();
 				float dx = mu__ldf(xb[i]);
 
+#pragma GCC unroll 8
 				for (int c = 0; c < 8; c++) {
 					__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
 
@@ -238,7 +265,7 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 						p = _mm256_maddubs_epi16(u.q[c], xv);
 					else
 						p = _mm256_maddubs_epi16(u.qa[c], _mm256_sign_epi8(xv, u.q[c]));
-					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, chunk_scale(u.sc, c)));
+					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, u.s[c]));
 				}
 				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u.d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
 				if (mins) {
@@ -249,7 +276,9 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 			}
 		}
 	}
+#pragma GCC unroll 8
 	for (int a = 0; a < rm; a++)
+#pragma GCC unroll 8
 		for (int i = 0; i < rn; i++) {
 			float y = hsum(acc[a][i]) + accm[a][i];
 
@@ -279,6 +308,7 @@ AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 				else if (rm == TM)
 					tile(j, t, r, rs, i, TM, 1);
 				else
+#pragma GCC unroll 8
 					for (int a = 0; a < rm; a++)
 						tile(j, t, r + a, 1, i, 1, rn);
 			}
