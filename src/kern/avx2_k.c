@@ -101,105 +101,138 @@ AI void chunk_scales(__m128i sc, __m256i s[8])
 		s[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, ld128(scale_ctl[c])));
 }
 
+#define M3 _mm256_set1_epi8(3)
+#define M15 _mm256_set1_epi8(15)
+
+AI void up_q2_k(const unsigned char *b, ublk_t *u)
+{
+	__m128i s = ld128(b);
+
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m256i v = ld256(b + 16 + 32 * h);
+
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++)
+			u->q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), M3);
+	}
+	u->sc = _mm_and_si128(s, _mm_set1_epi8(15));
+	u->mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
+	u->d = _cvtsh_ss(mu__ld16(b + 80));
+	u->dmin = _cvtsh_ss(mu__ld16(b + 82));
+}
+
+AI void up_q3_k(const unsigned char *b, ublk_t *u)
+{
+	__m256i hm = ld256(b);
+	uint32_t a = ld32(b + 96), bb = ld32(b + 100), c = ld32(b + 104);
+
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m256i v = ld256(b + 32 + 32 * h);
+
+#pragma GCC unroll 4
+		for (int j = 0; j < 4; j++) {
+			__m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), M3);
+			__m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
+
+			/* low - 4 where the high bit is clear */
+			u->q[4 * h + j] =
+			    _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
+		}
+	}
+	u->sc = _mm_sub_epi8(
+	    _mm_setr_epi32((int)((a & 0x0f0f0f0fu) | ((c & 0x03030303u) << 4)),
+	                   (int)((bb & 0x0f0f0f0fu) | (((c >> 2) & 0x03030303u) << 4)),
+	                   (int)(((a >> 4) & 0x0f0f0f0fu) | (((c >> 4) & 0x03030303u) << 4)),
+	                   (int)(((bb >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4))),
+	    _mm_set1_epi8(32));
+	u->d = _cvtsh_ss(mu__ld16(b + 108));
+}
+
+/* Q4_K, and Q5_K with q5: chunk 2j is qs[32j..]'s low nibbles, 2j + 1 the
+ * high ones; Q5_K's bit c of qh[l] is 16 for element 32c + l. */
+AI void up_k45(const unsigned char *b, ublk_t *u, int q5)
+{
+	__m128i sm = k4_scales(b + 4);
+	const unsigned char *qs = b + (q5 ? 48 : 16);
+	__m256i qh = q5 ? ld256(b + 16) : _mm256_setzero_si256();
+
+#pragma GCC unroll 4
+	for (int j = 0; j < 4; j++) {
+		__m256i v = ld256(qs + 32 * j);
+
+		u->q[2 * j] = _mm256_and_si256(v, M15);
+		u->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), M15);
+	}
+#pragma GCC unroll 8
+	for (int c = 0; q5 && c < 8; c++)
+		u->q[c] = _mm256_or_si256(u->q[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, c), 4),
+		                                                    _mm256_set1_epi8(16)));
+	u->sc = _mm_unpacklo_epi8(sm, sm);
+	u->mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+	u->d = _cvtsh_ss(mu__ld16(b));
+	u->dmin = _cvtsh_ss(mu__ld16(b + 2));
+}
+
+AI void up_q6_k(const unsigned char *b, ublk_t *u)
+{
+#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m256i l0 = ld256(b + 64 * h), l1 = ld256(b + 64 * h + 32), qh = ld256(b + 128 + 32 * h);
+
+#pragma GCC unroll 4
+		for (int t = 0; t < 4; t++) {
+			__m256i lo = _mm256_and_si256(_mm256_srli_epi16(t % 2 ? l1 : l0, 4 * (t / 2)), M15);
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), M3);
+
+			u->q[4 * h + t] =
+			    _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+		}
+	}
+	u->sc = ld128(b + 192);
+	u->d = _cvtsh_ss(mu__ld16(b + 208));
+}
+
+/* IQ4_XS: ls of block ib is nibble ib of scales_l (as one u32) and bits
+ * 2ib, 2ib + 1 of scales_h; the quants are the code book's bytes. */
+AI void up_iq4_xs(const unsigned char *b, ublk_t *u)
+{
+	const __m256i book = _mm256_broadcastsi128_si256(ld128((const unsigned char *)mu__iq4_values));
+	__m128i lo = _mm_set1_epi32((int)ld32(b + 4)), hi = _mm_set1_epi32((int)mu__ld16(b + 2));
+	__m128i m15 = _mm_set1_epi32(15), m3 = _mm_set1_epi32(3), s0, s1, s;
+
+	s0 = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 4, 8, 12)), m15),
+	                  _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), m3), 4));
+	s1 = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(16, 20, 24, 28)), m15),
+	                  _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(hi, _mm_setr_epi32(8, 10, 12, 14)), m3), 4));
+	s = _mm_sub_epi16(_mm_packs_epi32(s0, s1), _mm_set1_epi16(32));
+	s = _mm_packs_epi16(s, s);
+#pragma GCC unroll 8
+	for (int ib = 0; ib < 8; ib++) {
+		__m128i v = ld128(b + 8 + 16 * ib);
+		__m256i n = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, _mm_set1_epi8(15))),
+		                                    _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)), 1);
+
+		u->q[ib] = _mm256_shuffle_epi8(book, n);
+	}
+	u->sc = _mm_unpacklo_epi8(s, s);
+	u->d = _cvtsh_ss(mu__ld16(b));
+}
+
+/* Superblock b of type t into u; signed types also get |q|. */
 AI void unpack(int t, const unsigned char *b, ublk_t *u)
 {
-	const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
-
-	if (t == K2) {
-		__m128i s = ld128(b);
-
-#pragma GCC unroll 8
-		for (int h = 0; h < 2; h++) {
-			__m256i v = ld256(b + 16 + 32 * h);
-
-#pragma GCC unroll 8
-			for (int j = 0; j < 4; j++)
-				u->q[4 * h + j] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
-		}
-		u->sc = _mm_and_si128(s, _mm_set1_epi8(15));
-		u->mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(15)));
-		u->d = _cvtsh_ss(mu__ld16(b + 80));
-		u->dmin = _cvtsh_ss(mu__ld16(b + 82));
-	} else if (t == K3) {
-		__m256i hm = ld256(b);
-		uint32_t a = ld32(b + 96), bb = ld32(b + 100), c = ld32(b + 104);
-
-#pragma GCC unroll 8
-		for (int h = 0; h < 2; h++) {
-			__m256i v = ld256(b + 32 + 32 * h);
-
-#pragma GCC unroll 8
-			for (int j = 0; j < 4; j++) {
-				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(v, 2 * j), m3);
-				__m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), _mm256_set1_epi8(1));
-
-				/* low - 4 where the high bit is clear */
-				u->q[4 * h + j] =
-				    _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 2)), _mm256_set1_epi8(4));
-			}
-		}
-		u->sc = _mm_sub_epi8(
-		    _mm_setr_epi32((int)((a & 0x0f0f0f0fu) | ((c & 0x03030303u) << 4)),
-		                   (int)((bb & 0x0f0f0f0fu) | (((c >> 2) & 0x03030303u) << 4)),
-		                   (int)(((a >> 4) & 0x0f0f0f0fu) | (((c >> 4) & 0x03030303u) << 4)),
-		                   (int)(((bb >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4))),
-		    _mm_set1_epi8(32));
-		u->d = _cvtsh_ss(mu__ld16(b + 108));
-	} else if (t == K4 || t == K5) {
-		__m128i sm = k4_scales(b + 4);
-		const unsigned char *qs = b + (t == K5 ? 48 : 16);
-		__m256i qh = t == K5 ? ld256(b + 16) : _mm256_setzero_si256();
-
-#pragma GCC unroll 8
-		for (int j = 0; j < 4; j++) {
-			__m256i v = ld256(qs + 32 * j);
-
-			u->q[2 * j] = _mm256_and_si256(v, m15);
-			u->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-		}
-#pragma GCC unroll 8
-		for (int c = 0; t == K5 && c < 8; c++)
-			u->q[c] = _mm256_or_si256(
-			    u->q[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, c), 4),
-			                              _mm256_set1_epi8(16)));
-		u->sc = _mm_unpacklo_epi8(sm, sm);
-		u->mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
-		u->d = _cvtsh_ss(mu__ld16(b));
-		u->dmin = _cvtsh_ss(mu__ld16(b + 2));
-	} else if (t == K6) {
-#pragma GCC unroll 8
-		for (int h = 0; h < 2; h++) {
-			__m256i l0 = ld256(b + 64 * h), l1 = ld256(b + 64 * h + 32), qh = ld256(b + 128 + 32 * h);
-
-#pragma GCC unroll 8
-			for (int tt = 0; tt < 4; tt++) {
-				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(tt % 2 ? l1 : l0, 4 * (tt / 2)), m15);
-				__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * tt), m3);
-
-				u->q[4 * h + tt] = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)),
-				                                   _mm256_set1_epi8(32));
-			}
-		}
-		u->sc = ld128(b + 192);
-		u->d = _cvtsh_ss(mu__ld16(b + 208));
-	} else {
-		const __m256i book = _mm256_broadcastsi128_si256(ld128((const unsigned char *)mu__iq4_values));
-		uint32_t shi = mu__ld16(b + 2);
-		unsigned char s8[16];
-
-#pragma GCC unroll 8
-		for (int ib = 0; ib < 8; ib++) {
-			__m128i v = ld128(b + 8 + 16 * ib);
-			__m256i n = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, _mm_set1_epi8(15))),
-			                                    _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(15)), 1);
-
-			u->q[ib] = _mm256_shuffle_epi8(book, n);
-			s8[2 * ib] = s8[2 * ib + 1] =
-			    (unsigned char)((((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((shi >> (2 * ib)) & 3) << 4)) - 32);
-		}
-		u->sc = ld128(s8);
-		u->d = _cvtsh_ss(mu__ld16(b));
-	}
+	if (t == K2)
+		up_q2_k(b, u);
+	else if (t == K3)
+		up_q3_k(b, u);
+	else if (t == K4 || t == K5)
+		up_k45(b, u, t == K5);
+	else if (t == K6)
+		up_q6_k(b, u);
+	else
+		up_iq4_xs(b, u);
 	if (t == K3 || t == K6 || t == KX)
 #pragma GCC unroll 8
 		for (int c = 0; c < 8; c++)
