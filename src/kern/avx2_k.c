@@ -31,7 +31,7 @@
 
 #define AI static inline __attribute__((always_inline))
 #define TM 4
-#define TN 2
+#define TN 3
 #define PANEL_BYTES (768 << 10)
 
 #if defined(MU_KERN_VNNI)
@@ -275,7 +275,7 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 			accm[a][i] = 0.0f;
 		}
 	for (int64_t b = 0; b < nb; b++) {
-		const unsigned char *xb[TN];
+		const unsigned char *xb[TN] = {0};
 
 #pragma GCC unroll 8
 		for (int i = 0; i < rn; i++)
@@ -338,8 +338,10 @@ AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 
 				if (rm == TM && rn == TN)
 					tile(j, t, r, rs, i, TM, TN);
-				else if (rm == TM)
+				else if (rm == TM && rn == 1) /* decode */
 					tile(j, t, r, rs, i, TM, 1);
+				else if (rm == TM)
+					tile(j, t, r, rs, i, TM, rn);
 				else
 #pragma GCC unroll 8
 					for (int a = 0; a < rm; a++)
