@@ -117,7 +117,7 @@ def test_bench_kern(muster_bin):
             blas = "sgemv" if mode == "decode" else "sgemm"
             assert re.search(rf"^\s+{mode}\s+256x256\s+custom\s+{th} BLAS {blas}\s+[0-9.]+", out,
                              re.M), (mode, th, out)
-            for t in ("F32", "F16", "BF16", "Q8_0", "Q4_0"):
+            for t in ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"):
                 m = re.search(rf"^\s+{mode}\s+256x256\s+custom\s+{th} {t}\s+(.*)$", out, re.M)
                 assert m, (mode, th, t, out)
                 figs = [float(v) for v in m.group(1).split()]
