@@ -11,7 +11,9 @@
  *   - Q8_0/Q4_0 quantizers against the format (llm-formats.md) and
  *     llama.cpp's reference rules, round trips included;
  *   - mu__matmul against a double-precision reference for every type of
- *     the table on odd shapes, n = 1..17, 1..4 threads;
+ *     the table on odd shapes, n = 1..17, 1..4 threads (the types without
+ *     a quantizer, the K-quants and IQ4_XS, on random blocks, some with
+ *     an inf, NaN or subnormal scale);
  *   - the determinism contract: bit-identical results across n, thread
  *     counts and instruction sets (portable against AVX2, and AVX2 with
  *     AVX512-VNNI, where the CPU has them; where it has none, portable
