@@ -167,8 +167,9 @@ AI void up_k45(const unsigned char *b, ublk_t *u, int q5)
 	}
 #pragma GCC unroll 8
 	for (int c = 0; q5 && c < 8; c++)
-		u->q[c] = _mm256_or_si256(u->q[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, c), 4),
-		                                                    _mm256_set1_epi8(16)));
+		u->q[c] = _mm256_or_si256(
+		    u->q[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, c), 4),
+		                              _mm256_set1_epi8(16)));
 	u->sc = _mm_unpacklo_epi8(sm, sm);
 	u->mn = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
 	u->d = _cvtsh_ss(mu__ld16(b));
@@ -200,13 +201,14 @@ AI void up_iq4_xs(const unsigned char *b, ublk_t *u)
 {
 	const __m256i book = _mm256_broadcastsi128_si256(ld128((const unsigned char *)mu__iq4_values));
 	__m128i lo = _mm_set1_epi32((int)ld32(b + 4)), hi = _mm_set1_epi32((int)mu__ld16(b + 2));
-	__m128i m15 = _mm_set1_epi32(15), m3 = _mm_set1_epi32(3), s0, s1, s;
+	__m128i m15 = _mm_set1_epi32(15), m3 = _mm_set1_epi32(3), l0, l1, h0, h1, s;
 
-	s0 = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 4, 8, 12)), m15),
-	                  _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), m3), 4));
-	s1 = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(16, 20, 24, 28)), m15),
-	                  _mm_slli_epi32(_mm_and_si128(_mm_srlv_epi32(hi, _mm_setr_epi32(8, 10, 12, 14)), m3), 4));
-	s = _mm_sub_epi16(_mm_packs_epi32(s0, s1), _mm_set1_epi16(32));
+	l0 = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(0, 4, 8, 12)), m15);
+	l1 = _mm_and_si128(_mm_srlv_epi32(lo, _mm_setr_epi32(16, 20, 24, 28)), m15);
+	h0 = _mm_and_si128(_mm_srlv_epi32(hi, _mm_setr_epi32(0, 2, 4, 6)), m3);
+	h1 = _mm_and_si128(_mm_srlv_epi32(hi, _mm_setr_epi32(8, 10, 12, 14)), m3);
+	s = _mm_packs_epi32(_mm_or_si128(l0, _mm_slli_epi32(h0, 4)), _mm_or_si128(l1, _mm_slli_epi32(h1, 4)));
+	s = _mm_sub_epi16(s, _mm_set1_epi16(32));
 	s = _mm_packs_epi16(s, s);
 #pragma GCC unroll 8
 	for (int ib = 0; ib < 8; ib++) {

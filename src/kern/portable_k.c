@@ -151,8 +151,11 @@ static void mm_kq(const mu__mm_job_t *j, int64_t r0, int64_t r1, unpack_fn up, i
 	}
 }
 
-#define KQ_MM(t, mins) \
-	void mu__mm_##t##_portable(const mu__mm_job_t *j, int64_t r0, int64_t r1) { mm_kq(j, r0, r1, up_##t, mins); }
+#define KQ_MM(t, mins)                                                      \
+	void mu__mm_##t##_portable(const mu__mm_job_t *j, int64_t r0, int64_t r1) \
+	{                                                                          \
+		mm_kq(j, r0, r1, up_##t, mins);                                    \
+	}
 KQ_MM(q2_k, 1)
 KQ_MM(q3_k, 0)
 KQ_MM(q4_k, 1)

@@ -162,5 +162,6 @@ def test_matmul_row_against_ggml(ggml, mu, t):
         k = int(np.argmax(np.abs(we)))
         dx = float(np.frombuffer(xq[(k // QK) * Q8K_BYTES:][:4].tobytes(), np.float32)[0])
         assert abs(we[k] * dx) > 2 * BOUND * mag
-        assert err <= BOUND, f"{t} cols {cols}: {y[0]!r}, ggml's {ref!r} (error {err:.3g} of sum |w x|)"
+        assert err <= BOUND, (f"{t} cols {cols}: {y[0]!r}, ggml's {ref!r} "
+                              f"(error {err:.3g} of sum |w x|)")
     print(f"{t}: worst |y - ggml| / sum |w x| = {worst:.3g} (bound {BOUND})")
