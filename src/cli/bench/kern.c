@@ -20,8 +20,8 @@
  * gets the CPU time of that thread, which the others' load hardly moves,
  * and a ratio on it.
  */
-#include <stdatomic.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
