@@ -12,12 +12,27 @@
  *   - for each group g of eight k (k = 8g + l; past cols both factors
  *     are 0): F32/F16/BF16: acc[l] = fma(W[k], x[k], acc[l]), W[k]
  *     converted exactly to f32 first;
- *     Q8_0/Q4_0, per block b of 32 (x first in the Q8_0 activation
- *     format, MU__ACTFMT_Q8_0, each block as mu__q8_block makes it): with
- *     d = dw_b * dx_b (an f32 product) and s_l = the exact integer sum of
- *     wq[4l+m] * xq[4l+m] for m = 0..3, acc[l] = fma(d, (float)s_l, acc[l]);
+ *     Q8_0/Q4_0/Q5_0/IQ4_NL, per block b of 32 (x first in the Q8_0
+ *     activation format, MU__ACTFMT_Q8_0, each block as mu__q8_block
+ *     makes it), the weights as signed integers wq (Q8_0: q; Q4_0:
+ *     nibble - 8; Q5_0: 5-bit q - 16; IQ4_NL: the int8 value of its
+ *     table): with d = dw_b * dx_b (an f32 product) and s_l = the exact
+ *     integer sum of wq[4l+m] * xq[4l+m] for m = 0..3,
+ *     acc[l] = fma(d, (float)s_l, acc[l]);
+ *     Q4_1/Q5_1 (x = d*q + m; x in the Q8_1 format, MU__ACTFMT_Q8_1: the
+ *     Q8_0 blocks plus sx_b = f16(dx_b unrounded * sum of xq)): the same
+ *     lanes with the unsigned q, acc[l] = fma(dw_b * dx_b, (float)s_l,
+ *     acc[l]), and one more float accm, +0 at first:
+ *     accm = fma(mw_b, sx_b, accm) per block, in block order;
  *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),
- *     and y + bias when there is one.
+ *     then y + accm for Q4_1/Q5_1 (only they add it), and y + bias when
+ *     there is one.
+ * The integer sums are exact in int32 and in the int16 pairs of AVX2's
+ * maddubs: |xq| <= 127 and every weight type's |wq| <= 127 (Q5_1's q <=
+ * 31, IQ4_NL's table -127..113), so a pair is at most 2 * 127 * 127 <
+ * 2^15 and a lane's four at most 4 * 127 * 127. An exact sum is the same
+ * in any order, so an instruction set may add it as it likes; the float
+ * operations are exactly the ones above.
  */
 #ifndef MU_KERN_ISA_INT_H
 #define MU_KERN_ISA_INT_H
@@ -82,6 +97,13 @@ static inline const int8_t *mu__xq(const mu__mm_job_t *j, int64_t i)
 static inline const float *mu__xd(const mu__mm_job_t *j, int64_t i)
 {
 	return (const float *)(const void *)(j->xa + (size_t)i * j->xa_row + (size_t)j->w->cols);
+}
+
+/* A row of Q8_1 activations (MU__ACTFMT_Q8_1): the Q8_0 row's quants and
+ * scales (mu__xq, mu__xd), then the blocks' sums s. */
+static inline const float *mu__xs(const mu__mm_job_t *j, int64_t i)
+{
+	return mu__xd(j, i) + j->w->cols / MU__QBLOCK;
 }
 
 /* ---- scalar definitions (inline: the portable kernels' inner loops) ---- */
@@ -153,5 +175,20 @@ static inline float mu__hsum8(const float a[8])
  * Never -128, which the AVX2 sign trick relies on.
  */
 void mu__q8_block(const float *x, int8_t *q, uint16_t *dh);
+
+/*
+ * The rest of a Q8_1 activation row (MU__ACTFMT_Q8_1) whose first part,
+ * the Q8_0 row form of x (cols quants, then cols/32 scales), is already at
+ * out: each block's s, as llama.cpp's reference quantize_row_q8_1 makes
+ * it: s = f16(d * (float)sum of the 32 q), d = max|x| / 127 before its
+ * rounding to f16, stored as f32 after the scales. A block with a NaN or
+ * an infinity (d NaN, as mu__q8_block) gets s = NaN. Every instruction
+ * set's Q8_1 quantizer calls this one, so their bytes agree.
+ */
+void mu__q8_1_sums(const float *x, int64_t cols, void *out);
+
+/* IQ4_NL's 16 values (ggml's kvalues_iq4nl): a nibble k stands for
+ * mu__iq4nl_values[k] * d. */
+extern const int8_t mu__iq4nl_values[16];
 
 #endif
