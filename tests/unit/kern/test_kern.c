@@ -68,6 +68,15 @@ static void to_type(mu__wtype_t t, const float *x, int64_t cols, void *out)
 	mu__wtypes[t].from_f32(x, cols, out);
 }
 
+/* A block's f16 at byte off as f32. */
+static float blk_f16(const unsigned char *blk, int off)
+{
+	uint16_t h;
+
+	memcpy(&h, blk + off, 2);
+	return mu__f16_to_f32(h);
+}
+
 /* The instruction sets this build and CPU run, portable first; their count. */
 static const char *const all_isas[] = {"portable", "avx2", "avx2-vnni"};
 
@@ -417,6 +426,142 @@ static void test_act_q8_0_isas(void **state)
 	}
 }
 
+/* ---- the 32-element types after Q4_0 ---- */
+
+/* A block of each, a few bytes worked out by hand (ggml-common.h's
+ * layouts), read by the table's to_f32: known floats. */
+static void test_block_values(void **state)
+{
+	/* d = 0.5 (0x3800), m = -2 (0xc000); byte 0 = 0x1f: element 0 is
+	 * nibble 15, element 16 nibble 1; byte 15 = 0x80: element 15 is 0,
+	 * element 31 is 8; the rest 0 */
+	unsigned char q4_1[20] = {0x00, 0x38, 0x00, 0xc0, 0x1f, [19] = 0x80};
+	/* d = 2 (0x4000); qh bits 0 and 31 set: element 0 = 16 | nibble 3 = 19
+	 * -> 3 * 2, element 31 = 16 | nibble 0 -> 0, element 16 = nibble 0 ->
+	 * -32, element 1 = nibble 0xf -> -2 */
+	unsigned char q5_0[22] = {0x00, 0x40, 0x01, 0x00, 0x00, 0x80, 0x03, 0x0f};
+	/* d = 0.25 (0x3400), m = 1 (0x3c00); qh bit 17: element 17 = 16 | 2;
+	 * byte 1 = 0x2f: element 1 = 15 */
+	unsigned char q5_1[24] = {0x00, 0x34, 0x00, 0x3c, 0x00, 0x00, 0x02, 0x00, 0x00, 0x2f};
+	/* d = -1 (0xbc00); byte 0 = 0xf0: element 0 = T[0] = -127, element 16 =
+	 * T[15] = 113; byte 1 = 0x78: element 1 = T[8] = 1, element 17 = T[7]
+	 * = -10 */
+	unsigned char iq4[18] = {0x00, 0xbc, 0xf0, 0x78};
+	float o[32];
+
+	(void)state;
+	mu__wtypes[MU__WT_Q4_1].to_f32(q4_1, 32, o);
+	assert_true(o[0] == 5.5f && o[16] == -1.5f && o[15] == -2.0f && o[31] == 2.0f && o[7] == -2.0f);
+	mu__wtypes[MU__WT_Q5_0].to_f32(q5_0, 32, o);
+	assert_true(o[0] == 6.0f && o[31] == 0.0f && o[16] == -32.0f && o[1] == -2.0f && o[2] == -32.0f);
+	assert_true(o[17] == -32.0f);
+	mu__wtypes[MU__WT_Q5_1].to_f32(q5_1, 32, o);
+	assert_true(o[17] == 5.5f && o[1] == 4.75f && o[0] == 1.0f && o[31] == 1.0f);
+	mu__wtypes[MU__WT_IQ4_NL].to_f32(iq4, 32, o);
+	assert_true(o[0] == 127.0f && o[16] == -113.0f && o[1] == -1.0f && o[17] == 10.0f);
+	assert_true(o[2] == 127.0f); /* nibble 0 */
+	assert_int_equal(f_bits(o[2 + 16]), f_bits(127.0f));
+}
+
+/* Q4_1, Q5_0 and Q5_1's quantizers against llama.cpp's reference rules
+ * (the interop test compares their bytes with ggml's own). */
+static void test_quant_32(void **state)
+{
+	float x[64], back[64];
+	unsigned char q[2 * 24];
+
+	(void)state;
+	for (int it = 0; it < 3000; it++) {
+		mu__wtype_t t = it % 3 == 0 ? MU__WT_Q4_1 : it % 3 == 1 ? MU__WT_Q5_0 : MU__WT_Q5_1;
+		int top = t == MU__WT_Q4_1 ? 15 : 31, bb = (int)mu__wtypes[t].block_bytes;
+		float scale = ldexpf(1.0f, (int)(rnd32() % 20) - 8), off = it & 4 ? 2 * scale : 0;
+
+		for (int k = 0; k < 64; k++)
+			x[k] = rndf() * scale + off;
+		to_type(t, x, 64, q);
+		mu__wtypes[t].to_f32(q, 64, back);
+		for (int b = 0; b < 2; b++) {
+			const float *xb = x + 32 * b;
+			float min = FLT_MAX, max = -FLT_MAX, amax = 0, smax = 0, d, id;
+
+			for (int k = 0; k < 32; k++) {
+				min = fminf(min, xb[k]);
+				max = fmaxf(max, xb[k]);
+				if (fabsf(xb[k]) > amax) {
+					amax = fabsf(xb[k]);
+					smax = xb[k];
+				}
+			}
+			d = t == MU__WT_Q5_0 ? smax / -16.0f : (max - min) / (float)top;
+			id = d != 0 ? 1 / d : 0;
+			assert_true(blk_f16(q + bb * b, 0) == mu__f16_to_f32(mu__f32_to_f16(d)));
+			if (t != MU__WT_Q5_0)
+				assert_true(blk_f16(q + bb * b, 2) == mu__f16_to_f32(mu__f32_to_f16(min)));
+			for (int k = 0; k < 32; k++) {
+				float v = t == MU__WT_Q5_0 ? xb[k] * id + 16.5f : (xb[k] - min) * id + 0.5f;
+				int want = (int)v > top ? top : (int)v;
+				float dd = blk_f16(q + bb * b, 0), got;
+
+				got = t == MU__WT_Q5_0 ? (float)(want - 16) * dd
+				                       : (float)want * dd + blk_f16(q + bb * b, 2);
+				assert_true(f_bits(back[32 * b + k]) == f_bits(got));
+			}
+		}
+	}
+	/* a block with a NaN or an infinity: NaN scale (and min), zero quants */
+	for (int k = 0; k < 64; k++)
+		x[k] = rndf();
+	x[3] = NAN;
+	x[40] = INFINITY;
+	for (int t = MU__WT_Q4_1; t <= MU__WT_Q5_1; t++) {
+		to_type((mu__wtype_t)t, x, 64, q);
+		mu__wtypes[t].to_f32(q, 64, back);
+		for (int k = 0; k < 64; k++)
+			assert_true(isnan(back[k]));
+	}
+}
+
+/* Q8_1 activations: Q8_0's bytes, then s = f16(d * sum q) with d before
+ * its rounding, the same from every instruction set. */
+static void test_act_q8_1(void **state)
+{
+	const char *names[3];
+	int nisa = isas_here(names);
+	enum { C = 32 * 6 };
+	unsigned char r1[C + C / 4], r8[C + C / 8], ra[C + C / 4];
+	float x[C];
+
+	(void)state;
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_1, C), sizeof(r1));
+	for (int it = 0; it < 2000; it++) {
+		const mu__kern_isa_t *k = mu__kern_isa_by_name(names[it % nisa]);
+
+		for (int i = 0; i < C; i++)
+			x[i] = rndf() * ldexpf(1.0f, (int)(rnd32() % 40) - 20);
+		x[32 + it % 32] = it & 1 ? NAN : -INFINITY; /* block 1 */
+		mu__kern_portable.act[MU__ACTFMT_Q8_1](x, C, r1);
+		mu__kern_portable.act[MU__ACTFMT_Q8_0](x, C, r8);
+		k->act[MU__ACTFMT_Q8_1](x, C, ra);
+		assert_memory_equal(r1, ra, sizeof(r1));
+		assert_memory_equal(r1, r8, sizeof(r8));
+		for (int b = 0; b < C / 32; b++) {
+			float amax = 0, sx;
+			int sum = 0;
+
+			for (int i = 0; i < 32; i++) {
+				amax = fmaxf(amax, fabsf(x[32 * b + i]));
+				sum += (int8_t)r1[32 * b + i];
+			}
+			memcpy(&sx, r1 + C + 4 * (C / 32) + 4 * b, 4);
+			if (b == 1)
+				assert_true(isnan(sx));
+			else
+				assert_true(f_bits(sx) ==
+				            f_bits(mu__f16_to_f32(mu__f32_to_f16((float)sum * (amax / 127.0f)))));
+		}
+	}
+}
+
 /* ---- mu__matmul ---- */
 
 enum { NMAX = 17, TMAX = 4 };
@@ -449,15 +594,6 @@ static void rnd_row(mu__wtype_t t, int64_t cols, unsigned char *row)
 static int has_min(mu__wtype_t t)
 {
 	return mu__wtypes[t].act == MU__ACTFMT_Q8_1;
-}
-
-/* A block's f16 at byte off as f32. */
-static float blk_f16(const unsigned char *blk, int off)
-{
-	uint16_t h;
-
-	memcpy(&h, blk + off, 2);
-	return mu__f16_to_f32(h);
 }
 
 static void wm_make(wm_t *m, mu__wtype_t t, int64_t rows, int64_t cols)
@@ -721,6 +857,26 @@ static void test_types(void **state)
 	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_0, 48), 0);
 	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_F32, 3), 12);
 	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_COUNT, 32), 0);
+	/* issue 23's 32-element types: ggml's ids, block bytes, activations */
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q4_1, 64), 40);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q5_0, 64), 44);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q5_1, 64), 48);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_IQ4_NL, 64), 36);
+	assert_int_equal(mu__wtypes[MU__WT_Q4_1].ggml, 3);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_0].ggml, 6);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_1].ggml, 7);
+	assert_int_equal(mu__wtypes[MU__WT_IQ4_NL].ggml, 20);
+	assert_int_equal(mu__wtypes[MU__WT_Q4_1].act, MU__ACTFMT_Q8_1);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_1].act, MU__ACTFMT_Q8_1);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_0].act, MU__ACTFMT_Q8_0);
+	assert_int_equal(mu__wtypes[MU__WT_IQ4_NL].act, MU__ACTFMT_Q8_0);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_1, 64), 64 + 2 * 4 + 2 * 4);
+	/* the values never change (digests mix them in): the agreed order */
+	assert_int_equal(MU__WT_Q4_1, 5);
+	assert_int_equal(MU__WT_Q5_0, 6);
+	assert_int_equal(MU__WT_Q5_1, 7);
+	assert_int_equal(MU__WT_IQ4_NL, 8);
+	assert_int_equal(MU__ACTFMT_Q8_1, 2);
 }
 
 /*
@@ -948,6 +1104,9 @@ int main(void)
 		cmocka_unit_test(test_q8_0),
 		cmocka_unit_test(test_q4_0),
 		cmocka_unit_test(test_act_q8_0_isas),
+		cmocka_unit_test(test_block_values),
+		cmocka_unit_test(test_quant_32),
+		cmocka_unit_test(test_act_q8_1),
 		cmocka_unit_test(test_types),
 		cmocka_unit_test(test_table_entries),
 		cmocka_unit_test(test_table_lookups),
