@@ -18,22 +18,30 @@ node-llama-cpp (llamacppfix, installed by the first run), through ctypes.
   the sum of the terms' magnitudes; and the float sum of dequantized W by
   dequantized x, within REL_DEQ (the f16 rounding of Q8_1's s is the
   difference). The largest errors measured are printed.
+* a model: a random llama checkpoint (tools/llm_convert.py) as F32 GGUF,
+  quantized by llama.cpp itself (libllama's llama_model_quantize, every
+  matrix in the type), generates with muster the tokens llama.cpp's
+  logits pick, as test_llamacpp.py's Q8_0 test asks.
 
 The library is build/lib/libmuster.so or $MUSTER_LIB."""
 
 import ctypes
+import json
+import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import REPO
-from llamacppfix import ensure_llamacpp
+from llamacppfix import ensure_llamacpp, llamacpp  # noqa: F401 - the fixture
 
 LIB = os.environ.get("MUSTER_LIB") or str(REPO / "build" / "lib" / "libmuster.so")
 mu = ctypes.CDLL(LIB)
-ggml = ctypes.CDLL(str(ensure_llamacpp() / "@node-llama-cpp" / "linux-x64" / "bins" / "linux-x64"
-                       / "libggml-base.so"))
+BINS = ensure_llamacpp() / "@node-llama-cpp" / "linux-x64" / "bins" / "linux-x64"
+ggml = ctypes.CDLL(str(BINS / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
 
 # name: (ggml id, bytes per block of 32, byte offsets of its f16 fields,
 # activation format ("q8_0" or "q8_1"))
@@ -241,3 +249,75 @@ def test_matmul_against_ggml_definition(name):
         worst_deq = max(worst_deq, float(err_deq.max()))
     print(f"{name}: largest relative error {worst_def:.3g} against ggml's definition, "
           f"{worst_deq:.3g} against dequantized W . dequantized x")
+
+
+# ---- a model quantized by llama.cpp ----
+
+LLAMA_FTYPES = {"Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "IQ4_NL": 25}  # llama.h's llama_ftype
+CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
+
+
+class QuantizeParams(ctypes.Structure):
+    """llama_model_quantize_params (llama.h of the pinned build)."""
+    _fields_ = [("nthread", ctypes.c_int32), ("ftype", ctypes.c_int),
+                ("output_tensor_type", ctypes.c_int), ("token_embedding_type", ctypes.c_int),
+                ("allow_requantize", ctypes.c_bool), ("quantize_output_tensor", ctypes.c_bool),
+                ("only_copy", ctypes.c_bool), ("pure", ctypes.c_bool),
+                ("keep_split", ctypes.c_bool), ("dry_run", ctypes.c_bool),
+                ("imatrix", ctypes.c_void_p), ("kv_overrides", ctypes.c_void_p),
+                ("tt_overrides", ctypes.c_void_p), ("prune_layers", ctypes.c_void_p),
+                ("max_buf_size", ctypes.c_size_t)]
+
+
+def llama_quantize(src, dst, name):
+    """src (a GGUF) to dst with every matrix in type name, by libllama."""
+    ctypes.CDLL(str(BINS / "libggml.v0.4.0.so"), mode=ctypes.RTLD_GLOBAL)
+    llama = ctypes.CDLL(str(BINS / "libllama.v0.4.0.so"))
+    llama.llama_model_quantize_default_params.restype = QuantizeParams
+    llama.llama_model_quantize.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.POINTER(QuantizeParams)]
+    llama.llama_model_quantize.restype = ctypes.c_uint32
+    llama.llama_backend_init()
+    prm = llama.llama_model_quantize_default_params()
+    prm.ftype, prm.pure, prm.nthread = LLAMA_FTYPES[name], True, 1
+    prm.output_tensor_type = prm.token_embedding_type = TYPES[name][0]
+    assert llama.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(prm)) == 0
+
+
+@pytest.fixture(scope="module")
+def f32_gguf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("k32")
+    hf, gguf = root / "hf", root / "llama-f32.gguf"
+    for cmd in (["gen", "--arch", "llama", "--dim", "256", "--layers", "3", "--heads", "8",
+                 "--kv-heads", "4", "--hidden", "512", "--vocab", "600", "--seed", "11", hf],
+                ["hf-to-gguf", "--type", "F32", hf, gguf]):
+        proc = subprocess.run(CONVERT + [str(c) for c in cmd], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, f"llm_convert.py {cmd[0]}: {proc.stderr}"
+    return gguf
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_llamacpp_quantized_model_greedy(muster_bin, llamacpp, f32_gguf, tmp_path, name):
+    model = tmp_path / f"llama-{name}.gguf"
+    llama_quantize(f32_gguf, model, name)
+    # every matrix in the type: the file is its bytes per weight of F32's
+    ratio = model.stat().st_size / f32_gguf.stat().st_size
+    assert abs(ratio - TYPES[name][1] / 128) < 0.006, ratio
+    prompt = [1, 37, 5, 222, 90, 14]
+    proc = subprocess.run([str(muster_bin), "generate", "--model", str(model), "--prompt-ids",
+                           ",".join(map(str, prompt)), "--temperature", "0", "--max-tokens", "12",
+                           "--ignore-eos", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ours = json.loads(proc.stdout)["tokens"]
+    clear = 0
+    for step, tok in enumerate(ours):
+        lp = llamacpp.run(model, "--tokens", ",".join(map(str, prompt + ours[:step])), "--logits",
+                          "--threads", 1)["logprobs"]
+        lp = [v if v is not None else -math.inf for v in lp]
+        best = max(range(len(lp)), key=lambda i: lp[i])
+        clear += best == tok
+        # llama.cpp keeps its KV cache in F16: a near-tie may break either way
+        assert best == tok or lp[best] - lp[tok] < 0.05, (step, best, tok, lp[best], lp[tok])
+    print(f"{name}: llama.cpp picks muster's token outright at {clear} of 12 steps")
+    assert clear >= 9, f"only {clear} of 12 steps agreed outright"
