@@ -44,7 +44,8 @@ MU_EXTERN int mu_wtype_from_name(const char *name);
 /* A code's name ("BF16"), static; NULL for a number that is not a code. */
 MU_EXTERN const char *mu_wtype_name(int type);
 /* Elements per block: a row's length must be a multiple of it (1 for the
- * float types, 32 for Q8_0 and Q4_0); 0 for a number that is not a code. */
+ * float types, 32 for Q8_0, Q4_0 and the others of ggml's 32-element
+ * blocks); 0 for a number that is not a code. */
 MU_EXTERN int mu_wtype_block(int type);
 /* Bytes of a row of cols elements; 0 when type is not a code, cols <= 0,
  * or cols is not a multiple of the type's block. */
@@ -122,11 +123,12 @@ MU_EXTERN int mu_wtype_to_f32(int type, const void *row, int64_t cols,
                               float *out);
 /*
  * cols floats to one row of type `type` at out (mu_wtype_row_bytes bytes):
- * F16 and BF16 round to nearest even; Q8_0 and Q4_0 quantize each block
- * of 32 as llama.cpp's reference quantizer does (a block holding a NaN or
- * an infinity gets a NaN scale). The same bits on every machine. MU_EARG
- * when mu_wtype_row_bytes refuses the type and cols; -ENOTSUP for a type
- * muster reads but has no quantizer for (none of today's).
+ * F16 and BF16 round to nearest even; Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1
+ * quantize each block of 32 as llama.cpp's reference quantizer does (a
+ * block holding a NaN or an infinity gets a NaN scale). The same bits on
+ * every machine. MU_EARG when mu_wtype_row_bytes refuses the type and
+ * cols; -ENOTSUP for a type muster reads but has no quantizer for
+ * (IQ4_NL today).
  */
 MU_EXTERN int mu_wtype_from_f32(int type, const float *x, int64_t cols,
                                 void *out);

@@ -74,8 +74,10 @@ AI __m256i tail_mask(int rem)
 	return _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* Store a tile: acc[a][i] is W row r + a * rs by x row i0 + i. */
-AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, int rn, __m256 acc[TM][TN])
+/* Store a tile: acc[a][i] is W row r + a * rs by x row i0 + i, plus
+ * accm[a][i]'s lane 0 when mins is set. */
+AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, int rn, __m256 acc[TM][TN],
+              __m128 accm[TM][TN], int mins)
 {
 #pragma GCC unroll 4
 	for (int a = 0; a < rm; a++) {
@@ -83,7 +85,7 @@ AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, 
 
 #pragma GCC unroll 4
 		for (int i = 0; i < rn; i++) {
-			float s = hsum(acc[a][i]);
+			float s = mins ? hsum(acc[a][i]) + _mm_cvtss_f32(accm[a][i]) : hsum(acc[a][i]);
 
 			j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? s + b : s;
 		}
@@ -134,23 +136,68 @@ AI void tile_f(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 				acc[a][i] = _mm256_fmadd_ps(wv, xv[i], acc[a][i]);
 		}
 	}
-	store(j, r, rs, i0, rm, rn, acc);
+	store(j, r, rs, i0, rm, rn, acc, NULL, 0);
 }
 
-/* ---- Q8_0 and Q4_0 (x as Q8_0 activations) ---- */
+/* ---- the 32-element types (x as Q8_0 or Q8_1 activations) ---- */
 
-/* The 32 quants of a weight block, as signed bytes in element order. */
+/* Whether type t has mins (x = d*q + m, Q8_1 activations, unsigned q). */
+#define MINS(t) ((t) == MU__WT_Q4_1 || (t) == MU__WT_Q5_1)
+
+/* 32 nibbles at qs, in element order: byte j's low one is element j, its
+ * high one element j + 16. */
+AI __m256i nib32(const unsigned char *qs)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
+
+	return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m)),
+	                               _mm_and_si128(_mm_srli_epi16(q, 4), m), 1);
+}
+
+/* The fifth bits at qh (bit j for element j) as bytes of 16 or 0. */
+AI __m256i bits32(const unsigned char *qh)
+{
+	const __m256i bm = _mm256_set1_epi64x(0x8040201008040201ll);
+	uint32_t h;
+	__m256i v;
+
+	memcpy(&h, qh, 4);
+	/* byte j gets byte j / 8 of qh (each 128-bit half holds all four) */
+	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+	                        _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+	                                           0x0303030303030303ll));
+	return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm), _mm256_set1_epi8(16));
+}
+
+/* The 32 quants of a weight block in element order: signed bytes for the
+ * types of Q8_0 activations, unsigned q for those with mins. */
 AI __m256i ldq(mu__wtype_t t, const unsigned char *blk)
 {
-	__m128i q, m = _mm_set1_epi8(15);
-
 	if (t == MU__WT_Q8_0)
 		return _mm256_loadu_si256((const __m256i *)(blk + 2));
-	q = _mm_loadu_si128((const __m128i *)(blk + 2));
-	return _mm256_sub_epi8(
-	    _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m)),
-	                            _mm_and_si128(_mm_srli_epi16(q, 4), m), 1),
-	    _mm256_set1_epi8(8));
+	if (t == MU__WT_Q4_0)
+		return _mm256_sub_epi8(nib32(blk + 2), _mm256_set1_epi8(8));
+	if (t == MU__WT_Q4_1)
+		return nib32(blk + 4);
+	if (t == MU__WT_Q5_0)
+		return _mm256_sub_epi8(_mm256_or_si256(nib32(blk + 6), bits32(blk + 2)), _mm256_set1_epi8(16));
+	if (t == MU__WT_Q5_1)
+		return _mm256_or_si256(nib32(blk + 8), bits32(blk + 4));
+	/* IQ4_NL: each nibble looks its value up in the table */
+	return _mm256_shuffle_epi8(
+	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)mu__iq4nl_values)),
+	    nib32(blk + 2));
+}
+
+/* sum of |w| * (x with w's sign), or of w * x for unsigned w, in 8 lanes of
+ * four products each: exact, as no pair sum reaches 2^15 (kern/isa_int.h) */
+AI __m256 lane_sums(__m256i aw, __m256i sx)
+{
+#if defined(MU_KERN_VNNI)
+	return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx));
+#else
+	return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1)));
+#endif
 }
 
 AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
@@ -159,22 +206,23 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 	size_t bb = mu__wtypes[t].block_bytes, rb = (size_t)nb * bb;
 	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
 	const int8_t *xq[TN];
-	const float *xd[TN];
-	const __m256i ones = _mm256_set1_epi16(1);
+	const float *xd[TN], *xs[TN];
 	__m256 acc[TM][TN];
-
-	(void)ones;
+	__m128 accm[TM][TN];
 
 #pragma GCC unroll 4
 	for (int i = 0; i < rn; i++) {
 		xq[i] = mu__xq(j, i0 + i);
 		xd[i] = mu__xd(j, i0 + i);
+		xs[i] = MINS(t) ? mu__xs(j, i0 + i) : NULL;
 	}
 #pragma GCC unroll 4
 	for (int a = 0; a < rm; a++)
 #pragma GCC unroll 4
-		for (int i = 0; i < rn; i++)
+		for (int i = 0; i < rn; i++) {
 			acc[a][i] = _mm256_setzero_ps();
+			accm[a][i] = _mm_setzero_ps();
+		}
 	for (int64_t b = 0; b < nb; b++) {
 		__m256i xv[TN];
 		__m256 dx[TN];
@@ -187,27 +235,28 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 #pragma GCC unroll 4
 		for (int a = 0; a < rm; a++) {
 			const unsigned char *blk = w + a * rs * rb + (size_t)b * bb;
-			__m256i wv = ldq(t, blk), aw = _mm256_sign_epi8(wv, wv);
-			__m256 dw = _mm256_set1_ps(_cvtsh_ss(mu__ld16(blk)));
+			__m256i wv = ldq(t, blk), aw = MINS(t) ? wv : _mm256_sign_epi8(wv, wv);
+			__m128 dm; /* d, and m for the types with mins */
+			__m256 dw;
 
+			if (MINS(t))
+				dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)mu__ld16(blk) |
+				                                          (uint32_t)mu__ld16(blk + 2) << 16)));
+			else
+				dm = _mm_set_ss(_cvtsh_ss(mu__ld16(blk)));
+			dw = _mm256_broadcastss_ps(dm);
 #pragma GCC unroll 4
 			for (int i = 0; i < rn; i++) {
-				/* |w| * (x with w's sign): exact, as no pair sum
-				 * reaches 2^15 (|x| <= 127, see mu__q8_block) */
-				__m256i sx = _mm256_sign_epi8(xv[i], wv);
-#if defined(MU_KERN_VNNI)
-				__m256 s = _mm256_cvtepi32_ps(
-				    _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx));
-#else
-				__m256 s = _mm256_cvtepi32_ps(
-				    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
-#endif
+				__m256i sx = MINS(t) ? xv[i] : _mm256_sign_epi8(xv[i], wv);
 
-				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), s, acc[a][i]);
+				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), lane_sums(aw, sx), acc[a][i]);
+				if (MINS(t)) /* accm = fma(m, s, accm) */
+					accm[a][i] = _mm_fmadd_ss(_mm_movehdup_ps(dm), _mm_load_ss(xs[i] + b),
+					                          accm[a][i]);
 			}
 		}
 	}
-	store(j, r, rs, i0, rm, rn, acc);
+	store(j, r, rs, i0, rm, rn, acc, accm, MINS(t));
 }
 
 /* ---- drivers: panels of x, tiles of W by x ---- */
@@ -267,6 +316,10 @@ DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 3)
 DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 3)
 DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 4, QRN)
 DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 4, QRN)
+DRIVER(mm_q4_1, tile_q, MU__WT_Q4_1, 4, QRN)
+DRIVER(mm_q5_0, tile_q, MU__WT_Q5_0, 4, QRN)
+DRIVER(mm_q5_1, tile_q, MU__WT_Q5_1, 4, QRN)
+DRIVER(mm_iq4_nl, tile_q, MU__WT_IQ4_NL, 4, QRN)
 
 /* ---- x to Q8_0 activations, byte for byte as mu__q8_block ---- */
 
@@ -330,6 +383,13 @@ static void act_q8_0(const float *x, int64_t cols, void *out)
 	}
 }
 
+/* Q8_1 activations: the Q8_0 row form, then the sums as mu__q8_1_sums. */
+static void act_q8_1(const float *x, int64_t cols, void *out)
+{
+	act_q8_0(x, cols, out);
+	mu__q8_1_sums(x, cols, out);
+}
+
 #if defined(MU_KERN_VNNI)
 const mu__kern_isa_t mu__kern_vnni_table = {
 	"avx2-vnni",
@@ -343,6 +403,10 @@ const mu__kern_isa_t mu__kern_avx2_table = {
 		[MU__WT_BF16] = mm_bf16,
 		[MU__WT_Q8_0] = mm_q8,
 		[MU__WT_Q4_0] = mm_q4,
+		[MU__WT_Q4_1] = mm_q4_1,
+		[MU__WT_Q5_0] = mm_q5_0,
+		[MU__WT_Q5_1] = mm_q5_1,
+		[MU__WT_IQ4_NL] = mm_iq4_nl,
 		[MU__WT_Q2_K] = MU__KQ_MM(q2_k),
 		[MU__WT_Q3_K] = MU__KQ_MM(q3_k),
 		[MU__WT_Q4_K] = MU__KQ_MM(q4_k),
@@ -350,7 +414,7 @@ const mu__kern_isa_t mu__kern_avx2_table = {
 		[MU__WT_Q6_K] = MU__KQ_MM(q6_k),
 		[MU__WT_IQ4_XS] = MU__KQ_MM(iq4_xs),
 	},
-	{[MU__ACTFMT_Q8_0] = act_q8_0, [MU__ACTFMT_Q8_K] = mu__act_q8_k},
+	{[MU__ACTFMT_Q8_0] = act_q8_0, [MU__ACTFMT_Q8_1] = act_q8_1, [MU__ACTFMT_Q8_K] = mu__act_q8_k},
 };
 
 #else

@@ -199,7 +199,7 @@ AI void up_q6_k(const unsigned char *b, ublk_t *u)
  * 2ib, 2ib + 1 of scales_h; the quants are the code book's bytes. */
 AI void up_iq4_xs(const unsigned char *b, ublk_t *u)
 {
-	const __m256i book = _mm256_broadcastsi128_si256(ld128((const unsigned char *)mu__iq4_values));
+	const __m256i book = _mm256_broadcastsi128_si256(ld128((const unsigned char *)mu__iq4nl_values));
 	__m128i lo = _mm_set1_epi32((int)ld32(b + 4)), hi = _mm_set1_epi32((int)mu__ld16(b + 2));
 	__m128i m15 = _mm_set1_epi32(15), m3 = _mm_set1_epi32(3), l0, l1, h0, h1, s;
 

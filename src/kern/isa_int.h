@@ -12,27 +12,42 @@
  *   - for each group g of eight k (k = 8g + l; past cols both factors
  *     are 0): F32/F16/BF16: acc[l] = fma(W[k], x[k], acc[l]), W[k]
  *     converted exactly to f32 first;
- *     Q8_0/Q4_0, per block b of 32 (x first in the Q8_0 activation
- *     format, MU__ACTFMT_Q8_0, each block as mu__q8_block makes it): with
- *     d = dw_b * dx_b (an f32 product) and s_l = the exact integer sum of
- *     wq[4l+m] * xq[4l+m] for m = 0..3, acc[l] = fma(d, (float)s_l, acc[l]);
+ *     Q8_0/Q4_0/Q5_0/IQ4_NL, per block b of 32 (x first in the Q8_0
+ *     activation format, MU__ACTFMT_Q8_0, each block as mu__q8_block
+ *     makes it), the weights as signed integers wq (Q8_0: q; Q4_0:
+ *     nibble - 8; Q5_0: 5-bit q - 16; IQ4_NL: the int8 value of its
+ *     table): with d = dw_b * dx_b (an f32 product) and s_l = the exact
+ *     integer sum of wq[4l+m] * xq[4l+m] for m = 0..3,
+ *     acc[l] = fma(d, (float)s_l, acc[l]);
+ *     Q4_1/Q5_1 (x = d*q + m; x in the Q8_1 format, MU__ACTFMT_Q8_1: the
+ *     Q8_0 blocks plus sx_b = f16(dx_b unrounded * sum of xq)): the same
+ *     lanes with the unsigned q, acc[l] = fma(dw_b * dx_b, (float)s_l,
+ *     acc[l]), and one more float accm, +0 at first:
+ *     accm = fma(mw_b, sx_b, accm) per block, in block order;
  *     the K-quants and IQ4_XS, per superblock of 256 (x first in the Q8_K
  *     format, MU__ACTFMT_Q8_K, each block as mu__q8k_block makes it), with
  *     each type's integer quants q_k and sub-block scales as ggml defines
  *     them (Q3_K, Q6_K: signed q; Q2_K, Q4_K, Q5_K: unsigned q and mins;
- *     IQ4_XS: q the int8 value of its code book, scale ls - 32): with d =
- *     f16(dw) * dx and S_l = the exact integer sum of scale(k) * q_k * x_k
- *     over the 32 k of the superblock with (k / 4) % 8 == l, acc[l] =
- *     fma(d, (float)S_l, acc[l]); for the types with mins, one more float
- *     accm (+0) per output: M = the exact integer sum over sub-blocks j of
- *     min_j * (the sum of x's quants in j, from the block's bsums), dm =
+ *     IQ4_XS: q the int8 value of IQ4_NL's table, scale ls - 32): with
+ *     d = f16(dw) * dx and S_l = the exact integer sum of scale(k) * q_k
+ *     * x_k over the 32 k of the superblock with (k / 4) % 8 == l,
+ *     acc[l] = fma(d, (float)S_l, acc[l]); for the types with mins, accm
+ *     (+0 at first): M = the exact integer sum over sub-blocks j of min_j
+ *     * (the sum of x's quants in j, from the block's bsums), dm =
  *     f16(dmin) * dx, accm = fma(dm, (float)-M, accm), superblock by
  *     superblock (-M, not -dm: a NaN dm keeps its sign, where x86's
- *     fnmadd, which compilers make of fma(-a, b, c), would not flip it). Every sum is exact in int32: |S_l| <= 32 * 128 * 32 *
- *     127 < 2^25 (Q6_K's bound, the largest) and |M| <= 8 * 63 * 32 * 127;
+ *     fnmadd, which compilers make of fma(-a, b, c), would not flip it);
  *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),
- *     then y + accm for the types of superblocks (all of them, with or
+ *     then y + accm for Q4_1/Q5_1 and for every superblock type (with or
  *     without mins), and y + bias when there is one.
+ * The integer sums are exact in int32 and in the int16 pairs of AVX2's
+ * maddubs: |xq| <= 127 and every weight type's |wq| <= 127 (Q5_1's q <=
+ * 31, IQ4_NL's table -127..113), so a pair is at most 2 * 127 * 127 <
+ * 2^15 and a lane's four at most 4 * 127 * 127. An exact sum is the same
+ * in any order, so an instruction set may add it as it likes; the float
+ * operations are exactly the ones above. The superblock sums are exact in
+ * int32 too: |S_l| <= 32 * 128 * 32 * 127 < 2^25 (Q6_K's, the largest)
+ * and |M| <= 8 * 63 * 32 * 127; maddubs's pairs stay under 2^15 as above.
  */
 #ifndef MU_KERN_ISA_INT_H
 #define MU_KERN_ISA_INT_H
@@ -97,6 +112,13 @@ static inline const int8_t *mu__xq(const mu__mm_job_t *j, int64_t i)
 static inline const float *mu__xd(const mu__mm_job_t *j, int64_t i)
 {
 	return (const float *)(const void *)(j->xa + (size_t)i * j->xa_row + (size_t)j->w->cols);
+}
+
+/* A row of Q8_1 activations (MU__ACTFMT_Q8_1): the Q8_0 row's quants and
+ * scales (mu__xq, mu__xd), then the blocks' sums s. */
+static inline const float *mu__xs(const mu__mm_job_t *j, int64_t i)
+{
+	return mu__xd(j, i) + j->w->cols / MU__QBLOCK;
 }
 
 /* ---- scalar definitions (inline: the portable kernels' inner loops) ---- */
@@ -169,6 +191,21 @@ static inline float mu__hsum8(const float a[8])
  */
 void mu__q8_block(const float *x, int8_t *q, uint16_t *dh);
 
+/*
+ * The rest of a Q8_1 activation row (MU__ACTFMT_Q8_1) whose first part,
+ * the Q8_0 row form of x (cols quants, then cols/32 scales), is already at
+ * out: each block's s, as llama.cpp's reference quantize_row_q8_1 makes
+ * it: s = f16(d * (float)sum of the 32 q), d = max|x| / 127 before its
+ * rounding to f16, stored as f32 after the scales. A block with a NaN or
+ * an infinity (d NaN, as mu__q8_block) gets s = NaN. Every instruction
+ * set's Q8_1 quantizer calls this one, so their bytes agree.
+ */
+void mu__q8_1_sums(const float *x, int64_t cols, void *out);
+
+/* IQ4_NL's 16 values (ggml's kvalues_iq4nl): a nibble k stands for
+ * mu__iq4nl_values[k] * d. */
+extern const int8_t mu__iq4nl_values[16];
+
 /* ---- the K-quants and IQ4_XS (kern/types_k.c, kern/portable_k.c,
  * kern/avx2_k.c) ---- */
 
@@ -191,11 +228,10 @@ void mu__q5_k_to_f32(const void *row, int64_t cols, float *out);
 void mu__q6_k_to_f32(const void *row, int64_t cols, float *out);
 void mu__iq4_xs_to_f32(const void *row, int64_t cols, float *out);
 
-/* The integer parts of the blocks, as the products read them: the code
- * book of IQ4_NL/IQ4_XS; Q4_K/Q5_K's scale and min j (0..7) of the 12
- * scale bytes s; Q3_K's 16 scales (minus 32); IQ4_XS's scale ib (ls - 32)
- * of block b; Q6_K's signed quant e of block b. */
-extern const int8_t mu__iq4_values[16];
+/* The integer parts of the blocks, as the products read them (IQ4_XS's
+ * quants are mu__iq4nl_values): Q4_K/Q5_K's scale and min j (0..7) of the
+ * 12 scale bytes s; Q3_K's 16 scales (minus 32); IQ4_XS's scale ib (ls -
+ * 32) of block b; Q6_K's signed quant e of block b. */
 void mu__k4_scale_min(const unsigned char *s, int j, int *sc, int *mn);
 void mu__k3_scales(const unsigned char *s, int sc[16]);
 int mu__iq4xs_scale(const unsigned char *b, int ib);

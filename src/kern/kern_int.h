@@ -46,6 +46,14 @@ typedef enum {
 	MU__WT_Q8_0, /* blocks of 32: f16 scale d, 32 x int8 q; x = d*q */
 	MU__WT_Q4_0, /* blocks of 32: f16 d, 16 bytes; x = d*(nibble-8),
 	                low nibbles are elements 0..15 */
+	MU__WT_Q4_1, /* blocks of 32: f16 d, f16 m, 16 bytes as Q4_0's;
+	                x = d*nibble + m */
+	MU__WT_Q5_0, /* blocks of 32: f16 d, 4 bytes qh, 16 bytes qs; q =
+	                nibble as Q4_0's | bit k of qh << 4; x = d*(q-16) */
+	MU__WT_Q5_1, /* blocks of 32: f16 d, f16 m, then Q5_0's qh and qs;
+	                x = d*q + m */
+	MU__WT_IQ4_NL, /* blocks of 32: f16 d, 16 bytes as Q4_0's; x =
+	                  d*T[nibble], T ggml's 16 int8 values -127..113 */
 	/* ggml's superblocks of 256 (kern/types_k.c has their layouts) */
 	MU__WT_Q2_K,   /* 84 B: 16 x 16, 2-bit q, 4-bit scales and mins */
 	MU__WT_Q3_K,   /* 110 B: 16 x 16, 3-bit signed q, 6-bit scales */
@@ -59,14 +67,15 @@ typedef enum {
 /*
  * Activation formats: the form a weight type's dot product takes the rows
  * of x in, made from f32 by mu__matmul before the product (ggml's
- * vec_dot_type). Indices into mu__actfmts. llama.cpp's others, Q8_1 (for
- * Q4_1, Q5_1) and Q8_K (blocks of 256, for the K-quants), are one entry
- * each when a weight type needs them.
+ * vec_dot_type). Indices into mu__actfmts. Never renumbered either.
  */
 typedef enum {
 	MU__ACTFMT_F32,  /* x as it is: no conversion */
 	MU__ACTFMT_Q8_0, /* per row: cols int8 quants, then cols/32 f32
 	                    scales (f16 values), as mu__q8_block makes them */
+	MU__ACTFMT_Q8_1, /* Q8_0's row form, then cols/32 f32 sums s (f16
+	                    values): s = f16(d * sum q), d before its rounding
+	                    (mu__q8_1_sums); for Q4_1 and Q5_1 */
 	MU__ACTFMT_Q8_K, /* per block of 256: f32 d, 256 int8 q, 16 int16
 	                    sums of 16 q (292 B), as mu__q8k_block makes it */
 	MU__ACTFMT_COUNT
@@ -186,8 +195,8 @@ void mu__pool_run_indexed(mu__pool_t *p, mu__pool_ifn fn, void *arg, int64_t n);
  * y[i * w->rows + r] = bias[r] + sum_k W[r][k] * x[i * w->cols + k], for
  * i in [0, n) and r in [0, w->rows). bias may be NULL. x and y do not
  * overlap. Deterministic as the file comment says. The rows of x are
- * first put in the weight type's activation format (Q8_0 for Q8_0 and
- * Q4_0, as llama.cpp does), in a buffer the call allocates; the only
+ * first put in the weight type's activation format (Q8_0 for Q8_0, Q4_0,
+ * Q5_0 and IQ4_NL, Q8_1 for Q4_1 and Q5_1, as llama.cpp does), in a buffer the call allocates; the only
  * failure is MU_ENOMEM (and MU_EARG for a type or cols the table refuses,
  * which callers have checked; an assert says so).
  */

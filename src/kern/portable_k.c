@@ -99,8 +99,8 @@ static void up_iq4_xs(const unsigned char *b, sblk_t *u)
 		u->sc[2 * ib] = u->sc[2 * ib + 1] = (int16_t)mu__iq4xs_scale(b, ib);
 		u->mn[2 * ib] = u->mn[2 * ib + 1] = 0;
 		for (int j = 0; j < 16; j++) {
-			u->q[32 * ib + j] = mu__iq4_values[b[8 + 16 * ib + j] & 15];
-			u->q[32 * ib + 16 + j] = mu__iq4_values[b[8 + 16 * ib + j] >> 4];
+			u->q[32 * ib + j] = mu__iq4nl_values[b[8 + 16 * ib + j] & 15];
+			u->q[32 * ib + 16 + j] = mu__iq4nl_values[b[8 + 16 * ib + j] >> 4];
 		}
 	}
 	u->d = mu__h2f(mu__ld16(b));

@@ -156,6 +156,141 @@ static void q4_0_from_f32(const float *x, int64_t n, void *out)
 	}
 }
 
+/*
+ * Q8_1's sums (kern/isa_int.h): the quants are at out, the scales after
+ * them; the sums go after the scales. amax is found as mu__q8_block finds
+ * it, so d here is the one whose f16 rounding is the block's scale.
+ */
+void mu__q8_1_sums(const float *x, int64_t cols, void *out)
+{
+	const int8_t *q = out;
+	unsigned char *s = (unsigned char *)out + cols + 4 * (cols / MU__QBLOCK);
+
+	assert(cols % MU__QBLOCK == 0);
+	for (int64_t b = 0; b < cols / MU__QBLOCK; b++, x += MU__QBLOCK, q += MU__QBLOCK) {
+		float amax = 0, f;
+		int32_t sum = 0;
+		int bad = 0;
+
+		for (int j = 0; j < MU__QBLOCK; j++) {
+			float a = fabsf(x[j]);
+
+			bad |= !(a <= FLT_MAX);
+			amax = a > amax ? a : amax;
+			sum += q[j];
+		}
+		f = mu__h2f(bad ? 0x7e00 : mu__f32_to_f16((float)sum * (amax / 127.0f)));
+		memcpy(s + 4 * b, &f, 4);
+	}
+}
+
+/* A quant from v = x / d + offset, truncated as llama.cpp's (int8_t) cast
+ * does, clamped to [0, top]; !(v >= 0) also catches a NaN (0 * inf). */
+static int quant_trunc(float v, int top)
+{
+	return !(v >= 0.0f) ? 0 : v >= (float)top ? top : (int)v;
+}
+
+/* Whether a block of 32 holds a NaN or an infinity. */
+static int block_bad(const float *x)
+{
+	int bad = 0;
+
+	for (int j = 0; j < MU__QBLOCK; j++)
+		bad |= !(fabsf(x[j]) <= FLT_MAX);
+	return bad;
+}
+
+/* The nibbles and (for the 5-bit types) fifth bits of a block's 32 quants
+ * q, as ggml packs them: qs[j] holds elements j (low) and j + 16. */
+static void pack_quants(const int q[MU__QBLOCK], unsigned char *qs, unsigned char *qh)
+{
+	uint32_t h = 0;
+
+	for (int j = 0; j < MU__QBLOCK / 2; j++) {
+		qs[j] = (unsigned char)((q[j] & 15) | (q[j + 16] & 15) << 4);
+		h |= (uint32_t)(q[j] >> 4 & 1) << j | (uint32_t)(q[j + 16] >> 4 & 1) << (j + 16);
+	}
+	if (qh != NULL)
+		memcpy(qh, &h, 4);
+}
+
+/*
+ * llama.cpp's reference Q4_1 and Q5_1 (quantize_row_q4_1_ref/_q5_1_ref),
+ * top = 15 or 31: min and max of the block (from FLT_MAX and -FLT_MAX);
+ * d = (max - min) / top, q = trunc((x - min) * (1/d) + 0.5), d and min
+ * stored as f16. Where llama.cpp is undefined (a cast out of range) q is
+ * clamped to [0, top], and a block holding a NaN or an infinity gets d =
+ * m = NaN and every q = 0, as in q4_0_from_f32.
+ */
+static void min_from_f32(const float *x, int64_t n, unsigned char *o, int top)
+{
+	size_t bb = top == 15 ? 20 : 24, qs = top == 15 ? 4 : 8;
+
+	assert(n % MU__QBLOCK == 0);
+	for (int64_t b = 0; b < n / MU__QBLOCK; b++, x += MU__QBLOCK, o += bb) {
+		float min = FLT_MAX, max = -FLT_MAX, d, id;
+		uint16_t h[2];
+		int q[MU__QBLOCK], bad = block_bad(x);
+
+		for (int j = 0; j < MU__QBLOCK; j++) {
+			if (x[j] < min)
+				min = x[j];
+			if (x[j] > max)
+				max = x[j];
+		}
+		d = (max - min) / (float)top;
+		id = d != 0 ? 1.0f / d : 0.0f;
+		h[0] = bad ? 0x7e00 : mu__f32_to_f16(d);
+		h[1] = bad ? 0x7e00 : mu__f32_to_f16(min);
+		memcpy(o, h, 4);
+		for (int j = 0; j < MU__QBLOCK; j++)
+			q[j] = bad ? 0 : quant_trunc((x[j] - min) * id + 0.5f, top);
+		pack_quants(q, o + qs, top == 15 ? NULL : o + 4);
+	}
+}
+
+static void q4_1_from_f32(const float *x, int64_t n, void *out)
+{
+	min_from_f32(x, n, out, 15);
+}
+
+static void q5_1_from_f32(const float *x, int64_t n, void *out)
+{
+	min_from_f32(x, n, out, 31);
+}
+
+/*
+ * llama.cpp's reference Q5_0, Q4_0's rule with 5 bits: the element of
+ * largest magnitude, with its sign, maps to -16; d = max / -16, q =
+ * min(31, trunc(x / d + 16.5)) computed with x * (1/d). A block holding a
+ * NaN or an infinity gets d = NaN and every q = 16 (zero).
+ */
+static void q5_0_from_f32(const float *x, int64_t n, void *out)
+{
+	unsigned char *o = out;
+
+	assert(n % MU__QBLOCK == 0);
+	for (int64_t b = 0; b < n / MU__QBLOCK; b++, x += MU__QBLOCK, o += 22) {
+		float amax = 0, max = 0, d, id;
+		uint16_t dh;
+		int q[MU__QBLOCK], bad = block_bad(x);
+
+		for (int j = 0; j < MU__QBLOCK; j++)
+			if (amax < fabsf(x[j])) {
+				amax = fabsf(x[j]);
+				max = x[j];
+			}
+		d = max / -16.0f;
+		id = d != 0 ? 1.0f / d : 0.0f;
+		dh = bad ? 0x7e00 : mu__f32_to_f16(d);
+		memcpy(o, &dh, 2);
+		for (int j = 0; j < MU__QBLOCK; j++)
+			q[j] = bad ? 16 : quant_trunc(x[j] * id + 16.5f, 31);
+		pack_quants(q, o + 6, o + 2);
+	}
+}
+
 /* ---- rows to f32 (exact: what the products read) ---- */
 
 static void f32_to_f32(const void *row, int64_t cols, float *out)
@@ -201,6 +336,78 @@ static void q4_0_to_f32(const void *row, int64_t cols, float *out)
 		for (int j = 0; j < MU__QBLOCK / 2; j++) {
 			out[k + j] = d * (float)((p[2 + j] & 15) - 8);
 			out[k + j + 16] = d * (float)((p[2 + j] >> 4) - 8);
+		}
+	}
+}
+
+/*
+ * The 32-element types after Q4_0, in llama.cpp's dequantize_row_*
+ * order of operations (the interop tests compare bits): Q4_1 and Q5_1
+ * (float)q * d + m, two roundings; Q5_0 (float)(q - 16) * d; IQ4_NL
+ * d * (float)value. q5 is the fifth bit of element j from qh.
+ */
+const int8_t mu__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                     1,    13,   25,  38,  53,  69,  89,  113};
+
+static int q5(const unsigned char *qs, uint32_t qh, int j)
+{
+	int nib = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+
+	return nib | (int)(qh >> j & 1) << 4;
+}
+
+static void q4_1_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k += MU__QBLOCK, p += 20) {
+		float d = mu__h2f(mu__ld16(p)), m = mu__h2f(mu__ld16(p + 2));
+
+		for (int j = 0; j < MU__QBLOCK / 2; j++) {
+			out[k + j] = (float)(p[4 + j] & 15) * d + m;
+			out[k + j + 16] = (float)(p[4 + j] >> 4) * d + m;
+		}
+	}
+}
+
+static void q5_0_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k += MU__QBLOCK, p += 22) {
+		float d = mu__h2f(mu__ld16(p));
+		uint32_t qh;
+
+		memcpy(&qh, p + 2, 4);
+		for (int j = 0; j < MU__QBLOCK; j++)
+			out[k + j] = (float)(q5(p + 6, qh, j) - 16) * d;
+	}
+}
+
+static void q5_1_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k += MU__QBLOCK, p += 24) {
+		float d = mu__h2f(mu__ld16(p)), m = mu__h2f(mu__ld16(p + 2));
+		uint32_t qh;
+
+		memcpy(&qh, p + 4, 4);
+		for (int j = 0; j < MU__QBLOCK; j++)
+			out[k + j] = (float)q5(p + 8, qh, j) * d + m;
+	}
+}
+
+static void iq4_nl_to_f32(const void *row, int64_t cols, float *out)
+{
+	const unsigned char *p = row;
+
+	for (int64_t k = 0; k < cols; k += MU__QBLOCK, p += 18) {
+		float d = mu__h2f(mu__ld16(p));
+
+		for (int j = 0; j < MU__QBLOCK / 2; j++) {
+			out[k + j] = d * (float)mu__iq4nl_values[p[2 + j] & 15];
+			out[k + j + 16] = d * (float)mu__iq4nl_values[p[2 + j] >> 4];
 		}
 	}
 }
@@ -255,6 +462,10 @@ const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
 	[MU__WT_BF16] = {"BF16", 30, 1, 2, MU__ACTFMT_F32, bf16_to_f32, bf16_from_f32},
 	[MU__WT_Q8_0] = {"Q8_0", 8, 32, 34, MU__ACTFMT_Q8_0, q8_0_to_f32, q8_0_from_f32},
 	[MU__WT_Q4_0] = {"Q4_0", 2, 32, 18, MU__ACTFMT_Q8_0, q4_0_to_f32, q4_0_from_f32},
+	[MU__WT_Q4_1] = {"Q4_1", 3, 32, 20, MU__ACTFMT_Q8_1, q4_1_to_f32, q4_1_from_f32},
+	[MU__WT_Q5_0] = {"Q5_0", 6, 32, 22, MU__ACTFMT_Q8_0, q5_0_to_f32, q5_0_from_f32},
+	[MU__WT_Q5_1] = {"Q5_1", 7, 32, 24, MU__ACTFMT_Q8_1, q5_1_to_f32, q5_1_from_f32},
+	[MU__WT_IQ4_NL] = {"IQ4_NL", 20, 32, 18, MU__ACTFMT_Q8_0, iq4_nl_to_f32, NULL},
 	[MU__WT_Q2_K] = {"Q2_K", 10, 256, 84, MU__ACTFMT_Q8_K, mu__q2_k_to_f32, NULL},
 	[MU__WT_Q3_K] = {"Q3_K", 11, 256, 110, MU__ACTFMT_Q8_K, mu__q3_k_to_f32, NULL},
 	[MU__WT_Q4_K] = {"Q4_K", 12, 256, 144, MU__ACTFMT_Q8_K, mu__q4_k_to_f32, NULL},
@@ -264,10 +475,13 @@ const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
 };
 
 /* The activation formats: a Q8_0 block of x is 32 quants and an f32
- * scale (the kernels read the scale as f32, already rounded to f16). */
+ * scale (the kernels read the scale as f32, already rounded to f16); a
+ * Q8_1 block has its sum s too. A Q8_1 row reads back as Q8_0's (d * q:
+ * s is not a value of x). */
 const mu__actfmt_info_t mu__actfmts[MU__ACTFMT_COUNT] = {
 	[MU__ACTFMT_F32] = {"F32", 1, 4, f32_to_f32},
 	[MU__ACTFMT_Q8_0] = {"Q8_0", MU__QBLOCK, MU__QBLOCK + 4, act_q8_0_to_f32},
+	[MU__ACTFMT_Q8_1] = {"Q8_1", MU__QBLOCK, MU__QBLOCK + 8, act_q8_0_to_f32},
 	[MU__ACTFMT_Q8_K] = {"Q8_K", 256, MU__Q8K_BYTES, mu__act_q8_k_to_f32},
 };
 
@@ -281,9 +495,9 @@ static const struct {
 	uint32_t ggml;
 	const char *name;
 } ggml_other[] = {
-	{3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"},
-	{17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {20, "IQ4_NL"}, {21, "IQ3_S"},
-	{22, "IQ2_S"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"},
+	{9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"},
+	{19, "IQ1_S"}, {21, "IQ3_S"}, {22, "IQ2_S"}, {24, "I8"}, {25, "I16"}, {26, "I32"},
+	{27, "I64"},
 	{28, "F64"}, {29, "IQ1_M"}, {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"},
 	{40, "NVFP4"},
 };

@@ -27,10 +27,6 @@
 
 #include "kern/isa_int.h"
 
-/* ggml's IQ4_NL/IQ4_XS code book: a nibble's int8 value. */
-const int8_t mu__iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                   1,    13,   25,  38,  53,  69,  89,  113};
-
 /* ---- sub-block scales, as the products and to_f32 read them ---- */
 
 /* Q4_K/Q5_K: scale and min j (0..7) of the 12 scale bytes. */
@@ -175,8 +171,8 @@ void mu__iq4_xs_to_f32(const void *row, int64_t cols, float *out)
 			float dl = d * (float)mu__iq4xs_scale(b, ib);
 
 			for (int j = 0; j < 16; j++) {
-				out[k + 32 * ib + j] = dl * (float)mu__iq4_values[b[8 + 16 * ib + j] & 15];
-				out[k + 32 * ib + 16 + j] = dl * (float)mu__iq4_values[b[8 + 16 * ib + j] >> 4];
+				out[k + 32 * ib + j] = dl * (float)mu__iq4nl_values[b[8 + 16 * ib + j] & 15];
+				out[k + 32 * ib + 16 + j] = dl * (float)mu__iq4nl_values[b[8 + 16 * ib + j] >> 4];
 			}
 		}
 	}

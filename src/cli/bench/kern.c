@@ -147,8 +147,8 @@ static int wset_make(wset_t *s, const float *f, int rows, int cols, int t, uint6
 		unsigned char *row = (unsigned char *)s->data + (size_t)r * rb;
 		int rc = mu_wtype_from_f32(t, f + (size_t)r * (size_t)cols, cols, row);
 
-		/* a type with no quantizer yet (the K-quants): any bytes are
-		 * blocks, and the time does not depend on their values */
+		/* a type with no quantizer yet: random bytes are blocks (a
+		 * scale may be NaN), and the time does not depend on values */
 		for (size_t b = 0; rc == -ENOTSUP && b < rb; b++)
 			row[b] = (unsigned char)((b * 2654435761u + (size_t)r * 40503u) >> 13);
 		if (rc != 0 && rc != -ENOTSUP)
@@ -312,8 +312,23 @@ static int parse_list(const char *s, int *out, int max, int lo, int hi)
 	return n;
 }
 
+/* Whether the bench can make weights of type t: from f32, or for a type
+ * muster reads but has no quantizer for (-ENOTSUP: IQ4_NL, the K-quants
+ * today) as valid random blocks (wset_make). */
+static int quantizable(int t)
+{
+	float zero[256] = {0};
+	unsigned char out[sizeof(zero)];
+	int b = mu_wtype_block(t), rc;
+
+	if (b < 1 || b > 256 || mu_wtype_row_bytes(t, b) > sizeof(out))
+		return 0;
+	rc = mu_wtype_from_f32(t, zero, b, out);
+	return rc == 0 || rc == -ENOTSUP;
+}
+
 /* "Q8_0,F16" into the codes of the types named, in the table's order;
- * their count, or -1 for a name that is not a type. */
+ * their count, or -1 for a name that is not a type the bench can make. */
 static int parse_types(const char *s, int *out)
 {
 	int want[MAX_TYPES] = {0}, n = 0;
@@ -327,7 +342,7 @@ static int parse_types(const char *s, int *out)
 			return -1;
 		memcpy(name, s, len);
 		name[len] = '\0';
-		if ((t = mu_wtype_from_name(name)) < 0 || t >= MAX_TYPES)
+		if ((t = mu_wtype_from_name(name)) < 0 || t >= MAX_TYPES || !quantizable(t))
 			return -1;
 		want[t] = 1;
 		s += len + (s[len] == ',');
@@ -338,14 +353,18 @@ static int parse_types(const char *s, int *out)
 	return n;
 }
 
-/* Every type muster computes, "F32,F16,...", from the table. */
+/* Every type the bench can make, "F32,F16,...", from the table. */
 static void all_types(char *buf, size_t len)
 {
 	size_t at = 0;
 
 	buf[0] = '\0';
 	for (int t = 0; t < mu_wtype_count() && at < len; t++) {
-		int w = snprintf(buf + at, len - at, "%s%s", t ? "," : "", mu_wtype_name(t));
+		int w;
+
+		if (!quantizable(t))
+			continue;
+		w = snprintf(buf + at, len - at, "%s%s", at ? "," : "", mu_wtype_name(t));
 
 		at = w < 0 ? len : at + (size_t)w;
 	}
@@ -396,7 +415,7 @@ int bench_kern(int argc, char **argv)
 		opts, (int)(sizeof(opts) / sizeof(opts[0])), 0, 0};
 
 	all_types(every, sizeof(every));
-	snprintf(types_help, sizeof(types_help), "weight types (default all: %s)", every);
+	snprintf(types_help, sizeof(types_help), "weight types (default all it can make: %s)", every);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;

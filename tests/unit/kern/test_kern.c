@@ -12,8 +12,8 @@
  *     llama.cpp's reference rules, round trips included;
  *   - mu__matmul against a double-precision reference for every type of
  *     the table on odd shapes, n = 1..17, 1..4 threads (the types without
- *     a quantizer, the K-quants and IQ4_XS, on random blocks, some with
- *     an inf, NaN or subnormal scale);
+ *     a quantizer on random blocks, some with a NaN, inf or subnormal
+ *     scale);
  *   - the determinism contract: bit-identical results across n, thread
  *     counts and instruction sets (portable against AVX2, and AVX2 with
  *     AVX512-VNNI, where the CPU has them; where it has none, portable
@@ -63,58 +63,20 @@ static uint32_t f_bits(float f)
 	return u;
 }
 
-/* Where the f16 scales of a block of the types without a quantizer lie
- * (d, then dmin or -1): any other bytes make a valid block. */
-static const struct {
-	mu__wtype_t t;
-	int d, dmin;
-} scale_at[] = {{MU__WT_Q2_K, 80, 82}, {MU__WT_Q3_K, 108, -1}, {MU__WT_Q4_K, 0, 2},
-                {MU__WT_Q5_K, 0, 2},   {MU__WT_Q6_K, 208, -1}, {MU__WT_IQ4_XS, 0, -1}};
-
-/* A row of type t from f32, by the table's quantizer; for a type with
- * none (the K-quants), random blocks whose f16 scales are x's values
- * scaled down (finite: x is). */
+/* A row of type t from f32, by the table's quantizer. */
 static void to_type(mu__wtype_t t, const float *x, int64_t cols, void *out)
 {
-	const mu__wtype_info_t *ti = &mu__wtypes[t];
-	unsigned char *o = out;
-
-	if (ti->from_f32 != NULL) {
-		ti->from_f32(x, cols, out);
-		return;
-	}
-	for (size_t i = 0; i < sizeof(scale_at) / sizeof(scale_at[0]); i++) {
-		if (scale_at[i].t != t)
-			continue;
-		for (int64_t b = 0; b < cols / ti->block; b++, o += ti->block_bytes) {
-			for (uint32_t k = 0; k < ti->block_bytes; k++)
-				o[k] = (unsigned char)rnd32();
-			for (int s = 0; s < 2; s++) {
-				int at = s ? scale_at[i].dmin : scale_at[i].d;
-				uint16_t h = mu__f32_to_f16(x[b * ti->block + s] / 64.0f);
-
-				if (at >= 0)
-					memcpy(o + at, &h, 2);
-			}
-		}
-		return;
-	}
-	fail_msg("%s has no quantizer and no scale offsets here", ti->name);
+	assert_non_null(mu__wtypes[t].from_f32);
+	mu__wtypes[t].from_f32(x, cols, out);
 }
 
-/* Block b of row of type t gets scale s (0: d, 1: dmin) = h: false when
- * the type has no such scale. */
-static int set_scale(mu__wtype_t t, unsigned char *row, int64_t b, int s, uint16_t h)
+/* A block's f16 at byte off as f32. */
+static float blk_f16(const unsigned char *blk, int off)
 {
-	for (size_t i = 0; i < sizeof(scale_at) / sizeof(scale_at[0]); i++) {
-		int at = s ? scale_at[i].dmin : scale_at[i].d;
+	uint16_t h;
 
-		if (scale_at[i].t == t && at >= 0) {
-			memcpy(row + b * mu__wtypes[t].block_bytes + at, &h, 2);
-			return 1;
-		}
-	}
-	return 0;
+	memcpy(&h, blk + off, 2);
+	return mu__f16_to_f32(h);
 }
 
 /* The instruction sets this build and CPU run, portable first; their count. */
@@ -466,6 +428,142 @@ static void test_act_q8_0_isas(void **state)
 	}
 }
 
+/* ---- the 32-element types after Q4_0 ---- */
+
+/* A block of each, a few bytes worked out by hand (ggml-common.h's
+ * layouts), read by the table's to_f32: known floats. */
+static void test_block_values(void **state)
+{
+	/* d = 0.5 (0x3800), m = -2 (0xc000); byte 0 = 0x1f: element 0 is
+	 * nibble 15, element 16 nibble 1; byte 15 = 0x80: element 15 is 0,
+	 * element 31 is 8; the rest 0 */
+	unsigned char q4_1[20] = {0x00, 0x38, 0x00, 0xc0, 0x1f, [19] = 0x80};
+	/* d = 2 (0x4000); qh bits 0 and 31 set: element 0 = 16 | nibble 3 = 19
+	 * -> 3 * 2, element 31 = 16 | nibble 0 -> 0, element 16 = nibble 0 ->
+	 * -32, element 1 = nibble 0xf -> -2 */
+	unsigned char q5_0[22] = {0x00, 0x40, 0x01, 0x00, 0x00, 0x80, 0x03, 0x0f};
+	/* d = 0.25 (0x3400), m = 1 (0x3c00); qh bit 17: element 17 = 16 | 2;
+	 * byte 1 = 0x2f: element 1 = 15 */
+	unsigned char q5_1[24] = {0x00, 0x34, 0x00, 0x3c, 0x00, 0x00, 0x02, 0x00, 0x00, 0x2f};
+	/* d = -1 (0xbc00); byte 0 = 0xf0: element 0 = T[0] = -127, element 16 =
+	 * T[15] = 113; byte 1 = 0x78: element 1 = T[8] = 1, element 17 = T[7]
+	 * = -10 */
+	unsigned char iq4[18] = {0x00, 0xbc, 0xf0, 0x78};
+	float o[32];
+
+	(void)state;
+	mu__wtypes[MU__WT_Q4_1].to_f32(q4_1, 32, o);
+	assert_true(o[0] == 5.5f && o[16] == -1.5f && o[15] == -2.0f && o[31] == 2.0f && o[7] == -2.0f);
+	mu__wtypes[MU__WT_Q5_0].to_f32(q5_0, 32, o);
+	assert_true(o[0] == 6.0f && o[31] == 0.0f && o[16] == -32.0f && o[1] == -2.0f && o[2] == -32.0f);
+	assert_true(o[17] == -32.0f);
+	mu__wtypes[MU__WT_Q5_1].to_f32(q5_1, 32, o);
+	assert_true(o[17] == 5.5f && o[1] == 4.75f && o[0] == 1.0f && o[31] == 1.0f);
+	mu__wtypes[MU__WT_IQ4_NL].to_f32(iq4, 32, o);
+	assert_true(o[0] == 127.0f && o[16] == -113.0f && o[1] == -1.0f && o[17] == 10.0f);
+	assert_true(o[2] == 127.0f); /* nibble 0 */
+	assert_int_equal(f_bits(o[2 + 16]), f_bits(127.0f));
+}
+
+/* Q4_1, Q5_0 and Q5_1's quantizers against llama.cpp's reference rules
+ * (the interop test compares their bytes with ggml's own). */
+static void test_quant_32(void **state)
+{
+	float x[64], back[64];
+	unsigned char q[2 * 24];
+
+	(void)state;
+	for (int it = 0; it < 3000; it++) {
+		mu__wtype_t t = it % 3 == 0 ? MU__WT_Q4_1 : it % 3 == 1 ? MU__WT_Q5_0 : MU__WT_Q5_1;
+		int top = t == MU__WT_Q4_1 ? 15 : 31, bb = (int)mu__wtypes[t].block_bytes;
+		float scale = ldexpf(1.0f, (int)(rnd32() % 20) - 8), off = it & 4 ? 2 * scale : 0;
+
+		for (int k = 0; k < 64; k++)
+			x[k] = rndf() * scale + off;
+		to_type(t, x, 64, q);
+		mu__wtypes[t].to_f32(q, 64, back);
+		for (int b = 0; b < 2; b++) {
+			const float *xb = x + 32 * b;
+			float min = FLT_MAX, max = -FLT_MAX, amax = 0, smax = 0, d, id;
+
+			for (int k = 0; k < 32; k++) {
+				min = fminf(min, xb[k]);
+				max = fmaxf(max, xb[k]);
+				if (fabsf(xb[k]) > amax) {
+					amax = fabsf(xb[k]);
+					smax = xb[k];
+				}
+			}
+			d = t == MU__WT_Q5_0 ? smax / -16.0f : (max - min) / (float)top;
+			id = d != 0 ? 1 / d : 0;
+			assert_true(blk_f16(q + bb * b, 0) == mu__f16_to_f32(mu__f32_to_f16(d)));
+			if (t != MU__WT_Q5_0)
+				assert_true(blk_f16(q + bb * b, 2) == mu__f16_to_f32(mu__f32_to_f16(min)));
+			for (int k = 0; k < 32; k++) {
+				float v = t == MU__WT_Q5_0 ? xb[k] * id + 16.5f : (xb[k] - min) * id + 0.5f;
+				int want = (int)v > top ? top : (int)v;
+				float dd = blk_f16(q + bb * b, 0), got;
+
+				got = t == MU__WT_Q5_0 ? (float)(want - 16) * dd
+				                       : (float)want * dd + blk_f16(q + bb * b, 2);
+				assert_true(f_bits(back[32 * b + k]) == f_bits(got));
+			}
+		}
+	}
+	/* a block with a NaN or an infinity: NaN scale (and min), zero quants */
+	for (int k = 0; k < 64; k++)
+		x[k] = rndf();
+	x[3] = NAN;
+	x[40] = INFINITY;
+	for (int t = MU__WT_Q4_1; t <= MU__WT_Q5_1; t++) {
+		to_type((mu__wtype_t)t, x, 64, q);
+		mu__wtypes[t].to_f32(q, 64, back);
+		for (int k = 0; k < 64; k++)
+			assert_true(isnan(back[k]));
+	}
+}
+
+/* Q8_1 activations: Q8_0's bytes, then s = f16(d * sum q) with d before
+ * its rounding, the same from every instruction set. */
+static void test_act_q8_1(void **state)
+{
+	const char *names[3];
+	int nisa = isas_here(names);
+	enum { C = 32 * 6 };
+	unsigned char r1[C + C / 4], r8[C + C / 8], ra[C + C / 4];
+	float x[C];
+
+	(void)state;
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_1, C), sizeof(r1));
+	for (int it = 0; it < 2000; it++) {
+		const mu__kern_isa_t *k = mu__kern_isa_by_name(names[it % nisa]);
+
+		for (int i = 0; i < C; i++)
+			x[i] = rndf() * ldexpf(1.0f, (int)(rnd32() % 40) - 20);
+		x[32 + it % 32] = it & 1 ? NAN : -INFINITY; /* block 1 */
+		mu__kern_portable.act[MU__ACTFMT_Q8_1](x, C, r1);
+		mu__kern_portable.act[MU__ACTFMT_Q8_0](x, C, r8);
+		k->act[MU__ACTFMT_Q8_1](x, C, ra);
+		assert_memory_equal(r1, ra, sizeof(r1));
+		assert_memory_equal(r1, r8, sizeof(r8));
+		for (int b = 0; b < C / 32; b++) {
+			float amax = 0, sx;
+			int sum = 0;
+
+			for (int i = 0; i < 32; i++) {
+				amax = fmaxf(amax, fabsf(x[32 * b + i]));
+				sum += (int8_t)r1[32 * b + i];
+			}
+			memcpy(&sx, r1 + C + 4 * (C / 32) + 4 * b, 4);
+			if (b == 1)
+				assert_true(isnan(sx));
+			else
+				assert_true(f_bits(sx) ==
+				            f_bits(mu__f16_to_f32(mu__f32_to_f16((float)sum * (amax / 127.0f)))));
+		}
+	}
+}
+
 /* ---- mu__matmul ---- */
 
 enum { NMAX = 17, TMAX = 4 };
@@ -475,6 +573,53 @@ typedef struct {
 	unsigned char *buf; /* data is buf + 1: weights need no alignment */
 	float *deq;         /* rows x cols, as the kernels read them */
 } wm_t;
+
+/* Where the f16 scales of a block lie for the types muster reads but
+ * does not quantize (d, then dmin or -1); IQ4_NL's d is at 0 as the
+ * 32-element types'. Any other bytes make a valid block. */
+static const struct {
+	mu__wtype_t t;
+	int d, dmin;
+} scale_at[] = {{MU__WT_IQ4_NL, 0, -1}, {MU__WT_Q2_K, 80, 82}, {MU__WT_Q3_K, 108, -1},
+                {MU__WT_Q4_K, 0, 2},     {MU__WT_Q5_K, 0, 2},   {MU__WT_Q6_K, 208, -1},
+                {MU__WT_IQ4_XS, 0, -1}};
+
+/* Block b of a row of type t gets its scale s (0: d, 1: dmin) = h: false
+ * when the type has no such scale. */
+static int set_scale(mu__wtype_t t, unsigned char *row, int64_t b, int s, uint16_t h)
+{
+	for (size_t i = 0; i < sizeof(scale_at) / sizeof(scale_at[0]); i++) {
+		int at = s ? scale_at[i].dmin : scale_at[i].d;
+
+		if (scale_at[i].t == t && at >= 0) {
+			memcpy(row + b * mu__wtypes[t].block_bytes + at, &h, 2);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* A row of random blocks of a type without a quantizer, its f16 scales
+ * in +-2^-4. */
+static void rnd_row(mu__wtype_t t, int64_t cols, unsigned char *row)
+{
+	int found = 0;
+
+	for (size_t b = 0; b < mu__wtype_row_bytes(t, cols); b++)
+		row[b] = (unsigned char)rnd32();
+	for (int64_t b = 0; b < cols / mu__wtypes[t].block; b++)
+		for (int sc = 0; sc < 2; sc++)
+			found |= set_scale(t, row, b, sc, mu__f32_to_f16(rndf() / 16));
+	if (!found)
+		fail_msg("%s has no quantizer and no scale offsets here", mu__wtypes[t].name);
+}
+
+/* Whether type t keeps a min m as f16 at byte 2 of its blocks (x = d*q +
+ * m, Q8_1 activations): Q4_1 and Q5_1, as ggml lays them out. */
+static int has_min(mu__wtype_t t)
+{
+	return mu__wtypes[t].act == MU__ACTFMT_Q8_1;
+}
 
 static void wm_make(wm_t *m, mu__wtype_t t, int64_t rows, int64_t cols)
 {
@@ -493,12 +638,24 @@ static void wm_make(wm_t *m, mu__wtype_t t, int64_t rows, int64_t cols)
 
 		for (int64_t k = 0; k < cols; k++)
 			src[k] = rndf();
-		to_type(t, src, cols, row);
+		if (mu__wtypes[t].from_f32 != NULL)
+			to_type(t, src, cols, row);
+		else
+			rnd_row(t, cols, row);
 		if (t == MU__WT_Q8_0 && r % 3 == 0) /* a file may hold -128, which we never write */
 			row[2 + (size_t)r % 32] = 0x80;
-		/* a file's scales may be anything: inf, NaN, subnormal */
-		if (r % 7 == 3)
-			set_scale(t, row, r % (cols / mu__wtypes[t].block), (int)(r / 7) % 2,
+		if (mu__wtypes[t].block == 32 && r % 4 == 3) {
+			/* a block whose scale (or min) is NaN, inf or -inf, as a
+			 * file may hold: its products are not finite */
+			static const uint16_t bad[3] = {0x7e00, 0x7c00, 0xfc00};
+			int off = has_min(t) && r % 8 == 7 ? 2 : 0;
+
+			memcpy(row + (size_t)(r / 4 % (cols / 32)) * mu__wtypes[t].block_bytes + off,
+			       &bad[r / 4 % 3], 2);
+		}
+		/* the superblock types: a scale (or min) NaN, inf or subnormal */
+		if (mu__wtypes[t].block == 256 && r % 7 == 3)
+			set_scale(t, row, r % (cols / 256), (int)(r / 7) % 2,
 			          (uint16_t[]){0x7c00, 0xfe01, 0x0003, 0xfc00}[(r / 7) % 4]);
 	}
 	m->w = (mu__wmat_t){t, d, rows, cols};
@@ -539,8 +696,30 @@ static void check_ref(const wm_t *m, const float *x, int64_t n, const float *bia
 				s += (double)m->deq[r * cols + k] * xe[k];
 				a += fabs((double)m->deq[r * cols + k] * xe[k]);
 			}
-			if (!isfinite(s) && !isfinite(y[i * rows + r]))
-				continue; /* a NaN or inf scale: the sums differ in how */
+			/* Q8_1: the products take m * sx, sx = d * sum of x's quants
+			 * rounded to f16, where the weights as read take m * that sum */
+			for (int64_t b = 0; has_min(m->w.type) && b < cols / 32; b++) {
+				const unsigned char *blk = (const unsigned char *)m->w.data +
+				                           mu__wtype_row_bytes(m->w.type, cols) * (size_t)r +
+				                           (size_t)b * mu__wtypes[m->w.type].block_bytes;
+				double mw = blk_f16(blk, 2), dq = 0;
+				float d, sx;
+
+				memcpy(&d, xa + cols + 4 * b, 4);
+				memcpy(&sx, xa + cols + 4 * (cols / 32 + b), 4);
+				for (int k = 0; k < 32; k++)
+					dq += (double)d * ((const int8_t *)xa)[32 * b + k];
+				s += mw * (sx - dq);
+				for (int k = 0; k < 32; k++)
+					a += fabs(mw * xe[32 * b + k]);
+				a += fabs(mw * sx);
+			}
+			if (!isfinite(s)) { /* a NaN or an infinity in W or x */
+				if (isfinite(y[i * rows + r]))
+					fail_msg("%s row %lld of x, out %lld: %.9g, want a NaN or an infinity",
+					         mu__wtype_name(m->w.type), (long long)i, (long long)r, y[i * rows + r]);
+				continue;
+			}
 			if (!(fabs(y[i * rows + r] - s) <= 1.2e-7 * (cols / 8.0 + 4) * a + 1e-30))
 				fail_msg("%s %lldx%lld row %lld of x, out %lld: %.9g, want %.9g",
 				         mu__wtype_name(m->w.type), (long long)rows, (long long)cols,
@@ -582,6 +761,8 @@ static void run_type(mu__wtype_t t, mu__pool_t *pools[TMAX])
 		wm_make(&m, t, rows, cols);
 		for (int64_t k = 0; k < NMAX * cols; k++)
 			x[k] = rndf() * 4;
+		x[5 * cols + cols / 2] = NAN; /* rows of x with a NaN, an inf */
+		x[11 * cols + cols - 1] = -INFINITY;
 		for (int64_t r = 0; bias && r < rows; r++)
 			bias[r] = rndf();
 		assert_int_equal(mu__kern_force_isa("portable"), 0);
@@ -705,6 +886,38 @@ static void test_types(void **state)
 	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_0, 48), 0);
 	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_F32, 3), 12);
 	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_COUNT, 32), 0);
+	/* issue 23's 32-element types: ggml's ids, block bytes, activations */
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q4_1, 64), 40);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q5_0, 64), 44);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q5_1, 64), 48);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_IQ4_NL, 64), 36);
+	assert_int_equal(mu__wtypes[MU__WT_Q4_1].ggml, 3);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_0].ggml, 6);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_1].ggml, 7);
+	assert_int_equal(mu__wtypes[MU__WT_IQ4_NL].ggml, 20);
+	assert_int_equal(mu__wtypes[MU__WT_Q4_1].act, MU__ACTFMT_Q8_1);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_1].act, MU__ACTFMT_Q8_1);
+	assert_int_equal(mu__wtypes[MU__WT_Q5_0].act, MU__ACTFMT_Q8_0);
+	assert_int_equal(mu__wtypes[MU__WT_IQ4_NL].act, MU__ACTFMT_Q8_0);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_1, 64), 64 + 2 * 4 + 2 * 4);
+	/* the values never change (digests mix them in): the agreed order */
+	assert_int_equal(MU__WT_Q4_1, 5);
+	assert_int_equal(MU__WT_Q5_0, 6);
+	assert_int_equal(MU__WT_Q5_1, 7);
+	assert_int_equal(MU__WT_IQ4_NL, 8);
+	assert_int_equal(MU__WT_Q2_K, 9);
+	assert_int_equal(MU__WT_Q3_K, 10);
+	assert_int_equal(MU__WT_Q4_K, 11);
+	assert_int_equal(MU__WT_Q5_K, 12);
+	assert_int_equal(MU__WT_Q6_K, 13);
+	assert_int_equal(MU__WT_IQ4_XS, 14);
+	assert_int_equal(MU__ACTFMT_Q8_1, 2);
+	assert_int_equal(MU__ACTFMT_Q8_K, 3);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q4_K, 512), 288);
+	assert_int_equal(mu__wtype_row_bytes(MU__WT_Q6_K, 128), 0);
+	assert_int_equal(mu__actfmt_row_bytes(MU__ACTFMT_Q8_K, 512), 2 * 292);
+	assert_int_equal(mu__wtypes[MU__WT_Q6_K].ggml, 14);
+	assert_int_equal(mu__wtypes[MU__WT_IQ4_XS].act, MU__ACTFMT_Q8_K);
 }
 
 /*
@@ -736,6 +949,10 @@ static void test_table_entries(void **state)
 		assert_true((unsigned)ti->act < MU__ACTFMT_COUNT);
 		assert_int_equal(blk % mu__actfmts[ti->act].block, 0);
 		assert_non_null(ti->to_f32);
+		/* every type has a quantizer but IQ4_NL and the superblock
+		 * types, whose are not written yet */
+		if (t != MU__WT_IQ4_NL && blk != 256)
+			assert_non_null(ti->from_f32);
 		for (int64_t k = 1; k <= 9; k++) {
 			assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)t, k * blk), (size_t)k * ti->block_bytes);
 			assert_int_not_equal(mu__actfmt_row_bytes(ti->act, k * blk), 0);
@@ -750,17 +967,21 @@ static void test_table_entries(void **state)
 		memset(row, 0xa5, rb + 64);
 		memset(again, 0x5a, rb + 64);
 		memset(back, 0xa5, sizeof(float) * (size_t)(cols + 16));
-		to_type((mu__wtype_t)t, x, cols, row);
+		if (ti->from_f32 == NULL) { /* to_f32 alone, on random blocks */
+			rnd_row((mu__wtype_t)t, cols, row);
+			ti->to_f32(row, cols, back);
+			for (int64_t k = cols; k < cols + 16; k++)
+				assert_int_equal(f_bits(back[k]), 0xa5a5a5a5u);
+			for (int64_t k = 0; k < cols; k++)
+				assert_true(isfinite(back[k]));
+			goto next;
+		}
+		ti->from_f32(x, cols, row);
 		for (size_t b = rb; b < rb + 64; b++)
 			assert_int_equal(row[b], 0xa5);
 		ti->to_f32(row, cols, back);
 		for (int64_t k = cols; k < cols + 16; k++)
 			assert_int_equal(f_bits(back[k]), 0xa5a5a5a5u);
-		if (ti->from_f32 == NULL) { /* no quantizer (yet): the rest needs one */
-			for (int64_t k = 0; k < cols; k++)
-				assert_true(isfinite(back[k]));
-			goto next;
-		}
 		ti->from_f32(back, cols, again);
 		assert_memory_equal(row, again, rb);
 		for (int64_t k = 0; k < cols; k++)
@@ -768,7 +989,7 @@ static void test_table_entries(void **state)
 		/* a loose bound for any sane format of that many bits per element
 		 * (the formats' own tests above are exact): garbage fails it */
 		assert_true(err <= amax * pow(2.0, 2.0 - bits / 2.0));
-next:
+	next:
 		free(row);
 		free(again);
 		free(x);
@@ -927,6 +1148,9 @@ int main(void)
 		cmocka_unit_test(test_q8_0),
 		cmocka_unit_test(test_q4_0),
 		cmocka_unit_test(test_act_q8_0_isas),
+		cmocka_unit_test(test_block_values),
+		cmocka_unit_test(test_quant_32),
+		cmocka_unit_test(test_act_q8_1),
 		cmocka_unit_test(test_types),
 		cmocka_unit_test(test_table_entries),
 		cmocka_unit_test(test_table_lookups),

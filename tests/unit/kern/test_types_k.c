@@ -263,7 +263,7 @@ static void test_q2_q3_iq4(void **state)
 	for (int e = 0; e < 256; e++) {
 		int ib = e / 32, j = e % 16, nib = e % 32 < 16 ? j : 15 - j;
 
-		assert_true(y[e] == (float)(ib - 2) * (float)mu__iq4_values[nib]);
+		assert_true(y[e] == (float)(ib - 2) * (float)mu__iq4nl_values[nib]);
 	}
 }
 
