@@ -37,18 +37,20 @@ typedef struct {
 
 /*
  * Quantize the GGUF file in into the GGUF file out as file type `type`
- * (llama.cpp's names: "Q4_K_M", "Q8_0", "F16"; mu_quant_types lists them).
+ * (llama.cpp's names: "Q4_K_M", "Q8_0", "F16"; mu_quant_types lists them)
+ * on threads threads (1 .. 1024; the file is the same for any count).
  * Every metadata key of in is kept (general.file_type and
  * general.quantization_version set, split keys dropped), tensors keep
- * their order, names and shapes. out is written under a temporary name
+ * their names and shapes, in llama.cpp's order (by layer, then name). out is written under a temporary name
  * beside it and renamed when complete: on failure nothing is left at out
  * (nor the temporary). Reports progress (muster/common.h). 0 and *sum
  * filled (sum may be NULL), or with err: MU_EARG for an unknown type or
- * one that needs an importance matrix, -errno for files, MU_EPROTO for an
+ * one that needs an importance matrix or a thread count out of range,
+ * -errno for files, MU_EPROTO for an
  * input that is not a GGUF file muster reads or has a tensor of a type it
  * cannot read, MU_ENOMEM. Blocking; any thread.
  */
-MU_EXTERN int mu_gguf_quantize(const char *in, const char *out, const char *type,
+MU_EXTERN int mu_gguf_quantize(const char *in, const char *out, const char *type, int threads,
                                mu_quant_summary_t *sum, char *err, size_t errlen);
 
 /* The file types mu_gguf_quantize takes, ", "-separated (static). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -178,13 +179,16 @@ static void print_summary(const char *out, const char *type, const mu_quant_summ
 
 static int model_quantize(int argc, char **argv)
 {
-	int quiet = 0, npos, rc;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int quiet = 0, threads = cpus > 0 ? (int)cpus : 1, npos, rc;
 	char err[1024] = "", about[1024];
 	mu_quant_summary_t sum;
 	cli_opt_t opts[] = {
+		{"threads", OPT_INT, &threads, "N", "quantizing threads (default: the machine's cores; "
+		 "the file is the same for any N)"},
 		{"quiet", OPT_FLAG, &quiet, NULL, "no progress line and no summary"},
 	};
-	cli_cmd_t cmd = {"muster model quantize IN OUT TYPE [--quiet]", about, opts,
+	cli_cmd_t cmd = {"muster model quantize IN OUT TYPE [--threads N] [--quiet]", about, opts,
 	                 (int)(sizeof(opts) / sizeof(opts[0])), 3, 3};
 
 	snprintf(about, sizeof(about),
@@ -202,7 +206,7 @@ static int model_quantize(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	if (quiet)
 		cli_progress_enable(0);
-	rc = mu_gguf_quantize(argv[0], argv[1], argv[2], &sum, err, sizeof(err));
+	rc = mu_gguf_quantize(argv[0], argv[1], argv[2], threads, &sum, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "muster model quantize: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		return rc == MU_EARG ? 2 : 1;

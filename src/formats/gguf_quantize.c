@@ -5,8 +5,8 @@
  * under a temporary name (formats/gguf_write.c lays out the bytes) and
  * renames it when whole. The input's rows are read as f32 through the
  * kernels' exact conversions (kern/types.c) and quantized by the
- * reference quantizers (kern/quant_*.c), one row at a time: memory is a
- * row or two whatever the model's size.
+ * reference quantizers (kern/quant_*.c) on a pool of threads, a slab of
+ * rows at a time: memory is a slab whatever the model's size.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@
 #include "formats/gguf_write_int.h"
 #include "formats/map_int.h"
 #include "formats/quant_rules_int.h"
+#include "kern/kern_int.h"
 #include "kern/quant_int.h"
 
 const char *mu_quant_types(void)
@@ -139,72 +140,106 @@ static void count(mu_quant_summary_t *s, const plan_t *t)
 	s->out_bytes += t->bytes;
 }
 
-/* Write one tensor's data: as it is, or row by row through f32. */
-static int write_tensor(mu__gguf_out_t *o, const plan_t *t, float *x, void *row,
-                        mu__progress_t *pr, uint64_t *done)
-{
-	const mu__gguf_tensor_t *in = t->in;
-	uint64_t rows = in->ne[1] * in->ne[2] * in->ne[3], cols = in->ne[0];
+/* Rows in flight: a slab of output rows up to SLAB bytes, quantized by
+ * the pool's threads, then written in order. Each row's bytes depend on
+ * that row only, so the file is the same for any thread count. */
+#define SLAB (16u << 20)
+
+typedef struct {
+	const mu__gguf_tensor_t *in;
 	const mu__quant_t *q;
 	mu__wtype_t w;
 	size_t rin, rout;
+	uint64_t r0;       /* the slab's first row */
+	float *x;          /* per thread: one row of f32 */
+	unsigned char *out; /* the slab */
+} job_t;
+
+static void quant_rows(void *arg, int64_t lo, int64_t hi, int thread)
+{
+	job_t *j = arg;
+	float *x = j->x + (size_t)thread * (size_t)j->in->ne[0];
+
+	for (int64_t r = lo; r < hi; r++) {
+		mu__wtypes[j->w].to_f32(j->in->data + (j->r0 + (uint64_t)r) * j->rin,
+		                        (int64_t)j->in->ne[0], x);
+		j->q->from_f32(x, (int64_t)j->in->ne[0], j->out + (size_t)r * j->rout);
+	}
+}
+
+/* Write one tensor's data: as it is, or row by row through f32. */
+static int write_tensor(mu__gguf_out_t *o, mu__pool_t *pool, const plan_t *t, float *x,
+                        unsigned char *slab, mu__progress_t *pr, uint64_t *done)
+{
+	const mu__gguf_tensor_t *in = t->in;
+	uint64_t rows = in->ne[1] * in->ne[2] * in->ne[3], per;
+	job_t j = {in, NULL, MU__WT_F32, 0, 0, 0, x, slab};
 	int rc = 0;
 
-	if (t->type == in->type) {
+	if (t->type == in->type || rows == 0) {
 		rc = mu__gguf_out_data(o, in->data, in->bytes);
 		mu__progress_bytes(pr, *done += in->bytes);
 		return rc;
 	}
-	q = mu__quant(t->type);
-	(void)mu__wtype_by_ggml(in->type, &w); /* plan checked it */
-	rin = (size_t)(in->bytes / rows);
-	rout = (size_t)(t->bytes / rows);
-	for (uint64_t r = 0; r < rows && rc == 0; r++) {
-		mu__wtypes[w].to_f32(in->data + r * rin, (int64_t)cols, x);
-		q->from_f32(x, (int64_t)cols, row);
-		rc = mu__gguf_out_data(o, row, rout);
-		if ((r & 63) == 63 || r + 1 == rows)
-			mu__progress_bytes(pr, *done + (r + 1) * rin);
+	j.q = mu__quant(t->type);
+	(void)mu__wtype_by_ggml(in->type, &j.w); /* plan checked it */
+	j.rin = (size_t)(in->bytes / rows);
+	j.rout = (size_t)(t->bytes / rows);
+	per = SLAB / j.rout > 0 ? SLAB / j.rout : 1;
+	for (j.r0 = 0; j.r0 < rows && rc == 0; j.r0 += per) {
+		uint64_t n = rows - j.r0 < per ? rows - j.r0 : per;
+
+		mu__pool_run_indexed(pool, quant_rows, &j, (int64_t)n);
+		rc = mu__gguf_out_data(o, slab, (size_t)n * j.rout);
+		mu__progress_bytes(pr, *done + (j.r0 + n) * j.rin);
 	}
 	*done += in->bytes;
 	return rc;
 }
 
 static int write_all(const mu__gguf_t *g, const mu__qftype_t *ft, const plan_t *pl,
-                     const char *tmp, const char *in_name, char *err, size_t el)
+                     const char *tmp, const char *in_name, int threads, char *err, size_t el)
 {
 	mu__gguf_out_t o;
 	mu__progress_t pr;
-	uint64_t total = 0, done = 0, maxcols = 1;
+	mu__pool_t *pool = NULL;
+	uint64_t total = 0, done = 0, maxcols = 1, maxrow = 1;
 	float *x = NULL;
-	void *row = NULL;
+	unsigned char *slab = NULL;
 	int rc;
 
 	for (size_t i = 0; i < g->nt; i++) {
+		uint64_t rows = pl[i].in->ne[1] * pl[i].in->ne[2] * pl[i].in->ne[3];
+
 		total += g->t[i].bytes;
 		if (g->t[i].ne[0] > maxcols)
 			maxcols = g->t[i].ne[0];
+		if (rows > 0 && pl[i].bytes / rows > maxrow)
+			maxrow = pl[i].bytes / rows;
 	}
-	x = mu__calloc((size_t)maxcols, sizeof(float));
-	row = mu__calloc((size_t)maxcols, sizeof(float));
-	if (x == NULL || row == NULL) {
-		mu__free(x);
-		mu__free(row);
-		return MU_ENOMEM;
+	if ((rc = mu__pool_new(threads, &pool)) != 0) {
+		snprintf(err, el, "cannot start %d threads: %s", threads, mu_strerror(rc));
+		return rc;
 	}
-	rc = mu__gguf_out_open(&o, tmp, g, ft->ftype, err, el);
-	for (size_t i = 0; rc == 0 && i < g->nt; i++)
-		rc = mu__gguf_out_tensor(&o, pl[i].in, pl[i].type, pl[i].bytes);
-	if (rc == 0)
-		rc = mu__gguf_out_begin_data(&o);
-	mu__progress_start(&pr, total, "quantizing %s to %s", in_name, ft->name);
-	for (size_t i = 0; rc == 0 && i < g->nt; i++)
-		if ((rc = write_tensor(&o, &pl[i], x, row, &pr, &done)) == 0)
-			rc = mu__gguf_out_pad(&o);
-	mu__progress_end(&pr);
-	rc = mu__gguf_out_close(&o, rc, err, el);
+	x = mu__calloc((size_t)maxcols * (size_t)threads, sizeof(float));
+	slab = mu__malloc(maxrow > SLAB ? (size_t)maxrow : SLAB);
+	rc = x != NULL && slab != NULL ? mu__gguf_out_open(&o, tmp, g, ft->ftype, err, el)
+	                               : MU_ENOMEM;
+	if (rc == 0) {
+		for (size_t i = 0; rc == 0 && i < g->nt; i++)
+			rc = mu__gguf_out_tensor(&o, pl[i].in, pl[i].type, pl[i].bytes);
+		if (rc == 0)
+			rc = mu__gguf_out_begin_data(&o);
+		mu__progress_start(&pr, total, "quantizing %s to %s", in_name, ft->name);
+		for (size_t i = 0; rc == 0 && i < g->nt; i++)
+			if ((rc = write_tensor(&o, pool, &pl[i], x, slab, &pr, &done)) == 0)
+				rc = mu__gguf_out_pad(&o);
+		mu__progress_end(&pr);
+		rc = mu__gguf_out_close(&o, rc, err, el);
+	}
+	mu__pool_free(pool);
 	mu__free(x);
-	mu__free(row);
+	mu__free(slab);
 	return rc;
 }
 
@@ -243,8 +278,8 @@ static int open_input(const char *in, mu__map_t *m, mu__gguf_t *g, char *err, si
 	return rc == MU_EBADMAGIC || rc == MU_ETOOBIG ? MU_EPROTO : rc;
 }
 
-int mu_gguf_quantize(const char *in, const char *out, const char *type, mu_quant_summary_t *sum,
-                     char *err, size_t errlen)
+int mu_gguf_quantize(const char *in, const char *out, const char *type, int threads,
+                     mu_quant_summary_t *sum, char *err, size_t errlen)
 {
 	const mu__qftype_t *ft;
 	mu_quant_summary_t s;
@@ -262,6 +297,10 @@ int mu_gguf_quantize(const char *in, const char *out, const char *type, mu_quant
 		snprintf(err, errlen, "needs an input and an output");
 		return MU_EARG;
 	}
+	if (threads < 1 || threads > MU__POOL_MAX_THREADS) {
+		snprintf(err, errlen, "threads %d is not in [1, %d]", threads, MU__POOL_MAX_THREADS);
+		return MU_EARG;
+	}
 	if ((rc = check_type(type, &ft, err, errlen)) != 0)
 		return rc;
 	if ((rc = open_input(in, &m, &g, err, errlen)) != 0)
@@ -272,7 +311,7 @@ int mu_gguf_quantize(const char *in, const char *out, const char *type, mu_quant
 		rc = -ENAMETOOLONG;
 	base = strrchr(in, '/') != NULL ? strrchr(in, '/') + 1 : in;
 	if (rc == 0)
-		rc = write_all(&g, ft, pl, tmp, base, err, errlen);
+		rc = write_all(&g, ft, pl, tmp, base, threads, err, errlen);
 	if (rc == 0 && rename(tmp, out) != 0) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, out, strerror(errno));

@@ -171,8 +171,9 @@ def rows_gguf(tmp_path_factory):
     return path, tensors
 
 
-def quantize(muster_bin, src, out, ftype, check=True):
-    proc = subprocess.run([str(muster_bin), "model", "quantize", str(src), str(out), ftype],
+def quantize(muster_bin, src, out, ftype, *args, check=True):
+    proc = subprocess.run([str(muster_bin), "model", "quantize", str(src), str(out), ftype,
+                           *args],
                           capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         pytest.fail(f"muster model quantize {ftype}: {proc.stderr}", pytrace=False)
@@ -316,6 +317,14 @@ def test_quantized_logits_near_f32(muster_bin, llamacpp, f32_model, tmp_path):
                          "--ignore-eos", "--threads", 1)
         assert len(r["tokens"]) == 4
     assert errs["Q8_0"] < errs["Q4_K_M"] < 2.0, errs
+
+
+def test_threads_write_the_same_file(muster_bin, f32_model, tmp_path):
+    """Rows are quantized on a pool; 1 thread or 3, the same bytes."""
+    one, three = tmp_path / "1.gguf", tmp_path / "3.gguf"
+    quantize(muster_bin, f32_model["even"], one, "Q4_K_M", "--threads", "1")
+    quantize(muster_bin, f32_model["even"], three, "Q4_K_M", "--threads", "3")
+    assert one.read_bytes() == three.read_bytes()
 
 
 # ---- bad input ----
