@@ -226,16 +226,17 @@ assert (p.nthread, p.ftype, p.quantize_output_tensor, p.allow_requantize, p.pure
         p.imatrix, p.max_buf_size) == (0, 7, True, False, False, None, 8 << 30), \
     (p.nthread, p.ftype, p.quantize_output_tensor, p.max_buf_size)
 p.ftype = int(sys.argv[4])
+p.allow_requantize = sys.argv[5] == "1"
 p.nthread = 1
 sys.exit(lib.llama_model_quantize(sys.argv[2].encode(), sys.argv[3].encode(), ctypes.byref(p)))
 """
 
 
-def llama_quantize(src, out, ftype):
+def llama_quantize(src, out, ftype, requantize=False):
     env = dict(os.environ, LD_LIBRARY_PATH=str(bins()))
     proc = subprocess.run([sys.executable, "-c", LLAMA_QUANTIZE, str(bins()), str(src), str(out),
-                           str(LLAMA_FTYPE[ftype])], capture_output=True, text=True, env=env,
-                          timeout=600)
+                           str(LLAMA_FTYPE[ftype]), "1" if requantize else "0"],
+                          capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"llama_model_quantize {ftype}: exit {proc.returncode}\n"
                     f"{proc.stderr[-3000:]}", pytrace=False)
@@ -248,13 +249,14 @@ def f32_model(tmp_path_factory):
     fallbacks."""
     root = tmp_path_factory.mktemp("qmodel")
     out = {}
-    for name, args in (("even", ["--dim", "256", "--heads", "8", "--kv-heads", "2",
-                                 "--hidden", "512", "--layers", "8"]),
-                       ("odd", ["--dim", "256", "--heads", "8", "--kv-heads", "2",
-                                "--hidden", "288", "--layers", "3"])):
+    even = ["--dim", "256", "--heads", "8", "--kv-heads", "2", "--hidden", "512", "--layers", "8"]
+    for name, args, gtype in (("even", even, "F32"), ("even-f16", even, "F16"),
+                              ("even-q8", even, "Q8_0"),
+                              ("odd", ["--dim", "256", "--heads", "8", "--kv-heads", "2",
+                                       "--hidden", "288", "--layers", "3"], "F32")):
         hf, gguf = root / name, root / f"{name}.gguf"
         for cmd in (["gen", "--arch", "llama", *args, "--vocab", "512", "--seed", "5", hf],
-                    ["hf-to-gguf", "--type", "F32", hf, gguf]):
+                    ["hf-to-gguf", "--type", gtype, hf, gguf]):
             proc = subprocess.run(CONVERT + [str(c) for c in cmd], capture_output=True,
                                   text=True, timeout=300)
             if proc.returncode != 0:
@@ -300,6 +302,23 @@ def test_model_matches_llama_model_quantize(muster_bin, llamacpp, f32_model, tmp
     if ftype in ("Q4_K_M", "Q2_K", "IQ4_NL", "Q8_0", "Q5_0"):
         lq, lf = logprobs(llamacpp, ours), logprobs(llamacpp, theirs)
         assert np.isfinite(lq).all() and np.allclose(lq, lf, atol=1e-5), ftype
+
+
+@pytest.mark.parametrize("ftype", ["Q4_K_M", "Q3_K_M", "IQ4_XS", "Q5_1"])
+@pytest.mark.parametrize("source", ["even-f16", "even-q8"])
+def test_f16_and_quantized_inputs_match_llama(muster_bin, f32_model, tmp_path, ftype, source):
+    """An F16 input, and a Q8_0 one quantized again (llama.cpp with
+    allow_requantize): read to f32 exactly, the same file as llama.cpp's."""
+    src = f32_model[source]
+    ours, theirs = tmp_path / "muster.gguf", tmp_path / "llama.gguf"
+    quantize(muster_bin, src, ours, ftype)
+    llama_quantize(src, theirs, ftype, requantize=True)
+    a, _, aorder = read_gguf(ours)
+    b, _, border = read_gguf(theirs)
+    assert aorder == border
+    for name in border:
+        assert a[name][:2] == b[name][:2], (name, a[name][:2], b[name][:2])
+        assert a[name][2] == b[name][2], f"{name}: tensor data differ"
 
 
 def test_quantized_logits_near_f32(muster_bin, llamacpp, f32_model, tmp_path):
