@@ -6,11 +6,12 @@ node-llama-cpp's prebuilt libraries, the llamacpp fixture's install).
   distributions, zero blocks and tiny blocks among them: a GGUF of such
   tensors, named so that no mix rule touches them, quantized by muster,
   its tensors compared byte for byte.
-* A random-weight llama model (F32 GGUF from tools/llm_convert.py), for
-  every file type: each tensor's type is the one llama_model_quantize
-  gives the same input (run through ctypes on libllama in a subprocess),
-  the tensor data are identical to llama.cpp's file, and llama.cpp loads
-  muster's file and decodes with it.
+* A random-weight llama model (F32, F16 and Q8_0 GGUFs from
+  tools/llm_convert.py; rows of 256s, and an odd one of 288s), and
+  stories260K, for every file type: each tensor's type is the one
+  llama_model_quantize gives the same input (run through ctypes on
+  libllama in a subprocess), and the whole file is llama.cpp's, byte for
+  byte; llama.cpp loads muster's file and decodes with it.
 * Bad input: an unknown type lists the valid ones, IQ2 types say they
   need an importance matrix, a missing or broken input says why, and
   nothing is left at OUT.
@@ -299,6 +300,8 @@ def test_model_matches_llama_model_quantize(muster_bin, llamacpp, f32_model, tmp
             assert akv[k] == v, k
     assert akv["general.file_type"] == bkv["general.file_type"]
     assert akv["general.quantization_version"] == bkv["general.quantization_version"]
+    # and so the whole file is llama.cpp's, byte for byte (metadata order too)
+    assert ours.read_bytes() == theirs.read_bytes()
     if ftype in ("Q4_K_M", "Q2_K", "IQ4_NL", "Q8_0", "Q5_0"):
         lq, lf = logprobs(llamacpp, ours), logprobs(llamacpp, theirs)
         assert np.isfinite(lq).all() and np.allclose(lq, lf, atol=1e-5), ftype
@@ -319,6 +322,31 @@ def test_f16_and_quantized_inputs_match_llama(muster_bin, f32_model, tmp_path, f
     for name in border:
         assert a[name][:2] == b[name][:2], (name, a[name][:2], b[name][:2])
         assert a[name][2] == b[name][2], f"{name}: tensor data differ"
+
+
+STORIES = HERE.parents[1] / "models" / "stories260K" / "stories260K.gguf"
+
+
+@pytest.mark.parametrize("ftype", ["Q8_0", "Q4_K_M", "Q5_K_M", "Q2_K"])
+def test_stories260k_matches_llama(muster_bin, tmp_path, ftype):
+    """A real checkpoint (stories260K, its SentencePiece vocabulary in the
+    metadata, rows of 64 and 48 that take the fallbacks): llama.cpp's file,
+    every key kept; muster's own decoder reads the Q8_0 one and tells the
+    story."""
+    ours, theirs = tmp_path / "muster.gguf", tmp_path / "llama.gguf"
+    quantize(muster_bin, STORIES, ours, ftype)
+    llama_quantize(STORIES, theirs, ftype)
+    a, akv, aorder = read_gguf(ours)
+    b, bkv, border = read_gguf(theirs)
+    assert aorder == border and list(akv.items()) == list(bkv.items())
+    for name in border:
+        assert a[name] == b[name], name
+    assert ours.read_bytes() == theirs.read_bytes()
+    if ftype == "Q8_0":
+        proc = subprocess.run([str(muster_bin), "generate", "--model", str(ours),
+                               "--temperature", "0", "--max-tokens", "12"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stdout.startswith("Once upon a time"), proc.stderr
 
 
 def test_quantized_logits_near_f32(muster_bin, llamacpp, f32_model, tmp_path):
