@@ -43,6 +43,27 @@ int mu__quant_nearest(float f)
 	return (i & 0x007fffff) - 0x00400000;
 }
 
+/*
+ * ggml converts floats to 8-bit quants with C casts, which x86 does as a
+ * truncation to int32 (INT32_MIN for NaN and for what is out of range)
+ * kept to its low byte. The same here, defined for every input: the bytes
+ * of finite rows are ggml's, and a NaN or inf gives x86's.
+ */
+static int32_t trunc32(float v)
+{
+	return v > -2147483648.f && v < 2147483648.f ? (int32_t)v : INT32_MIN;
+}
+
+static int8_t to_i8(float v)
+{
+	return (int8_t)(uint8_t)((uint32_t)trunc32(v) & 0xffu);
+}
+
+static int min15(int v)
+{
+	return v < 15 ? v : 15;
+}
+
 static void put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)v;
@@ -102,10 +123,9 @@ void mu__quant_q4_0(const float *x, int64_t cols, void *row)
 
 		put16(b, mu__quant_h(d));
 		for (int j = 0; j < 16; j++) {
-			int q0 = (int8_t)(x[j] * id + 8.5f), q1 = (int8_t)(x[j + 16] * id + 8.5f);
+			uint8_t q0 = (uint8_t)min15(to_i8(x[j] * id + 8.5f));
+			uint8_t q1 = (uint8_t)min15(to_i8(x[j + 16] * id + 8.5f));
 
-			q0 = q0 < 15 ? q0 : 15;
-			q1 = q1 < 15 ? q1 : 15;
 			b[2 + j] = (uint8_t)(q0 | q1 << 4);
 		}
 	}
@@ -125,11 +145,9 @@ void mu__quant_q4_1(const float *x, int64_t cols, void *row)
 		put16(b, mu__quant_h(d));
 		put16(b + 2, mu__quant_h(min));
 		for (int j = 0; j < 16; j++) {
-			int q0 = (int8_t)((x[j] - min) * id + 0.5f);
-			int q1 = (int8_t)((x[j + 16] - min) * id + 0.5f);
+			uint8_t q0 = (uint8_t)min15(to_i8((x[j] - min) * id + 0.5f));
+			uint8_t q1 = (uint8_t)min15(to_i8((x[j + 16] - min) * id + 0.5f));
 
-			q0 = q0 < 15 ? q0 : 15;
-			q1 = q1 < 15 ? q1 : 15;
 			b[4 + j] = (uint8_t)(q0 | q1 << 4);
 		}
 	}
@@ -160,7 +178,7 @@ void mu__quant_q5_0(const float *x, int64_t cols, void *row)
 
 		put16(b, mu__quant_h(d));
 		for (int j = 0; j < 32; j++) {
-			int v = (int8_t)(x[j] * id + 16.5f);
+			int v = to_i8(x[j] * id + 16.5f);
 
 			q[j] = (uint8_t)(v < 31 ? v : 31);
 		}
@@ -182,7 +200,7 @@ void mu__quant_q5_1(const float *x, int64_t cols, void *row)
 		put16(b, mu__quant_h(d));
 		put16(b + 2, mu__quant_h(min));
 		for (int j = 0; j < 32; j++)
-			q[j] = (uint8_t)((x[j] - min) * id + 0.5f);
+			q[j] = (uint8_t)to_i8((x[j] - min) * id + 0.5f);
 		pack5(q, b + 4, b + 8);
 	}
 }
@@ -201,7 +219,7 @@ void mu__quant_q8_0(const float *x, int64_t cols, void *row)
 		id = d != 0 ? 1.0f / d : 0.0f;
 		put16(b, mu__quant_h(d));
 		for (int j = 0; j < 32; j++)
-			b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+			b[2 + j] = (uint8_t)to_i8(roundf(x[j] * id));
 	}
 }
 

@@ -7,11 +7,11 @@
  * function here is that entry's from_f32.
  *
  * Each gives the bytes ggml_quantize_chunk gives without an importance
- * matrix, bit for bit, for finite input (tests/interop/test_quantize.py
- * compares them with libggml-base's): the same search for scales and the
- * same float operations in the same order, built with -ffp-contract=off.
- * Inputs with NaN or inf give some blocks (what ggml gives there is not
- * a contract of its either).
+ * matrix, bit for bit (tests/interop/test_quantize.py compares them with
+ * libggml-base's): the same search for scales and the same float
+ * operations in the same order, built with -ffp-contract=off. Rows with
+ * NaN or inf have no undefined behaviour here; they give ggml's bytes on
+ * x86 too (ggml's casts there are x86's truncation, spelt out here).
  *
  * Pure functions of their input: no allocation, no state, any thread.
  */

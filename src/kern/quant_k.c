@@ -255,7 +255,7 @@ static void q2_block(const float *x, uint8_t *b)
 		float iscale = 15.f / max_min;
 
 		for (int j = 0; j < 16; j++)
-			b[j] |= (uint8_t)(mu__quant_nearest(iscale * mins[j]) << 4);
+			b[j] |= (uint8_t)((unsigned)mu__quant_nearest(iscale * mins[j]) << 4);
 	}
 	put16(b + 82, mu__quant_h(max_min > 0 ? max_min / 15.f : 0.f));
 	dd = get16(b + 80);

@@ -201,6 +201,33 @@ def test_quantizer_bytes_equal_ggml(muster_bin, rows_gguf, tmp_path, ftype):
                         f"{bad[0]}", pytrace=False)
 
 
+@pytest.fixture(scope="module")
+def nonfinite_gguf(tmp_path_factory):
+    """Rows with a NaN, an inf, a -inf and a 1e30 among normal values."""
+    x = np.random.default_rng(1).standard_normal((4, 512)).astype(np.float32)
+    x[0, 5], x[1, 300], x[2, 40], x[3, 100] = np.nan, np.inf, -np.inf, 1e30
+    path = tmp_path_factory.mktemp("qnan") / "nan.gguf"
+    gw = llm_io.GgufWriter(path)
+    gw.add("general.architecture", llm_io.STRING, "test")
+    gw.add_tensor("blk.0.w.weight", x.shape, "F32")
+    gw.begin_data()
+    gw.write_tensor("blk.0.w.weight", x)
+    gw.close()
+    return path, x
+
+
+@pytest.mark.parametrize("ftype", sorted(DEFAULT))
+def test_nonfinite_rows_give_ggml_bytes_on_x86(muster_bin, nonfinite_gguf, tmp_path, ftype):
+    """NaN and inf go through the same searches and the same casts (x86's
+    truncation, which muster's quantizers spell out): ggml's bytes still."""
+    src, x = nonfinite_gguf
+    out = tmp_path / "q.gguf"
+    quantize(muster_bin, src, out, ftype)
+    t, _, data = read_gguf(out)[0]["blk.0.w.weight"]
+    want = Ggml().quantize(t, x)
+    assert data[:len(want)] == want
+
+
 # ---- a whole model, against llama_model_quantize ----
 
 LLAMA_QUANTIZE = r"""
