@@ -2,19 +2,23 @@
 /*
  * `muster model gen` writes a generated MLP to try splits with;
  * `muster model input` writes random inputs of the right shapes for any
- * model, so `muster run` has something to run on.
+ * model, so `muster run` has something to run on; `muster model quantize`
+ * writes a GGUF checkpoint in another type (mu_gguf_quantize).
  */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "muster/formats.h"
 #include "muster/model.h"
 #include "cli/cli_int.h"
 #include "cli/demo/fixture.h"
+#include "cli/progress_int.h"
 
 static int parse_widths(const char *s, uint64_t *w, int max)
 {
@@ -152,15 +156,78 @@ static int model_input(int argc, char **argv)
 	return rc == 0 ? 0 : 1;
 }
 
+static void print_summary(const char *out, const char *type, const mu_quant_summary_t *s)
+{
+	char a[32], b[32];
+
+	cli_bytes((double)s->in_bytes, a, sizeof(a));
+	cli_bytes((double)s->out_bytes, b, sizeof(b));
+	printf("wrote %s (%s): %" PRIu64 " tensors, %s of tensor data from %s, %.2f bits per weight\n",
+	       out, type, s->tensors, b, a,
+	       s->elements ? 8.0 * (double)s->out_bytes / (double)s->elements : 0.0);
+	for (int i = 0; i < s->ntypes; i++) {
+		cli_bytes((double)s->type[i].bytes, b, sizeof(b));
+		printf("  %-7s %5" PRIu64 " tensors %14" PRIu64 " weights %10s %6.2f bits per weight\n",
+		       s->type[i].name, s->type[i].tensors, s->type[i].elements, b,
+		       s->type[i].elements ? 8.0 * (double)s->type[i].bytes / (double)s->type[i].elements
+		                           : 0.0);
+	}
+	if (s->fallbacks > 0)
+		printf("  %d tensor%s with rows not a multiple of the type's block took another type\n",
+		       s->fallbacks, s->fallbacks == 1 ? "" : "s");
+}
+
+static int model_quantize(int argc, char **argv)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int quiet = 0, threads = cpus > 0 ? (int)cpus : 1, npos, rc;
+	char err[1024] = "", about[1024];
+	mu_quant_summary_t sum;
+	cli_opt_t opts[] = {
+		{"threads", OPT_INT, &threads, "N", "quantizing threads (default: the machine's cores; "
+		 "the file is the same for any N)"},
+		{"quiet", OPT_FLAG, &quiet, NULL, "no progress line and no summary"},
+	};
+	cli_cmd_t cmd = {"muster model quantize IN OUT TYPE [--threads N] [--quiet]", about, opts,
+	                 (int)(sizeof(opts) / sizeof(opts[0])), 3, 3};
+
+	snprintf(about, sizeof(about),
+	         "Write the GGUF checkpoint IN as OUT in file type TYPE, with llama.cpp's\n"
+	         "per-tensor rules (attn_v, ffn_down, output... get more bits) and bytes\n"
+	         "equal to llama.cpp's own quantizer's without an importance matrix. All\n"
+	         "metadata and the tokenizer are kept. An HF directory is converted first:\n"
+	         "tools/llm_convert.py hf-to-gguf DIR F32.gguf --type F32. OUT is written\n"
+	         "under a temporary name and renamed when complete. docs/quantize.md has\n"
+	         "the rules.\n\n"
+	         "TYPE: %s.",
+	         mu_quant_types());
+	rc = cli_parse(&cmd, argc, argv, &npos);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc;
+	if (quiet)
+		cli_progress_enable(0);
+	rc = mu_gguf_quantize(argv[0], argv[1], argv[2], threads, &sum, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "muster model quantize: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
+		return rc == MU_EARG ? 2 : 1;
+	}
+	if (!quiet)
+		print_summary(argv[1], argv[2], &sum);
+	return 0;
+}
+
 int cmd_model(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "gen") == 0)
 		return model_gen(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "input") == 0)
 		return model_input(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "quantize") == 0)
+		return model_quantize(argc - 1, argv + 1);
 	fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
-	        "usage: muster model gen|input [options]   (muster model gen --help for more)\n\n"
-	        "  gen     write a generated MLP with seeded random weights\n"
-	        "  input   write random inputs of the right shapes for a model\n");
+	        "usage: muster model gen|input|quantize [options]   (muster model gen --help for more)\n\n"
+	        "  gen       write a generated MLP with seeded random weights\n"
+	        "  input     write random inputs of the right shapes for a model\n"
+	        "  quantize  write a GGUF checkpoint in another type (Q4_K_M, Q8_0, ...)\n");
 	return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

@@ -19,6 +19,7 @@
 
 #include "muster/common.h"
 #include "kern/isa_int.h"
+#include "kern/quant_int.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the kernels read little-endian weights in place"
@@ -181,113 +182,6 @@ void mu__q8_1_sums(const float *x, int64_t cols, void *out)
 		}
 		f = mu__h2f(bad ? 0x7e00 : mu__f32_to_f16((float)sum * (amax / 127.0f)));
 		memcpy(s + 4 * b, &f, 4);
-	}
-}
-
-/* A quant from v = x / d + offset, truncated as llama.cpp's (int8_t) cast
- * does, clamped to [0, top]; !(v >= 0) also catches a NaN (0 * inf). */
-static int quant_trunc(float v, int top)
-{
-	return !(v >= 0.0f) ? 0 : v >= (float)top ? top : (int)v;
-}
-
-/* Whether a block of 32 holds a NaN or an infinity. */
-static int block_bad(const float *x)
-{
-	int bad = 0;
-
-	for (int j = 0; j < MU__QBLOCK; j++)
-		bad |= !(fabsf(x[j]) <= FLT_MAX);
-	return bad;
-}
-
-/* The nibbles and (for the 5-bit types) fifth bits of a block's 32 quants
- * q, as ggml packs them: qs[j] holds elements j (low) and j + 16. */
-static void pack_quants(const int q[MU__QBLOCK], unsigned char *qs, unsigned char *qh)
-{
-	uint32_t h = 0;
-
-	for (int j = 0; j < MU__QBLOCK / 2; j++) {
-		qs[j] = (unsigned char)((q[j] & 15) | (q[j + 16] & 15) << 4);
-		h |= (uint32_t)(q[j] >> 4 & 1) << j | (uint32_t)(q[j + 16] >> 4 & 1) << (j + 16);
-	}
-	if (qh != NULL)
-		memcpy(qh, &h, 4);
-}
-
-/*
- * llama.cpp's reference Q4_1 and Q5_1 (quantize_row_q4_1_ref/_q5_1_ref),
- * top = 15 or 31: min and max of the block (from FLT_MAX and -FLT_MAX);
- * d = (max - min) / top, q = trunc((x - min) * (1/d) + 0.5), d and min
- * stored as f16. Where llama.cpp is undefined (a cast out of range) q is
- * clamped to [0, top], and a block holding a NaN or an infinity gets d =
- * m = NaN and every q = 0, as in q4_0_from_f32.
- */
-static void min_from_f32(const float *x, int64_t n, unsigned char *o, int top)
-{
-	size_t bb = top == 15 ? 20 : 24, qs = top == 15 ? 4 : 8;
-
-	assert(n % MU__QBLOCK == 0);
-	for (int64_t b = 0; b < n / MU__QBLOCK; b++, x += MU__QBLOCK, o += bb) {
-		float min = FLT_MAX, max = -FLT_MAX, d, id;
-		uint16_t h[2];
-		int q[MU__QBLOCK], bad = block_bad(x);
-
-		for (int j = 0; j < MU__QBLOCK; j++) {
-			if (x[j] < min)
-				min = x[j];
-			if (x[j] > max)
-				max = x[j];
-		}
-		d = (max - min) / (float)top;
-		id = d != 0 ? 1.0f / d : 0.0f;
-		h[0] = bad ? 0x7e00 : mu__f32_to_f16(d);
-		h[1] = bad ? 0x7e00 : mu__f32_to_f16(min);
-		memcpy(o, h, 4);
-		for (int j = 0; j < MU__QBLOCK; j++)
-			q[j] = bad ? 0 : quant_trunc((x[j] - min) * id + 0.5f, top);
-		pack_quants(q, o + qs, top == 15 ? NULL : o + 4);
-	}
-}
-
-static void q4_1_from_f32(const float *x, int64_t n, void *out)
-{
-	min_from_f32(x, n, out, 15);
-}
-
-static void q5_1_from_f32(const float *x, int64_t n, void *out)
-{
-	min_from_f32(x, n, out, 31);
-}
-
-/*
- * llama.cpp's reference Q5_0, Q4_0's rule with 5 bits: the element of
- * largest magnitude, with its sign, maps to -16; d = max / -16, q =
- * min(31, trunc(x / d + 16.5)) computed with x * (1/d). A block holding a
- * NaN or an infinity gets d = NaN and every q = 16 (zero).
- */
-static void q5_0_from_f32(const float *x, int64_t n, void *out)
-{
-	unsigned char *o = out;
-
-	assert(n % MU__QBLOCK == 0);
-	for (int64_t b = 0; b < n / MU__QBLOCK; b++, x += MU__QBLOCK, o += 22) {
-		float amax = 0, max = 0, d, id;
-		uint16_t dh;
-		int q[MU__QBLOCK], bad = block_bad(x);
-
-		for (int j = 0; j < MU__QBLOCK; j++)
-			if (amax < fabsf(x[j])) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		d = max / -16.0f;
-		id = d != 0 ? 1.0f / d : 0.0f;
-		dh = bad ? 0x7e00 : mu__f32_to_f16(d);
-		memcpy(o, &dh, 2);
-		for (int j = 0; j < MU__QBLOCK; j++)
-			q[j] = bad ? 16 : quant_trunc(x[j] * id + 16.5f, 31);
-		pack_quants(q, o + 6, o + 2);
 	}
 }
 
@@ -462,10 +356,10 @@ const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
 	[MU__WT_BF16] = {"BF16", 30, 1, 2, MU__ACTFMT_F32, bf16_to_f32, bf16_from_f32},
 	[MU__WT_Q8_0] = {"Q8_0", 8, 32, 34, MU__ACTFMT_Q8_0, q8_0_to_f32, q8_0_from_f32},
 	[MU__WT_Q4_0] = {"Q4_0", 2, 32, 18, MU__ACTFMT_Q8_0, q4_0_to_f32, q4_0_from_f32},
-	[MU__WT_Q4_1] = {"Q4_1", 3, 32, 20, MU__ACTFMT_Q8_1, q4_1_to_f32, q4_1_from_f32},
-	[MU__WT_Q5_0] = {"Q5_0", 6, 32, 22, MU__ACTFMT_Q8_0, q5_0_to_f32, q5_0_from_f32},
-	[MU__WT_Q5_1] = {"Q5_1", 7, 32, 24, MU__ACTFMT_Q8_1, q5_1_to_f32, q5_1_from_f32},
-	[MU__WT_IQ4_NL] = {"IQ4_NL", 20, 32, 18, MU__ACTFMT_Q8_0, iq4_nl_to_f32, NULL},
+	[MU__WT_Q4_1] = {"Q4_1", 3, 32, 20, MU__ACTFMT_Q8_1, q4_1_to_f32, mu__quant_q4_1},
+	[MU__WT_Q5_0] = {"Q5_0", 6, 32, 22, MU__ACTFMT_Q8_0, q5_0_to_f32, mu__quant_q5_0},
+	[MU__WT_Q5_1] = {"Q5_1", 7, 32, 24, MU__ACTFMT_Q8_1, q5_1_to_f32, mu__quant_q5_1},
+	[MU__WT_IQ4_NL] = {"IQ4_NL", 20, 32, 18, MU__ACTFMT_Q8_0, iq4_nl_to_f32, mu__quant_iq4_nl},
 	[MU__WT_Q2_K] = {"Q2_K", 10, 256, 84, MU__ACTFMT_Q8_K, mu__q2_k_to_f32, NULL},
 	[MU__WT_Q3_K] = {"Q3_K", 11, 256, 110, MU__ACTFMT_Q8_K, mu__q3_k_to_f32, NULL},
 	[MU__WT_Q4_K] = {"Q4_K", 12, 256, 144, MU__ACTFMT_Q8_K, mu__q4_k_to_f32, NULL},
