@@ -8,9 +8,8 @@ node-llama-cpp (llamacppfix, installed by the first run), through ctypes.
   whose scales are NaNs (quiet and signalling payloads), infinities,
   subnormals and zeros.
 * from_f32: mu_wtype_from_f32 writes ggml_quantize_chunk's bytes (no
-  importance matrix: ggml's reference quantizers) for Q4_1, Q5_0 and Q5_1
-  on random rows of several magnitudes. IQ4_NL has no quantizer in muster
-  yet (-ENOTSUP), which the test checks too.
+  importance matrix: ggml's reference quantizers) for Q4_1, Q5_0, Q5_1
+  and IQ4_NL on random rows of several magnitudes.
 * the product: mu_matmul of one row of x by ggml-quantized weights against
   two references in double: ggml's definition of the dot product
   (d_w * d_x * sum q_w q_x, plus m_w * s_x for the types with mins, with x
@@ -51,8 +50,7 @@ TYPES = {
     "Q5_1": (7, 24, (0, 2), "q8_1"),
     "IQ4_NL": (20, 18, (0,), "q8_0"),
 }
-QUANTIZED = ("Q4_1", "Q5_0", "Q5_1")  # the ones muster quantizes
-ENOTSUP = 95
+QUANTIZED = ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL")
 # Bounds of the product's relative error (of sum |terms|), a few times the
 # largest measured on this machine (printed by the test).
 REL_DEF = 2e-6
@@ -180,12 +178,6 @@ def test_from_f32_is_ggmls(name):
             i = int(np.nonzero(ours != want)[0][0])
             pytest.fail(f"{name} row {r}: byte {i} (block {i // TYPES[name][1]}) is "
                         f"{ours[i]:#x}, ggml's {want[i]:#x}")
-
-
-def test_iq4_nl_has_no_quantizer_yet():
-    x = np.zeros(32, dtype=np.float32)
-    out = np.zeros(18, dtype=np.uint8)
-    assert mu.mu_wtype_from_f32(code("IQ4_NL"), p(x), 32, p(out)) == -ENOTSUP
 
 
 def ggml_act(fmt, x):
