@@ -360,12 +360,12 @@ const mu__wtype_info_t mu__wtypes[MU__WT_COUNT] = {
 	[MU__WT_Q5_0] = {"Q5_0", 6, 32, 22, MU__ACTFMT_Q8_0, q5_0_to_f32, mu__quant_q5_0},
 	[MU__WT_Q5_1] = {"Q5_1", 7, 32, 24, MU__ACTFMT_Q8_1, q5_1_to_f32, mu__quant_q5_1},
 	[MU__WT_IQ4_NL] = {"IQ4_NL", 20, 32, 18, MU__ACTFMT_Q8_0, iq4_nl_to_f32, mu__quant_iq4_nl},
-	[MU__WT_Q2_K] = {"Q2_K", 10, 256, 84, MU__ACTFMT_Q8_K, mu__q2_k_to_f32, NULL},
-	[MU__WT_Q3_K] = {"Q3_K", 11, 256, 110, MU__ACTFMT_Q8_K, mu__q3_k_to_f32, NULL},
-	[MU__WT_Q4_K] = {"Q4_K", 12, 256, 144, MU__ACTFMT_Q8_K, mu__q4_k_to_f32, NULL},
-	[MU__WT_Q5_K] = {"Q5_K", 13, 256, 176, MU__ACTFMT_Q8_K, mu__q5_k_to_f32, NULL},
-	[MU__WT_Q6_K] = {"Q6_K", 14, 256, 210, MU__ACTFMT_Q8_K, mu__q6_k_to_f32, NULL},
-	[MU__WT_IQ4_XS] = {"IQ4_XS", 23, 256, 136, MU__ACTFMT_Q8_K, mu__iq4_xs_to_f32, NULL},
+	[MU__WT_Q2_K] = {"Q2_K", 10, 256, 84, MU__ACTFMT_Q8_K, mu__q2_k_to_f32, mu__quant_q2_k},
+	[MU__WT_Q3_K] = {"Q3_K", 11, 256, 110, MU__ACTFMT_Q8_K, mu__q3_k_to_f32, mu__quant_q3_k},
+	[MU__WT_Q4_K] = {"Q4_K", 12, 256, 144, MU__ACTFMT_Q8_K, mu__q4_k_to_f32, mu__quant_q4_k},
+	[MU__WT_Q5_K] = {"Q5_K", 13, 256, 176, MU__ACTFMT_Q8_K, mu__q5_k_to_f32, mu__quant_q5_k},
+	[MU__WT_Q6_K] = {"Q6_K", 14, 256, 210, MU__ACTFMT_Q8_K, mu__q6_k_to_f32, mu__quant_q6_k},
+	[MU__WT_IQ4_XS] = {"IQ4_XS", 23, 256, 136, MU__ACTFMT_Q8_K, mu__iq4_xs_to_f32, mu__quant_iq4_xs},
 };
 
 /* The activation formats: a Q8_0 block of x is 32 quants and an f32

@@ -940,10 +940,7 @@ static void test_table_entries(void **state)
 		assert_true((unsigned)ti->act < MU__ACTFMT_COUNT);
 		assert_int_equal(blk % mu__actfmts[ti->act].block, 0);
 		assert_non_null(ti->to_f32);
-		/* every type has a quantizer but the superblock types, whose
-		 * (kern/quant_k.c) the table does not point to yet */
-		if (blk != 256)
-			assert_non_null(ti->from_f32);
+		assert_non_null(ti->from_f32);
 		for (int64_t k = 1; k <= 9; k++) {
 			assert_int_equal(mu__wtype_row_bytes((mu__wtype_t)t, k * blk), (size_t)k * ti->block_bytes);
 			assert_int_not_equal(mu__actfmt_row_bytes(ti->act, k * blk), 0);
@@ -973,8 +970,12 @@ static void test_table_entries(void **state)
 		ti->to_f32(row, cols, back);
 		for (int64_t k = cols; k < cols + 16; k++)
 			assert_int_equal(f_bits(back[k]), 0xa5a5a5a5u);
+		/* a row read back quantizes to the same bytes, but for the
+		 * superblock types, whose quantizers search for scales (ggml's),
+		 * and may find others for the rounded values */
 		ti->from_f32(back, cols, again);
-		assert_memory_equal(row, again, rb);
+		if (blk != 256)
+			assert_memory_equal(row, again, rb);
 		for (int64_t k = 0; k < cols; k++)
 			err = fmax(err, fabs((double)back[k] - x[k]));
 		/* a loose bound for any sane format of that many bits per element
