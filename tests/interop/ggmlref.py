@@ -32,8 +32,9 @@ the llama.cpp source the package was built from (its git bundle
 node-llama-cpp/llama/gitRelease.bundle). Before any use the child checks each
 declaration against the library: it calls the *_default_params() function with
 a sentinel-filled buffer for the returned struct, and fails unless the library
-wrote nothing past the declared size, wrote up to its last field, and every
-field holds the default that the source's *_default_params() gives.
+wrote nothing past the declared size nor into the padding between the
+declared fields, wrote the last field, and every field holds the default
+that the source's *_default_params() gives.
 """
 
 import array
@@ -138,6 +139,13 @@ def dequantize(gtype, raw):
 def quantize_chunk(gtype, floats):
     """ggml_quantize_chunk of one row of float32 values: the bytes."""
     return _raw_call("quantize_chunk", gtype, array.array("f", floats).tobytes())
+
+
+def layout_error(struct_name, damage=None):
+    """What the layout check says of a declared struct ("quantize", "model",
+    "context"), as declared (None: it passes) or damaged ("drop_last",
+    "widen_first"): proves that the check can fail."""
+    return _child("layout", {"struct": struct_name, "damage": damage})["error"]
 
 
 def tensor_types(path):
@@ -289,6 +297,14 @@ def checked_defaults(lib, fname, cls, defaults):
         raise RefError(f"{fname}() wrote byte {past[-1]} past the {size} bytes this harness "
                        f"declares for its struct: the struct layout does not match the "
                        f"library (update ggmlref.py from include/llama.h)")
+    declared = set()
+    for name, _ in cls._fields_:
+        f = getattr(cls, name)
+        declared.update(range(f.offset, f.offset + f.size))
+    stray = [i for i in range(size) if i not in declared and buf[i] != SENTINEL]
+    if stray:
+        raise RefError(f"{fname}() wrote bytes {stray} that no declared field holds: the "
+                       f"struct layout does not match the library")
     last = cls._fields_[-1][0]
     end = getattr(cls, last).offset + getattr(cls, last).size
     if any(buf[i] == SENTINEL for i in range(end - getattr(cls, last).size, end)):
@@ -434,7 +450,31 @@ def op_quantize_chunk(lib, req):
     return {}
 
 
-OPS = {"quantize": op_quantize, "logits": op_logits, "dequantize": op_dequantize,
+STRUCTS = {"quantize": ("llama_model_quantize_default_params", QuantizeParams,
+                        QUANTIZE_DEFAULTS),
+           "model": ("llama_model_default_params", ModelParams, MODEL_DEFAULTS),
+           "context": ("llama_context_default_params", ContextParams, CONTEXT_DEFAULTS)}
+
+
+def op_layout(lib, req):
+    """The check of one declared struct, or of a wrong one (its last field
+    dropped, or a field's type changed): the error it raised, if any."""
+    fname, cls, defaults = STRUCTS[req["struct"]]
+    fields = list(cls._fields_)
+    if req["damage"] == "drop_last":
+        fields = fields[:-1]
+        defaults = {k: v for k, v in defaults.items() if k != cls._fields_[-1][0]}
+    elif req["damage"] == "widen_first":
+        fields[0] = (fields[0][0], ctypes.c_int64)
+    wrong = type(cls.__name__, (ctypes.Structure,), {"_fields_": fields})
+    try:
+        checked_defaults(lib.llama, fname, wrong, defaults)
+    except RefError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+OPS = {"layout": op_layout, "quantize": op_quantize, "logits": op_logits, "dequantize": op_dequantize,
        "quantize_chunk": op_quantize_chunk}
 
 

@@ -16,9 +16,11 @@ compared). The bound asserted is
 
     max over steps of  max_i |muster_i - llama.cpp_i| / max_i |llama.cpp_i|
 
-under the per-ftype figure of BOUNDS (measured, and written down in
-docs/internals/llm.md, "Against llama.cpp"). The F32 file proves the
-harness itself: muster and llama.cpp agree within 1e-5 there.
+under a per-ftype figure (FLOAT_BOUNDS, QUANT_BOUND: measured, and written
+down in docs/internals/llm.md, "Against llama.cpp"), and for the quantized
+ftypes at least half the steps over all the models agree within 1e-5. The
+F32 file proves the harness itself: muster and llama.cpp agree within 1e-5
+there.
 
 Also: a quantized file split over 2 `muster stage`s gives the whole run's
 logits bit for bit, and a file with a type muster does not compute (IQ3_S,
@@ -65,15 +67,19 @@ ALIGNED = [m for m in MODELS if m != "llama-odd"]
 # llama.cpp rounds the activations to F16 / BF16 for a product with F16 /
 # BF16 weights (muster keeps them F32): every step differs, by up to these.
 # With quantized weights both quantize the activations the same way, and
-# most steps agree within 1e-6 or bit for bit; one step in ten or so
-# differs by up to 1e-2, where one activation quant came out one apart
-# (ggml's AVX2 quantize_row_q8_0 multiplies by 127/amax, not by 1/d: see
-# docs/internals/llm.md), so a quantized file's steps must also be TIGHT,
-# all but MAX_LOOSE of them.
+# most steps agree within 1e-6 or bit for bit; but the two add a product's
+# terms in other orders, so an activation now and then lands on the other
+# side of a rounding boundary of its quantizer and one quant comes out one
+# apart (ggml's AVX2 quantize_row_q8_0 also multiplies by 127/amax, not by
+# 1/d: see docs/internals/llm.md). That moves a step's logits by up to 2e-2
+# of their range, and every later step's when it is in the KV cache. So a
+# file's steps must stay under QUANT_BOUND, and over all the models at
+# least TIGHT_SHARE of an ftype's steps within TIGHT: chance flips touch a
+# few files, an arithmetic that is not llama.cpp's touches them all.
 FLOAT_BOUNDS = {"F32": 1e-5, "F16": 3e-3, "BF16": 3e-2}
 QUANT_BOUND = 3e-2
 TIGHT = 1e-5
-MAX_LOOSE = 2
+TIGHT_SHARE = 0.5
 FTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0-pure", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
           "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
           "IQ4_XS"]
@@ -181,6 +187,17 @@ def bound_vs_llamacpp(muster_bin, model):
     return per_step
 
 
+@pytest.mark.parametrize("struct", ["quantize", "model", "context"])
+def test_struct_layouts_are_checked(struct):
+    """ggmlref's declarations pass its check against the library, and the
+    check fails on a declaration one field short or with a wider field."""
+    assert _ref(ggmlref.layout_error, struct) is None
+    short = _ref(ggmlref.layout_error, struct, "drop_last")
+    assert short is not None and "layout does not match" in short, short
+    wide = _ref(ggmlref.layout_error, struct, "widen_first")
+    assert wide is not None and "does not match" in wide, wide
+
+
 def check_mix(model, ftype, types):
     """The types llama.cpp chose, tensor by tensor."""
     mats = {n: t for n, t in types.items()
@@ -206,18 +223,33 @@ def check_mix(model, ftype, types):
         assert len(set(mats.values())) > 1, f"{ftype}: one type for every tensor: {mats}"
 
 
+SEEN = {}  # ftype -> {model: each step's figure}, filled by the test below
+
+
 @pytest.mark.parametrize("ftype", FTYPES)
 @pytest.mark.parametrize("model", list(MODELS))
 def test_llamacpp_quantized_file(muster_bin, quantized, model, ftype):
     path = quantized(model, ftype)
     check_mix(model, ftype, ggmlref.tensor_types(path))
     steps = bound_vs_llamacpp(muster_bin, path)
-    got, loose = max(steps), sum(d > TIGHT for d in steps)
-    print(f"BOUND {model} {ftype} {got:.3g} loose {loose}")
+    SEEN.setdefault(ftype, {})[model] = steps
+    got = max(steps)
+    print(f"BOUND {model} {ftype} {got:.3g} loose {sum(d > TIGHT for d in steps)}")
     bound = FLOAT_BOUNDS.get(ftype, QUANT_BOUND)
     assert got < bound, f"{model} {ftype}: {got:.3g} >= {bound} (steps {steps})"
-    if ftype not in FLOAT_BOUNDS:
-        assert loose <= MAX_LOOSE, f"{model} {ftype}: {loose} steps past {TIGHT}: {steps}"
+
+
+@pytest.mark.parametrize("ftype", [f for f in FTYPES if f not in FLOAT_BOUNDS])
+def test_quantized_steps_mostly_tight(ftype):
+    """Runs after test_llamacpp_quantized_file (in file order) and reads what
+    it measured: see TIGHT_SHARE."""
+    seen = SEEN.get(ftype, {})
+    missing = [m for m in MODELS if m not in seen]
+    assert not missing, f"{ftype}: not measured on {missing} (see test_llamacpp_quantized_file)"
+    steps = [d for m in MODELS for d in seen[m]]
+    tight = sum(d <= TIGHT for d in steps)
+    assert tight >= TIGHT_SHARE * len(steps), \
+        f"{ftype}: only {tight} of {len(steps)} steps within {TIGHT}: {seen}"
 
 
 @pytest.fixture
