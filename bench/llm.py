@@ -3,12 +3,18 @@
 """LLM generation benchmark: llama.cpp against muster on the same GGUF.
 
 usage: bench/llm.sh [--toy] [--dim D --layers L --hidden H --heads N
-                    --kv-heads K --vocab V] [--types f32,q8_0]
-                    [--threads 1,2] [--prompt-tokens 256] [--decode-tokens 64]
+                    --kv-heads K --vocab V] [--threads 1,2]
+                    [--prompt-tokens 256] [--decode-tokens 64]
                     [--stages 2,3] [--engines llamacpp,muster] [--cache DIR]
                     [--llamacpp-modules DIR] [--muster BIN] [--json]
+       bench/llm.sh --types q4_k_m,q5_k_m,q6_k,iq4_xs,q4_0,q8_0 [--pure]
+                    [--repeat 3] [same options but --stages]
 
-One run, on this machine, for each weight type and thread count:
+With --types, the comparison per quantized type of bench/llm_types.py
+runs instead (files made by llama.cpp's own quantizer, medians and ranges
+of --repeat runs, the memory-bandwidth limit of decode; its docstring has
+the details). Without, one run, on this machine, for F32 and Q8_0 and each
+thread count:
   * the model: a random-weight llama GGUF of the given shape (default
     TinyLlama-1.1B's: dim 2048, 22 layers, hidden 5632, 32 heads, 4 KV
     heads, vocab 32000, untied), written by bench/llmgen.py into the cache
@@ -363,22 +369,34 @@ def parse(argv):
     for k in TINYLLAMA:
         p.add_argument("--" + k.replace("_", "-"), type=int)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--types", default="f32,q8_0")
+    p.add_argument("--types", help="run the per-type comparison of bench/llm_types.py on "
+                   "these llama.cpp-quantized types (without: F32 and Q8_0 as above)")
+    p.add_argument("--pure", action="store_true",
+                   help="with --types: every matrix of the type (llama-quantize --pure)")
+    p.add_argument("--repeat", type=int, default=3, help="with --types: runs per figure")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--prompt-tokens", type=int)
     p.add_argument("--decode-tokens", type=int)
     p.add_argument("--stages", default="2,3")
     p.add_argument("--engines", default="llamacpp,muster")
-    p.add_argument("--cache", default=os.environ.get("MUSTER_BENCH_CACHE", "/var/tmp/muster-bench"))
+    p.add_argument("--cache")
     p.add_argument("--llamacpp-modules")
     p.add_argument("--muster", default=os.environ.get("MUSTER_BIN", ROOT / "build/bin/muster"))
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     p.add_argument("--json", action="store_true",
                    help="end with one JSON object holding every row")
     a = p.parse_args(argv)
-    base = dict(TINYLLAMA, prompt_tokens=256, decode_tokens=64)
-    if a.toy:
-        base.update(TOY)
+    a.by_type = a.types is not None
+    if a.by_type:
+        import llm_types
+        base = dict(llm_types.SHAPE, prompt_tokens=256, decode_tokens=64)
+        if a.toy:
+            base.update(llm_types.TOY)
+    else:
+        base = dict(TINYLLAMA, prompt_tokens=256, decode_tokens=64)
+        if a.toy:
+            base.update(TOY)
+        a.types = "f32,q8_0"
     for k, v in base.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -386,27 +404,48 @@ def parse(argv):
     a.threads = [int(t) for t in a.threads.split(",") if t]
     a.stages = [int(s) for s in a.stages.split(",") if s]
     a.engines = [e for e in a.engines.split(",") if e]
-    if (set(a.types) - {"f32", "q8_0"} or set(a.engines) - {"llamacpp", "muster"}
-            or a.prompt_tokens < 2 or a.decode_tokens < 2 or min(a.threads + a.stages) < 1):
-        p.error("bad --types, --engines, --threads, --stages, or token counts (>= 2)")
+    if a.by_type:
+        bad = llm_types.check_types(a.types)
+        if bad or not a.types or a.repeat < 1:
+            p.error(bad or "--types needs a type, --repeat at least 1")
+    if (set(a.engines) - {"llamacpp", "muster"} or a.prompt_tokens < 2 or a.decode_tokens < 2
+            or min(a.threads + a.stages) < 1):
+        p.error("bad --engines, --threads, --stages, or token counts (>= 2)")
+    if a.cache is None:
+        if a.by_type:
+            sys.path.insert(0, str(ROOT / "tests" / "interop"))
+            from modelfix import cache_dir
+            a.cache = cache_dir() / "llm-bench"
+        else:
+            a.cache = os.environ.get("MUSTER_BENCH_CACHE", "/var/tmp/muster-bench")
     a.cache = Path(a.cache)
+    a.cache.mkdir(parents=True, exist_ok=True)
     a.muster = Path(a.muster)
     return a
 
 
 def main(argv):
+    sys.modules.setdefault("llm", sys.modules[__name__])    # for bench/llm_types.py
+    sys.path.insert(0, str(ROOT / "bench"))
     a = parse(argv)
     try:
-        if "llamacpp" in a.engines:
+        if "llamacpp" in a.engines or a.by_type:
             # node-llama-cpp needs Node.js >= 20 (Debian 12 has 18): the
             # machine's node when it is new enough, else the pinned build
-            # the tests fetch from the npm registry.
+            # the tests fetch from the npm registry. --types needs its
+            # libllama (the quantizer) even without llama.cpp's rows.
             sys.path.insert(0, str(ROOT / "tests" / "interop"))
             import llamacppfix
             a.node = llamacppfix.node_binary()
             if a.llamacpp_modules is None:
                 a.llamacpp_modules = llamacppfix.ensure_llamacpp()
-        bench(a)
+            a.llama_lib = (Path(a.llamacpp_modules) / "@node-llama-cpp" / "linux-x64" / "bins"
+                           / "linux-x64")
+        if a.by_type:
+            import llm_types
+            llm_types.bench_types(a)
+        else:
+            bench(a)
     except Exception as exc:
         if type(exc).__name__ not in ("BenchError", "Unavailable"):
             raise

@@ -107,6 +107,47 @@ def test_bench_llm_script_llamacpp_side(llamacpp, tmp_path):
     assert "ratios from this run" in out, out
 
 
+def test_bench_llm_script_types(muster_bin, llamacpp, tmp_path):
+    """bench/llm.sh --types at toy size: the F16 model made by
+    tools/llm_convert.py, q4_0 and q8_0 made from it by llama.cpp's own
+    quantizer, both engines at 1 and 2 threads, 3 runs each after a
+    warm-up. Every type gets its row per thread count with llama.cpp's
+    median and range and the bandwidth limit; muster either has figures
+    too or says it cannot open the type, and it must open Q8_0 (a
+    llama.cpp-made q4_0 file has a Q6_K output head)."""
+    env = dict(os.environ, MUSTER_BIN=str(muster_bin))
+    out = run([ROOT / "bench" / "llm.sh", "--toy", "--types", "q4_0,q8_0", "--json",
+               "--cache", tmp_path, "--llamacpp-modules", llamacpp.modules], timeout=120,
+              env=env)
+    bw = re.search(r"^memory read bandwidth at the start \(bench/readbw.c, GB/s\): 1 thread "
+                   r"([0-9.]+) \[[0-9.]+-[0-9.]+\]; 2 threads ([0-9.]+) ", out, re.M)
+    assert bw and float(bw.group(1)) > 0 and float(bw.group(2)) > 0, out
+    result = json.loads(out.splitlines()[-1])
+    assert result["repeat"] == 3 and result["prompt_tokens"] == 16, result
+    rows = {(r["type"], r["threads"], r["engine"]): r for r in result["rows"]}
+    for wtype in ("q4_0", "q8_0"):
+        m = re.search(rf"^{wtype} \(llama.cpp's mixture\): .*weights read per token "
+                      rf"([0-9.]+) MB", out, re.M)
+        assert m and float(m.group(1)) > 0, out
+        refused = re.search(rf"^{wtype} .*\n  muster cannot open this type: (.+)$", out, re.M)
+        for threads in (1, 2):
+            lc = rows[(wtype, threads, "llama.cpp")]
+            for fig in ("decode_tok_s", "prefill_tok_s"):
+                s = lc[fig]
+                assert s["n"] == 3 and 0 < s["min"] <= s["median"] <= s["max"], (wtype, lc)
+            assert lc["bandwidth_limit_tok_s"] > 0 and lc["decode_fraction_of_limit"] > 0, lc
+            mu = rows[(wtype, threads, "muster")]
+            if refused:
+                assert mu["refused"] == refused.group(1) and "cannot open" in mu["refused"], mu
+            else:
+                assert mu["decode_tok_s"]["n"] == 3 and mu["decode_tok_s"]["min"] > 0, mu
+                assert mu["prefill_tok_s"]["min"] > 0, mu
+    assert "refused" not in rows[("q8_0", 1, "muster")], out
+    table = re.findall(r"^\s+([12]) +(\S+(?: \[\S+\])?) +([0-9.]+ \[\S+\]) +(\S+) ", out,
+                       re.M)
+    assert len(table) == 4, out
+
+
 def test_bench_kern(muster_bin):
     out = run([muster_bin, "bench", "kern", "--shape", "256x256", "--prefill", 5,
                "--reps", 1, "--set-mib", 1])
