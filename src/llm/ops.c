@@ -49,8 +49,10 @@ int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk
 	s->ctx = hp->ctx > 0 ? hp->ctx : 1;
 	s->threads = threads > 0 ? threads : 1;
 	s->w = mu__malloc((size_t)s->threads * (size_t)s->ctx * sizeof(float));
+	s->kvrow = mu__malloc((size_t)s->threads * (size_t)(hp->head_dim > 0 ? hp->head_dim : 1) *
+	                      sizeof(float));
 	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
-	    !s->cs || !s->sn || !s->w) {
+	    !s->cs || !s->sn || !s->w || !s->kvrow) {
 		mu__dec_scratch_free(s);
 		return MU_ENOMEM;
 	}
@@ -70,6 +72,7 @@ void mu__dec_scratch_free(mu__dec_scratch_t *s)
 	mu__free(s->cs);
 	mu__free(s->sn);
 	mu__free(s->w);
+	mu__free(s->kvrow);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -187,15 +190,38 @@ static void rope_chunk(const mu__dec_step_t *st)
 	}
 }
 
-/* Row i's cache of this layer: keys, then values. */
-static float *layer_k(const mu__dec_step_t *st, int32_t i)
+/* Bytes of one cache row (kv_dim elements) of row i's sequence. */
+static size_t row_bytes(const mu__dec_step_t *st, int32_t i)
 {
-	return st->kv[i] + (size_t)st->layer * 2 * (size_t)st->ctx[i] * (size_t)kvdim(st->hp);
+	return (size_t)mu__kv_row_bytes(st->kvt[i], kvdim(st->hp));
 }
 
-static float *layer_v(const mu__dec_step_t *st, int32_t i)
+/* Row i's cache of this layer: keys, then values. */
+static unsigned char *layer_k(const mu__dec_step_t *st, int32_t i)
 {
-	return layer_k(st, i) + (size_t)st->ctx[i] * (size_t)kvdim(st->hp);
+	return st->kv[i] + (size_t)st->layer * 2 * (size_t)st->ctx[i] * row_bytes(st, i);
+}
+
+static unsigned char *layer_v(const mu__dec_step_t *st, int32_t i)
+{
+	return layer_k(st, i) + (size_t)st->ctx[i] * row_bytes(st, i);
+}
+
+/*
+ * One head's key or value at a cache position, as f32: the stored bytes
+ * themselves for an f32 cache, else read back exactly (the type's to_f32)
+ * into buf. at is the position's row, off the head's first element (a
+ * whole number of the type's blocks: mu__kv_check).
+ */
+static const float *head_row(const unsigned char *at, const mu__wtype_info_t *w, int64_t off,
+                             int32_t hd, float *buf)
+{
+	const unsigned char *p = at + (size_t)(off / w->block) * w->block_bytes;
+
+	if (w == &mu__wtypes[MU__WT_F32])
+		return (const float *)(const void *)p;
+	w->to_f32(p, hd, buf);
+	return buf;
 }
 
 /* A dot product in eight fixed lanes, summed in a fixed order. */
@@ -222,18 +248,21 @@ static void attend(void *argp, int64_t lo, int64_t hi, int thread)
 	int32_t hd = h->head_dim, group = h->n_heads / h->n_kv_heads;
 	float scale = 1.0f / sqrtf((float)hd);
 	float *w = st->s->w + (size_t)thread * (size_t)st->s->ctx;
+	float *buf = st->s->kvrow + (size_t)thread * (size_t)hd;
 
 	for (int64_t t = lo; t < hi; t++) {
 		int32_t i = (int32_t)(t / h->n_heads), head = (int32_t)(t % h->n_heads);
 		int32_t p = st->pos[i], j0 = h->window > 0 && p + 1 > h->window ? p + 1 - h->window : 0;
-		const float *kc = layer_k(st, i), *vc = layer_v(st, i);
+		const unsigned char *kc = layer_k(st, i), *vc = layer_v(st, i);
+		const mu__wtype_info_t *wt = mu__wtype_info(mu__kv_types[st->kvt[i]].wt);
+		size_t rb = row_bytes(st, i);
 		const float *q = st->s->q + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
-		size_t kvo = (size_t)(head / group) * (size_t)hd;
+		int64_t kvo = (int64_t)(head / group) * hd;
 		float *o = st->s->att + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
 		float mx = -INFINITY, sum = 0;
 
 		for (int32_t j = j0; j <= p; j++) {
-			w[j] = dot(q, kc + (size_t)j * (size_t)kvdim(h) + kvo, hd) * scale;
+			w[j] = dot(q, head_row(kc + (size_t)j * rb, wt, kvo, hd, buf), hd) * scale;
 			mx = w[j] > mx ? w[j] : mx;
 		}
 		for (int32_t j = j0; j <= p; j++) {
@@ -242,7 +271,7 @@ static void attend(void *argp, int64_t lo, int64_t hi, int thread)
 		}
 		memset(o, 0, (size_t)hd * sizeof(float));
 		for (int32_t j = j0; j <= p; j++) {
-			const float *v = vc + (size_t)j * (size_t)kvdim(h) + kvo;
+			const float *v = head_row(vc + (size_t)j * rb, wt, kvo, hd, buf);
 			float pj = w[j] / sum;
 
 			for (int32_t e = 0; e < hd; e++)
@@ -271,10 +300,12 @@ static int attention(const mu__dec_step_t *st)
 		return MU_ENOMEM;
 	rope_chunk(st);
 	for (int32_t i = 0; i < st->n; i++) {
-		memcpy(layer_k(st, i) + (size_t)st->pos[i] * kvd, s->k + (size_t)i * kvd,
-		       kvd * sizeof(float));
-		memcpy(layer_v(st, i) + (size_t)st->pos[i] * kvd, s->v + (size_t)i * kvd,
-		       kvd * sizeof(float));
+		const mu__wtype_info_t *wt = mu__wtype_info(mu__kv_types[st->kvt[i]].wt);
+		size_t at = (size_t)st->pos[i] * row_bytes(st, i);
+
+		/* stored in the cache's type: what every later position reads */
+		wt->from_f32(s->k + (size_t)i * kvd, (int64_t)kvd, layer_k(st, i) + at);
+		wt->from_f32(s->v + (size_t)i * kvd, (int64_t)kvd, layer_v(st, i) + at);
 	}
 	mu__pool_run_indexed(st->pool, attend, (void *)st, (int64_t)st->n * h->n_heads);
 	if (mu__matmul(st->pool, &L->wo, s->att, st->n, s->xb, L->bo) != 0)
