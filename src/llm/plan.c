@@ -84,7 +84,7 @@ int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, int kv_typ
 		snprintf(err, el, "the model (%.1f MiB of weights, %d layers) with a%s %s KV cache for "
 		         "%d sequence%s of %d positions (%.1f MiB) does not fit the %d device%s granted",
 		         (double)mu__llm_src_bytes(src, 0, L) / 1048576.0, L,
-		         kv_type == MU__KV_F32 ? "n" : "", mu__kv_name(kv_type), max_seqs,
+		         mu__kv_name(kv_type)[0] == 'f' ? "n" : "", mu__kv_name(kv_type), max_seqs,
 		         max_seqs == 1 ? "" : "s", ctx,
 		         (double)mu__llm_kv_bytes(src, 0, L, ctx, max_seqs, kv_type) / 1048576.0, nd,
 		         nd == 1 ? "" : "s");
