@@ -51,11 +51,14 @@ int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk
 	s->w = mu__malloc((size_t)s->threads * (size_t)s->ctx * sizeof(float));
 	s->kvrow = mu__malloc((size_t)s->threads * (size_t)(hp->head_dim > 0 ? hp->head_dim : 1) *
 	                      sizeof(float));
+	s->h2f = mu__malloc(65536 * sizeof(float));
 	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
-	    !s->cs || !s->sn || !s->w || !s->kvrow) {
+	    !s->cs || !s->sn || !s->w || !s->kvrow || !s->h2f) {
 		mu__dec_scratch_free(s);
 		return MU_ENOMEM;
 	}
+	for (uint32_t h = 0; h < 65536; h++)
+		s->h2f[h] = mu__f16_to_f32((uint16_t)h);
 	return 0;
 }
 
@@ -73,6 +76,7 @@ void mu__dec_scratch_free(mu__dec_scratch_t *s)
 	mu__free(s->sn);
 	mu__free(s->w);
 	mu__free(s->kvrow);
+	mu__free(s->h2f);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -209,17 +213,25 @@ static unsigned char *layer_v(const mu__dec_step_t *st, int32_t i)
 
 /*
  * One head's key or value at a cache position, as f32: the stored bytes
- * themselves for an f32 cache, else read back exactly (the type's to_f32)
- * into buf. at is the position's row, off the head's first element (a
- * whole number of the type's blocks: mu__kv_check).
+ * themselves for an f32 cache, else read back exactly into buf (f16
+ * through the scratch's table, the same values as the type's to_f32).
+ * at is the position's row, off the head's first element (a whole number
+ * of the type's blocks: mu__kv_check).
  */
-static const float *head_row(const unsigned char *at, const mu__wtype_info_t *w, int64_t off,
-                             int32_t hd, float *buf)
+static const float *head_row(const mu__dec_scratch_t *s, const unsigned char *at,
+                             const mu__wtype_info_t *w, int64_t off, int32_t hd, float *buf)
 {
 	const unsigned char *p = at + (size_t)(off / w->block) * w->block_bytes;
 
 	if (w == &mu__wtypes[MU__WT_F32])
 		return (const float *)(const void *)p;
+	if (w == &mu__wtypes[MU__WT_F16]) {
+		const uint16_t *h = (const uint16_t *)(const void *)p;
+
+		for (int32_t e = 0; e < hd; e++)
+			buf[e] = s->h2f[h[e]];
+		return buf;
+	}
 	w->to_f32(p, hd, buf);
 	return buf;
 }
@@ -262,7 +274,7 @@ static void attend(void *argp, int64_t lo, int64_t hi, int thread)
 		float mx = -INFINITY, sum = 0;
 
 		for (int32_t j = j0; j <= p; j++) {
-			w[j] = dot(q, head_row(kc + (size_t)j * rb, wt, kvo, hd, buf), hd) * scale;
+			w[j] = dot(q, head_row(st->s, kc + (size_t)j * rb, wt, kvo, hd, buf), hd) * scale;
 			mx = w[j] > mx ? w[j] : mx;
 		}
 		for (int32_t j = j0; j <= p; j++) {
@@ -271,7 +283,7 @@ static void attend(void *argp, int64_t lo, int64_t hi, int thread)
 		}
 		memset(o, 0, (size_t)hd * sizeof(float));
 		for (int32_t j = j0; j <= p; j++) {
-			const float *v = head_row(vc + (size_t)j * rb, wt, kvo, hd, buf);
+			const float *v = head_row(st->s, vc + (size_t)j * rb, wt, kvo, hd, buf);
 			float pj = w[j] / sum;
 
 			for (int32_t e = 0; e < hd; e++)
