@@ -11,7 +11,7 @@
 * the coordinator's --kv-type rules: stages started with another type
   keep its sequences in the coordinator's;
 * q8_0 on stories260K (heads of 8) is refused naming the head dim, by
-  generate, stage and plan; a wrong --kv-type is refused listing the
+  generate, stage, serve and plan; a wrong --kv-type is refused listing the
   choices, by every command that takes it;
 * `muster plan`'s KV figure is the type's bytes.
 """
@@ -122,6 +122,7 @@ def test_q8_0_needs_whole_blocks(muster_bin, tmp_path):
     assert proc.returncode == 1
     assert b"head dim 8 is not a multiple of 32" in proc.stderr, proc.stderr
     for cmd in (["stage", "--stage", "0", "--of", "1", "--kv-type", "q8_0"],
+                ["serve", "--listen", "127.0.0.1:0", "--kv-type", "q8_0"],
                 ["plan", "--of", "1", "--kv-type", "q8_0"]):
         proc = subprocess.run([str(muster_bin), cmd[0], "--model", str(L2C), *cmd[1:]],
                               capture_output=True, timeout=60, env=ENV)
