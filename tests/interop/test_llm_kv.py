@@ -13,19 +13,24 @@
 * q8_0 on stories260K (heads of 8) is refused naming the head dim, by
   generate, stage, serve and plan; a wrong --kv-type is refused listing the
   choices, by every command that takes it;
-* `muster plan`'s KV figure is the type's bytes.
+* `muster plan`'s KV figure is the type's bytes;
+* a stage of before kv types (INFO without "kv_types": f32 only) is
+  refused by a coordinator of another type, and used by an f32 one.
 """
 
 import json
-import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 import stagefix
+from conftest import HOST
 from test_llm import ENV, Peer, addrs, generate
+from test_llm_weights import HDR, ask_info, recv_exact
 
 REPO = Path(__file__).resolve().parents[2]
 STORIES = REPO / "models" / "stories260K"
@@ -160,3 +165,56 @@ def test_plan_counts_the_type(muster_bin):
     default = subprocess.run([str(muster_bin), "plan", "--model", str(L2C), "--of", "1",
                               "--json"], capture_output=True, timeout=60, env=ENV)
     assert json.loads(default.stdout)["kv_type"] == "f16"
+
+
+def test_stage_of_before_kv_types(muster_bin, stages):
+    """A stage whose INFO lists no "kv_types" (a muster of before them,
+    which keeps f32) is refused by a coordinator of another type, before
+    any sequence; one of --kv-type f32 opens its sequences there, with no
+    "kv_type" in SEQ_OPEN."""
+    (real,) = stages(L2C, 1, "--threads", 1)
+    desc = json.loads(ask_info(real.address))
+    del desc["kv_types"], desc["kv_type"]
+    body = json.dumps(desc).encode()
+    lsock = socket.socket()
+    lsock.bind((HOST, 0))
+    lsock.listen(4)
+    seen = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = lsock.accept()
+            except OSError:
+                return
+            with conn:
+                while True:
+                    try:
+                        head = recv_exact(conn, HDR.size)
+                        _, _, mtype, _, _, mid, _, length = HDR.unpack(head)
+                        seen.append((mtype, recv_exact(conn, length)))
+                    except (EOFError, OSError):
+                        break
+                    if mtype == 1:
+                        conn.sendall(HDR.pack(b"MUPL", 1, 1, 0, 0, mid, 0, len(body)) + body)
+                    elif mtype == 5:
+                        break
+                    else:
+                        text = b"a fake stage"
+                        conn.sendall(HDR.pack(b"MUPL", 1, 4, -1000, 0, mid, 0, len(text)) +
+                                     text)
+
+    threading.Thread(target=serve, daemon=True).start()
+    addr = f"{HOST}:{lsock.getsockname()[1]}"
+    proc = generate(muster_bin, "--model", L2C, "--stages", addr, "--max-tokens", 2,
+                    check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode != 0 and "cannot keep a KV cache in f16" in err, err
+    assert "keeps f32 only" in err and "--kv-type f32" in err, err
+    assert {m for m, _ in seen} <= {1, 5}, seen
+    seen.clear()
+    proc = generate(muster_bin, "--model", L2C, "--stages", addr, "--max-tokens", 2,
+                    "--kv-type", "f32", "--io-timeout", "2", check=False)
+    lsock.close()
+    opens = [b for m, b in seen if m == 10]
+    assert opens and all(json.loads(b) == {"ctx": json.loads(b)["ctx"]} for b in opens), seen
