@@ -105,6 +105,28 @@ MU_EXTERN int mu_tokenizer_decode(const mu_tokenizer_t *t, const int32_t *ids, s
 MU_EXTERN int32_t mu_tokenizer_vocab(const mu_tokenizer_t *t);
 MU_EXTERN int32_t mu_tokenizer_bos(const mu_tokenizer_t *t);
 
+/* ---- KV cache types ---- */
+
+/*
+ * What a KV cache keeps keys and values in (--kv-type). f16 rounds each
+ * to nearest even; q8_0 stores blocks of 32 as the Q8_0 weight format (an
+ * f16 scale and 32 int8, llama.cpp's reference quantizer) and takes only
+ * models whose head dim is a multiple of 32. Attention reads what was
+ * stored exactly, so results stay bit-identical over any split, chunking
+ * and thread count, for each type. The numbers never change.
+ */
+typedef enum {
+	MU_LLM_KV_F32 = 0,
+	MU_LLM_KV_F16 = 1,         /* the default, as llama.cpp's -ctk/-ctv */
+	MU_LLM_KV_Q8_0 = 2
+} mu_llm_kv_type_t;
+
+/* "f32", "f16", "q8_0"; NULL for a number that is not a type. */
+MU_EXTERN const char *mu_llm_kv_type_name(int t);
+/* The type called name into *t; MU_EARG with err listing the choices
+ * ("a KV cache type is f32, f16 or q8_0, not 'x'"), *t untouched. */
+MU_EXTERN int mu_llm_kv_type_parse(const char *name, int *t, char *err, size_t errlen);
+
 /* ---- opening a model ---- */
 
 typedef struct mu_llm_s mu_llm_t;
@@ -151,6 +173,12 @@ typedef struct {
 	uint64_t replay_bytes;     /* with stages or cluster: activations kept to
 	                            * rebuild a lost stage's or device's KV
 	                            * cache; default 256 MiB */
+	int kv_type;               /* a mu_llm_kv_type_t: the KV cache's type in
+	                            * this process, and what each stage or
+	                            * device is asked to keep the handle's
+	                            * sequences in (a stage too old to be asked
+	                            * is refused unless f32); default
+	                            * MU_LLM_KV_F16 */
 } mu_llm_opts_t;
 
 MU_EXTERN void mu_llm_opts_init_size(mu_llm_opts_t *o, size_t size);
@@ -342,6 +370,10 @@ typedef struct {
 	int seq_idle_ms;      /* a sequence no forward ran this long is
 	                       * closed when another is opened; default
 	                       * 600000; <= 0 never */
+	int kv_type;          /* a mu_llm_kv_type_t: for sequences whose
+	                       * SEQ_OPEN names no type (a coordinator of
+	                       * before --kv-type); one that names it is kept
+	                       * in its type. Default MU_LLM_KV_F16 */
 } mu_llm_stage_opts_t;
 
 MU_EXTERN void mu_llm_stage_opts_init_size(mu_llm_stage_opts_t *o, size_t size);
@@ -374,6 +406,8 @@ typedef struct {
 	int32_t ctx;              /* positions of each sequence's KV cache;
 	                           * default 2048 */
 	int max_seqs;             /* sequences each stage keeps; default 1 */
+	int kv_type;              /* a mu_llm_kv_type_t: the KV cache's type;
+	                           * default MU_LLM_KV_F16 */
 } mu_llm_plan_opts_t;
 
 MU_EXTERN void mu_llm_plan_opts_init_size(mu_llm_plan_opts_t *o, size_t size);

@@ -124,6 +124,10 @@ typedef struct {
 	                              * connection (of its address, or of the
 	                              * server); it is closed only when every
 	                              * one is busy */
+	int kv_type;                 /* a mu_llm_kv_type_t (muster/llm.h):
+	                              * the KV cache's type here and on the
+	                              * stages or devices; default
+	                              * MU_LLM_KV_F16 */
 } mu_serve_opts_t;
 
 MU_EXTERN void mu_serve_opts_init_size(mu_serve_opts_t *o, size_t size);

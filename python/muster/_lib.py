@@ -123,7 +123,7 @@ class LlmOpts(ctypes.Structure):
                 ("batch", c_int), ("io_timeout_ms", c_int), ("keepalive_ms", c_int),
                 ("stages", ctypes.POINTER(c_char_p)), ("nstages", c_int), ("coord", c_void_p),
                 ("cluster", c_void_p), ("device_sequences", c_int),
-                ("replay_bytes", ctypes.c_uint64)]
+                ("replay_bytes", ctypes.c_uint64), ("kv_type", c_int)]
 
 
 class LlmGenOpts(ctypes.Structure):
@@ -261,6 +261,7 @@ md_blob_payload = _fn("mu_md_blob_payload", c_int, c_void_p, c_size_t, P(c_void_
 _I32P = P(ctypes.c_int32)
 llm_opts_init = _sized_init("mu_llm_opts_init_size", LlmOpts)
 llm_open = _fn("mu_llm_open", c_int, c_char_p, P(LlmOpts), P(c_void_p), c_char_p, c_size_t)
+llm_kv_type_parse = _fn("mu_llm_kv_type_parse", c_int, c_char_p, P(c_int), c_char_p, c_size_t)
 llm_free = _fn("mu_llm_free", None, c_void_p)
 llm_tokenizer = _fn("mu_llm_tokenizer", c_void_p, c_void_p)
 llm_info = _fn("mu_llm_info", None, c_void_p, P(LlmInfo))

@@ -145,10 +145,20 @@ class LLM:
     its tokenizer, ready to generate."""
 
     def __init__(self, path, stages=None, threads=None, ctx=None, max_sequences=None,
-                 tokenizer=None):
+                 tokenizer=None, kv_type=None):
+        """kv_type: what the KV cache keeps keys and values in, "f32",
+        "f16" (the default, as llama.cpp's) or "q8_0", here and on the
+        stages (as `muster generate --kv-type`)."""
         opts = _lib.LlmOpts()
         _lib.llm_opts_init(opts)
         keep = []  # what opts points to, alive until mu_llm_open returns
+        if kv_type is not None:
+            err = ctypes.create_string_buffer(256)
+            t = ctypes.c_int()
+            rc = _lib.llm_kv_type_parse(str(kv_type).encode(), ctypes.byref(t), err, len(err))
+            if rc != 0:
+                raise ValueError(err.value.decode(errors="replace"))
+            opts.kv_type = t.value
         if threads is not None:
             opts.threads = int(threads)
         if ctx is not None:

@@ -131,12 +131,14 @@ static const mu__layout_field_t llm_stage_opts[] = {
 	F(mu_llm_stage_opts_t, first), F(mu_llm_stage_opts_t, last),
 	F(mu_llm_stage_opts_t, threads), F(mu_llm_stage_opts_t, max_seqs),
 	F(mu_llm_stage_opts_t, kv_bytes), F(mu_llm_stage_opts_t, max_chunk),
-	F(mu_llm_stage_opts_t, max_seqs_per_conn), F(mu_llm_stage_opts_t, seq_idle_ms), {0}};
+	F(mu_llm_stage_opts_t, max_seqs_per_conn), F(mu_llm_stage_opts_t, seq_idle_ms),
+	F(mu_llm_stage_opts_t, kv_type), {0}};
 
 static const mu__layout_field_t llm_plan_opts[] = {
 	F(mu_llm_plan_opts_t, struct_size), F(mu_llm_plan_opts_t, stages),
 	F(mu_llm_plan_opts_t, budgets), F(mu_llm_plan_opts_t, nbudgets),
-	F(mu_llm_plan_opts_t, ctx), F(mu_llm_plan_opts_t, max_seqs), {0}};
+	F(mu_llm_plan_opts_t, ctx), F(mu_llm_plan_opts_t, max_seqs),
+	F(mu_llm_plan_opts_t, kv_type), {0}};
 
 static const mu__layout_field_t llm_plan_stage[] = {
 	F(mu_llm_plan_stage_t, device), F(mu_llm_plan_stage_t, first),
@@ -161,7 +163,8 @@ static const mu__layout_field_t serve_opts[] = {
 	F(mu_serve_opts_t, top_k), F(mu_serve_opts_t, top_p),
 	F(mu_serve_opts_t, have_seed), F(mu_serve_opts_t, seed),
 	F(mu_serve_opts_t, no_bos), F(mu_serve_opts_t, ignore_eos),
-	F(mu_serve_opts_t, chat_template), F(mu_serve_opts_t, max_conns_per_addr), {0}};
+	F(mu_serve_opts_t, chat_template), F(mu_serve_opts_t, max_conns_per_addr),
+	F(mu_serve_opts_t, kv_type), {0}};
 
 static const mu__layout_field_t metrics_server_opts[] = {
 	F(mu_metrics_server_opts_t, struct_size), F(mu_metrics_server_opts_t, host),
@@ -183,7 +186,7 @@ static const mu__layout_field_t llm_opts[] = {
 	F(mu_llm_opts_t, batch), F(mu_llm_opts_t, io_timeout_ms), F(mu_llm_opts_t, keepalive_ms),
 	F(mu_llm_opts_t, stages), F(mu_llm_opts_t, nstages), F(mu_llm_opts_t, coord),
 	F(mu_llm_opts_t, cluster), F(mu_llm_opts_t, device_sequences),
-	F(mu_llm_opts_t, replay_bytes), {0}};
+	F(mu_llm_opts_t, replay_bytes), F(mu_llm_opts_t, kv_type), {0}};
 
 static const mu__layout_field_t llm_info[] = {
 	F(mu_llm_info_t, arch), F(mu_llm_info_t, format), F(mu_llm_info_t, layers),

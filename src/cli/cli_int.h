@@ -107,6 +107,8 @@ void cli_signal_disarm(void);
 void cli_bytes(double b, char *buf, size_t len);
 /* "512M", "2G", "1.5GiB", "4096" -> bytes; -1 when not a size. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* --kv-type's metavar from the table of KV cache types: "f32|f16|q8_0". */
+const char *cli_kv_choices(void);
 
 /*
  * A server's budget options (docs/internals/budgets.md). Put
@@ -197,7 +199,7 @@ int cmd_stage_llm(int argc, char **argv);
 int cli_is_llm(const char *path);
 /* `muster plan` for such a checkpoint. The exit status. */
 int cli_plan_llm(const char *path, int stages, const char *budgets, int ctx, int seqs,
-                 int json);
+                 const char *kv_type, int json);
 int cmd_tokenize(int argc, char **argv);
 int bench_tracker(int argc, char **argv);
 int bench_store(int argc, char **argv);

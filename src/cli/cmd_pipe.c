@@ -138,7 +138,7 @@ static void print_plan(const char *dir, const mu_model_t *m, const mu_plan_t *p,
 
 int cmd_plan(int argc, char **argv)
 {
-	const char *dir = NULL, *by = "params", *budgets = NULL;
+	const char *dir = NULL, *by = "params", *budgets = NULL, *kvt = NULL;
 	uint64_t b[256];
 	int dev[256], nb = 0;
 	int stages = 0, json = 0, npos, rc, ctx = 2048, seqs = 1;
@@ -154,6 +154,7 @@ int cmd_plan(int argc, char **argv)
 		{"json", OPT_FLAG, &json, NULL, "print the plan as JSON (what `muster stage --plan` reads)"},
 		{"ctx", OPT_INT, &ctx, "N", "an LLM: positions of each sequence's KV cache (default 2048)"},
 		{"max-sequences", OPT_INT, &seqs, "N", "an LLM: sequences each stage keeps a KV cache for (default 1)"},
+		{"kv-type", OPT_STR, &kvt, cli_kv_choices(), "an LLM: the KV cache's type, as `muster generate --kv-type` (default f16)"},
 		CLI_ALIAS("stages", "of"), /* --stages is addresses everywhere else */
 	};
 	cli_cmd_t cmd = {
@@ -172,7 +173,7 @@ int cmd_plan(int argc, char **argv)
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
 	if (dir != NULL && cli_is_llm(dir) && (stages >= 1 || budgets != NULL) && ctx > 0 && seqs > 0)
-		return cli_plan_llm(dir, stages, budgets, ctx, seqs, json);
+		return cli_plan_llm(dir, stages, budgets, ctx, seqs, kvt, json);
 	if (dir == NULL || (stages < 1 && budgets == NULL) || parse_split(by, &split) != 0) {
 		fprintf(stderr, "muster plan: needs --model PATH and --of N >= 1 (or --budgets); "
 		                "--by is params or flops\n");

@@ -196,6 +196,7 @@ static int serve_opts(gen_args_t *a, const serve_args_t *sa, serve_run_t *sr)
 	o->threads = a->threads;
 	o->ctx = a->ctx;
 	o->chunk = a->chunk;
+	o->kv_type = a->kv;
 	o->parallel = a->parallel;
 	o->batch = !a->no_batch;
 	o->keepalive_ms = a->keepalive * 1000;

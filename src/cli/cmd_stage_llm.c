@@ -67,7 +67,7 @@ static void announce(mu_stage_t *s, int index, int of)
 
 int cmd_stage_llm(int argc, char **argv)
 {
-	const char *path = NULL, *layers = NULL, *kv = "1G", *tok = NULL;
+	const char *path = NULL, *layers = NULL, *kv = "1G", *tok = NULL, *kvt = NULL;
 	int index = -1, of = 0, first = -1, last = -1, npos, rc;
 	mu_llm_stage_opts_t lo;
 	cli_stage_args_t sa;
@@ -75,7 +75,7 @@ int cmd_stage_llm(int argc, char **argv)
 	char err[1024], archs[160], about[640];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int seq_idle = 600;
-	cli_opt_t opts[11 + CLI_STAGE_NOPTS] = {
+	cli_opt_t opts[12 + CLI_STAGE_NOPTS] = {
 		{"model", OPT_STR, &path, "PATH", "the checkpoint: a GGUF file, an HF directory or a llama2.c .bin"},
 		{"stage", OPT_INT, &index, "I", "which stage to serve, counting from 0"},
 		{"of", OPT_INT, &of, "N", "the layers are split into N stages balanced by weight bytes"},
@@ -86,11 +86,12 @@ int cmd_stage_llm(int argc, char **argv)
 		{"sequence-idle-timeout", OPT_INT, &seq_idle, "SECONDS", "close a sequence no forward ran for this long, when another is opened (default 600; 0: never)"},
 		{"kv-mem", OPT_STR, &kv, "SIZE", "KV cache all sequences may reserve (default 1G); past it SEQ_OPEN gets an ERROR"},
 		{"chunk", OPT_INT, &lo.max_chunk, "N", "positions per forward at most (default 256)"},
+		{"kv-type", OPT_STR, &kvt, cli_kv_choices(), "the KV cache's type for a coordinator that names none (one of before --kv-type); each coordinator's --kv-type rules for its own sequences (default f16)"},
 		{"tokenizer", OPT_STR, &tok, "FILE", "ignored by a stage (the coordinator tokenizes); accepted for symmetry"},
 	};
 	cli_cmd_t cmd = {
 		"muster stage --model CHECKPOINT --stage I (--of N | --layers A:B) [options]",
-		about, opts, 11, 0, 0};
+		about, opts, 12, 0, 0};
 
 	/* the architectures from the library's table, not a list of our own */
 	mu_llm_architectures(0, archs, sizeof(archs));
@@ -106,7 +107,7 @@ int cmd_stage_llm(int argc, char **argv)
 	mu_llm_stage_opts_init(&lo);
 	lo.threads = cpus > 0 ? (int)cpus : 1;
 	cli_stage_args_init(&sa, 60);
-	cmd.nopts += cli_stage_args_opts(&sa, opts + 11);
+	cmd.nopts += cli_stage_args_opts(&sa, opts + 12);
 	rc = cli_parse(&cmd, argc, argv, &npos);
 	if (rc != 0)
 		return rc == 1 ? 0 : rc;
@@ -122,6 +123,10 @@ int cmd_stage_llm(int argc, char **argv)
 	    cli_parse_size(kv, &lo.kv_bytes) != 0) {
 		fprintf(stderr, "muster stage: needs --model PATH and --stage I with --of N, or "
 		                "--layers A:B; sizes like 512M (see --help)\n");
+		return 2;
+	}
+	if (kvt != NULL && mu_llm_kv_type_parse(kvt, &lo.kv_type, err, sizeof(err)) != 0) {
+		fprintf(stderr, "muster stage: --kv-type: %s\n", err);
 		return 2;
 	}
 	if (index < 0)
@@ -191,7 +196,7 @@ static void plan_row(const mu_llm_plan_t *p, const mu_llm_plan_stage_t *st, int 
 
 /* `muster plan --model CHECKPOINT (--of N | --budgets ...)`. */
 int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx, int seqs,
-                 int json)
+                 const char *kv_type, int json)
 {
 	mu_llm_plan_opts_t o;
 	mu_llm_plan_stage_t st;
@@ -203,6 +208,10 @@ int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx,
 	mu_llm_plan_opts_init(&o);
 	o.ctx = ctx;
 	o.max_seqs = seqs;
+	if (kv_type != NULL && mu_llm_kv_type_parse(kv_type, &o.kv_type, err, sizeof(err)) != 0) {
+		fprintf(stderr, "muster plan: --kv-type: %s\n", err);
+		return 2;
+	}
 	if (budgets != NULL) {
 		if ((n = parse_budgets(budgets, b, 64)) < 1) {
 			fprintf(stderr, "muster plan: --budgets takes 1 to 64 sizes like 512M,1G\n");
@@ -219,11 +228,13 @@ int cli_plan_llm(const char *path, int stages, const char *budgets, int32_t ctx,
 	}
 	if (json)
 		printf("{\"model\": \"%s\", \"layers\": %d, \"ctx\": %d, \"max_sequences\": %d, "
-		       "\"stages\": [\n", mu_llm_plan_arch(p), mu_llm_plan_layers(p), ctx, seqs);
+		       "\"kv_type\": \"%s\", \"stages\": [\n", mu_llm_plan_arch(p),
+		       mu_llm_plan_layers(p), ctx, seqs, mu_llm_kv_type_name(o.kv_type));
 	else
-		printf("%s: %d layers, KV cache for %d sequence%s of %d positions\n%5s  %-12s %12s "
-		       "%-9s %10s %10s %10s\n", path, mu_llm_plan_layers(p), seqs, seqs == 1 ? "" : "s",
-		       ctx, "stage", "device", "layers", "", "weights", "KV", "total");
+		printf("%s: %d layers, %s KV cache for %d sequence%s of %d positions\n%5s  %-12s "
+		       "%12s %-9s %10s %10s %10s\n", path, mu_llm_plan_layers(p),
+		       mu_llm_kv_type_name(o.kv_type), seqs, seqs == 1 ? "" : "s", ctx, "stage", "device",
+		       "layers", "", "weights", "KV", "total");
 	for (i = 0; i < mu_llm_plan_stages(p); i++) {
 		mu_llm_plan_stage(p, i, &st);
 		plan_row(p, &st, i, budgets != NULL ? b : NULL, json);

@@ -18,6 +18,8 @@
 typedef struct {
 	const char *prog;     /* "muster generate", for messages */
 	const char *model, *tokenizer, *stages, *tracker, *key, *weights, *replay_mem;
+	const char *kv_type;  /* --kv-type, checked by gen_args_check */
+	int kv;               /* ... as a mu_llm_kv_type_t */
 	int threads, ctx, max_tokens, top_k, chunk, json, no_bos, ignore_eos, io_timeout;
 	int parallel, no_batch, devices, max_seqs, quiet, keepalive;
 	int device_timeout;   /* --device-timeout: seconds for the tracker's devices */
@@ -41,7 +43,7 @@ void gen_args_default(gen_args_t *a);
 int gen_args_opts(gen_args_t *a, cli_opt_t *opts);
 /* Check them after cli_parse (gen_run_open does): 0, or 2 after printing
  * why. */
-int gen_args_check(const gen_args_t *a);
+int gen_args_check(gen_args_t *a);
 /* Open the model where it runs, with room for --parallel requests at
  * once (1 without it). 0, or the exit status after printing why. */
 int gen_run_open(const gen_args_t *a, gen_run_t *r);

@@ -33,6 +33,7 @@ void gen_args_default(gen_args_t *a)
 	a->devices = 1;
 	a->device_timeout = 30;
 	a->keepalive = 60;
+	a->kv = MU_LLM_KV_F16;
 	cli_secure_init(&a->cs);
 }
 
@@ -74,6 +75,10 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 		{"seed", OPT_DOUBLE, &a->seed, "S", "seed of the sampler; the same seed gives the same "
 		 "text (default: random, printed with --json)"},
 		{"chunk", OPT_INT, &a->chunk, "N", "prompt positions per forward (default 256)"},
+		{"kv-type", OPT_STR, &a->kv_type, cli_kv_choices(), "what the KV cache keeps keys "
+		 "and values in, here and on the stages or devices: f16 rounds to nearest even, "
+		 "q8_0 is blocks of 32 as the Q8_0 weights (head dims of whole blocks); default f16, "
+		 "as llama.cpp's"},
 		{"io-timeout", OPT_INT, &a->io_timeout, "SECONDS", "with --stages: a stage that makes no "
 		 "progress on a reply this long has failed, and what waits for a lost stage to come "
 		 "back waits this long (default 60)"},
@@ -93,9 +98,10 @@ int gen_args_opts(gen_args_t *a, cli_opt_t *o)
 	return (int)(sizeof(v) / sizeof(v[0]));
 }
 
-int gen_args_check(const gen_args_t *a)
+int gen_args_check(gen_args_t *a)
 {
 	const char *bad = NULL;
+	char why[256];
 	uint64_t size;
 
 	if (a->model == NULL)
@@ -133,8 +139,10 @@ int gen_args_check(const gen_args_t *a)
 		bad = "--seed must be a non-negative integer";
 	else if (a->replay_mem != NULL && cli_parse_size(a->replay_mem, &size) != 0)
 		bad = "--replay-mem is not a size (try 256M)"; /* even unused: never ignored */
+	else if (a->kv_type != NULL && mu_llm_kv_type_parse(a->kv_type, &a->kv, why, sizeof(why)))
+		bad = why; /* "--kv-type: a KV cache type is f32, f16 or q8_0, not 'x'" */
 	if (bad != NULL)
-		fprintf(stderr, "%s: %s\n", a->prog, bad);
+		fprintf(stderr, "%s: %s%s\n", a->prog, bad == why ? "--kv-type: " : "", bad);
 	return bad != NULL ? 2 : 0;
 }
 
@@ -247,6 +255,7 @@ static int open_llm(gen_run_t *r)
 	g->o.batch = !a->no_batch;
 	g->o.io_timeout_ms = a->io_timeout * 1000;
 	g->o.keepalive_ms = a->keepalive * 1000;
+	g->o.kv_type = a->kv;
 	mu_coord_opts_init(&g->coord);
 	g->coord.io_timeout_ms = g->o.io_timeout_ms;
 	g->coord.sec = r->sec;
@@ -274,7 +283,7 @@ int gen_run_open(const gen_args_t *a, gen_run_t *r)
 
 	memset(r, 0, sizeof(*r));
 	r->a = *a;
-	if ((rc = gen_args_check(a)) != 0)
+	if ((rc = gen_args_check(&r->a)) != 0)
 		return rc;
 	if (a->seed < 0) {
 		if (getrandom(&r->seed, sizeof(r->seed), 0) != (ssize_t)sizeof(r->seed))

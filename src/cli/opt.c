@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "muster/llm.h"
 #include "cli/cli_int.h"
 #include "cli/progress_int.h"
 #include "core/cidr_int.h"
@@ -448,4 +449,20 @@ void cli_peer_hint(const char *host, int port, int rc, int want, char *out, size
 	got = mu__sniff(host, port, 1000, what, sizeof(what));
 	if (got != (mu__proto_t)want && what[0] != '\0')
 		snprintf(out, n, "; it is %s, not %s", what, mu__proto_name((mu__proto_t)want));
+}
+
+const char *cli_kv_choices(void)
+{
+	static char buf[64]; /* the same text each time: built once, on the main thread */
+	size_t at = 0;
+
+	if (buf[0] != '\0')
+		return buf;
+	for (int t = 0; mu_llm_kv_type_name(t) != NULL && at < sizeof(buf); t++) {
+		int n = snprintf(buf + at, sizeof(buf) - at, "%s%s", t > 0 ? "|" : "",
+		                 mu_llm_kv_type_name(t));
+
+		at += n > 0 ? (size_t)n : 0;
+	}
+	return buf;
 }

@@ -26,7 +26,8 @@
 typedef struct {
 	uint64_t owner, id;
 	int32_t ctx, len;
-	float *kv;            /* [layers held][2][ctx][kv_dim] */
+	int kvt;              /* a mu__kv_t: the type of kv's rows */
+	unsigned char *kv;    /* [layers held][2][ctx] rows of kv_dim in kvt */
 	double used;          /* opened or last run (mu__clock_ms) */
 } seq_t;
 
@@ -44,7 +45,8 @@ struct mu__dec_s {
 	uint64_t kv_used;
 	mu__dec_scratch_t s;
 	int32_t *rpos, *rctx;  /* per row of a call: position, its sequence's ctx */
-	float **rkv;           /* ... and its sequence's cache */
+	unsigned char **rkv;   /* ... and its sequence's cache */
+	int *rkvt;             /* ... and that cache's type */
 };
 
 /* An f32 copy of a vector tensor (norm or bias), NULL when absent. */
@@ -166,6 +168,8 @@ int mu__dec_new(const mu__llm_src_t *src, int first, int last,
 		               first, last, h->n_layers);
 	if (o->threads < 1 || o->max_seqs < 1 || o->max_chunk < 1 || o->max_chunk > 65536)
 		return mu__why(why, wl, MU_EARG, "threads, max_seqs and max_chunk must be positive");
+	if ((rc = mu__kv_check(o->kv_type, h, why, wl)) != 0)
+		return rc;
 	if ((d = mu__calloc(1, sizeof(*d))) == NULL)
 		return MU_ENOMEM;
 	d->hp = *h;
@@ -184,7 +188,8 @@ int mu__dec_new(const mu__llm_src_t *src, int first, int last,
 		rc = mu__dec_scratch_init(&d->s, h, o->max_chunk, o->threads);
 	if (rc == 0 && ((d->rpos = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
 	                (d->rctx = mu__calloc((size_t)o->max_chunk, sizeof(int32_t))) == NULL ||
-	                (d->rkv = mu__calloc((size_t)o->max_chunk, sizeof(float *))) == NULL))
+	                (d->rkv = mu__calloc((size_t)o->max_chunk, sizeof(*d->rkv))) == NULL ||
+	                (d->rkvt = mu__calloc((size_t)o->max_chunk, sizeof(int))) == NULL))
 		rc = MU_ENOMEM;
 	if (rc == 0 && (rc = mu__pool_new(o->threads, &d->pool)) != 0)
 		mu__why(why, wl, rc, "cannot start %d compute threads", o->threads);
@@ -214,14 +219,20 @@ void mu__dec_free(mu__dec_t *d)
 	mu__free(d->rpos);
 	mu__free(d->rctx);
 	mu__free(d->rkv);
+	mu__free(d->rkvt);
 	mu__pool_free(d->pool);
 	mu__free(d);
 }
 
-uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx)
+uint64_t mu__dec_kv_per_seq_type(const mu__dec_t *d, int32_t ctx, int kv_type)
 {
 	return (uint64_t)(d->last - d->first) * 2 * (uint64_t)ctx *
-	       (uint64_t)d->hp.n_kv_heads * (uint64_t)d->hp.head_dim * sizeof(float);
+	       mu__kv_row_bytes(kv_type, (int64_t)d->hp.n_kv_heads * d->hp.head_dim);
+}
+
+uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx)
+{
+	return mu__dec_kv_per_seq_type(d, ctx, d->o.kv_type);
 }
 
 static seq_t *find_seq(const mu__dec_t *d, uint64_t owner, uint64_t id)
@@ -246,9 +257,18 @@ static int owned(const mu__dec_t *d, uint64_t owner)
 int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, char *why,
                      size_t wl)
 {
+	return mu__dec_seq_open_kv(d, owner, id, ctx, d->o.kv_type, why, wl);
+}
+
+int mu__dec_seq_open_kv(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, int kv_type,
+                        char *why, size_t wl)
+{
 	uint64_t need;
 	seq_t *s;
+	int rc;
 
+	if ((rc = mu__kv_check(kv_type, &d->hp, why, wl)) != 0)
+		return rc;
 	if (find_seq(d, owner, id) != NULL)
 		return mu__why(why, wl, -EEXIST, "sequence %llu is already open",
 		               (unsigned long long)id);
@@ -262,7 +282,7 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, cha
 		return mu__why(why, wl, MU_ETOOBIG, "this connection has %d sequences open, its share "
 		               "of the %d this stage keeps (--max-sequences-per-connection)",
 		               owned(d, owner), d->o.max_seqs);
-	need = mu__dec_kv_per_seq(d, ctx);
+	need = mu__dec_kv_per_seq_type(d, ctx, kv_type);
 	if (need > d->o.kv_bytes - d->kv_used || d->kv_used > d->o.kv_bytes)
 		return mu__why(why, wl, MU_ETOOBIG, "a KV cache of %llu bytes for %d positions does not "
 		               "fit: %llu of %llu bytes are reserved (--kv-mem)",
@@ -277,6 +297,7 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, cha
 	s->owner = owner;
 	s->id = id;
 	s->ctx = ctx;
+	s->kvt = kv_type;
 	s->len = 0;
 	s->used = mu__clock_ms();
 	d->nseqs++;
@@ -286,7 +307,7 @@ int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx, cha
 
 static void drop_seq(mu__dec_t *d, seq_t *s)
 {
-	d->kv_used -= mu__dec_kv_per_seq(d, s->ctx);
+	d->kv_used -= mu__dec_kv_per_seq_type(d, s->ctx, s->kvt);
 	mu__free(s->kv);
 	*s = d->seqs[--d->nseqs];
 }
@@ -399,6 +420,7 @@ static int32_t plan_rows(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it,
 			d->rpos[rows] = it[i].pos + r;
 			d->rctx[rows] = seqs[i]->ctx;
 			d->rkv[rows] = seqs[i]->kv;
+			d->rkvt[rows] = seqs[i]->kvt;
 			if (d->embeds && (tokens[rows] < 0 || tokens[rows] >= d->hp.vocab))
 				return mu__why(why, wl, MU_EARG, "token id %d is outside the vocabulary of %d",
 				               tokens[rows], d->hp.vocab);
@@ -447,7 +469,7 @@ int mu__dec_forward_batch(mu__dec_t *d, uint64_t owner, const mu__dec_item_t *it
 	if (!d->embeds)
 		memcpy(d->s.x, x, (size_t)rows * (size_t)d->hp.dim * sizeof(float));
 	st = (mu__dec_step_t){&d->hp, d->pool, &d->s, d->inv_freq, NULL, 0, rows,
-	                      d->rpos, d->rctx, d->rkv};
+	                      d->rpos, d->rctx, d->rkv, d->rkvt};
 	if (d->first < d->last)
 		mu__dec_rope_rows(&st); /* the same angles in every layer */
 	for (l = d->first; l < d->last; l++) {

@@ -198,6 +198,32 @@ typedef struct {
 int mu__llm_src_from_files(const mu__llm_hp_t *hp, const mu__llm_file_t *files, size_t n,
                            int first, int last, mu__llm_src_t *src, char *why, size_t wl);
 
+/* ---- KV cache types (llm/kv.c) ---- */
+
+/* The values never change: they are the public mu_llm_kv_type_t's. A new
+ * type goes last, with its entry in mu__kv_types. */
+typedef enum { MU__KV_F32 = 0, MU__KV_F16 = 1, MU__KV_Q8_0 = 2, MU__KV_COUNT } mu__kv_t;
+
+typedef struct {
+	const char *name;  /* the option's spelling: "q8_0" */
+	mu__wtype_t wt;    /* the rows are stored as this weight type's */
+	const char *what;  /* for --help */
+} mu__kv_info_t;
+
+extern const mu__kv_info_t mu__kv_types[MU__KV_COUNT];
+
+/* "f16", or "?" for a number that is not a type. */
+const char *mu__kv_name(int t);
+/* "f32, f16 or q8_0" into buf (len bytes, truncated); returns buf. */
+const char *mu__kv_list(char *buf, size_t len);
+/* The type called name: 0 and *t, or MU_EARG listing the choices. */
+int mu__kv_by_name(const char *name, int *t, char *why, size_t wl);
+/* 0 when a cache of type t can hold the rows of a model of hp (q8_0
+ * needs a head dim that is a multiple of 32), else MU_EARG naming it. */
+int mu__kv_check(int t, const mu__llm_hp_t *hp, char *why, size_t wl);
+/* Bytes of a row of n elements in type t (0 when n is not whole blocks). */
+uint64_t mu__kv_row_bytes(int t, int64_t n);
+
 /* ---- the decoder: a range of layers with KV caches ---- */
 
 typedef struct mu__dec_s mu__dec_t;
@@ -210,6 +236,8 @@ typedef struct {
 	int max_per_owner;    /* open sequences of one owner; 0: max_seqs */
 	int idle_ms;          /* mu__dec_seq_expire closes sequences unused
 	                       * this long; 0: never */
+	int kv_type;          /* a mu__kv_t: what mu__dec_seq_open keeps a
+	                       * sequence's keys and values in (0: f32) */
 } mu__dec_opts_t;
 
 /*
@@ -236,6 +264,10 @@ void mu__dec_free(mu__dec_t *d);
  */
 int mu__dec_seq_open(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx,
                      char *why, size_t wl);
+/* The same with a cache of type kv_type (a mu__kv_t) instead of o.kv_type;
+ * MU_EARG with why for a type the model's head dim cannot take. */
+int mu__dec_seq_open_kv(mu__dec_t *d, uint64_t owner, uint64_t id, int32_t ctx,
+                        int kv_type, char *why, size_t wl);
 /*
  * Close the sequences not opened or run for o.idle_ms before now_ms (a
  * peer that opened them and went quiet); how many (0 without idle_ms).
@@ -247,8 +279,10 @@ int mu__dec_seq_close(mu__dec_t *d, uint64_t owner, uint64_t id);
 int mu__dec_seq_close_owner(mu__dec_t *d, uint64_t owner);
 int mu__dec_seqs(const mu__dec_t *d);
 uint64_t mu__dec_kv_reserved(const mu__dec_t *d);
-/* KV bytes one sequence of ctx positions takes on this decoder. */
+/* KV bytes one sequence of ctx positions takes on this decoder, in its
+ * o.kv_type / in type kv_type. */
 uint64_t mu__dec_kv_per_seq(const mu__dec_t *d, int32_t ctx);
+uint64_t mu__dec_kv_per_seq_type(const mu__dec_t *d, int32_t ctx, int kv_type);
 
 /*
  * Run n tokens at positions [pos, pos + n) of sequence id (pos at most

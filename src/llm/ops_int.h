@@ -28,6 +28,11 @@ typedef struct {
 	                   once per forward call (mu__dec_rope_rows) */
 	float *w;       /* [threads][ctx]: attention weights, a row per pool
 	                   thread (the pool's thread index picks it) */
+	float *kvrow;   /* [threads][head_dim]: a head's key or value read
+	                   back from a cache not kept in f32 */
+	float *h2f;     /* [65536]: mu__f16_to_f32 of every f16, what an f16
+	                   cache is read back with (exact, and a load where
+	                   the conversion's branches cost more) */
 	int32_t ctx;    /* the model's context: no position reaches it */
 	int threads;    /* the pool's threads the rows of w are for */
 } mu__dec_scratch_t;
@@ -35,8 +40,9 @@ typedef struct {
 /*
  * One call's rows: n positions, each of some sequence. Row i is at
  * position pos[i] of the sequence whose cache starts at kv[i] (ctx[i]
- * positions reserved; layer l of the stage at kv[i] + l * 2 * ctx[i] *
- * kv_dim, keys then values). Rows of one sequence come in order of
+ * positions reserved, each a row of kv_dim elements in type kvt[i], a
+ * mu__kv_t, of R = mu__kv_row_bytes bytes; layer l of the stage at kv[i] +
+ * l * 2 * ctx[i] * R, keys then values). Rows of one sequence come in order of
  * position; a row attends to its sequence's positions up to its own,
  * including rows of this call before it.
  */
@@ -49,7 +55,8 @@ typedef struct {
 	int layer;              /* index of L among the stage's layers */
 	int32_t n;
 	const int32_t *pos, *ctx;
-	float *const *kv;
+	unsigned char *const *kv;
+	const int *kvt;
 } mu__dec_step_t;
 
 /* Scratch for chunks of up to chunk rows, run on a pool of threads

@@ -13,12 +13,13 @@
 #include "core/cut_int.h"
 #include "llm/plan_int.h"
 
-uint64_t mu__llm_kv_bytes(const mu__llm_src_t *src, int a, int b, int32_t ctx, int max_seqs)
+uint64_t mu__llm_kv_bytes(const mu__llm_src_t *src, int a, int b, int32_t ctx, int max_seqs,
+                          int kv_type)
 {
 	const mu__llm_hp_t *h = &src->hp;
 
-	return (uint64_t)(b - a) * 2 * (uint64_t)h->n_kv_heads * (uint64_t)h->head_dim *
-	       sizeof(float) * (uint64_t)ctx * (uint64_t)max_seqs;
+	return (uint64_t)(b - a) * 2 * mu__kv_row_bytes(kv_type, (int64_t)h->n_kv_heads * h->head_dim) *
+	       (uint64_t)ctx * (uint64_t)max_seqs;
 }
 
 /*
@@ -60,15 +61,19 @@ int mu__llm_split(const mu__llm_src_t *src, int n, int *cut)
 	return rc;
 }
 
-int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, const uint64_t *budget,
-                 int nd, int *order, int *cut, char *err, size_t el)
+int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, int kv_type,
+                 const uint64_t *budget, int nd, int *order, int *cut, char *err, size_t el)
 {
-	int L = src->hp.n_layers, *cuts = mu__calloc((size_t)nd + 1, sizeof(*cuts)), rc;
+	int L = src->hp.n_layers, *cuts, rc;
 	mu__cut_items_t it;
 	double *w = NULL;
 
-	rc = cuts == NULL ? MU_ENOMEM : layer_costs(src, mu__llm_kv_bytes(src, 0, 1, ctx, max_seqs),
-	                                            &w, &it);
+	if ((rc = mu__kv_check(kv_type, &src->hp, err, el)) != 0)
+		return rc;
+	cuts = mu__calloc((size_t)nd + 1, sizeof(*cuts));
+	rc = cuts == NULL ? MU_ENOMEM
+	                  : layer_costs(src, mu__llm_kv_bytes(src, 0, 1, ctx, max_seqs, kv_type), &w,
+	                                &it);
 	if (rc == 0)
 		rc = mu__cut_fit_any(&it, budget, nd, MU__CUT_SHARE, NULL, NULL, order, cuts);
 	for (int i = 0; rc == 0 && i < nd; i++)
@@ -76,11 +81,12 @@ int mu__llm_plan(const mu__llm_src_t *src, int32_t ctx, int max_seqs, const uint
 	mu__free(cuts);
 	mu__free(w);
 	if (rc == MU_ETOOBIG)
-		snprintf(err, el, "the model (%.1f MiB of weights, %d layers) with a KV cache for %d "
-		         "sequence%s of %d positions (%.1f MiB) does not fit the %d device%s granted",
-		         (double)mu__llm_src_bytes(src, 0, L) / 1048576.0, L, max_seqs,
+		snprintf(err, el, "the model (%.1f MiB of weights, %d layers) with a%s %s KV cache for "
+		         "%d sequence%s of %d positions (%.1f MiB) does not fit the %d device%s granted",
+		         (double)mu__llm_src_bytes(src, 0, L) / 1048576.0, L,
+		         mu__kv_name(kv_type)[0] == 'f' ? "n" : "", mu__kv_name(kv_type), max_seqs,
 		         max_seqs == 1 ? "" : "s", ctx,
-		         (double)mu__llm_kv_bytes(src, 0, L, ctx, max_seqs) / 1048576.0, nd,
+		         (double)mu__llm_kv_bytes(src, 0, L, ctx, max_seqs, kv_type) / 1048576.0, nd,
 		         nd == 1 ? "" : "s");
 	return rc;
 }

@@ -34,6 +34,7 @@ int mu__serve_model_open(mu__serve_model_t *m, const mu_serve_opts_t *o, char *e
 	lo.cluster = o->cluster;
 	lo.device_sequences = o->max_seqs;
 	lo.replay_bytes = o->replay_bytes;
+	lo.kv_type = o->kv_type;
 	if ((rc = mu_llm_open(o->model, &lo, &m->llm, err, el)) != 0)
 		return rc;
 	mu_llm_info(m->llm, &info);

@@ -43,6 +43,7 @@ static void serve_defaults(mu_serve_opts_t *o)
 	o->temperature = 0.8f;
 	o->top_k = 40;
 	o->top_p = 0.95f;
+	o->kv_type = MU_LLM_KV_F16;
 }
 
 void mu_serve_opts_init_size(mu_serve_opts_t *o, size_t size)

@@ -365,11 +365,21 @@ def test_stage_protocol(muster_bin, llm_stages):
 def test_stage_kv_budget(muster_bin, llm_stages):
     (stage,) = llm_stages(FORMATS["bin"], 1, "--kv-mem", "300K", "--threads", 1)
     p = Peer(stage.address)
-    # 5 layers x 2 x 256 positions x 32 floats x 4 bytes = 320 KiB > 300K
-    rtype, status, _, text = p.ask(SEQ_OPEN, b'{"ctx": 256}', aux=1)
+    info = p.info()
+    assert info["kv_type"] == "f16" and info["kv_types"] == ["f32", "f16"]  # head dim 8: no q8_0
+    # f32: 5 layers x 2 x 256 positions x 32 floats x 4 bytes = 320 KiB > 300K
+    rtype, status, _, text = p.ask(SEQ_OPEN, b'{"ctx": 256, "kv_type": "f32"}', aux=1)
     assert rtype == ERROR and b"--kv-mem" in text and status == -1002
-    assert p.ask(SEQ_OPEN, b'{"ctx": 128}', aux=1)[0] == READY
+    assert p.ask(SEQ_OPEN, b'{"ctx": 128, "kv_type": "f32"}', aux=1)[0] == READY
     assert p.info()["kv_reserved"] == 5 * 2 * 128 * 32 * 4
+    # a SEQ_OPEN naming no type gets the stage's --kv-type, f16: 2 bytes an element
+    rtype, _, _, text = p.ask(SEQ_OPEN, b'{"ctx": 64}', aux=2)
+    assert rtype == READY and json.loads(text)["kv_type"] == "f16"
+    assert p.info()["kv_reserved"] == 5 * 2 * 128 * 32 * 4 + 5 * 2 * 64 * 32 * 2
+    rtype, _, _, text = p.ask(SEQ_OPEN, b'{"ctx": 8, "kv_type": "f8"}', aux=3)
+    assert rtype == ERROR and b"f32, f16 or q8_0, not 'f8'" in text
+    rtype, _, _, text = p.ask(SEQ_OPEN, b'{"ctx": 8, "kv_type": "q8_0"}', aux=3)
+    assert rtype == ERROR and b"head dim 8 is not a multiple of 32" in text
     p.close()
 
 

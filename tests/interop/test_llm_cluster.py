@@ -117,27 +117,35 @@ def test_own_copies(muster_bin, muster_tracker, muster_server, model):
     assert proc.stderr.decode().count("weights from its own copy") == 2
 
 
+F32_KV = ("--kv-type", "f32")  # 4 bytes an element: the sizes below
+
+
 def test_placement_counts_the_kv_cache(muster_bin, muster_tracker, muster_server, model):
-    """The weights (1.1 MiB) fit one 3 MiB device, but not with the KV
+    """The weights (1.1 MiB) fit one 3 MiB device, but not with the f32 KV
     cache of 4 sequences of 512 positions (2.5 MiB): that needs two, and
-    16 sequences fit no two."""
+    16 sequences fit no two. The default f16 cache (1.25 MiB) fits one."""
     tracker = muster_tracker()
     start_devices(muster_server, tracker, 2, mem="3M")
     proc = generate(muster_bin, tracker, model, "--devices", 1, "--ctx", 128, "--temperature", 0,
-                    "--max-tokens", 20)
+                    "--max-tokens", 20, *F32_KV)
     assert "cut into 1 stage" in proc.stderr.decode()
     proc = generate(muster_bin, tracker, model, "--devices", 1, "--ctx", 512,
-                    "--max-sequences", 4, "--max-tokens", 5, check=False)
+                    "--max-sequences", 4, "--max-tokens", 5, *F32_KV, check=False)
     err = proc.stderr.decode()
     assert proc.returncode != 0 and "does not fit the 1 device granted" in err, err
-    proc = generate(muster_bin, tracker, model, "--devices", 2, "--ctx", 512,
+    assert "with an f32 KV cache" in err, err
+    proc = generate(muster_bin, tracker, model, "--devices", 1, "--ctx", 512,
                     "--max-sequences", 4, "--temperature", 0, "--max-tokens", 200)
+    assert "cut into 1 stage" in proc.stderr.decode(), proc.stderr.decode()
+    assert proc.stdout.decode() == EXPECTED
+    proc = generate(muster_bin, tracker, model, "--devices", 2, "--ctx", 512,
+                    "--max-sequences", 4, "--temperature", 0, "--max-tokens", 200, *F32_KV)
     assert "cut into 2 stages" in proc.stderr.decode(), proc.stderr.decode()
     assert proc.stdout.decode() == EXPECTED
     for kv in re.findall(r"\+ ([\d.]+) MiB KV\)", proc.stderr.decode()):
         assert float(kv) > 0.5
     proc = generate(muster_bin, tracker, model, "--devices", 2, "--ctx", 512,
-                    "--max-sequences", 16, "--max-tokens", 5, check=False)
+                    "--max-sequences", 16, "--max-tokens", 5, *F32_KV, check=False)
     err = proc.stderr.decode()
     assert proc.returncode != 0 and "does not fit the 2 devices granted" in err, err
     assert "KV cache for 16 sequences of 512 positions" in err
@@ -212,8 +220,8 @@ def test_plan_shows_the_placement(muster_bin, muster_tracker, muster_server, mod
     """`muster plan --budgets` shows the layers, weights and KV of each
     device as `muster generate --tracker` then places them."""
     proc = subprocess.run([str(muster_bin), "plan", "--model", str(model), "--budgets",
-                           "3M,2M,3M", "--ctx", "512", "--max-sequences", "4", "--json"],
-                          capture_output=True, text=True, timeout=30)
+                           "3M,2M,3M", "--ctx", "512", "--max-sequences", "4", "--json",
+                           *F32_KV], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     rows = plan["stages"]
@@ -224,14 +232,16 @@ def test_plan_shows_the_placement(muster_bin, muster_tracker, muster_server, mod
     tracker = muster_tracker()
     start_devices(muster_server, tracker, 3, mem="3M")
     out = generate(muster_bin, tracker, model, "--devices", 3, "--ctx", 512, "--max-sequences",
-                   4, "--temperature", 0, "--max-tokens", 10).stderr.decode()
+                   4, "--temperature", 0, "--max-tokens", 10, *F32_KV).stderr.decode()
     placed = [(int(a), int(b) + 1) for a, b in re.findall(r"layers (\d+)\.\.(\d+)", out)]
     plan3 = json.loads(subprocess.run([str(muster_bin), "plan", "--model", str(model),
                                        "--budgets", "3M,3M,3M", "--ctx", "512",
-                                       "--max-sequences", "4", "--json"], capture_output=True,
+                                       "--max-sequences", "4", "--json", *F32_KV],
+                                      capture_output=True,
                                       text=True, timeout=30).stdout)
     assert placed == [(r["first"], r["last"]) for r in plan3["stages"]]
     bad = subprocess.run([str(muster_bin), "plan", "--model", str(model), "--budgets", "1M",
-                          "--ctx", "512", "--max-sequences", "4"], capture_output=True, text=True,
+                          "--ctx", "512", "--max-sequences", "4", *F32_KV], capture_output=True,
+                         text=True,
                          timeout=30)
     assert bad.returncode == 1 and "does not fit" in bad.stderr

@@ -12,8 +12,11 @@ tools/llm_convert.py gen:
 
 muster generates greedily from a fixed prompt and dumps each step's
 logits; the reference is run teacher-forced on the same tokens, and every
-step's logits agree within 1e-4 of the step's largest logit. A 3-stage
-split and a 1-position chunking dump the same bytes as one process.
+step's logits agree within 1e-4 of the step's largest logit. The
+reference keeps K and V as computed, so muster runs with `--kv-type f32`
+there; its default f16 cache (rounded to nearest even) stays within 5e-3.
+A 3-stage split and a 1-position chunking dump the same bytes as one
+process, for an f32 and an f16 cache.
 """
 
 import json
@@ -34,6 +37,8 @@ CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
 PROMPT = [1, 17, 200, 3, 45, 99, 12]
 STEPS = 6
 TOL = 1e-4
+TOL_F16 = 5e-3  # the default f16 KV cache against the float64 reference
+F32_KV = ("--kv-type", "f32")  # the reference's K and V are not rounded
 
 SHAPES = {
     "llama-mha-tied": ["--arch", "llama", "--dim", "64", "--layers", "3", "--heads", "4",
@@ -83,20 +88,29 @@ def muster_logits(muster_bin, model, tmp_path, *extra):
     return tokens, got, dump.read_bytes()
 
 
-def check(ref, tokens, got):
+def check(ref, tokens, got, tol=TOL):
     ids = PROMPT + tokens[:-1]
     want = ref.logits(ids)[len(PROMPT) - 1:]
     for step in range(STEPS):
         scale = np.abs(want[step]).max()
         err = np.abs(got[step] - want[step]).max()
-        assert err <= TOL * scale, f"step {step}: max error {err:.3g}, largest logit {scale:.3g}"
+        assert err <= tol * scale, f"step {step}: max error {err:.3g}, largest logit {scale:.3g}"
         assert tokens[step] == int(np.argmax(got[step]))
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_hf_matches_reference(muster_bin, models, tmp_path, name):
-    tokens, got, _ = muster_logits(muster_bin, models[name], tmp_path)
+    tokens, got, _ = muster_logits(muster_bin, models[name], tmp_path, *F32_KV)
     check(llmref.Model(models[name]), tokens, got)
+
+
+@pytest.mark.parametrize("name", ["llama-mha-tied", "qwen2-bias-f16"])
+def test_f16_cache_near_reference(muster_bin, models, tmp_path, name):
+    """The default cache rounds K and V to f16: close to the reference, and
+    not the f32 cache's bytes (the type is used)."""
+    tokens, got, dump = muster_logits(muster_bin, models[name], tmp_path)
+    check(llmref.Model(models[name]), tokens, got, TOL_F16)
+    assert dump != muster_logits(muster_bin, models[name], tmp_path, *F32_KV)[2]
 
 
 @pytest.mark.parametrize("name,gtype", [("llama-gqa-bf16-sharded", "F32"),
@@ -105,18 +119,21 @@ def test_hf_matches_reference(muster_bin, models, tmp_path, name):
 def test_gguf_matches_reference(muster_bin, models, tmp_path, name, gtype):
     gguf = tmp_path / "m.gguf"
     convert("hf-to-gguf", "--type", gtype, models[name], gguf)
-    tokens, got, _ = muster_logits(muster_bin, gguf, tmp_path)
+    tokens, got, _ = muster_logits(muster_bin, gguf, tmp_path, *F32_KV)
     check(llmref.from_gguf(gguf), tokens, got)
 
 
-def test_split_and_chunks_are_bit_identical(muster_bin, models, tmp_path):
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_split_and_chunks_are_bit_identical(muster_bin, models, tmp_path, kv):
     model = models["llama-gqa-bf16-sharded"]
     start = stagefix.stage_factory(muster_bin, tmp_path, ENV)
+    t = ("--kv-type", kv)
     try:
         group = start(model, 3, "--threads", 1)
-        _, _, one = muster_logits(muster_bin, model, tmp_path)
-        _, _, split = muster_logits(muster_bin, model, tmp_path, "--stages", addrs(group))
-        _, _, chunked = muster_logits(muster_bin, model, tmp_path, "--chunk", 1, "--threads", 3)
+        _, _, one = muster_logits(muster_bin, model, tmp_path, *t)
+        _, _, split = muster_logits(muster_bin, model, tmp_path, "--stages", addrs(group), *t)
+        _, _, chunked = muster_logits(muster_bin, model, tmp_path, "--chunk", 1, "--threads", 3,
+                                      *t)
     finally:
         start.teardown()
     assert one == split == chunked

@@ -56,7 +56,7 @@ void mu__llm_cluster_opts_init(mu__llm_cluster_opts_t *o)
 
 static uint64_t kv_bytes(const mu__llm_cluster_t *c, int a, int b)
 {
-	return mu__llm_kv_bytes(c->src, a, b, c->o.ctx, c->o.max_seqs);
+	return mu__llm_kv_bytes(c->src, a, b, c->o.ctx, c->o.max_seqs, c->o.coord.kv_type);
 }
 
 /* ---- the LLM kind's steps of the lifecycle ---- */
@@ -217,7 +217,8 @@ static int kind_plan(void *ud, const uint64_t *budget, int nd, int *device, int 
 
 	rc = order == NULL || cut == NULL ? MU_ENOMEM : 0;
 	if (rc == 0)
-		rc = mu__llm_plan(c->src, c->o.ctx, c->o.max_seqs, budget, nd, order, cut, err, el);
+		rc = mu__llm_plan(c->src, c->o.ctx, c->o.max_seqs, c->o.coord.kv_type, budget, nd,
+		                  order, cut, err, el);
 	if (rc == 0 && (c->p = mu__calloc((size_t)nd, sizeof(*c->p))) == NULL)
 		rc = MU_ENOMEM;
 	for (int j = 0, prev = 0; rc == 0 && j < nd; prev = cut[j], j++)

@@ -40,6 +40,7 @@ typedef struct {
 	char *desc;
 	int first, last;
 	int ids_f32;         /* it reads ids as F32 only: a stage of before I32 ids */
+	int kv_named;        /* its SEQ_OPEN takes "kv_type" (it lists "kv_types") */
 	int streamed;        /* its weights were streamed from ours (the cluster) */
 	int32_t want_rows, want_cols; /* the outstanding batch's result: [rows, cols] */
 	double compute_ms;   /* the stage's own time, summed */
@@ -58,6 +59,7 @@ void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o)
 {
 	o->connect_timeout_ms = 10000;
 	o->io_timeout_ms = 60000;
+	o->kv_type = MU__KV_F16;
 	o->max_frame_bytes = (uint64_t)1 << 30;
 	o->sec = NULL;
 	o->src = NULL;
@@ -167,6 +169,22 @@ static int check_weights(const mu__llm_coord_t *c, int i, const cJSON *d, int fi
 
 /* Stage i's INFO: an LLM stage that continues the chain where the last
  * one ended, of the same checkpoint. */
+/* Whether a stage described by d keeps KV caches of type t: one that
+ * lists "kv_types" (then *named: its SEQ_OPEN takes "kv_type") if t is
+ * among them, one of before them if t is f32. */
+static int kv_takes(const cJSON *d, int t, int *named)
+{
+	const cJSON *types = cJSON_GetObjectItemCaseSensitive(d, "kv_types"), *e;
+
+	*named = cJSON_IsArray(types);
+	if (!*named)
+		return t == MU__KV_F32;
+	cJSON_ArrayForEach(e, types)
+		if (cJSON_IsString(e) && strcmp(e->valuestring, mu__kv_name(t)) == 0)
+			return 1;
+	return 0;
+}
+
 static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 {
 	lstage_t *s = &c->s[i];
@@ -194,6 +212,11 @@ static int check_info(mu__llm_coord_t *c, int i, char *err, size_t el)
 	else if (i == c->n - 1 && last != layers)
 		snprintf(err, el, "the last stage (%s) ends at layer %d of %d: no stage has the rest",
 		         s->addr, last, layers);
+	else if (!kv_takes(d, c->o.kv_type, &s->kv_named))
+		snprintf(err, el, "stage %d/%d (%s) cannot keep a KV cache in %s, this coordinator's "
+		         "--kv-type%s", i, c->n, s->addr, mu__kv_name(c->o.kv_type),
+		         s->kv_named ? "" : " (a muster stage of before --kv-type keeps f32 only: "
+		         "update it, or use --kv-type f32)");
 	else if (c->o.src == NULL)
 		rc = 0;
 	else
@@ -446,9 +469,13 @@ static int link_open(void *ud, uint64_t seq, int32_t ctx, char *why, size_t wl)
 {
 	lstage_t *s = ud;
 	mu__msg_t m = {MU_MSG_SEQ_OPEN, 0, 0, seq, 0, 0};
-	char body[64];
+	char body[96];
 
-	snprintf(body, sizeof(body), "{\"ctx\": %d}", ctx);
+	if (s->kv_named)
+		snprintf(body, sizeof(body), "{\"ctx\": %d, \"kv_type\": \"%s\"}", ctx,
+		         mu__kv_name(s->co->o.kv_type));
+	else /* a stage of before kv types: f32 (check_info) */
+		snprintf(body, sizeof(body), "{\"ctx\": %d}", ctx);
 	return ask(s->co, s->i, &m, body, MU_MSG_READY, NULL, why, wl, "opening a sequence");
 }
 

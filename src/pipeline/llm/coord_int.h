@@ -28,6 +28,11 @@ typedef struct {
 	 * must outlive the coordinator. */
 	const mu__llm_src_t *src;
 	const char (*sha)[65];
+	/* The type (a mu__kv_t) every SEQ_OPEN asks the stages to keep the
+	 * sequence's KV cache in: the coordinator's choice rules, as ctx does.
+	 * A stage whose description has no "kv_types" (of before them) keeps
+	 * f32 only, and is refused for any other type. Default f16. */
+	int kv_type;
 } mu__llm_coord_opts_t;
 
 void mu__llm_coord_opts_init(mu__llm_coord_opts_t *o);

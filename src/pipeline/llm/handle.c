@@ -30,6 +30,7 @@ static void llm_defaults(mu_llm_opts_t *o)
 	o->io_timeout_ms = 60000;
 	o->keepalive_ms = 60000;
 	o->replay_bytes = (uint64_t)256 << 20;
+	o->kv_type = MU_LLM_KV_F16;
 }
 
 void mu_llm_opts_init_size(mu_llm_opts_t *o, size_t size)
@@ -58,6 +59,8 @@ static int check_opts(const mu_llm_opts_t *o, char *err, size_t el)
 		bad = "stages and a cluster of devices exclude each other";
 	else if (o->device_sequences < 0)
 		bad = "device_sequences must be 0 or more";
+	else if (mu_llm_kv_type_name(o->kv_type) == NULL)
+		bad = "kv_type must be a mu_llm_kv_type_t";
 	return bad != NULL ? mu__why(err, el, MU_EARG, "%s", bad) : 0;
 }
 
@@ -81,7 +84,8 @@ static int coord_opts(const mu_coord_opts_t *uo, mu__llm_coord_opts_t *o, char *
 
 static int open_local(mu_llm_t *l, char *err, size_t el)
 {
-	mu__dec_opts_t o = {l->threads, l->o.max_sequences, UINT64_MAX, l->o.chunk, 0, 0};
+	mu__dec_opts_t o = {l->threads, l->o.max_sequences, UINT64_MAX, l->o.chunk, 0, 0,
+	                    l->o.kv_type};
 	const mu__llm_hp_t *h = &l->src.hp;
 	char why[1024] = "";
 	int rc;
@@ -121,6 +125,7 @@ static int open_stages(mu_llm_t *l, char *err, size_t el)
 
 	if ((rc = coord_opts(l->o.coord, &o, err, el)) != 0)
 		return rc;
+	o.kv_type = l->o.kv_type;
 	/* each stage must hold the weights of our checkpoint: their digests
 	 * come from its tensors' hashes (kept beside it after the first run) */
 	if ((l->sha = mu__calloc(l->src.nt + 1, sizeof(*l->sha))) == NULL)
@@ -159,6 +164,7 @@ static int open_devices(mu_llm_t *l, char *err, size_t el)
 		return mu__why(err, el, MU_EARG, "a cluster needs a key, and 1 to 64 devices");
 	if ((rc = coord_opts(u.coord, &lo.coord, err, el)) != 0)
 		return rc;
+	lo.coord.kv_type = l->o.kv_type; /* the devices' sequences, and the plan */
 	lo.pool.tracker_host = u.tracker_host;
 	lo.pool.tracker_port = u.tracker_port;
 	lo.pool.key = u.key;
@@ -231,6 +237,8 @@ static int open_all(mu_llm_t *l, const char *path, char *err, size_t el)
 	if (l->ctx > h->ctx)
 		return mu__why(err, el, MU_ETOOBIG, "a context of %d positions: the model takes 1 "
 		               "to %d", l->ctx, h->ctx);
+	if ((rc = mu__kv_check(l->o.kv_type, h, why, sizeof(why))) != 0)
+		return mu__why(err, el, rc, "cannot keep the KV cache: %s", why);
 	cores = sysconf(_SC_NPROCESSORS_ONLN);
 	l->threads = l->o.threads > 0 ? l->o.threads : cores > 0 ? (int)cores : 1;
 	rc = l->o.stages != NULL ? open_stages(l, err, el)
@@ -375,4 +383,19 @@ void mu_llm_recovery(const mu_llm_t *l, mu_llm_recovery_t *out)
 int mu_llm_architectures(int hf, char *out, size_t n)
 {
 	return mu__arch_list(hf ? MU__ARCH_LIST_HF : MU__ARCH_LIST_NAME, out, n);
+}
+
+/* the public numbers are the table's */
+_Static_assert((int)MU_LLM_KV_F32 == (int)MU__KV_F32 && (int)MU_LLM_KV_F16 == (int)MU__KV_F16 &&
+                   (int)MU_LLM_KV_Q8_0 == (int)MU__KV_Q8_0,
+               "mu_llm_kv_type_t follows mu__kv_t");
+
+const char *mu_llm_kv_type_name(int t)
+{
+	return (unsigned)t < MU__KV_COUNT ? mu__kv_types[t].name : NULL;
+}
+
+int mu_llm_kv_type_parse(const char *name, int *t, char *err, size_t errlen)
+{
+	return mu__kv_by_name(name, t, err, errlen);
 }

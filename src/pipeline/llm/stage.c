@@ -69,12 +69,31 @@ void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o)
 	o->max_seqs = 8;
 	o->kv_bytes = (uint64_t)1 << 30;
 	o->max_chunk = 256;
+	o->kv_type = MU__KV_F16;
+}
+
+/* The KV cache types a SEQ_OPEN may name here (those the model's head
+ * dim takes), as JSON strings: "\"f32\", \"f16\"". */
+static const char *kv_types(const lstage_t *s, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (int t = 0; t < MU__KV_COUNT && at < len; t++)
+		if (mu__kv_check(t, &s->src.hp, NULL, 0) == 0) {
+			int n = snprintf(buf + at, len - at, "%s\"%s\"", at > 0 ? ", " : "",
+			                 mu__kv_name(t));
+
+			at += n > 0 ? (size_t)n : 0;
+		}
+	return buf;
 }
 
 /* The stage's description as at load, plus what it holds now. */
 static int describe(lstage_t *s, double load_ms)
 {
 	const mu__llm_hp_t *h = &s->src.hp;
+	char types[64];
 	mu__buf_t b;
 	int rc;
 
@@ -86,7 +105,8 @@ static int describe(lstage_t *s, double load_ms)
 	                    "\"digest\": \"%016llx\", \"max_sequences\": %d, "
 	                    "\"max_sequences_per_connection\": %d, \"sequence_idle_timeout_s\": %g, "
 	                    "\"kv_bytes\": %llu, "
-	                    "\"kv_bytes_per_position\": %llu, \"max_chunk\": %d, \"ids\": \"I32\", "
+	                    "\"kv_bytes_per_position\": %llu, \"kv_type\": \"%s\", "
+	                    "\"kv_types\": [%s], \"max_chunk\": %d, \"ids\": \"I32\", "
 	                    "\"weights_sha256\": \"%s\", \"model\": \"%s\", \"threads\": %d, "
 	                    "\"kernels\": \"%s\", \"resident_bytes\": %llu, \"rss_bytes\": %llu, "
 	                    "\"load_ms\": %.3f, \"sequences_open\": %d, \"kv_reserved\": %llu}",
@@ -97,7 +117,8 @@ static int describe(lstage_t *s, double load_ms)
 	                    s->o.max_seqs_per_owner > 0 ? s->o.max_seqs_per_owner : s->o.max_seqs,
 	                    s->o.seq_idle_ms / 1000.0,
 	                    (unsigned long long)s->o.kv_bytes,
-	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1), s->o.max_chunk,
+	                    (unsigned long long)mu__dec_kv_per_seq(s->dec, 1),
+	                    mu__kv_name(s->o.kv_type), kv_types(s, types, sizeof(types)), s->o.max_chunk,
 	                    s->weights, s->model, s->o.threads, mu__kern_isa(),
 	                    (unsigned long long)mu__llm_src_bytes(&s->src, s->first, s->last),
 	                    (unsigned long long)mu__self_rss(), load_ms, mu__dec_seqs(s->dec),
@@ -189,7 +210,7 @@ static void stage_free(mu_stage_t *st)
 static int finish(lstage_t *s, double t0, mu_stage_t **out, char *err, size_t el)
 {
 	mu__dec_opts_t d = {s->o.threads, s->o.max_seqs, s->o.kv_bytes, s->o.max_chunk,
-	                    s->o.max_seqs_per_owner, s->o.seq_idle_ms};
+	                    s->o.max_seqs_per_owner, s->o.seq_idle_ms, s->o.kv_type};
 	int rc = mu__dec_new(&s->src, s->first, s->last, &d, &s->dec, err, el);
 
 	if (rc == 0 && (s->tok = mu__malloc((size_t)s->o.max_chunk * sizeof(int32_t))) == NULL)
@@ -308,9 +329,9 @@ static void seq_open(lstage_t *s, uint64_t owner, const mu__msg_t *m, const char
                      mu__reply_t *r)
 {
 	cJSON *j = NULL;
-	const cJSON *ctx;
+	const cJSON *ctx, *kvt;
 	char why[512];
-	int rc, expired;
+	int rc, expired, type = s->o.kv_type;
 
 	if (mu__json_parse(body, strlen(body), &j) != 0 || !cJSON_IsObject(j)) {
 		cJSON_Delete(j);
@@ -323,21 +344,31 @@ static void seq_open(lstage_t *s, uint64_t owner, const mu__msg_t *m, const char
 		mu__reply_error(r, m->id, MU_EPROTO, 0, "SEQ_OPEN: \"ctx\" must be a positive integer");
 		return;
 	}
+	kvt = cJSON_GetObjectItemCaseSensitive(j, "kv_type");
+	if (kvt != NULL && (!cJSON_IsString(kvt) ||
+	                    mu__kv_by_name(kvt->valuestring, &type, why, sizeof(why)) != 0)) {
+		mu__reply_error(r, m->id, MU_EPROTO, 0, "SEQ_OPEN: \"kv_type\": %s",
+		                cJSON_IsString(kvt) ? why : "not a string");
+		cJSON_Delete(j);
+		return;
+	}
 	uv_mutex_lock(&s->lock);
 	expired = mu__dec_seq_expire(s->dec, mu__clock_ms());
 	if (expired > 0)
 		mu__log(MU_LOG_INFO, "stage", "stage %d/%d: closed %d sequence%s unused for %g s "
 		        "(--sequence-idle-timeout)", s->base.index, s->base.of, expired,
 		        expired == 1 ? "" : "s", s->o.seq_idle_ms / 1000.0);
-	rc = mu__dec_seq_open(s->dec, owner, m->aux, (int32_t)ctx->valuedouble, why, sizeof(why));
+	rc = mu__dec_seq_open_kv(s->dec, owner, m->aux, (int32_t)ctx->valuedouble, type, why,
+	                         sizeof(why));
 	usage_changed(s);
 	uv_mutex_unlock(&s->lock);
 	if (rc != 0)
 		mu__reply_error(r, m->id, rc, 0, "stage %d/%d: %s", s->base.index, s->base.of, why);
 	else
-		ready(r, m->id, m->aux, "{\"seq\": %llu, \"ctx\": %d, \"kv_bytes\": %llu}",
-		      (unsigned long long)m->aux, (int)ctx->valuedouble,
-		      (unsigned long long)mu__dec_kv_per_seq(s->dec, (int32_t)ctx->valuedouble));
+		ready(r, m->id, m->aux, "{\"seq\": %llu, \"ctx\": %d, \"kv_type\": \"%s\", "
+		      "\"kv_bytes\": %llu}", (unsigned long long)m->aux, (int)ctx->valuedouble,
+		      mu__kv_name(type),
+		      (unsigned long long)mu__dec_kv_per_seq_type(s->dec, (int32_t)ctx->valuedouble, type));
 	cJSON_Delete(j);
 }
 

@@ -40,6 +40,7 @@ static void stage_defaults(mu_llm_stage_opts_t *o)
 	o->max_chunk = d.max_chunk;
 	o->max_seqs_per_conn = 0;
 	o->seq_idle_ms = 600000;
+	o->kv_type = d.kv_type;
 }
 
 void mu_llm_stage_opts_init_size(mu_llm_stage_opts_t *o, size_t size)
@@ -63,9 +64,10 @@ int mu_stage_load_llm(const char *path, const mu_llm_stage_opts_t *uo, mu_stage_
 		return mu__why(err, errlen, MU_EARG, "no checkpoint, or options not set by "
 		               "mu_llm_stage_opts_init");
 	if (o.threads < 1 || o.max_seqs < 1 || o.max_chunk < 1 || o.index < 0 || o.of < 1 ||
-	    (o.first >= 0 && o.last <= o.first))
+	    (o.first >= 0 && o.last <= o.first) || mu_llm_kv_type_name(o.kv_type) == NULL)
 		return mu__why(err, errlen, MU_EARG, "threads, max_seqs and max_chunk must be 1 or "
-		               "more, index 0 or more of 1 or more, layers [first, last) not empty");
+		               "more, index 0 or more of 1 or more, layers [first, last) not empty, "
+		               "kv_type a mu_llm_kv_type_t");
 	mu__llm_stage_opts_init(&lo);
 	lo.threads = o.threads;
 	lo.max_seqs = o.max_seqs;
@@ -76,6 +78,7 @@ int mu_stage_load_llm(const char *path, const mu_llm_stage_opts_t *uo, mu_stage_
 	if (lo.max_seqs_per_owner > o.max_seqs)
 		lo.max_seqs_per_owner = o.max_seqs;
 	lo.seq_idle_ms = o.seq_idle_ms > 0 ? o.seq_idle_ms : 0;
+	lo.kv_type = o.kv_type;
 	/* stage.c writes its reasons unchecked: give it somewhere to */
 	return mu__stage_open_llm(path, o.tokenizer, o.index, o.of, o.first, o.last, &lo, out,
 	                          err != NULL ? err : none, err != NULL ? errlen : sizeof(none));
@@ -97,6 +100,7 @@ static void plan_defaults(mu_llm_plan_opts_t *o)
 	o->stages = 1;
 	o->ctx = 2048;
 	o->max_seqs = 1;
+	o->kv_type = MU_LLM_KV_F16;
 }
 
 void mu_llm_plan_opts_init_size(mu_llm_plan_opts_t *o, size_t size)
@@ -118,7 +122,7 @@ static void add_stage(mu_llm_plan_t *p, const mu__llm_src_t *src, const mu_llm_p
 	s->embeds = a == 0;
 	s->head = b == src->hp.n_layers;
 	s->weight_bytes = mu__llm_src_bytes(src, a, b);
-	s->kv_bytes = mu__llm_kv_bytes(src, a, b, o->ctx, o->max_seqs);
+	s->kv_bytes = mu__llm_kv_bytes(src, a, b, o->ctx, o->max_seqs, o->kv_type);
 }
 
 /* Cut src as o says into p->st. 0, or an error with err. */
@@ -128,8 +132,8 @@ static int cut(mu_llm_plan_t *p, const mu__llm_src_t *src, const mu_llm_plan_opt
 	int order[PLAN_MAX_DEVICES], at[PLAN_MAX_STAGES + 1], i, prev = 0, rc;
 
 	if (o->nbudgets > 0) {
-		rc = mu__llm_plan(src, o->ctx, o->max_seqs, o->budgets, o->nbudgets, order, at, err,
-		                  el);
+		rc = mu__llm_plan(src, o->ctx, o->max_seqs, o->kv_type, o->budgets, o->nbudgets, order,
+		                  at, err, el);
 		for (i = 0; rc == 0 && i < o->nbudgets; prev = at[i], i++)
 			if (at[i] > prev) /* a device with nothing to take has no stage */
 				add_stage(p, src, o, order[i], prev, at[i]);
@@ -165,6 +169,10 @@ int mu_llm_plan(const char *path, const mu_llm_plan_opts_t *uo, mu_llm_plan_t **
 		               PLAN_MAX_DEVICES);
 	if ((rc = mu__llm_src_open(path, NULL, &src, e, el)) != 0)
 		return rc;
+	if ((rc = mu__kv_check(o.kv_type, &src.hp, e, el)) != 0) {
+		mu__llm_src_free(&src);
+		return rc;
+	}
 	p = mu__calloc(1, sizeof(*p));
 	if (p == NULL || (p->st = mu__calloc((size_t)(o.nbudgets > 0 ? o.nbudgets : o.stages),
 	                                     sizeof(*p->st))) == NULL) {

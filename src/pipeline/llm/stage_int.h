@@ -21,6 +21,8 @@ typedef struct {
 	int max_seqs_per_owner; /* of them, open by one connection; 0: all */
 	int seq_idle_ms;      /* a sequence unused this long is closed at the
 	                       * next SEQ_OPEN; 0: never */
+	int kv_type;          /* a mu__kv_t: for a SEQ_OPEN that names none
+	                       * (default f16); one that names it gets its own */
 } mu__llm_stage_opts_t;
 
 void mu__llm_stage_opts_init(mu__llm_stage_opts_t *o);

@@ -243,7 +243,7 @@ static void mem_src(mu__llm_src_t *s, const char *arch, const want_t *w, size_t 
  * model of s. */
 static void mem_logits(const mu__llm_src_t *s, float *out)
 {
-	mu__dec_opts_t o = {1, 1, (uint64_t)1 << 20, 4, 0, 0};
+	mu__dec_opts_t o = {1, 1, (uint64_t)1 << 20, 4, 0, 0, MU__KV_F32};
 	mu__dec_t *d = NULL;
 	int32_t tok[2] = {3, 5};
 

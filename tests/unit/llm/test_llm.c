@@ -82,7 +82,7 @@ static int teardown(void **state)
 
 static mu__dec_t *dec(int first, int last, int threads)
 {
-	mu__dec_opts_t o = {threads, 4, (uint64_t)1 << 30, 16, 0, 0};
+	mu__dec_opts_t o = {threads, 4, (uint64_t)1 << 30, 16, 0, 0, MU__KV_F32};
 	mu__dec_t *d = NULL;
 
 	assert_int_equal(mu__dec_new(&src, first, last, &o, &d, NULL, 0), 0);
@@ -162,7 +162,7 @@ static void test_batch_equals_alone(void **state)
 
 static void test_sequence_limits(void **state)
 {
-	mu__dec_opts_t o = {1, 2, 0, 16, 0, 0};
+	mu__dec_opts_t o = {1, 2, 0, 16, 0, 0, MU__KV_F32};
 	mu__dec_t *d = NULL;
 	float out[VOCAB];
 	char why[256];

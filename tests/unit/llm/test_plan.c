@@ -107,16 +107,16 @@ static void test_plan_exact_fit(void **state)
 		uint64_t all;
 
 		make(4, tied);
-		all = mu__llm_src_bytes(&src, 0, 4) + mu__llm_kv_bytes(&src, 0, 4, 16, 2);
-		assert_true(mu__llm_kv_bytes(&src, 0, 4, 16, 2) == 4 * 2 * 2 * 8 * 4 * 16 * 2);
-		assert_int_equal(mu__llm_plan(&src, 16, 2, (uint64_t[]){all}, 1, order, cut, err,
+		all = mu__llm_src_bytes(&src, 0, 4) + mu__llm_kv_bytes(&src, 0, 4, 16, 2, MU__KV_F32);
+		assert_true(mu__llm_kv_bytes(&src, 0, 4, 16, 2, MU__KV_F32) == 4 * 2 * 2 * 8 * 4 * 16 * 2);
+		assert_int_equal(mu__llm_plan(&src, 16, 2, MU__KV_F32, (uint64_t[]){all}, 1, order, cut, err,
 		                              sizeof(err)), 0);
 		assert_int_equal(cut[0], 4);
-		assert_int_equal(mu__llm_plan(&src, 16, 2, (uint64_t[]){all - 1}, 1, order, cut, err,
+		assert_int_equal(mu__llm_plan(&src, 16, 2, MU__KV_F32, (uint64_t[]){all - 1}, 1, order, cut, err,
 		                              sizeof(err)), MU_ETOOBIG);
 		assert_non_null(strstr(err, "does not fit the 1 device granted"));
 		/* a device with no room for a layer takes nothing */
-		assert_int_equal(mu__llm_plan(&src, 16, 2, (uint64_t[]){1, all}, 2, order, cut, err,
+		assert_int_equal(mu__llm_plan(&src, 16, 2, MU__KV_F32, (uint64_t[]){1, all}, 2, order, cut, err,
 		                              sizeof(err)), 0);
 		assert_int_equal(order[0], 0);
 		assert_int_equal(cut[0], 0);
@@ -143,18 +143,49 @@ static void test_plan_shares(void **state)
 		snprintf(name, sizeof(name), "blk.%d.w.weight", l);
 		add(name, 1000);
 	}
-	layer = 1000 + mu__llm_kv_bytes(&src, 0, 1, 8, 1);
+	layer = 1000 + mu__llm_kv_bytes(&src, 0, 1, 8, 1, MU__KV_F32);
 	budget[0] = 12 * layer; /* room for twice as much: each half full */
 	budget[1] = 4 * layer;
-	assert_int_equal(mu__llm_plan(&src, 8, 1, budget, 2, order, cut, err, sizeof(err)), 0);
+	assert_int_equal(mu__llm_plan(&src, 8, 1, MU__KV_F32, budget, 2, order, cut, err, sizeof(err)), 0);
 	assert_int_equal(order[0], 0);
 	assert_int_equal(cut[0], 6);
 	assert_int_equal(cut[1], 8);
 	budget[0] = 4 * layer;
 	budget[1] = 12 * layer;
-	assert_int_equal(mu__llm_plan(&src, 8, 1, budget, 2, order, cut, err, sizeof(err)), 0);
+	assert_int_equal(mu__llm_plan(&src, 8, 1, MU__KV_F32, budget, 2, order, cut, err, sizeof(err)), 0);
 	assert_int_equal(order[0], 0); /* the given order first: it ties */
 	assert_int_equal(cut[0], 2);
+}
+
+/* The KV cache counts in its type's bytes: f16 half of f32, q8_0 34 bytes
+ * a block of 32; q8_0 is refused for a head dim not of whole blocks, and
+ * a device's fit follows the type's figure. */
+static void test_plan_kv_types(void **state)
+{
+	int order[1], cut[1];
+	uint64_t f32, f16, q8, all;
+	char err[512];
+
+	(void)state;
+	make(4, 0); /* 2 kv heads of 8 */
+	f32 = mu__llm_kv_bytes(&src, 0, 4, 16, 2, MU__KV_F32);
+	f16 = mu__llm_kv_bytes(&src, 0, 4, 16, 2, MU__KV_F16);
+	assert_true(f16 * 2 == f32);
+	assert_int_equal(mu__llm_plan(&src, 16, 2, MU__KV_Q8_0, (uint64_t[]){UINT64_MAX / 2}, 1,
+	                              order, cut, err, sizeof(err)), MU_EARG);
+	assert_non_null(strstr(err, "head dim 8 is not a multiple of 32"));
+	/* a budget that fits the f16 cache exactly, not the f32 one */
+	all = mu__llm_src_bytes(&src, 0, 4) + f16;
+	assert_int_equal(mu__llm_plan(&src, 16, 2, MU__KV_F16, (uint64_t[]){all}, 1, order, cut,
+	                              err, sizeof(err)), 0);
+	assert_int_equal(cut[0], 4);
+	assert_int_equal(mu__llm_plan(&src, 16, 2, MU__KV_F32, (uint64_t[]){all}, 1, order, cut,
+	                              err, sizeof(err)), MU_ETOOBIG);
+	assert_non_null(strstr(err, "an f32 KV cache"));
+	src.hp.head_dim = 32;
+	q8 = mu__llm_kv_bytes(&src, 0, 4, 16, 2, MU__KV_Q8_0);
+	assert_true(q8 == (uint64_t)4 * 2 * 16 * 2 * (2 * 32 / 32 * 34));
+	assert_true(mu__llm_kv_bytes(&src, 0, 4, 16, 2, MU__KV_F16) == (uint64_t)4 * 2 * 16 * 2 * 64 * 2);
 }
 
 int main(void)
@@ -163,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_split_vs_brute_force),
 		cmocka_unit_test(test_plan_exact_fit),
 		cmocka_unit_test(test_plan_shares),
+		cmocka_unit_test(test_plan_kv_types),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
