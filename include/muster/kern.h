@@ -6,8 +6,8 @@
  * the same kernels (the library's own callers use their internal form).
  *
  * Weights stay in the type they have on disk (GGUF's F32, F16, BF16,
- * Q8_0, Q4_0: mu_wtype_count and mu_wtype_name list what this library
- * computes). A type is known by its name, ggml's spelling; the int code
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K to Q6_K and IQ4_XS:
+ * mu_wtype_count and mu_wtype_name list what this library computes). A type is known by its name, ggml's spelling; the int code
  * these calls take comes from mu_wtype_from_name (or counts up from 0 to
  * mu_wtype_count() - 1) and holds within one process: store names, not
  * codes, since a later version may number the types differently.
@@ -123,12 +123,12 @@ MU_EXTERN int mu_wtype_to_f32(int type, const void *row, int64_t cols,
                               float *out);
 /*
  * cols floats to one row of type `type` at out (mu_wtype_row_bytes bytes):
- * F16 and BF16 round to nearest even; Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1
- * quantize each block of 32 as llama.cpp's reference quantizer does (a
- * block holding a NaN or an infinity gets a NaN scale). The same bits on
- * every machine. MU_EARG when mu_wtype_row_bytes refuses the type and
- * cols; -ENOTSUP for a type muster reads but has no quantizer for
- * (IQ4_NL today).
+ * F16 and BF16 round to nearest even; every quantized type writes the
+ * bytes llama.cpp's reference quantizer (no importance matrix) writes,
+ * except that Q8_0 and Q4_0 give a block holding a NaN or an infinity a
+ * NaN scale. The same bits on every machine. MU_EARG when
+ * mu_wtype_row_bytes refuses the type and cols; -ENOTSUP for a type
+ * muster reads but has no quantizer for (none today).
  */
 MU_EXTERN int mu_wtype_from_f32(int type, const float *x, int64_t cols,
                                 void *out);

@@ -140,7 +140,7 @@ int mu__wtype_by_ggml(uint32_t ggml, mu__wtype_t *t);
  * for 14), or NULL for an id ggml does not name. For messages. */
 const char *mu__ggml_type_name(uint32_t ggml);
 /* The table's types with a block of `block` elements (every type when
- * block is 0), for a person: "F32, F16, BF16, Q8_0 and Q4_0". Written to
+ * block is 0), for a person: "F32, F16, BF16, Q8_0, ... and IQ4_XS". Written to
  * buf (len bytes, truncated, always terminated); returns buf. */
 const char *mu__wtype_list(int32_t block, char *buf, size_t len);
 

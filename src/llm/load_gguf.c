@@ -3,7 +3,7 @@
  * A decoder from a GGUF file: general.architecture picks the entry of
  * the architecture table (llm/arch.c), the hyperparameters come from the
  * keys the field table names (llm/hparams.c), the tensors as they are
- * stored (F32, F16, BF16, Q8_0, Q4_0), and the tokenizer from
+ * stored (any type of the kernels' weight-type table), and the tokenizer from
  * tokenizer.ggml.*.
  *
  * RoPE: the entry says how its GGUF rows rotate (llama.cpp's converter

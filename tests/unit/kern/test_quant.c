@@ -38,8 +38,8 @@ static void test_table_agrees_with_the_weight_types(void **state)
 	assert_non_null(mu__quant(MU__GGML_Q6_K));
 }
 
-/* Every quantizer the weight-type table has (Q8_0, Q4_0, the float types;
- * more as types enter it) writes the reference quantizer's bytes. */
+/* Every quantizer the weight-type table has writes the reference
+ * quantizer's bytes. */
 static void test_the_kernels_quantizers_match(void **state)
 {
 	float x[1024];
