@@ -147,11 +147,14 @@ def quantized(f32_models):
 
 
 def generate(muster_bin, model, *extra):
-    """muster's greedy tokens and the logits of each step (rows)."""
+    """muster's greedy tokens and the logits of each step (rows). The KV
+    cache is f32 on both sides (ggmlref.logits asks llama.cpp for one), so
+    that what differs is the weight type's product alone."""
     dump = Path(str(model) + f".{os.getpid()}.logits")
     cmd = [str(muster_bin), "generate", "--model", str(model), "--prompt-ids",
            ",".join(map(str, PROMPT)), "--temperature", "0", "--max-tokens", str(STEPS),
-           "--ignore-eos", "--json", "--threads", "1", "--dump-logits", str(dump),
+           "--ignore-eos", "--json", "--threads", "1", "--kv-type", "f32",
+           "--dump-logits", str(dump),
            *map(str, extra)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=ENV)
     if proc.returncode != 0:
