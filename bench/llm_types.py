@@ -10,8 +10,8 @@ One run, on this machine:
     5632, 32 heads, 4 KV heads, vocab 32000, untied: 0.84 B parameters)
     written once by tools/llm_convert.py `gen` as an F16 HF checkpoint and
     turned into an F16 GGUF by its `hf-to-gguf`; each type is then made
-    from that F16 file by llama.cpp's own quantizer (bench/llmquant.py:
-    llama_model_quantize() of node-llama-cpp's libllama). Without --pure a
+    from that F16 file by llama.cpp's own quantizer (tests/interop/ggmlref.py's
+    quantize(): llama_model_quantize() of node-llama-cpp's libllama). Without --pure a
     type's file holds llama.cpp's usual mixture (a q4_0 file has a Q6_K
     output head, as llama-quantize makes it); with --pure every matrix is
     of the type itself. All of it is cached in <cache>/llm-bench (the
@@ -54,9 +54,14 @@ import llm
 
 ROOT = llm.ROOT
 CONVERT = ROOT / "tools" / "llm_convert.py"
-QUANT = ROOT / "bench" / "llmquant.py"
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests" / "interop"))
+import ggmlref  # noqa: E402
 import llmquant  # noqa: E402
+
+# The llama_ftype names --types takes (llama-quantize's, in lower case).
+TYPES = ("f16", "q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l",
+         "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k", "iq4_nl", "iq4_xs", "bf16")
 
 SHAPE = dict(dim=2048, layers=16, hidden=5632, heads=32, kv_heads=4, vocab=32000)
 # K-quants need rows that are a multiple of 256 long.
@@ -106,9 +111,16 @@ def ensure_type(a, wtype):
         if path.is_file():
             return path
         t0 = time.monotonic()
-        run_tool([llm.PYTHON, QUANT, "quantize", "--lib", a.llama_lib, base, path, wtype,
-                  "--threads", os.cpu_count() or 1] + (["--pure"] if a.pure else []),
-                 f"llama.cpp's quantizer ({wtype})")
+        # under a temporary name, so that a failed run leaves nothing
+        tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+        try:
+            ggmlref.quantize(base, tmp, wtype.upper(), pure=a.pure,
+                             threads=os.cpu_count() or 1, bins=a.llama_lib)
+            os.replace(tmp, path)
+        except ggmlref.RefError as exc:
+            raise llm.BenchError(f"llama.cpp's quantizer ({wtype}) failed: {exc}")
+        finally:
+            tmp.unlink(missing_ok=True)
         llm.log(f"  quantized {path.name} in {time.monotonic() - t0:.0f} s")
         return path
 
@@ -334,5 +346,5 @@ def bw_text(bw):
 
 
 def check_types(types):
-    bad = [t for t in types if t not in llmquant.FTYPES]
-    return f"unknown --types {','.join(bad)} (known: {','.join(llmquant.FTYPES)})" if bad else None
+    bad = [t for t in types if t not in TYPES]
+    return f"unknown --types {','.join(bad)} (known: {','.join(TYPES)})" if bad else None

@@ -11,7 +11,10 @@ status and the end of its stderr), not a dead test run.
                                        FTYPES (Q4_K_M, IQ4_XS, Q8_0, ...); opts:
                                        output_type / embd_type (ggml type names
                                        forced on output.weight / token_embd),
-                                       pure (every tensor the ftype's own type)
+                                       pure (every tensor the ftype's own type),
+                                       requantize (allow_requantize: a quantized
+                                       source), bins (the libraries' folder, if
+                                       not bins_dir()'s)
     logits(gguf, tokens, threads, repack=True)
                                        the logits of every position of `tokens`
                                        (one batch, teacher forcing), as a list
@@ -82,8 +85,8 @@ def bins_dir(cache=None):
     return mods / "@node-llama-cpp" / "linux-x64" / "bins" / "linux-x64"
 
 
-def _child(op, request, timeout=CHILD_TIMEOUT):
-    request = dict(request, op=op, bins=str(bins_dir()))
+def _child(op, request, timeout=CHILD_TIMEOUT, bins=None):
+    request = dict(request, op=op, bins=str(bins or bins_dir()))
     try:
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "child"],
                               input=json.dumps(request).encode(), capture_output=True,
@@ -99,13 +102,15 @@ def _child(op, request, timeout=CHILD_TIMEOUT):
         raise RefError(f"ggmlref {op}: the child printed no result:\n{err[-3000:]}")
 
 
-def quantize(src, dst, ftype, output_type=None, embd_type=None, pure=False, threads=1):
+def quantize(src, dst, ftype, output_type=None, embd_type=None, pure=False, threads=1,
+             requantize=False, bins=None):
     if ftype not in FTYPES:
         raise RefError(f"unknown ftype {ftype}; known: {', '.join(FTYPES)}")
     _child("quantize", {"src": str(src), "dst": str(dst), "ftype": FTYPES[ftype],
                         "output_type": GGML_TYPES[output_type] if output_type else None,
                         "embd_type": GGML_TYPES[embd_type] if embd_type else None,
-                        "pure": bool(pure), "threads": int(threads)})
+                        "pure": bool(pure), "requantize": bool(requantize),
+                        "threads": int(threads)}, bins=bins)
 
 
 def logits(gguf, tokens, threads=1, repack=True):
@@ -337,6 +342,7 @@ def op_quantize(lib, req):
     p = checked_defaults(lib.llama, "llama_model_quantize_default_params", QuantizeParams,
                          QUANTIZE_DEFAULTS)
     p.nthread, p.ftype, p.pure = req["threads"], req["ftype"], req["pure"]
+    p.allow_requantize = req.get("requantize", False)
     if req["output_type"] is not None:
         p.output_tensor_type = req["output_type"]
     if req["embd_type"] is not None:

@@ -18,8 +18,8 @@ node-llama-cpp (llamacppfix, installed by the first run), through ctypes.
   dequantized x, within REL_DEQ (the f16 rounding of Q8_1's s is the
   difference). The largest errors measured are printed.
 * a model: a random llama checkpoint (tools/llm_convert.py) as F32 GGUF,
-  quantized by llama.cpp itself (libllama's llama_model_quantize, every
-  matrix in the type), generates with muster the tokens llama.cpp's
+  quantized by llama.cpp itself (ggmlref.quantize: libllama's
+  llama_model_quantize, every matrix in the type), generates with muster the tokens llama.cpp's
   logits pick, as test_llamacpp.py's Q8_0 test asks.
 
 The library is build/lib/libmuster.so or $MUSTER_LIB."""
@@ -35,11 +35,12 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from llamacppfix import ensure_llamacpp, llamacpp  # noqa: F401 - the fixture
+import ggmlref
+from llamacppfix import llamacpp  # noqa: F401 - the fixture
 
 LIB = os.environ.get("MUSTER_LIB") or str(REPO / "build" / "lib" / "libmuster.so")
 mu = ctypes.CDLL(LIB)
-BINS = ensure_llamacpp() / "@node-llama-cpp" / "linux-x64" / "bins" / "linux-x64"
+BINS = ggmlref.bins_dir()
 ggml = ctypes.CDLL(str(BINS / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
 
 # name: (ggml id, bytes per block of 32, byte offsets of its f16 fields,
@@ -245,35 +246,12 @@ def test_matmul_against_ggml_definition(name):
 
 # ---- a model quantized by llama.cpp ----
 
-LLAMA_FTYPES = {"Q4_1": 3, "Q5_0": 8, "Q5_1": 9, "IQ4_NL": 25}  # llama.h's llama_ftype
 CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
-
-
-class QuantizeParams(ctypes.Structure):
-    """llama_model_quantize_params (llama.h of the pinned build)."""
-    _fields_ = [("nthread", ctypes.c_int32), ("ftype", ctypes.c_int),
-                ("output_tensor_type", ctypes.c_int), ("token_embedding_type", ctypes.c_int),
-                ("allow_requantize", ctypes.c_bool), ("quantize_output_tensor", ctypes.c_bool),
-                ("only_copy", ctypes.c_bool), ("pure", ctypes.c_bool),
-                ("keep_split", ctypes.c_bool), ("dry_run", ctypes.c_bool),
-                ("imatrix", ctypes.c_void_p), ("kv_overrides", ctypes.c_void_p),
-                ("tt_overrides", ctypes.c_void_p), ("prune_layers", ctypes.c_void_p),
-                ("max_buf_size", ctypes.c_size_t)]
 
 
 def llama_quantize(src, dst, name):
     """src (a GGUF) to dst with every matrix in type name, by libllama."""
-    ctypes.CDLL(str(BINS / "libggml.v0.4.0.so"), mode=ctypes.RTLD_GLOBAL)
-    llama = ctypes.CDLL(str(BINS / "libllama.v0.4.0.so"))
-    llama.llama_model_quantize_default_params.restype = QuantizeParams
-    llama.llama_model_quantize.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
-                                           ctypes.POINTER(QuantizeParams)]
-    llama.llama_model_quantize.restype = ctypes.c_uint32
-    llama.llama_backend_init()
-    prm = llama.llama_model_quantize_default_params()
-    prm.ftype, prm.pure, prm.nthread = LLAMA_FTYPES[name], True, 1
-    prm.output_tensor_type = prm.token_embedding_type = TYPES[name][0]
-    assert llama.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(prm)) == 0
+    ggmlref.quantize(src, dst, name, output_type=name, embd_type=name, pure=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ node-llama-cpp's prebuilt libraries, the llamacpp fixture's install).
 * A random-weight llama model (F32, F16 and Q8_0 GGUFs from
   tools/llm_convert.py; rows of 256s, and an odd one of 288s), and
   stories260K, for every file type: each tensor's type is the one
-  llama_model_quantize gives the same input (run through ctypes on
-  libllama in a subprocess), and the whole file is llama.cpp's, byte for
+  llama_model_quantize gives the same input (ggmlref.quantize: libllama
+  in a child process, its struct layout checked), and the whole file is llama.cpp's, byte for
   byte; llama.cpp loads muster's file and decodes with it.
 * Bad input: an unknown type lists the valid ones, IQ2 types say they
   need an importance matrix, a missing or broken input says why, and
@@ -29,8 +29,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tools"))
+import ggmlref  # noqa: E402
 import llm_io  # noqa: E402
-from llamacppfix import llamacpp, ensure_llamacpp  # noqa: E402,F401
+from llamacppfix import llamacpp  # noqa: E402,F401
 
 CONVERT = [sys.executable, str(HERE.parents[1] / "tools" / "llm_convert.py")]
 # the file type, and the ggml type (id) a tensor no rule touches gets
@@ -40,17 +41,6 @@ DEFAULT = {"Q2_K": 10, "Q3_K_S": 11, "Q4_K_S": 12, "Q5_K_S": 13, "Q6_K": 14,
 FTYPES = ["Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M",
           "Q6_K", "IQ4_XS", "IQ4_NL", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16",
           "F32"]
-LLAMA_FTYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9,
-               "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14,
-               "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25,
-               "IQ4_XS": 30, "BF16": 32}
-
-
-def bins():
-    mods = ensure_llamacpp()
-    return mods / "@node-llama-cpp" / "linux-x64" / "bins" / "linux-x64"
-
-
 def read_gguf(path):
     """{name: (ggml type, dims innermost first, bytes)} and the metadata keys."""
     buf = Path(path).read_bytes()
@@ -109,7 +99,7 @@ class Ggml:
     """ggml_quantize_chunk of libggml-base.so."""
 
     def __init__(self):
-        self.lib = ctypes.CDLL(str(bins() / "libggml-base.so"))
+        self.lib = ctypes.CDLL(str(ggmlref.bins_dir() / "libggml-base.so"))
         self.lib.ggml_quantize_chunk.restype = ctypes.c_size_t
         self.lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -230,44 +220,11 @@ def test_nonfinite_rows_give_ggml_bytes_on_x86(muster_bin, nonfinite_gguf, tmp_p
 
 # ---- a whole model, against llama_model_quantize ----
 
-LLAMA_QUANTIZE = r"""
-import ctypes, sys
-lib = ctypes.CDLL(sys.argv[1] + "/libllama.v0.4.0.so")
-
-class P(ctypes.Structure):
-    _fields_ = [("nthread", ctypes.c_int32), ("ftype", ctypes.c_int),
-                ("output_tensor_type", ctypes.c_int), ("token_embedding_type", ctypes.c_int),
-                ("allow_requantize", ctypes.c_bool), ("quantize_output_tensor", ctypes.c_bool),
-                ("only_copy", ctypes.c_bool), ("pure", ctypes.c_bool),
-                ("keep_split", ctypes.c_bool), ("dry_run", ctypes.c_bool),
-                ("imatrix", ctypes.c_void_p), ("kv_overrides", ctypes.c_void_p),
-                ("tt_overrides", ctypes.c_void_p), ("prune_layers", ctypes.c_void_p),
-                ("max_buf_size", ctypes.c_size_t)]
-
-lib.llama_model_quantize_default_params.restype = P
-lib.llama_model_quantize.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P)]
-lib.llama_model_quantize.restype = ctypes.c_uint32
-lib.llama_backend_init()
-p = lib.llama_model_quantize_default_params()
-# the layout read from llama.h, checked against the defaults it documents
-assert (p.nthread, p.ftype, p.quantize_output_tensor, p.allow_requantize, p.pure,
-        p.imatrix, p.max_buf_size) == (0, 7, True, False, False, None, 8 << 30), \
-    (p.nthread, p.ftype, p.quantize_output_tensor, p.max_buf_size)
-p.ftype = int(sys.argv[4])
-p.allow_requantize = sys.argv[5] == "1"
-p.nthread = 1
-sys.exit(lib.llama_model_quantize(sys.argv[2].encode(), sys.argv[3].encode(), ctypes.byref(p)))
-"""
-
-
 def llama_quantize(src, out, ftype, requantize=False):
-    env = dict(os.environ, LD_LIBRARY_PATH=str(bins()))
-    proc = subprocess.run([sys.executable, "-c", LLAMA_QUANTIZE, str(bins()), str(src), str(out),
-                           str(LLAMA_FTYPE[ftype]), "1" if requantize else "0"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    if proc.returncode != 0:
-        pytest.fail(f"llama_model_quantize {ftype}: exit {proc.returncode}\n"
-                    f"{proc.stderr[-3000:]}", pytrace=False)
+    try:
+        ggmlref.quantize(src, out, ftype, requantize=requantize)
+    except ggmlref.RefError as exc:
+        pytest.fail(f"llama_model_quantize {ftype}: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
