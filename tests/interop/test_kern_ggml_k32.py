@@ -29,13 +29,13 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import REPO
 import ggmlref
+import llmfix
 from llamacppfix import llamacpp  # noqa: F401 - the fixture
 
 LIB = os.environ.get("MUSTER_LIB") or str(REPO / "build" / "lib" / "libmuster.so")
@@ -246,7 +246,6 @@ def test_matmul_against_ggml_definition(name):
 
 # ---- a model quantized by llama.cpp ----
 
-CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
 
 
 def llama_quantize(src, dst, name):
@@ -257,14 +256,10 @@ def llama_quantize(src, dst, name):
 @pytest.fixture(scope="module")
 def f32_gguf(tmp_path_factory):
     root = tmp_path_factory.mktemp("k32")
-    hf, gguf = root / "hf", root / "llama-f32.gguf"
-    for cmd in (["gen", "--arch", "llama", "--dim", "256", "--layers", "3", "--heads", "8",
-                 "--kv-heads", "4", "--hidden", "512", "--vocab", "600", "--seed", "11", hf],
-                ["hf-to-gguf", "--type", "F32", hf, gguf]):
-        proc = subprocess.run(CONVERT + [str(c) for c in cmd], capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0, f"llm_convert.py {cmd[0]}: {proc.stderr}"
-    return gguf
+    return llmfix.random_gguf(root / "hf", root / "llama-f32.gguf",
+                              ["--arch", "llama", "--dim", "256", "--layers", "3", "--heads", "8",
+                               "--kv-heads", "4", "--hidden", "512", "--vocab", "600", "--seed",
+                               "11"], "F32")
 
 
 @pytest.mark.parametrize("name", list(TYPES))

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llmfix  # noqa: E402
 from llamacppfix import llamacpp  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,7 +110,6 @@ def test_bad_model_fails_with_the_reason(llamacpp, tmp_path):
 # muster against llama.cpp on the same GGUF
 # --------------------------------------------------------------------------
 
-CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
 
 
 def muster_tokens(muster_bin, model, ids, n):
@@ -138,14 +138,8 @@ def random_ggufs(tmp_path_factory):
                            "--kv-heads", "2", "--hidden", "256"], "F16"),
             ("llama-q8", ["--arch", "llama", "--dim", "256", "--layers", "3", "--heads", "8",
                           "--kv-heads", "4", "--hidden", "512"], "Q8_0")):
-        hf, gguf = root / name, root / f"{name}.gguf"
-        for cmd in (["gen", *args, "--vocab", "600", "--seed", "11", hf],
-                    ["hf-to-gguf", "--type", gtype, hf, gguf]):
-            proc = subprocess.run(CONVERT + [str(c) for c in cmd], capture_output=True,
-                                  text=True, timeout=300)
-            if proc.returncode != 0:
-                pytest.fail(f"llm_convert.py {cmd[0]}: {proc.stderr}", pytrace=False)
-        out[name] = gguf
+        out[name] = llmfix.random_gguf(root / name, root / f"{name}.gguf",
+                                       [*args, "--vocab", "600", "--seed", "11"], gtype)
     return out
 
 

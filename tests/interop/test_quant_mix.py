@@ -39,10 +39,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ggmlref  # noqa: E402
+import llmfix  # noqa: E402
 import stagefix  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-CONVERT = [sys.executable, str(REPO / "tools" / "llm_convert.py")]
 ENV = dict(os.environ)
 PROMPT = [1, 37, 5, 222, 90, 14, 3]
 STEPS = 10
@@ -96,13 +96,6 @@ FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "IQ4_XS": "IQ4_NL", "Q4_K": "Q5_0",
             "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
 
-def _convert(*args):
-    proc = subprocess.run(CONVERT + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=300)
-    if proc.returncode != 0:
-        pytest.fail(f"llm_convert.py {args[0]}: {proc.stderr}", pytrace=False)
-
-
 def _ref(fn, *args, **kw):
     try:
         return fn(*args, **kw)
@@ -115,10 +108,7 @@ def f32_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("quant-mix")
     out = {}
     for name, args in MODELS.items():
-        hf, gguf = root / name, root / f"{name}-F32.gguf"
-        _convert("gen", *args, hf)
-        _convert("hf-to-gguf", "--type", "F32", hf, gguf)
-        out[name] = gguf
+        out[name] = llmfix.random_gguf(root / name, root / f"{name}-F32.gguf", args, "F32")
     return out
 
 

@@ -30,10 +30,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tools"))
 import ggmlref  # noqa: E402
+import llmfix  # noqa: E402
 import llm_io  # noqa: E402
 from llamacppfix import llamacpp  # noqa: E402,F401
 
-CONVERT = [sys.executable, str(HERE.parents[1] / "tools" / "llm_convert.py")]
 # the file type, and the ggml type (id) a tensor no rule touches gets
 DEFAULT = {"Q2_K": 10, "Q3_K_S": 11, "Q4_K_S": 12, "Q5_K_S": 13, "Q6_K": 14,
            "IQ4_XS": 23, "IQ4_NL": 20, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7,
@@ -239,14 +239,9 @@ def f32_model(tmp_path_factory):
                               ("even-q8", even, "Q8_0"),
                               ("odd", ["--dim", "256", "--heads", "8", "--kv-heads", "2",
                                        "--hidden", "288", "--layers", "3"], "F32")):
-        hf, gguf = root / name, root / f"{name}.gguf"
-        for cmd in (["gen", "--arch", "llama", *args, "--vocab", "512", "--seed", "5", hf],
-                    ["hf-to-gguf", "--type", gtype, hf, gguf]):
-            proc = subprocess.run(CONVERT + [str(c) for c in cmd], capture_output=True,
-                                  text=True, timeout=300)
-            if proc.returncode != 0:
-                pytest.fail(f"llm_convert.py {cmd[0]}: {proc.stderr}", pytrace=False)
-        out[name] = gguf
+        out[name] = llmfix.random_gguf(root / name, root / f"{name}.gguf",
+                                       ["--arch", "llama", *args, "--vocab", "512", "--seed", "5"],
+                                       gtype)
     return out
 
 
