@@ -3,11 +3,18 @@
 ports, wait for "muster stage I/N: serving on HOST:PORT", read their
 /proc figures, kill or stop them, and at teardown fail the test if one
 died when nobody asked it to or did not exit cleanly on SIGTERM.
+
+The stage protocol's frames at their simplest, for tests that speak it
+themselves: HDR (the frame header), recv_exact, ask_info (a stage's INFO
+reply), and FakeStage (a listener that answers INFO with a given body).
 """
 
 import re
 import signal
+import socket
+import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -150,3 +157,71 @@ def _teardown(started):
                             f"{s.log()[-3000:]}")
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
+
+
+HDR = struct.Struct("<4sHHiIQQQ")
+INFO, ERROR, CLOSE = 1, 4, 5      # frame types (docs/protocols/pipeline.md)
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        part = s.recv(n - len(buf))
+        if not part:
+            raise EOFError
+        buf += part
+    return buf
+
+
+def ask_info(addr):
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(HDR.pack(b"MUPL", 1, INFO, 0, 0, 1, 0, 0))
+        head = recv_exact(s, HDR.size)
+        return recv_exact(s, HDR.unpack(head)[7])
+
+
+class FakeStage:
+    """A stage on a kernel-chosen port that answers INFO with `body` (an
+    INFO reply's JSON, as bytes), ends a connection on CLOSE and refuses
+    every other request with an error; `seen` lists (type, payload) of
+    every frame received, on every connection."""
+
+    def __init__(self, body):
+        self.body, self.seen = body, []
+        self.sock = socket.socket()
+        self.sock.bind((HOST, 0))
+        self.sock.listen(4)
+        self.address = f"{HOST}:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def types(self):
+        return {m for m, _ in self.seen}
+
+    def close(self):
+        self.sock.close()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                self._answer(conn)
+
+    def _answer(self, conn):
+        while True:
+            try:
+                _, _, mtype, _, _, mid, _, length = HDR.unpack(recv_exact(conn, HDR.size))
+                self.seen.append((mtype, recv_exact(conn, length)))
+            except (EOFError, OSError):
+                return
+            if mtype == CLOSE:
+                return
+            if mtype == INFO:
+                conn.sendall(HDR.pack(b"MUPL", 1, INFO, 0, 0, mid, 0, len(self.body)) +
+                             self.body)
+            else:
+                text = b"a fake stage"
+                conn.sendall(HDR.pack(b"MUPL", 1, ERROR, -1000, 0, mid, 0, len(text)) + text)

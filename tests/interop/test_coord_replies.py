@@ -18,20 +18,10 @@ import pytest
 import mumodel
 import stagefix
 from conftest import HOST
+from stagefix import CLOSE, HDR, ask_info, recv_exact
 
 ENV = dict(os.environ)
-HDR = struct.Struct("<4sHHiIQQQ")
-RESULT, CLOSE = 3, 5
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        part = s.recv(n - len(buf))
-        if not part:
-            raise EOFError
-        buf += part
-    return buf
+RESULT = 3
 
 
 def f32_tensor(name, dims):
@@ -105,11 +95,3 @@ def test_result_with_a_tensor_of_another_stage(muster_bin, tmp_path, stages):
     assert proc.returncode != 0, "a forged tensor was taken for the model's output"
     assert f"returned {out} (F32), which is not one of its outputs" in proc.stderr, proc.stderr
     assert "stage 0/2" in proc.stderr
-
-
-def ask_info(addr):
-    host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(HDR.pack(b"MUPL", 1, 1, 0, 0, 1, 0, 0))
-        head = recv_exact(s, HDR.size)
-        return recv_exact(s, HDR.unpack(head)[7])

@@ -19,18 +19,15 @@
 """
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 import stagefix
-from conftest import HOST
-from test_llm import ENV, Peer, addrs, generate
-from test_llm_weights import HDR, ask_info, recv_exact
+from stagefix import ask_info
+from test_llm import ENV, Peer, addrs, generate, llm_stages  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parents[2]
 STORIES = REPO / "models" / "stories260K"
@@ -55,13 +52,6 @@ def model32(tmp_path_factory):
     if proc.returncode != 0:
         pytest.fail(f"llm_convert.py gen: {proc.stderr}", pytrace=False)
     return out
-
-
-@pytest.fixture
-def stages(muster_bin, tmp_path):
-    start = stagefix.stage_factory(muster_bin, tmp_path, ENV)
-    yield start
-    start.teardown()
 
 
 def logits(muster_bin, model, out, *extra):
@@ -92,12 +82,12 @@ def test_python_kv_type():
 
 
 @pytest.mark.parametrize("kv", TYPES)
-def test_split_and_prefill_are_bit_identical(muster_bin, model32, stages, tmp_path, kv):
+def test_split_and_prefill_are_bit_identical(muster_bin, model32, llm_stages, tmp_path, kv):
     t = ("--kv-type", kv)
     one = logits(muster_bin, model32, tmp_path / "one", "--threads", 1, *t)
     assert len(one) == 12 * 400 * 4
     decode = logits(muster_bin, model32, tmp_path / "dec", "--chunk", 1, "--threads", 2, *t)
-    group = stages(model32, 2, "--threads", 1)
+    group = llm_stages(model32, 2, "--threads", 1)
     split = logits(muster_bin, model32, tmp_path / "split", "--stages", addrs(group), *t)
     assert one == decode == split
     for s in group:
@@ -106,10 +96,10 @@ def test_split_and_prefill_are_bit_identical(muster_bin, model32, stages, tmp_pa
         p.close()
 
 
-def test_coordinator_type_rules(muster_bin, model32, stages, tmp_path):
+def test_coordinator_type_rules(muster_bin, model32, llm_stages, tmp_path):
     """Stages whose own --kv-type is f32 keep a q8_0 coordinator's
     sequences in q8_0: the same bits as q8_0 in one process."""
-    group = stages(model32, 2, "--threads", 1, "--kv-type", "f32")
+    group = llm_stages(model32, 2, "--threads", 1, "--kv-type", "f32")
     for s in group:
         p = Peer(s.address)
         assert p.info()["kv_type"] == "f32"
@@ -167,54 +157,25 @@ def test_plan_counts_the_type(muster_bin):
     assert json.loads(default.stdout)["kv_type"] == "f16"
 
 
-def test_stage_of_before_kv_types(muster_bin, stages):
+def test_stage_of_before_kv_types(muster_bin, llm_stages):
     """A stage whose INFO lists no "kv_types" (a muster of before them,
     which keeps f32) is refused by a coordinator of another type, before
     any sequence; one of --kv-type f32 opens its sequences there, with no
     "kv_type" in SEQ_OPEN."""
-    (real,) = stages(L2C, 1, "--threads", 1)
+    (real,) = llm_stages(L2C, 1, "--threads", 1)
     desc = json.loads(ask_info(real.address))
     del desc["kv_types"], desc["kv_type"]
-    body = json.dumps(desc).encode()
-    lsock = socket.socket()
-    lsock.bind((HOST, 0))
-    lsock.listen(4)
-    seen = []
-
-    def serve():
-        while True:
-            try:
-                conn, _ = lsock.accept()
-            except OSError:
-                return
-            with conn:
-                while True:
-                    try:
-                        head = recv_exact(conn, HDR.size)
-                        _, _, mtype, _, _, mid, _, length = HDR.unpack(head)
-                        seen.append((mtype, recv_exact(conn, length)))
-                    except (EOFError, OSError):
-                        break
-                    if mtype == 1:
-                        conn.sendall(HDR.pack(b"MUPL", 1, 1, 0, 0, mid, 0, len(body)) + body)
-                    elif mtype == 5:
-                        break
-                    else:
-                        text = b"a fake stage"
-                        conn.sendall(HDR.pack(b"MUPL", 1, 4, -1000, 0, mid, 0, len(text)) +
-                                     text)
-
-    threading.Thread(target=serve, daemon=True).start()
-    addr = f"{HOST}:{lsock.getsockname()[1]}"
+    fake = stagefix.FakeStage(json.dumps(desc).encode())
+    addr = fake.address
     proc = generate(muster_bin, "--model", L2C, "--stages", addr, "--max-tokens", 2,
                     check=False)
     err = proc.stderr.decode()
     assert proc.returncode != 0 and "cannot keep a KV cache in f16" in err, err
     assert "keeps f32 only" in err and "--kv-type f32" in err, err
-    assert {m for m, _ in seen} <= {1, 5}, seen
-    seen.clear()
+    assert fake.types() <= {stagefix.INFO, stagefix.CLOSE}, fake.seen
+    fake.seen.clear()
     proc = generate(muster_bin, "--model", L2C, "--stages", addr, "--max-tokens", 2,
                     "--kv-type", "f32", "--io-timeout", "2", check=False)
-    lsock.close()
-    opens = [b for m, b in seen if m == 10]
-    assert opens and all(json.loads(b) == {"ctx": json.loads(b)["ctx"]} for b in opens), seen
+    fake.close()
+    opens = [b for m, b in fake.seen if m == 10]
+    assert opens and all(json.loads(b) == {"ctx": json.loads(b)["ctx"]} for b in opens), fake.seen

@@ -21,17 +21,14 @@ import hashlib
 import json
 import os
 import shutil
-import socket
-import struct
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
 import llmfix
 import stagefix
-from conftest import HOST
+from stagefix import ask_info
 
 REPO = Path(__file__).resolve().parents[2]
 STORIES = REPO / "models" / "stories260K"
@@ -138,27 +135,6 @@ def test_replacement_with_other_weights(muster_bin, muster_tracker, muster_serve
     assert other.log_count("LLM stage") >= 1
 
 
-def ask_info(addr):
-    host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(HDR.pack(b"MUPL", 1, 1, 0, 0, 1, 0, 0))
-        head = recv_exact(s, HDR.size)
-        return recv_exact(s, HDR.unpack(head)[7])
-
-
-HDR = struct.Struct("<4sHHiIQQQ")
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        part = s.recv(n - len(buf))
-        if not part:
-            raise EOFError
-        buf += part
-    return buf
-
-
 def test_stage_without_weights_digest(muster_bin, llm_stages, tmp_path):
     """A stage that says nothing of its weights (INFO without
     "weights_sha256", as muster before weights digests) is refused with
@@ -173,35 +149,8 @@ def test_stage_without_weights_digest(muster_bin, llm_stages, tmp_path):
                                    for name in sorted(kept, key=str.encode))).hexdigest()
     assert desc["weights_sha256"] == want and desc["model"] == "a.bin"
     del desc["weights_sha256"], desc["model"]
-    body = json.dumps(desc).encode()
-    lsock = socket.socket()
-    lsock.bind((HOST, 0))
-    lsock.listen(4)
-    seen = []
-
-    def serve():
-        conn, _ = lsock.accept()
-        with conn:
-            while True:
-                try:
-                    head = recv_exact(conn, HDR.size)
-                except (EOFError, OSError):
-                    return
-                _, _, mtype, _, _, mid, aux, length = HDR.unpack(head)
-                recv_exact(conn, length)
-                seen.append(mtype)
-                if mtype == 1:
-                    conn.sendall(HDR.pack(b"MUPL", 1, 1, 0, 0, mid, 0, len(body)) + body)
-                elif mtype == 5:
-                    return
-                else:
-                    text = b"a fake stage"
-                    conn.sendall(HDR.pack(b"MUPL", 1, 4, -1000, 0, mid, 0, len(text)) + text)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    proc = generate(muster_bin, a, "--stages", f"{HOST}:{lsock.getsockname()[1]}",
-                    "--max-tokens", 5)
-    lsock.close()
+    fake = stagefix.FakeStage(json.dumps(desc).encode())
+    proc = generate(muster_bin, a, "--stages", fake.address, "--max-tokens", 5)
+    fake.close()
     refused(proc, "does not say which weights it holds", "weights_sha256")
-    assert seen and set(seen) <= {1, 5}, seen
+    assert fake.seen and fake.types() <= {stagefix.INFO, stagefix.CLOSE}, fake.seen
