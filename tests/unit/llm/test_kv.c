@@ -14,45 +14,19 @@
 #include <unistd.h>
 
 #include "llm/llm_int.h"
+#include "llm_fixture.h"
 
 enum { DIM = 64, HID = 96, LAYERS = 3, HEADS = 2, KVH = 1, VOCAB = 40, SEQ = 64, N = 12 };
 
 static char path[64], path8[64];
 static mu__llm_src_t src, src8;
 
-static float rnd(uint64_t *s)
-{
-	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
-	return ((float)(*s >> 40) / 16777216.0f - 0.5f) * 0.4f;
-}
-
-/* A llama2.c checkpoint (7 int32, then the arrays) of dim and heads
- * (kv heads half of them, or 1), random weights and norms of 1. */
+/* A checkpoint of dim and heads (kv heads half of them, or 1). */
 static void write_model(char *where, int32_t dim, int32_t heads)
 {
-	int32_t kvh = heads / 2 > 0 ? heads / 2 : 1;
-	int32_t hdr[7] = {dim, HID, LAYERS, heads, kvh, -VOCAB, SEQ};
-	size_t d = (size_t)dim, kvd = (size_t)(kvh * (dim / heads)), counts[] = {
-		VOCAB * d, LAYERS * d, LAYERS * d * d, LAYERS * kvd * d, LAYERS * kvd * d,
-		LAYERS * d * d, LAYERS * d, LAYERS * HID * d, LAYERS * d * HID, LAYERS * HID * d, d,
-		SEQ * (d / (size_t)heads), VOCAB * d};
-	int ones[] = {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0};
-	uint64_t seed = 7;
-	FILE *f;
-	int fd;
+	llm_fixture_shape_t s = {dim, HID, LAYERS, heads, heads / 2 > 0 ? heads / 2 : 1, VOCAB, SEQ};
 
-	snprintf(where, 64, "/tmp/mu_test_kv_XXXXXX");
-	fd = mkstemp(where);
-	assert_true(fd >= 0);
-	f = fdopen(fd, "wb");
-	fwrite(hdr, sizeof(hdr), 1, f);
-	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
-		for (size_t i = 0; i < counts[k]; i++) {
-			float v = ones[k] ? 1.0f : rnd(&seed);
-
-			fwrite(&v, 4, 1, f);
-		}
-	fclose(f);
+	assert_int_equal(llm_fixture_write(where, 64, "/tmp/mu_test_kv_XXXXXX", &s, 7), 0);
 }
 
 static int setup(void **state)

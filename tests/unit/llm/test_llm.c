@@ -25,44 +25,19 @@
 #include "muster/common.h"
 #include "llm/arch_int.h"
 #include "llm/llm_int.h"
+#include "llm_fixture.h"
 
 enum { DIM = 32, HID = 48, LAYERS = 4, HEADS = 4, KVH = 2, VOCAB = 40, SEQ = 64 };
 
 static char path[64];
 static mu__llm_src_t src;
 
-static float rnd(uint64_t *s)
-{
-	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
-	return ((float)(*s >> 40) / 16777216.0f - 0.5f) * 0.4f;
-}
-
-/* A llama2.c checkpoint (7 int32, then the arrays) with random weights;
- * norms are 1. */
 static void write_model(void)
 {
-	int32_t hdr[7] = {DIM, HID, LAYERS, HEADS, KVH, -VOCAB, SEQ};
-	size_t kvd = KVH * (DIM / HEADS), counts[] = {
-		VOCAB * DIM, LAYERS * DIM, LAYERS * DIM * DIM, LAYERS * kvd * DIM,
-		LAYERS * kvd * DIM, LAYERS * DIM * DIM, LAYERS * DIM, LAYERS * HID * DIM,
-		LAYERS * DIM * HID, LAYERS * HID * DIM, DIM, SEQ * (DIM / HEADS), VOCAB * DIM};
-	int ones[] = {0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0};
-	uint64_t seed = 42;
-	FILE *f;
-	int fd;
+	llm_fixture_shape_t s = {DIM, HID, LAYERS, HEADS, KVH, VOCAB, SEQ};
 
-	snprintf(path, sizeof(path), "/tmp/mu_test_llm_XXXXXX");
-	fd = mkstemp(path);
-	assert_true(fd >= 0);
-	f = fdopen(fd, "wb");
-	fwrite(hdr, sizeof(hdr), 1, f);
-	for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
-		for (size_t i = 0; i < counts[k]; i++) {
-			float v = ones[k] ? 1.0f : rnd(&seed);
-
-			fwrite(&v, 4, 1, f);
-		}
-	fclose(f);
+	assert_int_equal(llm_fixture_write(path, sizeof(path), "/tmp/mu_test_llm_XXXXXX", &s, 42),
+			 0);
 }
 
 static int setup(void **state)
