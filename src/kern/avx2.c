@@ -402,7 +402,10 @@ DRIVER(mm_q5_1_d, tile_q, MU__WT_Q5_1, 4, QRN)
 DRIVER(mm_iq4_nl_d, tile_q, MU__WT_IQ4_NL, 4, QRN)
 
 /* The panel of x rows [p0, p1) against the unpacked tile u of rm rows. */
-#define TILE_U_CASES(rm)                                                             	case rm * 4 + 1: tile_u(j, t, u, r, rs, i, rm, 1); break;                    	case rm * 4 + 2: if (2 <= QRN) tile_u(j, t, u, r, rs, i, rm, 2); break;      	case rm * 4 + 3: if (3 <= QRN) tile_u(j, t, u, r, rs, i, rm, 3); break;
+#define TILE_U_CASES(rm)                                                        \
+	case rm * 4 + 1: tile_u(j, t, u, r, rs, i, rm, 1); break;               \
+	case rm * 4 + 2: if (2 <= QRN) tile_u(j, t, u, r, rs, i, rm, 2); break; \
+	case rm * 4 + 3: if (3 <= QRN) tile_u(j, t, u, r, rs, i, rm, 3); break;
 
 AI void panel_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64_t r, int64_t rs, int rm,
                 int64_t p0, int64_t p1)
@@ -420,7 +423,30 @@ AI void panel_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64
 }
 
 /* As DRIVER, with each tile of W unpacked once per panel of a prefill. */
-#define DRIVER_U(name, direct, t)                                                  	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)            	{                                                                          		int64_t n = j->n, q = (r1 - r0) / 4, p0, p1, g;                    		int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;                  		unpacked_t u;                                                      		if (n <= QRN || j->w->cols > UNPACK_COLS) {                        			direct(j, r0, r1);                                         			return;                                                    		}                                                                  		panel = panel < QRN ? QRN : panel - panel % QRN;                   		for (p0 = 0; p0 < n; p0 = p1) {                                     			p1 = n - p0 < panel ? n : p0 + panel;                      			for (g = 0; g <= q; g++) {                                  				int64_t r = g < q ? r0 + g : r0 + 4 * q;            				int64_t rs = g < q ? q : 1;                         				int rm = g < q ? 4 : (int)(r1 - r0 - 4 * q);        				if (rm <= 0)                                        					continue;                                   				unpack_q(j, t, r, rs, rm, &u);                      				panel_u(j, t, &u, r, rs, rm, p0, p1);               			}                                                           		}                                                                   	}
+#define DRIVER_U(name, direct, t)                                                  \
+	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)            \
+	{                                                                          \
+		int64_t n = j->n, q = (r1 - r0) / 4, p0, p1, g;                    \
+		int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;                  \
+		unpacked_t u;                                                      \
+		if (n <= QRN || j->w->cols > UNPACK_COLS) {                        \
+			direct(j, r0, r1);                                         \
+			return;                                                    \
+		}                                                                  \
+		panel = panel < QRN ? QRN : panel - panel % QRN;                   \
+		for (p0 = 0; p0 < n; p0 = p1) {                                     \
+			p1 = n - p0 < panel ? n : p0 + panel;                      \
+			for (g = 0; g <= q; g++) {                                  \
+				int64_t r = g < q ? r0 + g : r0 + 4 * q;            \
+				int64_t rs = g < q ? q : 1;                         \
+				int rm = g < q ? 4 : (int)(r1 - r0 - 4 * q);        \
+				if (rm <= 0)                                        \
+					continue;                                   \
+				unpack_q(j, t, r, rs, rm, &u);                      \
+				panel_u(j, t, &u, r, rs, rm, p0, p1);               \
+			}                                                           \
+		}                                                                   \
+	}
 DRIVER_U(mm_q8, mm_q8_d, MU__WT_Q8_0)
 DRIVER_U(mm_q4, mm_q4_d, MU__WT_Q4_0)
 DRIVER_U(mm_q4_1, mm_q4_1_d, MU__WT_Q4_1)
