@@ -259,6 +259,86 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 	store(j, r, rs, i0, rm, rn, acc, accm, MINS(t));
 }
 
+/*
+ * A prefill unpacks a tile's rows of W once per panel of x, not once per
+ * tile: the quants in element order (as ldq gives them), d and m as f32,
+ * in a per-thread scratch that stays in L1 while every row of the panel
+ * passes. The arithmetic is tile_q's, op for op, so the bits are too.
+ */
+#define UNPACK_COLS 16384
+typedef struct {
+	int8_t q[TM][UNPACK_COLS];
+	float d[TM][UNPACK_COLS / MU__QBLOCK], m[TM][UNPACK_COLS / MU__QBLOCK];
+} unpacked_t;
+
+AI void unpack_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int rm, unpacked_t *u)
+{
+	int64_t nb = j->w->cols / MU__QBLOCK;
+	size_t bb = mu__wtypes[t].block_bytes, rb = (size_t)nb * bb;
+	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
+
+	for (int a = 0; a < rm; a++)
+		for (int64_t b = 0; b < nb; b++) {
+			const unsigned char *blk = w + a * rs * rb + (size_t)b * bb;
+
+			_mm256_storeu_si256((__m256i *)(u->q[a] + b * MU__QBLOCK), ldq(t, blk));
+			u->d[a][b] = _cvtsh_ss(mu__ld16(blk));
+			if (MINS(t))
+				u->m[a][b] = _cvtsh_ss(mu__ld16(blk + 2));
+		}
+}
+
+AI void tile_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64_t r, int64_t rs, int64_t i0,
+               int rm, int rn)
+{
+	int64_t nb = j->w->cols / MU__QBLOCK;
+	const int8_t *xq[TN];
+	const float *xd[TN], *xs[TN];
+	__m256 acc[TM][TN];
+	__m128 accm[TM][TN];
+
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++) {
+		xq[i] = mu__xq(j, i0 + i);
+		xd[i] = mu__xd(j, i0 + i);
+		xs[i] = MINS(t) ? mu__xs(j, i0 + i) : NULL;
+	}
+#pragma GCC unroll 4
+	for (int a = 0; a < rm; a++)
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++) {
+			acc[a][i] = _mm256_setzero_ps();
+			accm[a][i] = _mm_setzero_ps();
+		}
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i xv[TN];
+		__m256 dx[TN];
+
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++) {
+			xv[i] = _mm256_loadu_si256((const __m256i *)(xq[i] + b * MU__QBLOCK));
+			dx[i] = _mm256_broadcast_ss(xd[i] + b);
+		}
+#pragma GCC unroll 4
+		for (int a = 0; a < rm; a++) {
+			__m256i wv = _mm256_loadu_si256((const __m256i *)(u->q[a] + b * MU__QBLOCK));
+			__m256i aw = MINS(t) ? wv : _mm256_sign_epi8(wv, wv);
+			__m256 dw = _mm256_broadcast_ss(&u->d[a][b]);
+
+#pragma GCC unroll 4
+			for (int i = 0; i < rn; i++) {
+				__m256i sx = MINS(t) ? xv[i] : _mm256_sign_epi8(xv[i], wv);
+
+				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), lane_sums(aw, sx), acc[a][i]);
+				if (MINS(t))
+					accm[a][i] = _mm_fmadd_ss(_mm_load_ss(&u->m[a][b]), _mm_load_ss(xs[i] + b),
+					                          accm[a][i]);
+			}
+		}
+	}
+	store(j, r, rs, i0, rm, rn, acc, accm, MINS(t));
+}
+
 /* ---- drivers: panels of x, tiles of W by x ---- */
 
 /* The tiles of up to RM x RN a driver may call, for rm of them. */
@@ -314,12 +394,65 @@ AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 DRIVER(mm_f32, tile_f, MU__WT_F32, 4, 3)
 DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 3)
 DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 3)
-DRIVER(mm_q8, tile_q, MU__WT_Q8_0, 4, QRN)
-DRIVER(mm_q4, tile_q, MU__WT_Q4_0, 4, QRN)
-DRIVER(mm_q4_1, tile_q, MU__WT_Q4_1, 4, QRN)
-DRIVER(mm_q5_0, tile_q, MU__WT_Q5_0, 4, QRN)
-DRIVER(mm_q5_1, tile_q, MU__WT_Q5_1, 4, QRN)
-DRIVER(mm_iq4_nl, tile_q, MU__WT_IQ4_NL, 4, QRN)
+DRIVER(mm_q8_d, tile_q, MU__WT_Q8_0, 4, QRN)
+DRIVER(mm_q4_d, tile_q, MU__WT_Q4_0, 4, QRN)
+DRIVER(mm_q4_1_d, tile_q, MU__WT_Q4_1, 4, QRN)
+DRIVER(mm_q5_0_d, tile_q, MU__WT_Q5_0, 4, QRN)
+DRIVER(mm_q5_1_d, tile_q, MU__WT_Q5_1, 4, QRN)
+DRIVER(mm_iq4_nl_d, tile_q, MU__WT_IQ4_NL, 4, QRN)
+
+/* The panel of x rows [p0, p1) against the unpacked tile u of rm rows. */
+#define TILE_U_CASES(rm)                                                        \
+	case rm * 4 + 1: tile_u(j, t, u, r, rs, i, rm, 1); break;               \
+	case rm * 4 + 2: if (2 <= QRN) tile_u(j, t, u, r, rs, i, rm, 2); break; \
+	case rm * 4 + 3: if (3 <= QRN) tile_u(j, t, u, r, rs, i, rm, 3); break;
+
+AI void panel_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64_t r, int64_t rs, int rm,
+                int64_t p0, int64_t p1)
+{
+	for (int64_t i = p0; i < p1; i += QRN) {
+		int rn = p1 - i < QRN ? (int)(p1 - i) : QRN;
+
+		switch (rm * 4 + rn) {
+		TILE_U_CASES(1)
+		TILE_U_CASES(2)
+		TILE_U_CASES(3)
+		TILE_U_CASES(4)
+		}
+	}
+}
+
+/* As DRIVER, with each tile of W unpacked once per panel of a prefill. */
+#define DRIVER_U(name, direct, t)                                                  \
+	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)            \
+	{                                                                          \
+		int64_t n = j->n, q = (r1 - r0) / 4, p0, p1, g;                    \
+		int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;                  \
+		unpacked_t u;                                                      \
+		if (n <= QRN || j->w->cols > UNPACK_COLS) {                        \
+			direct(j, r0, r1);                                         \
+			return;                                                    \
+		}                                                                  \
+		panel = panel < QRN ? QRN : panel - panel % QRN;                   \
+		for (p0 = 0; p0 < n; p0 = p1) {                                     \
+			p1 = n - p0 < panel ? n : p0 + panel;                      \
+			for (g = 0; g <= q; g++) {                                  \
+				int64_t r = g < q ? r0 + g : r0 + 4 * q;            \
+				int64_t rs = g < q ? q : 1;                         \
+				int rm = g < q ? 4 : (int)(r1 - r0 - 4 * q);        \
+				if (rm <= 0)                                        \
+					continue;                                   \
+				unpack_q(j, t, r, rs, rm, &u);                      \
+				panel_u(j, t, &u, r, rs, rm, p0, p1);               \
+			}                                                           \
+		}                                                                   \
+	}
+DRIVER_U(mm_q8, mm_q8_d, MU__WT_Q8_0)
+DRIVER_U(mm_q4, mm_q4_d, MU__WT_Q4_0)
+DRIVER_U(mm_q4_1, mm_q4_1_d, MU__WT_Q4_1)
+DRIVER_U(mm_q5_0, mm_q5_0_d, MU__WT_Q5_0)
+DRIVER_U(mm_q5_1, mm_q5_1_d, MU__WT_Q5_1)
+DRIVER_U(mm_iq4_nl, mm_iq4_nl_d, MU__WT_IQ4_NL)
 
 /* ---- x to Q8_0 activations, byte for byte as mu__q8_block ---- */
 

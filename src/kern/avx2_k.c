@@ -19,6 +19,7 @@
  * across lanes (exact, any order). Tiles of W rows far apart by panels of
  * x, as kern/avx2.c's DRIVER.
  */
+#include "core/alloc_int.h"
 #include "kern/isa_int.h"
 
 #if defined(MU_KERN_VNNI) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
@@ -259,8 +260,9 @@ AI float hsum(__m256 a)
 	return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-/* A tile: W rows r + a * rs (a < rm) by x rows i0.. i0 + rn - 1. */
-AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+/* A tile: W rows r + a * rs (a < rm) by x rows i0.. i0 + rn - 1; with ub,
+ * superblock b of row a is ub[a * nb + b], unpacked before. */
+AI void tile(const mu__mm_job_t *j, int t, const ublk_t *ub, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
 {
 	int64_t nb = j->w->cols / 256;
 	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols), bb = rb / (size_t)nb;
@@ -284,9 +286,11 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
 #pragma GCC unroll 8
 		for (int a = 0; a < rm; a++) {
-			ublk_t u;
+			ublk_t uu;
+			const ublk_t *u = ub ? ub + (size_t)a * (size_t)nb + (size_t)b : &uu;
 
-			unpack(t, w + (size_t)a * (size_t)rs * rb + (size_t)b * bb, &u);
+			if (!ub)
+				unpack(t, w + (size_t)a * (size_t)rs * rb + (size_t)b * bb, &uu);
 #pragma GCC unroll 8
 			for (int i = 0; i < rn; i++) {
 				__m256i s = _mm256_setzero_si256();
@@ -297,16 +301,16 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 					__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
 
 					if (mins)
-						p = _mm256_maddubs_epi16(u.q[c], xv);
+						p = _mm256_maddubs_epi16(u->q[c], xv);
 					else
-						p = _mm256_maddubs_epi16(u.qa[c], _mm256_sign_epi8(xv, u.q[c]));
-					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, u.s[c]));
+						p = _mm256_maddubs_epi16(u->qa[c], _mm256_sign_epi8(xv, u->q[c]));
+					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, u->s[c]));
 				}
-				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u.d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
+				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u->d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
 				if (mins) {
-					int32_t m = hsum_i32(_mm256_madd_epi16(ld256(xb[i] + 260), u.mn));
+					int32_t m = hsum_i32(_mm256_madd_epi16(ld256(xb[i] + 260), u->mn));
 
-					accm[a][i] = fmaf(u.dmin * dx, (float)-m, accm[a][i]);
+					accm[a][i] = fmaf(u->dmin * dx, (float)-m, accm[a][i]);
 				}
 			}
 		}
@@ -321,12 +325,127 @@ AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, in
 		}
 }
 
+/*
+ * A prefill unpacks a tile's rows of W once per panel of x, KB
+ * superblocks at a time: superblock b0 + b of row a is ub[a * KB + b].
+ * A tile's accumulators wait in st between the runs; the arithmetic is
+ * tile's, step for step. This is for the signed types, which read q, qa
+ * and s of a ublk_t (832 bytes) and ran fastest in runs of 4 that stay in
+ * L1; the types with mins read no qa, and ran fastest with drive's whole
+ * rows unpacked at once (runs of 4 cost them a tenth).
+ */
+#define KB 4
+typedef struct {
+	__m256 acc[TM][TN];
+	float accm[TM][TN];
+} kstate_t;
+
+AI void tile_s(const mu__mm_job_t *j, int t, const ublk_t *ub, kstate_t *st, int a0, int64_t r, int64_t rs,
+               int64_t i0, int rm, int rn, int64_t b0, int64_t b1)
+{
+	const int mins = t == K2 || t == K4 || t == K5;
+	__m256 acc[TM][TN];
+	float accm[TM][TN];
+
+#pragma GCC unroll 8
+	for (int a = 0; a < TM; a++)
+#pragma GCC unroll 8
+		for (int i = 0; i < TN; i++) {
+			int in = b0 && a < rm && i < rn;
+
+			acc[a][i] = in ? st->acc[a0 + a][i] : _mm256_setzero_ps();
+			accm[a][i] = in ? st->accm[a0 + a][i] : 0.0f;
+		}
+	for (int64_t b = b0; b < b1; b++) {
+		const unsigned char *xb[TN] = {0};
+
+#pragma GCC unroll 8
+		for (int i = 0; i < rn; i++)
+			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
+#pragma GCC unroll 8
+		for (int a = 0; a < rm; a++) {
+			const ublk_t *u = ub + (size_t)(a * KB + (b - b0));
+
+#pragma GCC unroll 8
+			for (int i = 0; i < rn; i++) {
+				__m256i s = _mm256_setzero_si256();
+				float dx = mu__ldf(xb[i]);
+
+#pragma GCC unroll 8
+				for (int c = 0; c < 8; c++) {
+					__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
+
+					if (mins)
+						p = _mm256_maddubs_epi16(u->q[c], xv);
+					else
+						p = _mm256_maddubs_epi16(u->qa[c], _mm256_sign_epi8(xv, u->q[c]));
+					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, u->s[c]));
+				}
+				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u->d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
+				if (mins) {
+					int32_t m = hsum_i32(_mm256_madd_epi16(ld256(xb[i] + 260), u->mn));
+
+					accm[a][i] = fmaf(u->dmin * dx, (float)-m, accm[a][i]);
+				}
+			}
+		}
+	}
+#pragma GCC unroll 8
+	for (int a = 0; a < rm; a++)
+#pragma GCC unroll 8
+		for (int i = 0; i < rn; i++) {
+			float y = hsum(acc[a][i]) + accm[a][i];
+
+			st->acc[a0 + a][i] = acc[a][i];
+			st->accm[a0 + a][i] = accm[a][i];
+			if (b1 == j->w->cols / 256)
+				j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? y + j->bias[r + a * rs] : y;
+		}
+}
+
+/* Rows [r0, r1) of W (rm of them, rs apart from r) against x rows [p0, p1)
+ * through the scratch ub and the states st. */
+AI void panel_s(const mu__mm_job_t *j, int t, ublk_t *ub, kstate_t *st, int64_t r, int64_t rs, int rm,
+                int64_t p0, int64_t p1)
+{
+	int64_t nb = j->w->cols / 256, b1;
+	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols), bb = rb / (size_t)nb;
+	const unsigned char *w = (const unsigned char *)j->w->data;
+
+	for (int64_t b0 = 0; b0 < nb; b0 = b1) {
+		b1 = nb - b0 < KB ? nb : b0 + KB;
+		for (int a = 0; a < rm; a++)
+			for (int64_t b = b0; b < b1; b++)
+				unpack(t, w + (size_t)(r + a * rs) * rb + (size_t)b * bb, ub + (size_t)(a * KB + (b - b0)));
+		for (int64_t i = p0; i < p1; i += TN) {
+			int rn = p1 - i < TN ? (int)(p1 - i) : TN;
+			kstate_t *s = st + (i - p0) / TN;
+
+			if (rm == TM && rn == TN)
+				tile_s(j, t, ub, s, 0, r, rs, i, TM, TN, b0, b1);
+			else if (rm == TM)
+				tile_s(j, t, ub, s, 0, r, rs, i, TM, rn, b0, b1);
+			else
+				for (int a = 0; a < rm; a++)
+					tile_s(j, t, ub + a * KB, s, a, r + a * rs, 1, i, 1, rn, b0, b1);
+		}
+	}
+}
+
 /* Rows [r0, r1) of W for every row of x: tiles of TM rows of W, q apart,
  * by TN rows of x, x in panels that stay in L2 (kern/avx2.c's DRIVER). */
 AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 {
-	int64_t n = j->n, q = (r1 - r0) / TM, p1;
+	int64_t n = j->n, q = (r1 - r0) / TM, p1, nb = j->w->cols / 256;
 	int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;
+	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols), bb = rb / (size_t)nb;
+	/* a prefill unpacks a tile's rows of W once per panel (the bits are
+	 * the same: tile does the same arithmetic on the same vectors) */
+	const int mins = t == K2 || t == K4 || t == K5;
+	size_t sub = (size_t)(TM * (mins ? nb : KB)) * sizeof(ublk_t);
+	size_t nst = (size_t)((n < panel ? n : panel) / TN + 2);
+	unsigned char *mem = n > TN ? mu__malloc(sub + (mins ? 0 : nst * sizeof(kstate_t)) + 32) : NULL;
+	ublk_t *ub = mem ? (ublk_t *)(void *)(mem + (32 - (uintptr_t)mem % 32) % 32) : NULL;
 
 	panel = panel < TN ? TN : panel - panel % TN;
 	for (int64_t p0 = 0; p0 < n; p0 = p1) {
@@ -335,22 +454,33 @@ AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 			int64_t r = g < q ? r0 + g : r0 + TM * q, rs = g < q ? q : 1;
 			int rm = g < q ? TM : (int)(r1 - r0 - TM * q);
 
+			if (ub && !mins) {
+				if (rm > 0)
+					panel_s(j, t, ub, (kstate_t *)(void *)((unsigned char *)ub + sub), r, rs, rm, p0,
+					        p1);
+				continue;
+			}
+			for (int a = 0; ub && a < rm; a++)
+				for (int64_t b = 0; b < nb; b++)
+					unpack(t, (const unsigned char *)j->w->data + (size_t)(r + a * rs) * rb + (size_t)b * bb,
+					       ub + (size_t)(a * nb + b));
 			for (int64_t i = p0; rm > 0 && i < p1; i += TN) {
 				int rn = p1 - i < TN ? (int)(p1 - i) : TN;
 
 				if (rm == TM && rn == TN)
-					tile(j, t, r, rs, i, TM, TN);
+					tile(j, t, ub, r, rs, i, TM, TN);
 				else if (rm == TM && rn == 1) /* decode */
-					tile(j, t, r, rs, i, TM, 1);
+					tile(j, t, NULL, r, rs, i, TM, 1);
 				else if (rm == TM)
-					tile(j, t, r, rs, i, TM, rn);
+					tile(j, t, ub, r, rs, i, TM, rn);
 				else
 #pragma GCC unroll 8
 					for (int a = 0; a < rm; a++)
-						tile(j, t, r + a, 1, i, 1, rn);
+						tile(j, t, ub ? ub + (size_t)(a * nb) : NULL, r + a, 1, i, 1, rn);
 			}
 		}
 	}
+	mu__free(mem);
 }
 
 #define KQ_MM(name, t) \
