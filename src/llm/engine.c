@@ -33,7 +33,8 @@ static void seq_free(mu__eng_t *e, mu__eng_seq_t *q)
 
 	for (k = 0; k < e->n; k++) {
 		if (q->in != NULL && e->o.recover != NULL && !q->no_replay)
-			e->st.kept_bytes -= (uint64_t)q->in[k].n * (uint64_t)e->o.dim * sizeof(float);
+			__atomic_fetch_sub(&e->kept, (uint64_t)q->in[k].n * (uint64_t)e->o.dim * sizeof(float),
+			                   __ATOMIC_RELAXED);
 		mu__free(q->in != NULL ? q->in[k].rows : NULL);
 	}
 	mu__free(q->in);
@@ -460,6 +461,7 @@ void mu__eng_stats(mu__eng_t *e, mu__eng_stats_t *st)
 	uv_mutex_lock(&e->lock);
 	*st = e->st;
 	uv_mutex_unlock(&e->lock);
+	st->kept_bytes = __atomic_load_n(&e->kept, __ATOMIC_RELAXED);
 }
 
 int mu__eng_stages(const mu__eng_t *e)

@@ -79,7 +79,10 @@ struct mu__eng_s {
 	uint64_t last_sid;    /* the sequence id given last */
 	int rotate;
 	double last_moved;    /* mu__clock_ms() when a round last did something */
-	mu__eng_stats_t st;
+	mu__eng_stats_t st;   /* under lock; its kept_bytes stays 0, see kept */
+	uint64_t kept;        /* atomic: inputs held for replay, changed by the
+	                         engine's thread outside the lock (mu__eng_stats
+	                         reads it into kept_bytes) */
 };
 
 /* The engine stops: mu__eng_free asked, or a chain broke for good. Read

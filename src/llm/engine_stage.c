@@ -180,14 +180,14 @@ static int keep(mu__eng_t *e, mu__eng_seq_t *q, int k, const float *rows, int32_
 	uint64_t row = (uint64_t)e->o.dim * sizeof(float);
 
 	if (e->o.recover != NULL && !q->no_replay) {
-		if (e->st.kept_bytes + (uint64_t)n * row > e->o.replay_bytes) {
+		if (__atomic_load_n(&e->kept, __ATOMIC_RELAXED) + (uint64_t)n * row > e->o.replay_bytes) {
 			q->no_replay = 1;
 			for (int j = 1; j < e->n; j++) {
-				e->st.kept_bytes -= (uint64_t)q->in[j].n * row;
+				__atomic_fetch_sub(&e->kept, (uint64_t)q->in[j].n * row, __ATOMIC_RELAXED);
 				in_drop(e, &q->in[j], q->done[j]);
 			}
 		} else {
-			e->st.kept_bytes += (uint64_t)n * row;
+			__atomic_fetch_add(&e->kept, (uint64_t)n * row, __ATOMIC_RELAXED);
 		}
 	}
 	return in_push(e, &q->in[k], rows, n);
