@@ -53,6 +53,23 @@ typedef struct {
 MU_EXTERN int mu_gguf_quantize(const char *in, const char *out, const char *type, int threads,
                                mu_quant_summary_t *sum, char *err, size_t errlen);
 
+/*
+ * The same from an HF checkpoint directory in: config.json,
+ * tokenizer.json (with tokenizer_config.json when there is one) and
+ * model.safetensors or the shards of model.safetensors.index.json, in
+ * F32, F16 or BF16, of a LlamaForCausalLM, MistralForCausalLM (GGUF
+ * architecture "llama", the Q/K rows put back in GGUF's order) or
+ * Qwen2ForCausalLM ("qwen2"). out is the file mu_gguf_quantize writes
+ * from the GGUF that tools/llm_convert.py hf-to-gguf makes of in with
+ * --type the source's type: metadata from config.json and the
+ * tokenizer's arrays from tokenizer.json, 1-D tensors in F32, a
+ * rope_freqs.weight for llama3 RoPE scaling. Errors as mu_gguf_quantize's;
+ * MU_EPROTO names the file and the field or tensor that is missing, not
+ * supported or of the wrong shape.
+ */
+MU_EXTERN int mu_hf_quantize(const char *in, const char *out, const char *type, int threads,
+                             mu_quant_summary_t *sum, char *err, size_t errlen);
+
 /* The file types mu_gguf_quantize takes, ", "-separated (static). */
 MU_EXTERN const char *mu_quant_types(void);
 

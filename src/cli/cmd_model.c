@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -181,8 +182,9 @@ static int model_quantize(int argc, char **argv)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int quiet = 0, threads = cpus > 0 ? (int)cpus : 1, npos, rc;
-	char err[1024] = "", about[1024];
+	char err[1024] = "", about[1200];
 	mu_quant_summary_t sum;
+	struct stat st;
 	cli_opt_t opts[] = {
 		{"threads", OPT_INT, &threads, "N", "quantizing threads (default: the machine's cores; "
 		 "the file is the same for any N)"},
@@ -195,10 +197,12 @@ static int model_quantize(int argc, char **argv)
 	         "Write the GGUF checkpoint IN as OUT in file type TYPE, with llama.cpp's\n"
 	         "per-tensor rules (attn_v, ffn_down, output... get more bits) and bytes\n"
 	         "equal to llama.cpp's own quantizer's without an importance matrix. All\n"
-	         "metadata and the tokenizer are kept. An HF directory is converted first:\n"
-	         "tools/llm_convert.py hf-to-gguf DIR F32.gguf --type F32. OUT is written\n"
-	         "under a temporary name and renamed when complete. docs/quantize.md has\n"
-	         "the rules.\n\n"
+	         "metadata and the tokenizer are kept. IN may be an HF directory\n"
+	         "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM; safetensors in\n"
+	         "F32, F16 or BF16, one file or shards): OUT is then the file the GGUF\n"
+	         "tools/llm_convert.py hf-to-gguf would make of it gives, with no file\n"
+	         "between. OUT is written under a temporary name and renamed when\n"
+	         "complete. docs/quantize.md has the rules.\n\n"
 	         "TYPE: %s.",
 	         mu_quant_types());
 	rc = cli_parse(&cmd, argc, argv, &npos);
@@ -206,7 +210,10 @@ static int model_quantize(int argc, char **argv)
 		return rc == 1 ? 0 : rc;
 	if (quiet)
 		cli_progress_enable(0);
-	rc = mu_gguf_quantize(argv[0], argv[1], argv[2], threads, &sum, err, sizeof(err));
+	if (stat(argv[0], &st) == 0 && S_ISDIR(st.st_mode))
+		rc = mu_hf_quantize(argv[0], argv[1], argv[2], threads, &sum, err, sizeof(err));
+	else
+		rc = mu_gguf_quantize(argv[0], argv[1], argv[2], threads, &sum, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "muster model quantize: %s\n", err[0] != '\0' ? err : mu_strerror(rc));
 		return rc == MU_EARG ? 2 : 1;

@@ -19,6 +19,7 @@
 #include "core/alloc_int.h"
 #include "core/progress_int.h"
 #include "formats/gguf_int.h"
+#include "formats/gguf_quantize_int.h"
 #include "formats/gguf_write_int.h"
 #include "formats/map_int.h"
 #include "formats/quant_rules_int.h"
@@ -30,9 +31,11 @@ const char *mu_quant_types(void)
 	return mu__qftype_list();
 }
 
-/* A tensor of the output: the input's, its new type and bytes. */
+/* A tensor of the output: the input's, its row order, its new type and
+ * bytes. */
 typedef struct {
 	const mu__gguf_tensor_t *in;
+	const uint32_t *rows; /* row r is the input's row rows[r]; NULL: r */
 	uint32_t type;
 	uint64_t bytes;
 } plan_t;
@@ -73,8 +76,8 @@ static void plan_model(const mu__gguf_t *g, mu__qplan_t *p)
 	p->n_gqa = kv > 0 ? (int)(heads / kv) : 0;
 }
 
-static int plan(const mu__gguf_t *g, const mu__qftype_t *ft, plan_t *out, mu_quant_summary_t *sum,
-                char *err, size_t el)
+static int plan(const mu__gguf_t *g, const uint32_t *const *rows, const mu__qftype_t *ft,
+                plan_t *out, mu_quant_summary_t *sum, char *err, size_t el)
 {
 	const char **names = mu__calloc(g->nt ? g->nt : 1, sizeof(*names));
 	mu__qplan_t p;
@@ -106,6 +109,7 @@ static int plan(const mu__gguf_t *g, const mu__qftype_t *ft, plan_t *out, mu_qua
 			return MU_EPROTO;
 		}
 		out[i].in = t;
+		out[i].rows = rows != NULL ? rows[t - g->t] : NULL;
 		out[i].type = (uint32_t)ty;
 		out[i].bytes = ty == t->type ? t->bytes
 		                             : n / (uint64_t)mu__quant((uint32_t)ty)->block *
@@ -147,6 +151,7 @@ static void count(mu_quant_summary_t *s, const plan_t *t)
 
 typedef struct {
 	const mu__gguf_tensor_t *in;
+	const uint32_t *rows;
 	const mu__quant_t *q;
 	mu__wtype_t w;
 	size_t rin, rout;
@@ -161,7 +166,9 @@ static void quant_rows(void *arg, int64_t lo, int64_t hi, int thread)
 	float *x = j->x + (size_t)thread * (size_t)j->in->ne[0];
 
 	for (int64_t r = lo; r < hi; r++) {
-		mu__wtypes[j->w].to_f32(j->in->data + (j->r0 + (uint64_t)r) * j->rin,
+		uint64_t src = j->r0 + (uint64_t)r;
+
+		mu__wtypes[j->w].to_f32(j->in->data + (j->rows != NULL ? j->rows[src] : src) * j->rin,
 		                        (int64_t)j->in->ne[0], x);
 		j->q->from_f32(x, (int64_t)j->in->ne[0], j->out + (size_t)r * j->rout);
 	}
@@ -173,9 +180,16 @@ static int write_tensor(mu__gguf_out_t *o, mu__pool_t *pool, const plan_t *t, fl
 {
 	const mu__gguf_tensor_t *in = t->in;
 	uint64_t rows = in->ne[1] * in->ne[2] * in->ne[3], per;
-	job_t j = {in, NULL, MU__WT_F32, 0, 0, 0, x, slab};
+	job_t j = {in, t->rows, NULL, MU__WT_F32, 0, 0, 0, x, slab};
 	int rc = 0;
 
+	if (t->type == in->type && t->rows != NULL && rows > 0) {
+		for (uint64_t r = 0; rc == 0 && r < rows; r++)
+			rc = mu__gguf_out_data(o, in->data + t->rows[r] * (in->bytes / rows),
+			                       (size_t)(in->bytes / rows));
+		mu__progress_bytes(pr, *done += in->bytes);
+		return rc;
+	}
 	if (t->type == in->type || rows == 0) {
 		rc = mu__gguf_out_data(o, in->data, in->bytes);
 		mu__progress_bytes(pr, *done += in->bytes);
@@ -265,9 +279,8 @@ static int open_input(const char *in, mu__map_t *m, mu__gguf_t *g, char *err, si
 	int rc;
 
 	if (stat(in, &st) == 0 && S_ISDIR(st.st_mode)) {
-		snprintf(err, el,
-		         "%s is a directory: muster quantizes GGUF files (convert an HF directory first: "
-		         "tools/llm_convert.py hf-to-gguf DIR OUT.gguf --type F32)", in);
+		snprintf(err, el, "%s is a directory: mu_gguf_quantize takes a GGUF file "
+		         "(mu_hf_quantize takes an HF directory)", in);
 		return MU_EARG;
 	}
 	rc = mu__map_open(in, 8, "too short to be a GGUF file", MU__MAP_NORMAL, m, why, sizeof(why));
@@ -278,19 +291,51 @@ static int open_input(const char *in, mu__map_t *m, mu__gguf_t *g, char *err, si
 	return rc == MU_EBADMAGIC || rc == MU_ETOOBIG ? MU_EPROTO : rc;
 }
 
+int mu__gguf_quantize_parsed(const mu__gguf_t *g, const uint32_t *const *rows,
+                             const char *in_name, const char *out, const char *type, int threads,
+                             mu_quant_summary_t *sum, char *err, size_t errlen)
+{
+	const mu__qftype_t *ft;
+	mu_quant_summary_t s;
+	plan_t *pl;
+	char tmp[4096];
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	if (threads < 1 || threads > MU__POOL_MAX_THREADS) {
+		snprintf(err, errlen, "threads %d is not in [1, %d]", threads, MU__POOL_MAX_THREADS);
+		return MU_EARG;
+	}
+	if ((rc = check_type(type, &ft, err, errlen)) != 0)
+		return rc;
+	pl = mu__calloc(g->nt ? g->nt : 1, sizeof(*pl));
+	rc = pl != NULL ? plan(g, rows, ft, pl, &s, err, errlen) : MU_ENOMEM;
+	if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out, (long)getpid()) >= (int)sizeof(tmp))
+		rc = -ENAMETOOLONG;
+	if (rc == 0)
+		rc = write_all(g, ft, pl, tmp, in_name, threads, err, errlen);
+	if (rc == 0 && rename(tmp, out) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
+		unlink(tmp);
+	}
+	for (size_t i = 0; rc == 0 && i < g->nt; i++)
+		count(&s, &pl[i]);
+	if (rc == 0 && sum != NULL)
+		*sum = s;
+	mu__free(pl);
+	return rc;
+}
+
 int mu_gguf_quantize(const char *in, const char *out, const char *type, int threads,
                      mu_quant_summary_t *sum, char *err, size_t errlen)
 {
 	const mu__qftype_t *ft;
-	mu_quant_summary_t s;
 	mu__map_t m;
 	mu__gguf_t g;
-	plan_t *pl;
-	char tmp[4096];
 	const char *base;
 	int rc;
 
-	memset(&s, 0, sizeof(s));
 	if (errlen > 0)
 		err[0] = '\0';
 	if (in == NULL || out == NULL) {
@@ -305,25 +350,10 @@ int mu_gguf_quantize(const char *in, const char *out, const char *type, int thre
 		return rc;
 	if ((rc = open_input(in, &m, &g, err, errlen)) != 0)
 		return rc;
-	pl = mu__calloc(g.nt ? g.nt : 1, sizeof(*pl));
-	rc = pl != NULL ? plan(&g, ft, pl, &s, err, errlen) : MU_ENOMEM;
-	if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s.tmp%ld", out, (long)getpid()) >= (int)sizeof(tmp))
-		rc = -ENAMETOOLONG;
 	base = strrchr(in, '/') != NULL ? strrchr(in, '/') + 1 : in;
-	if (rc == 0)
-		rc = write_all(&g, ft, pl, tmp, base, threads, err, errlen);
-	if (rc == 0 && rename(tmp, out) != 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
-		unlink(tmp);
-	}
-	for (size_t i = 0; rc == 0 && i < g.nt; i++)
-		count(&s, &pl[i]);
-	if (rc == 0 && sum != NULL)
-		*sum = s;
+	rc = mu__gguf_quantize_parsed(&g, NULL, base, out, type, threads, sum, err, errlen);
 	if (rc != 0 && err[0] == '\0')
 		snprintf(err, errlen, "%s", mu_strerror(rc));
-	mu__free(pl);
 	mu__gguf_free(&g);
 	mu__map_close(&m);
 	return rc;
