@@ -317,6 +317,18 @@ static int llama3_factors(const cJSON *c, int64_t head_dim, float *out, const ch
 	return 0;
 }
 
+/* GGUF's tensor names and HF's, for messages. */
+static const char *const names[][2] = {
+	{"attn_norm.weight", "input_layernorm.weight"},
+	{"attn_q.weight", "self_attn.q_proj.weight"}, {"attn_q.bias", "self_attn.q_proj.bias"},
+	{"attn_k.weight", "self_attn.k_proj.weight"}, {"attn_k.bias", "self_attn.k_proj.bias"},
+	{"attn_v.weight", "self_attn.v_proj.weight"}, {"attn_v.bias", "self_attn.v_proj.bias"},
+	{"attn_output.weight", "self_attn.o_proj.weight"},
+	{"ffn_norm.weight", "post_attention_layernorm.weight"},
+	{"ffn_gate.weight", "mlp.gate_proj.weight"}, {"ffn_up.weight", "mlp.up_proj.weight"},
+	{"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
 /* The GGUF in memory: its image (metadata), the tensors' row orders and
  * the buffers of the tensors widened to F32. */
 typedef struct {
@@ -426,10 +438,6 @@ static int add_src(hfq_t *q, const mu__llm_src_t *src, const cfg_t *o, const cha
 static int add_all(hfq_t *q, const mu__llm_src_t *src, const cJSON *c, const cfg_t *o,
                    const char *path, char *why, size_t wl)
 {
-	static const char *const per[] = {"attn_norm.weight", "attn_q.weight", "attn_q.bias",
-	                                  "attn_k.weight", "attn_k.bias", "attn_v.weight",
-	                                  "attn_v.bias", "attn_output.weight", "ffn_norm.weight",
-	                                  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
 	int qwen = strcmp(o->arch, "qwen2") == 0, rc = 0;
 	char name[64];
 	float *f;
@@ -445,10 +453,10 @@ static int add_all(hfq_t *q, const mu__llm_src_t *src, const cJSON *c, const cfg
 	}
 	rc = add_src(q, src, o, "token_embd.weight", why, wl);
 	for (int64_t l = 0; rc == 0 && l < o->layers; l++)
-		for (size_t i = 0; rc == 0 && i < sizeof(per) / sizeof(per[0]); i++) {
-			if (!qwen && strstr(per[i], ".bias") != NULL)
+		for (size_t i = 0; rc == 0 && i < sizeof(names) / sizeof(names[0]); i++) {
+			if (!qwen && strstr(names[i][0], ".bias") != NULL)
 				continue;
-			snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, per[i]);
+			snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, names[i][0]);
 			rc = add_src(q, src, o, name, why, wl);
 		}
 	if (rc == 0)
@@ -456,6 +464,33 @@ static int add_all(hfq_t *q, const mu__llm_src_t *src, const cJSON *c, const cfg
 	if (rc == 0 && !o->tied)
 		rc = add_src(q, src, o, "output.weight", why, wl);
 	return rc;
+}
+
+/* The loader's message names a tensor by its GGUF name: add HF's. */
+static void add_hf_name(char *err, size_t el)
+{
+	char *p = strstr(err, "tensor "), g[64] = "", hf[96] = "";
+	int layer = -1;
+
+	if (p == NULL || sscanf(p, "tensor %63s", g) != 1)
+		return;
+	if (strcmp(g, "token_embd.weight") == 0)
+		snprintf(hf, sizeof(hf), "model.embed_tokens.weight");
+	else if (strcmp(g, "output_norm.weight") == 0)
+		snprintf(hf, sizeof(hf), "model.norm.weight");
+	else if (strcmp(g, "output.weight") == 0)
+		snprintf(hf, sizeof(hf), "lm_head.weight");
+	for (size_t i = 0; hf[0] == '\0' && i < sizeof(names) / sizeof(names[0]); i++) {
+		char want[80];
+
+		if (sscanf(g, "blk.%d.", &layer) != 1)
+			break;
+		snprintf(want, sizeof(want), "blk.%d.%s", layer, names[i][0]);
+		if (strcmp(g, want) == 0)
+			snprintf(hf, sizeof(hf), "model.layers.%d.%s", layer, names[i][1]);
+	}
+	if (hf[0] != '\0' && strlen(err) + strlen(hf) + 16 < el)
+		snprintf(err + strlen(err), el - strlen(err), " (%s in the safetensors)", hf);
 }
 
 static int read_config(const char *in, cJSON **c, char *path, size_t pl, char *err, size_t el)
@@ -531,6 +566,8 @@ int mu_hf_quantize(const char *in, const char *out, const char *type, int thread
 		rc = check_cfg(c, &o, path, err, errlen);
 	if (rc == 0 && (rc = mu__llm_src_open(in, NULL, &src, err, errlen)) == 0)
 		opened = 1;
+	else if (rc != 0 && errlen > 0)
+		add_hf_name(err, errlen);
 	if (rc == 0) {
 		dir_name(in, name, sizeof(name));
 		write_meta(&q.w, c, &o, name, 0);
