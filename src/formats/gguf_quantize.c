@@ -7,6 +7,9 @@
  * kernels' exact conversions (kern/types.c) and quantized by the
  * reference quantizers (kern/quant_*.c) on a pool of threads, a slab of
  * rows at a time: memory is a slab whatever the model's size.
+ * mu__gguf_quantize_parsed (formats/gguf_quantize_int.h) is the same on a
+ * GGUF in memory whose tensors point anywhere, with a row order per
+ * tensor: mu_hf_quantize (llm/hf_quant.c) feeds it an HF directory.
  */
 #include <errno.h>
 #include <stdio.h>
