@@ -51,6 +51,8 @@ typedef enum {
 	MU__R_GATE,
 	MU__R_UP,
 	MU__R_DOWN,
+	MU__R_Q_NORM, /* RMSNorm weights of each head of q (MU__AF_QK_NORM) */
+	MU__R_K_NORM, /* ... and of k */
 	MU__R_COUNT
 } mu__role_t;
 
@@ -64,7 +66,8 @@ typedef enum {
 	MU__SZ_KVDIM,   /* n_kv_heads * head_dim */
 	MU__SZ_HIDDEN,  /* hidden */
 	MU__SZ_VOCAB,   /* vocab */
-	MU__SZ_HALF_HEAD /* head_dim / 2 */
+	MU__SZ_HALF_HEAD, /* head_dim / 2 */
+	MU__SZ_HEAD       /* head_dim */
 } mu__sz_t;
 
 typedef enum {
@@ -110,7 +113,7 @@ typedef enum {
  * Features beyond the Llama block. An entry sets the ones its code runs;
  * a file that asks for one its architecture does not set (a config.json
  * key, a GGUF key or a tensor, listed in the feature table of llm/arch.c)
- * is refused by name, never run without it. No entry sets any yet.
+ * is refused by name, never run without it.
  */
 enum {
 	MU__AF_QK_NORM = 1u << 0,     /* RMSNorm of q and k per head */

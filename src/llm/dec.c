@@ -86,6 +86,7 @@ static const struct {
 	SLOT(MU__R_V, wv), SLOT(MU__R_O, wo), SLOT(MU__R_Q_BIAS, bq), SLOT(MU__R_K_BIAS, bk),
 	SLOT(MU__R_V_BIAS, bv), SLOT(MU__R_O_BIAS, bo), SLOT(MU__R_FFN_NORM, ffn_norm),
 	SLOT(MU__R_GATE, gate), SLOT(MU__R_UP, up), SLOT(MU__R_DOWN, down),
+	SLOT(MU__R_Q_NORM, q_norm), SLOT(MU__R_K_NORM, k_norm),
 };
 #undef SLOT
 
@@ -125,6 +126,8 @@ static void free_layer(mu__dec_layer_t *L)
 	mu__free(L->bo);
 	mu__free(L->attn_norm);
 	mu__free(L->ffn_norm);
+	mu__free(L->q_norm);
+	mu__free(L->k_norm);
 }
 
 static int bind(mu__dec_t *d, const mu__llm_src_t *src)

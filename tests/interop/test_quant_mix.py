@@ -3,7 +3,8 @@
 stay close to llama.cpp's on the same file.
 
 Random-weight models (tools/llm_convert.py `gen`, then `hf-to-gguf --type
-F32`): llama and qwen2, grouped-query attention, dims multiples of 256 so
+F32`): llama, qwen2 and qwen3 (QK norm, heads wider than dim/heads),
+grouped-query attention, dims multiples of 256 so
 that the K-quants apply, and one model of dims multiples of 32 but not of
 256, where llama.cpp gives each tensor that is no whole number of 256-blocks
 wide a type of 32-blocks instead. llama.cpp (its own libraries, through
@@ -59,6 +60,10 @@ MODELS = {
     # 320 = 10 x 32: only ffn_down (768 wide) takes a 256-block type
     "llama-odd": ["--arch", "llama", "--dim", "320", "--layers", "2", "--heads", "5",
                   "--kv-heads", "1", "--hidden", "768", "--vocab", "640", "--seed", "5"],
+    # Qwen3: QK norm, and heads of 64 whose q (512) is wider than dim
+    "qwen3-qknorm": ["--arch", "qwen3", "--dim", "256", "--head-dim", "64", "--layers", "2",
+                     "--heads", "8", "--kv-heads", "2", "--hidden", "768", "--vocab", "800",
+                     "--seed", "13"],
 }
 ALIGNED = [m for m in MODELS if m != "llama-odd"]
 
@@ -253,7 +258,8 @@ def llm_stages(muster_bin, tmp_path):
 
 
 @pytest.mark.parametrize("model,ftype", [("llama-gqa4", "Q4_K_M"), ("qwen2-gqa2", "Q4_0-pure"),
-                                         ("llama-odd", "Q5_K_M"), ("llama-mqa", "Q8_0")])
+                                         ("llama-odd", "Q5_K_M"), ("llama-mqa", "Q8_0"),
+                                         ("qwen3-qknorm", "Q4_K_M")])
 def test_split_equals_whole(muster_bin, quantized, llm_stages, model, ftype):
     path = quantized(model, ftype)
     whole_tokens, whole = generate(muster_bin, path)
@@ -262,6 +268,25 @@ def test_split_equals_whole(muster_bin, quantized, llm_stages, model, ftype):
                                    ",".join(s.address for s in group))
     assert split_tokens == whole_tokens
     assert split == whole, "the 2-stage run's logits differ from the whole run's"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_hf_directory_equals_its_gguf(muster_bin, f32_models, model):
+    """The HF directory the F32 GGUF was converted from gives the same
+    tokens and logits: both loaders read the architecture table's names
+    and RoPE layouts. Bit for bit where HF and GGUF keep the same Q/K row
+    order (qwen2, qwen3: halves); llama's GGUF rows are un-permuted to
+    pairs, so q . k adds its terms in another order (within 1e-5)."""
+    gguf = f32_models[model]
+    hf_tokens, hf = generate(muster_bin, gguf.parent / model)
+    gguf_tokens, whole = generate(muster_bin, gguf)
+    assert hf_tokens == gguf_tokens
+    if model.startswith("qwen"):
+        assert hf == whole, f"{model}: the HF directory's logits differ from its GGUF's"
+        return
+    for step, (a, b) in enumerate(zip(rows(hf, STEPS), rows(whole, STEPS))):
+        scale = max(abs(v) for v in b)
+        assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5 * scale, step
 
 
 COMPUTED_TODAY = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
