@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """An independent numpy reference of HF transformers' llama-family decoders
-(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM), computing in
+(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+Phi3ForCausalLM), computing in
 float64 from an HF directory. muster's C decoder is tested against it.
 
     ref = llmref.Model("path/to/hf-dir")
@@ -11,7 +12,7 @@ It reads config.json and the safetensors (one file, or the shards named
 by model.safetensors.index.json; F32, F16 or BF16) with mumodel's reader,
 which shares no code with tools/llm_io.py, the converter's writer. It is
 written from the semantics of transformers' modeling_llama /
-modeling_mistral / modeling_qwen2 / modeling_qwen3, kept short so it can be read against
+modeling_mistral / modeling_qwen2 / modeling_qwen3 / modeling_phi3, kept short so it can be read against
 them:
 
 * RMSNorm: x / sqrt(mean(x^2) + rms_norm_eps) * weight.
@@ -28,6 +29,9 @@ them:
   sees its last `sliding_window` positions; 4096 when config.json omits
   the key, null for none).
 * MLP: down(silu(gate(x)) * up(x)); residual adds around both blocks.
+* Phi-3 keeps q, k and v in one qkv_proj (rows: q, then k, then v) and
+  gate and up in one gate_up_proj (gate's rows first); its sliding_window
+  applies when config.json gives one (Phi3Config's default is none).
 * Head: final norm, then lm_head, or the embedding when
   tie_word_embeddings (false unless config.json says so, as in the
   Llama/Mistral/Qwen2 config classes).
@@ -155,7 +159,8 @@ class Model:
     `start()` / `step(ids)` run it in pieces with a KV cache (the same
     arithmetic); `generate(prompt, n)` is greedy decoding."""
 
-    ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+    ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+             "Phi3ForCausalLM")
 
     def __init__(self, path):
         self.path = str(path)
@@ -184,6 +189,9 @@ class Model:
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         # MistralConfig defaults sliding_window to 4096 when config.json omits it
         self.window = cfg.get("sliding_window", 4096) if arch == "MistralForCausalLM" else None
+        if arch == "Phi3ForCausalLM":
+            self.window = cfg.get("sliding_window")
+        self.fused = arch == "Phi3ForCausalLM"
         self.qkv_bias = arch == "Qwen2ForCausalLM"
         self.qk_norm = arch == "Qwen3ForCausalLM"
         self.inv_freq = rope_inv_freq(cfg, self.head_dim)
@@ -198,6 +206,9 @@ class Model:
         self.layers = []
         for i in range(self.n_layers):
             p = f"model.layers.{i}."
+            if self.fused:
+                self.layers.append(self._fused_layer(get, p, d, hid, q_out, kv_out))
+                continue
             layer = {
                 "attn_norm": get(p + "input_layernorm.weight", (d,)),
                 "q": get(p + "self_attn.q_proj.weight", (q_out, d)),
@@ -219,6 +230,18 @@ class Model:
             self.layers.append(layer)
         self.norm = get("model.norm.weight", (d,))
         self.head = self.embed if tied else get("lm_head.weight", (self.vocab, d))
+
+    @staticmethod
+    def _fused_layer(get, p, d, hid, q_out, kv_out):
+        """Phi-3's layer: its fused matrices cut into the usual parts."""
+        qkv = get(p + "self_attn.qkv_proj.weight", (q_out + 2 * kv_out, d))
+        gate_up = get(p + "mlp.gate_up_proj.weight", (2 * hid, d))
+        return {"attn_norm": get(p + "input_layernorm.weight", (d,)),
+                "q": qkv[:q_out], "k": qkv[q_out:q_out + kv_out], "v": qkv[q_out + kv_out:],
+                "o": get(p + "self_attn.o_proj.weight", (d, q_out)),
+                "mlp_norm": get(p + "post_attention_layernorm.weight", (d,)),
+                "gate": gate_up[:hid], "up": gate_up[hid:],
+                "down": get(p + "mlp.down_proj.weight", (d, hid))}
 
     # -- the forward pass -------------------------------------------------
 
@@ -318,6 +341,7 @@ GGUF_LAYER_NAMES = {
     "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
     "self_attn.o_proj.weight": "attn_output.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight"}
 GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight",
@@ -338,7 +362,7 @@ def _checked(name, t, shape):
 
 
 def from_gguf(path):
-    """A Model of a GGUF "llama", "qwen2" or "qwen3" file, as llama.cpp runs it:
+    """A Model of a GGUF "llama", "qwen2", "qwen3" or "phi3" file, as llama.cpp runs it:
     weights dequantized (F32/F16/BF16/Q8_0/Q4_0), "llama" rotating adjacent
     pairs of its interleaved Q/K rows and "qwen2" rotating halves, each
     frequency divided by rope_freqs.weight when the file has one. The
@@ -348,7 +372,7 @@ def from_gguf(path):
     g = llm_io.GgufReader(path)
     md = g.metadata
     arch = md.get("general.architecture")
-    if arch not in ("llama", "qwen2", "qwen3"):
+    if arch not in ("llama", "qwen2", "qwen3", "phi3"):
         raise ValueError(f"general.architecture {arch!r} is unsupported")
 
     def key(name, default=None):
@@ -358,7 +382,8 @@ def from_gguf(path):
     head_dim = key("attention.key_length") or dim // heads
     if key("rope.dimension_count", head_dim) != head_dim:
         raise ValueError(f"{arch}.rope.dimension_count: partial rotation is unsupported")
-    classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+    classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+               "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
     cfg = {"architectures": [classes[arch]],
            "hidden_size": dim, "intermediate_size": key("feed_forward_length"),
            "num_hidden_layers": key("block_count"), "num_attention_heads": heads,

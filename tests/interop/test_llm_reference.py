@@ -56,6 +56,8 @@ SHAPES = {
     "qwen3-qknorm-bf16": ["--arch", "qwen3", "--dim", "64", "--layers", "2", "--heads", "4",
                           "--kv-heads", "2", "--head-dim", "32", "--hidden", "96", "--dtype",
                           "BF16", "--rope-theta", "1000000"],
+    "phi3-fused-f16": ["--arch", "phi3", "--dim", "64", "--layers", "2", "--heads", "4",
+                       "--kv-heads", "2", "--hidden", "96", "--dtype", "F16", "--shards", "2"],
     "mistral-headdim-linear": ["--arch", "mistral", "--dim", "64", "--layers", "2", "--heads",
                                "4", "--kv-heads", "2", "--head-dim", "24", "--hidden", "96",
                                "--rope-scaling", "linear", "--rope-factor", "2"],
@@ -119,7 +121,8 @@ def test_f16_cache_near_reference(muster_bin, models, tmp_path, name):
 @pytest.mark.parametrize("name,gtype", [("llama-gqa-bf16-sharded", "F32"),
                                         ("qwen2-bias-f16", "F16"),
                                         ("llama3-scaling", "F32"),
-                                        ("qwen3-qknorm-bf16", "F32")])
+                                        ("qwen3-qknorm-bf16", "F32"),
+                                        ("phi3-fused-f16", "F16")])
 def test_gguf_matches_reference(muster_bin, models, tmp_path, name, gtype):
     gguf = tmp_path / "m.gguf"
     convert("hf-to-gguf", "--type", gtype, models[name], gguf)
