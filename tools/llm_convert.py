@@ -4,7 +4,7 @@
 
 usage: llm_convert.py llama2c-to-hf CHECKPOINT.bin TOKENIZER.bin OUTDIR [options]
        llm_convert.py hf-to-gguf HFDIR OUT.gguf [--type F32|F16|BF16|Q8_0]
-       llm_convert.py gen OUTDIR --arch llama|mistral|qwen2 [shape options]
+       llm_convert.py gen OUTDIR --arch llama|mistral|qwen2|qwen3|phi3 [shape options]
 
 Each subcommand has --help. Outputs are written under a temporary name and
 renamed into place only when complete, so a failed run leaves nothing.
@@ -107,7 +107,8 @@ def check_hf_config(cfg):
     field that is missing or unsupported."""
     archs = cfg.get("architectures") or [None]
     arch = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama",
-            "Qwen2ForCausalLM": "qwen2"}.get(archs[0])
+            "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+            "Phi3ForCausalLM": "phi3"}.get(archs[0])
     if arch is None:
         raise ConvertError(f"config.json architectures {archs}: unsupported")
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers",
@@ -250,6 +251,14 @@ def gguf_tensor_plan(ck, cfg, arch, dims, ftype):
     qkv = ["q", "k", "v"]
     for i in range(cfg["num_hidden_layers"]):
         p, b = f"model.layers.{i}.", f"blk.{i}."
+        if arch == "phi3":  # fused, as llama.cpp's Phi3MiniModel keeps them
+            add(b + "attn_norm.weight", p + "input_layernorm.weight")
+            add(b + "attn_qkv.weight", p + "self_attn.qkv_proj.weight")
+            add(b + "attn_output.weight", p + "self_attn.o_proj.weight")
+            add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight")
+            add(b + "ffn_up.weight", p + "mlp.gate_up_proj.weight")
+            add(b + "ffn_down.weight", p + "mlp.down_proj.weight")
+            continue
         add(b + "attn_norm.weight", p + "input_layernorm.weight")
         for x in qkv:
             undo = {"q": dims["heads"], "k": dims["kv"]}.get(x) if arch == "llama" else None
@@ -257,6 +266,9 @@ def gguf_tensor_plan(ck, cfg, arch, dims, ftype):
             if arch == "qwen2":
                 add(b + f"attn_{x}.bias", p + f"self_attn.{x}_proj.bias")
         add(b + "attn_output.weight", p + "self_attn.o_proj.weight")
+        if arch == "qwen3":
+            add(b + "attn_q_norm.weight", p + "self_attn.q_norm.weight")
+            add(b + "attn_k_norm.weight", p + "self_attn.k_norm.weight")
         add(b + "ffn_norm.weight", p + "post_attention_layernorm.weight")
         add(b + "ffn_gate.weight", p + "mlp.gate_proj.weight")
         add(b + "ffn_up.weight", p + "mlp.up_proj.weight")
@@ -476,7 +488,7 @@ def parser():
 
     h = sub.add_parser("hf-to-gguf", help="HF llama/mistral/qwen2 directory -> GGUF v3",
                        description="Convert an HF directory to GGUF v3 as llama.cpp lays "
-                       "it out (architecture llama or qwen2).")
+                       "it out (architecture llama, qwen2, qwen3 or phi3).")
     h.add_argument("hfdir")
     h.add_argument("out", help="output .gguf (must not exist)")
     h.add_argument("--type", choices=FILE_TYPES, default="F32",

@@ -16,7 +16,7 @@ import llm_tok
 
 TORCH_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 ARCHS = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-         "qwen2": "Qwen2ForCausalLM"}
+         "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
 
 
 class ConvertError(Exception):
@@ -57,14 +57,21 @@ def row_blocks(shape, limit=1 << 22):
 # HF directories
 # ---------------------------------------------------------------------------
 
-def layer_names(i, qkv_bias=False):
+def layer_names(i, qkv_bias=False, qk_norm=False, fused=False):
     p = f"model.layers.{i}."
+    if fused:       # Phi-3: q, k, v in one matrix, gate and up in another
+        return [p + n for n in ("input_layernorm.weight", "self_attn.qkv_proj.weight",
+                                "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                "mlp.gate_up_proj.weight", "mlp.down_proj.weight")]
     names = [p + "input_layernorm.weight"]
     for x in "qkv":
         names.append(p + f"self_attn.{x}_proj.weight")
         if qkv_bias:
             names.append(p + f"self_attn.{x}_proj.bias")
-    names += [p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
+    names.append(p + "self_attn.o_proj.weight")
+    if qk_norm:     # Qwen3: an RMSNorm of each head of q and of k
+        names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
+    names += [p + "post_attention_layernorm.weight",
               p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", p + "mlp.down_proj.weight"]
     return names
 
@@ -77,7 +84,11 @@ def hf_shapes(cfg):
     kv = cfg.get("num_key_value_heads") or heads
     hd = cfg.get("head_dim") or dim // heads
     qkv_bias = cfg["architectures"][0] == "Qwen2ForCausalLM"
-    shapes = {"input_layernorm.weight": (dim,), "post_attention_layernorm.weight": (dim,),
+    qk_norm = cfg["architectures"][0] == "Qwen3ForCausalLM"
+    fused = cfg["architectures"][0] == "Phi3ForCausalLM"
+    shapes = {"self_attn.q_norm.weight": (hd,), "self_attn.k_norm.weight": (hd,),
+              "self_attn.qkv_proj.weight": ((heads + 2 * kv) * hd, dim),
+              "mlp.gate_up_proj.weight": (2 * hid, dim),"input_layernorm.weight": (dim,), "post_attention_layernorm.weight": (dim,),
               "self_attn.q_proj.weight": (heads * hd, dim), "self_attn.q_proj.bias": (heads * hd,),
               "self_attn.k_proj.weight": (kv * hd, dim), "self_attn.k_proj.bias": (kv * hd,),
               "self_attn.v_proj.weight": (kv * hd, dim), "self_attn.v_proj.bias": (kv * hd,),
@@ -86,7 +97,8 @@ def hf_shapes(cfg):
               "mlp.down_proj.weight": (dim, hid)}
     out = [("model.embed_tokens.weight", (vocab, dim))]
     for i in range(cfg["num_hidden_layers"]):
-        out += [(n, shapes[n.split(".", 3)[3]]) for n in layer_names(i, qkv_bias)]
+        out += [(n, shapes[n.split(".", 3)[3]])
+                for n in layer_names(i, qkv_bias, qk_norm, fused)]
     out.append(("model.norm.weight", (dim,)))
     if not cfg.get("tie_word_embeddings", False):
         out.append(("lm_head.weight", (vocab, dim)))
@@ -198,6 +210,12 @@ def base_config(arch, dim, hidden, layers, heads, kv_heads, head_dim, vocab, tie
         cfg.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
     elif arch == "mistral":
         cfg.update(sliding_window=None)
+    elif arch == "phi3":
+        cfg.update(attention_bias=False, sliding_window=None,
+                   original_max_position_embeddings=max_pos)
+    elif arch == "qwen3":
+        cfg.update(attention_bias=False, use_sliding_window=False, sliding_window=None,
+                   max_window_layers=layers)
     else:
         cfg.update(use_sliding_window=False, sliding_window=None, max_window_layers=layers)
     return cfg

@@ -51,6 +51,8 @@ static const mu__tspec_t family_model[] = {
 #define K_BIAS(need) ROW(K_BIAS, "attn_k.bias", "self_attn.k_proj.bias", 1, KVDIM, need, -1)
 #define V_BIAS(need) ROW(V_BIAS, "attn_v.bias", "self_attn.v_proj.bias", 1, KVDIM, need, -1)
 #define O_BIAS(need) ROW(O_BIAS, "attn_output.bias", "self_attn.o_proj.bias", 1, DIM, need, -1)
+#define Q_NORM ROW(Q_NORM, "attn_q_norm.weight", "self_attn.q_norm.weight", 1, HEAD, REQUIRED, -1)
+#define K_NORM ROW(K_NORM, "attn_k_norm.weight", "self_attn.k_norm.weight", 1, HEAD, REQUIRED, -1)
 
 /* Llama: Meta's block; q/k/v/o biases when config.json's attention_bias
  * asks for them. llama2.c checkpoints are this. */
@@ -71,6 +73,27 @@ static const mu__tspec_t qwen2_layer[] = {
 	Q_BIAS(REQUIRED), K_BIAS(REQUIRED), V_BIAS(REQUIRED),
 };
 
+/* Qwen3: Llama's block without biases (attention_bias is false in every
+ * released model), and an RMSNorm of each head of q and of k, one weight
+ * vector of head_dim for all heads, before RoPE. */
+static const mu__tspec_t qwen3_layer[] = {
+	ATTN_NORM(-1), Q(-1), K(-1), V(-1), O(-1), FFN_NORM(-1), GATE(-1), UP(-1), DOWN(-1),
+	Q_NORM, K_NORM,
+};
+
+/* Phi-3: Llama's block with q, k and v in one matrix and gate and up in
+ * another (GGUF keeps the second's name, ffn_up, at twice the rows), the
+ * binder viewing each part's rows in place. GGUF files have no window:
+ * llama.cpp turned Phi's off (its phi3 loader zeroes n_swa); HF configs
+ * give one (2047 in Phi-3-mini-4k), and transformers applies it. */
+static const mu__tspec_t phi3_layer[] = {
+	ATTN_NORM(-1),
+	ROW(QKV, "attn_qkv.weight", "self_attn.qkv_proj.weight", QKVDIM, DIM, REQUIRED, -1),
+	O(-1), FFN_NORM(-1),
+	ROW(GATE_UP, "ffn_up.weight", "mlp.gate_up_proj.weight", HIDDEN2, DIM, REQUIRED, -1),
+	DOWN(-1),
+};
+
 /* GGUF writes Mistral as llama (llama.cpp's converter), so the mistral
  * entry has no GGUF name of its own. RoPE: HF rows rotate halves
  * (rotate_half); llama.cpp un-permutes llama's Q/K rows back to Meta's
@@ -85,6 +108,12 @@ static const mu__arch_t archs[] = {
 	{"qwen2", {"Qwen2ForCausalLM"}, "qwen2", {"qwen2"}, MU__ROPE_HALVES, MU__ROPE_HALVES,
 	 MU__ACT_SILU, MU__NORM_RMS, 0, MU__WIN_OPT_IN, "model.layers.", family_model, qwen2_layer,
 	 N(family_model), N(qwen2_layer)},
+	{"qwen3", {"Qwen3ForCausalLM"}, "qwen3", {"qwen3"}, MU__ROPE_HALVES, MU__ROPE_HALVES,
+	 MU__ACT_SILU, MU__NORM_RMS, MU__AF_QK_NORM, MU__WIN_OPT_IN, "model.layers.", family_model,
+	 qwen3_layer, N(family_model), N(qwen3_layer)},
+	{"phi3", {"Phi3ForCausalLM"}, "phi3", {"phi3"}, MU__ROPE_HALVES, MU__ROPE_HALVES,
+	 MU__ACT_SILU, MU__NORM_RMS, MU__AF_FUSED_QKV, MU__WIN_IF_SET, "model.layers.", family_model,
+	 phi3_layer, N(family_model), N(phi3_layer)},
 };
 
 /* What a file may ask for that an entry without the feature refuses. */
@@ -101,6 +130,10 @@ static const mu__feature_t features[] = {
 	 {"block_sparse_moe.gate.weight", "mlp.gate.weight"}},
 	{MU__AF_SWA_LAYERS, "a sliding window on some layers", {"sliding_window_pattern"},
 	 {"%s.attention.sliding_window_pattern"}, {NULL}, {NULL}},
+	/* llama.cpp's converter writes the key only beside the factor tensors
+	 * (rope_factors_long/short.weight); config.json's rope_scaling
+	 * "longrope" is refused as an unknown rope_type */
+	{MU__AF_LONGROPE, "LongRoPE", {NULL}, {"%s.rope.scaling.attn_factor"}, {NULL}, {NULL}},
 	{MU__AF_MLP_BIAS, "feed-forward biases", {"mlp_bias"}, {NULL},
 	 {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"},
 	 {"mlp.gate_proj.bias", "mlp.up_proj.bias", "mlp.down_proj.bias"}},
@@ -199,6 +232,9 @@ int64_t mu__arch_size(const mu__llm_hp_t *h, mu__sz_t s)
 	case MU__SZ_HIDDEN: return h->hidden;
 	case MU__SZ_VOCAB: return h->vocab;
 	case MU__SZ_HALF_HEAD: return h->head_dim / 2;
+	case MU__SZ_HEAD: return h->head_dim;
+	case MU__SZ_QKVDIM: return (int64_t)(h->n_heads + 2 * h->n_kv_heads) * h->head_dim;
+	case MU__SZ_HIDDEN2: return 2 * (int64_t)h->hidden;
 	}
 	return 0;
 }

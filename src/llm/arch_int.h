@@ -51,6 +51,10 @@ typedef enum {
 	MU__R_GATE,
 	MU__R_UP,
 	MU__R_DOWN,
+	MU__R_Q_NORM, /* RMSNorm weights of each head of q (MU__AF_QK_NORM) */
+	MU__R_K_NORM, /* ... and of k */
+	MU__R_QKV,    /* q, k and v in one matrix, row views (MU__AF_FUSED_QKV) */
+	MU__R_GATE_UP, /* gate then up in one matrix, row views (Phi-3) */
 	MU__R_COUNT
 } mu__role_t;
 
@@ -64,7 +68,10 @@ typedef enum {
 	MU__SZ_KVDIM,   /* n_kv_heads * head_dim */
 	MU__SZ_HIDDEN,  /* hidden */
 	MU__SZ_VOCAB,   /* vocab */
-	MU__SZ_HALF_HEAD /* head_dim / 2 */
+	MU__SZ_HALF_HEAD, /* head_dim / 2 */
+	MU__SZ_HEAD,      /* head_dim */
+	MU__SZ_QKVDIM,    /* q_dim + 2 kv_dim: q, k and v fused */
+	MU__SZ_HIDDEN2    /* 2 hidden: gate and up fused */
 } mu__sz_t;
 
 typedef enum {
@@ -102,15 +109,17 @@ typedef enum {
 	MU__WIN_NONE = 0, /* the architecture has none: its keys are ignored */
 	MU__WIN_ALWAYS,   /* sliding_window on every layer, 4096 when omitted, none
 	                   * when null (transformers' MistralConfig) */
-	MU__WIN_OPT_IN    /* only with use_sliding_window, on layers from
+	MU__WIN_OPT_IN,   /* only with use_sliding_window, on layers from
 	                   * max_window_layers on (or as layer_types says) */
+	MU__WIN_IF_SET    /* sliding_window on every layer when it is a number,
+	                   * none when omitted or null (transformers' Phi3Config) */
 } mu__win_t;
 
 /*
  * Features beyond the Llama block. An entry sets the ones its code runs;
  * a file that asks for one its architecture does not set (a config.json
  * key, a GGUF key or a tensor, listed in the feature table of llm/arch.c)
- * is refused by name, never run without it. No entry sets any yet.
+ * is refused by name, never run without it.
  */
 enum {
 	MU__AF_QK_NORM = 1u << 0,     /* RMSNorm of q and k per head */
@@ -118,7 +127,8 @@ enum {
 	MU__AF_FUSED_QKV = 1u << 2,   /* one matrix for q, k and v */
 	MU__AF_MOE = 1u << 3,         /* mixture of experts */
 	MU__AF_SWA_LAYERS = 1u << 4,  /* a sliding window on some layers only */
-	MU__AF_MLP_BIAS = 1u << 5     /* biases on the feed-forward */
+	MU__AF_MLP_BIAS = 1u << 5,    /* biases on the feed-forward */
+	MU__AF_LONGROPE = 1u << 6     /* Phi-3's LongRoPE: long and short factors */
 };
 
 #define MU__ARCH_NAMES 2 /* names per format an entry may have */

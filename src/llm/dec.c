@@ -86,8 +86,42 @@ static const struct {
 	SLOT(MU__R_V, wv), SLOT(MU__R_O, wo), SLOT(MU__R_Q_BIAS, bq), SLOT(MU__R_K_BIAS, bk),
 	SLOT(MU__R_V_BIAS, bv), SLOT(MU__R_O_BIAS, bo), SLOT(MU__R_FFN_NORM, ffn_norm),
 	SLOT(MU__R_GATE, gate), SLOT(MU__R_UP, up), SLOT(MU__R_DOWN, down),
+	SLOT(MU__R_Q_NORM, q_norm), SLOT(MU__R_K_NORM, k_norm),
 };
 #undef SLOT
+
+/* Rows [r0, r0 + rows) of m, in place: a row of a matrix is whole blocks,
+ * so any range of rows is a matrix of its own. */
+static mu__wmat_t row_view(const mu__wmat_t *m, int64_t r0, int64_t rows)
+{
+	mu__wmat_t v = *m;
+
+	v.data = (const unsigned char *)m->data + (size_t)r0 * mu__wtype_row_bytes(m->type, m->cols);
+	v.rows = rows;
+	return v;
+}
+
+/* A fused matrix's parts: q, k, v (MU__R_QKV) or gate, up (MU__R_GATE_UP). */
+static int bind_fused(const mu__llm_src_t *src, const char *name, mu__role_t role,
+                      mu__dec_layer_t *L)
+{
+	const mu__llm_hp_t *h = &src->hp;
+	int64_t q = (int64_t)h->n_heads * h->head_dim, kv = (int64_t)h->n_kv_heads * h->head_dim;
+	mu__wmat_t m;
+	int rc = mat(src, name, &m);
+
+	if (rc != 0)
+		return rc;
+	if (role == MU__R_QKV) {
+		L->wq = row_view(&m, 0, q);
+		L->wk = row_view(&m, q, kv);
+		L->wv = row_view(&m, q + kv, kv);
+	} else {
+		L->gate = row_view(&m, 0, h->hidden);
+		L->up = row_view(&m, h->hidden, h->hidden);
+	}
+	return 0;
+}
 
 /* Layer l's tensors by the architecture's specs (mu__llm_check_range has
  * checked their shapes). */
@@ -101,10 +135,12 @@ static int bind_layer(const mu__llm_src_t *src, const mu__arch_t *a, int l, mu__
 	for (i = 0; i < a->nlayer; i++) {
 		const mu__tspec_t *t = &a->layer[i];
 
-		if (!slots[t->role].set)
-			return MU_EPROTO; /* a role the decoder has no place for */
 		snprintf(name, sizeof(name), "blk.%d.%s", l, t->gguf);
-		if (t->rows == MU__SZ_1)
+		if (t->role == MU__R_QKV || t->role == MU__R_GATE_UP)
+			rc = bind_fused(src, name, t->role, L);
+		else if (!slots[t->role].set)
+			return MU_EPROTO; /* a role the decoder has no place for */
+		else if (t->rows == MU__SZ_1)
 			rc = vec_copy(src, name, t->need == MU__NEED_REQUIRED,
 			              (float **)(void *)(base + slots[t->role].off));
 		else if (t->need == MU__NEED_OPTIONAL && mu__llm_src_tensor(src, name) == NULL)
@@ -125,6 +161,8 @@ static void free_layer(mu__dec_layer_t *L)
 	mu__free(L->bo);
 	mu__free(L->attn_norm);
 	mu__free(L->ffn_norm);
+	mu__free(L->q_norm);
+	mu__free(L->k_norm);
 }
 
 static int bind(mu__dec_t *d, const mu__llm_src_t *src)

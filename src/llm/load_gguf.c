@@ -126,6 +126,22 @@ static int refuse_features(const mu__gguf_t *g, const char *prefix, const mu__ar
 	return 0;
 }
 
+/* RoPE over all of each head: a file that rotates part of it (Phi-4-mini,
+ * StableLM: rope.dimension_count below the head's width) is refused, not
+ * run rotating the whole head. */
+static int check_rotary(const mu__gguf_t *g, const mu__llm_hp_t *h, char *why, size_t wl)
+{
+	char key[128];
+	int64_t n;
+
+	snprintf(key, sizeof(key), "%s.rope.dimension_count", h->arch);
+	if (mu__gguf_get_int(g, key, 0, INT32_MAX, &n, NULL, 0) != 0 || n == h->head_dim)
+		return 0;
+	return mu__why(why, wl, MU_EPROTO, "GGUF %s is %lld, but heads are %d wide: a rotation of "
+	               "part of each head, which muster does not run", key, (long long)n,
+	               h->head_dim);
+}
+
 static int read_hp(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
 {
 	const mu__arch_t *a;
@@ -149,6 +165,8 @@ static int read_hp(const mu__gguf_t *g, mu__llm_hp_t *h, char *why, size_t wl)
 	snprintf(h->arch, sizeof(h->arch), "%.*s", (int)alen, arch);
 	if ((rc = refuse_features(g, h->arch, a, why, wl)) != 0 ||
 	    (rc = read_fields(g, h, why, wl)) != 0 || (rc = read_scaling(g, h->arch, h, why, wl)) != 0)
+		return rc;
+	if ((rc = check_rotary(g, h, why, wl)) != 0)
 		return rc;
 	snprintf(h->arch, sizeof(h->arch), "%s", a->name);
 	h->rope = a->rope_gguf;

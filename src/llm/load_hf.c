@@ -248,7 +248,7 @@ static int read_window(const cJSON *c, const mu__arch_t *e, mu__llm_hp_t *h, cha
 		return mu__why(why, wl, MU_EPROTO, "config.json: %d of %d layers slide (layer_types, "
 		               "max_window_layers): a sliding window on some layers, which muster "
 		               "does not run for %s", slide, slide + full, e->name);
-	if (e->window == MU__WIN_ALWAYS || slide > 0)
+	if (e->window == MU__WIN_ALWAYS || e->window == MU__WIN_IF_SET || slide > 0)
 		h->window = size;
 	return 0;
 }
@@ -285,6 +285,19 @@ static int read_scaling(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
 	               why, wl);
 }
 
+/* RoPE over all of each head: Phi-4-mini rotates 3/4 of it, which muster
+ * does not run, so it is refused rather than rotated whole. */
+static int check_rotary(const cJSON *c, char *why, size_t wl)
+{
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "partial_rotary_factor");
+
+	if (p == NULL || cJSON_IsNull(p) || (cJSON_IsNumber(p) && p->valuedouble == 1.0))
+		return 0;
+	return mu__why(why, wl, MU_EPROTO, "config.json: partial_rotary_factor %g: a rotation of "
+	               "part of each head, which muster does not run",
+	               cJSON_IsNumber(p) ? p->valuedouble : -1.0);
+}
+
 static int read_config(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
 {
 	const mu__arch_t *e;
@@ -294,6 +307,8 @@ static int read_config(const cJSON *c, mu__llm_hp_t *h, char *why, size_t wl)
 		return mu__why(why, wl, MU_EPROTO, "config.json is not a JSON object");
 	if ((rc = read_arch(c, &e, why, wl)) != 0 || (rc = read_fields(c, h, why, wl)) != 0 ||
 	    (rc = read_scaling(c, h, why, wl)) != 0 || (rc = read_window(c, e, h, why, wl)) != 0)
+		return rc;
+	if ((rc = check_rotary(c, why, wl)) != 0)
 		return rc;
 	snprintf(h->arch, sizeof(h->arch), "%s", e->name);
 	h->rope = e->rope_hf;

@@ -5,6 +5,9 @@
  *   h  = x + Wo · attn(RoPE(Wq·rms(x) + bq), RoPE(Wk·rms(x) + bk), Wv·rms(x) + bv)
  *   x' = h + Wdown · (silu(Wgate·rms(h)) ⊙ Wup·rms(h))
  *
+ * (Qwen3's QK norm: each head of Wq·rms(x) and of Wk·rms(x) goes through
+ * an RMSNorm of its own, one weight vector for all heads, before RoPE.)
+ *
  * Every value of token i depends only on token i's inputs and the cache,
  * computed in a fixed order (no reassociation: the build does not contract
  * or reorder floating point), so chunking and splitting never change bits.
@@ -384,6 +387,10 @@ static int attention(const mu__dec_step_t *st)
 	    mu__matmul(st->pool, &L->wk, s->xb, st->n, s->k, L->bk) != 0 ||
 	    mu__matmul(st->pool, &L->wv, s->xb, st->n, s->v, L->bv) != 0)
 		return MU_ENOMEM;
+	if (L->q_norm != NULL) { /* each head of q and k on its own, before RoPE */
+		rmsnorm(s->q, L->q_norm, s->q, st->n * h->n_heads, h->head_dim, h->eps);
+		rmsnorm(s->k, L->k_norm, s->k, st->n * h->n_kv_heads, h->head_dim, h->eps);
+	}
 	rope_chunk(st);
 	for (int32_t i = 0; i < st->n; i++) {
 		const mu__wtype_info_t *wt = mu__wtype_info(mu__kv_types[st->kvt[i]].wt);

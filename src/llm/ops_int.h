@@ -15,6 +15,7 @@ struct mu__dec_layer_s {
 	mu__wmat_t wq, wk, wv, wo, gate, up, down;
 	float *bq, *bk, *bv, *bo; /* NULL when the model has none */
 	float *attn_norm, *ffn_norm;
+	float *q_norm, *k_norm;   /* [head_dim] each, or NULL (MU__AF_QK_NORM) */
 };
 
 typedef struct {

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """An independent numpy reference of HF transformers' llama-family decoders
-(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), computing in
+(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+Phi3ForCausalLM), computing in
 float64 from an HF directory. muster's C decoder is tested against it.
 
     ref = llmref.Model("path/to/hf-dir")
@@ -11,7 +12,7 @@ It reads config.json and the safetensors (one file, or the shards named
 by model.safetensors.index.json; F32, F16 or BF16) with mumodel's reader,
 which shares no code with tools/llm_io.py, the converter's writer. It is
 written from the semantics of transformers' modeling_llama /
-modeling_mistral / modeling_qwen2, kept short so it can be read against
+modeling_mistral / modeling_qwen2 / modeling_qwen3 / modeling_phi3, kept short so it can be read against
 them:
 
 * RMSNorm: x / sqrt(mean(x^2) + rms_norm_eps) * weight.
@@ -19,13 +20,18 @@ them:
   (rotate_half); inverse frequencies theta^(-2j/head_dim) with
   rope_theta, rescaled for rope_scaling "linear" (divided by factor) and
   "llama3" (wavelength by wavelength, as transformers'
-  _compute_llama3_parameters). Rotation happens after the q/k biases.
+  _compute_llama3_parameters). Rotation happens after the q/k biases,
+  and after Qwen3's q_norm/k_norm (an RMSNorm of each head, weight
+  [head_dim], rms_norm_eps).
 * Attention: q/k/v projections (with biases for Qwen2), GQA through
   repeat_kv (query head h reads KV head h // (heads / kv_heads)), causal
   softmax of q.k / sqrt(head_dim), and Mistral's sliding window (a query
   sees its last `sliding_window` positions; 4096 when config.json omits
   the key, null for none).
 * MLP: down(silu(gate(x)) * up(x)); residual adds around both blocks.
+* Phi-3 keeps q, k and v in one qkv_proj (rows: q, then k, then v) and
+  gate and up in one gate_up_proj (gate's rows first); its sliding_window
+  applies when config.json gives one (Phi3Config's default is none).
 * Head: final norm, then lm_head, or the embedding when
   tie_word_embeddings (false unless config.json says so, as in the
   Llama/Mistral/Qwen2 config classes).
@@ -153,7 +159,8 @@ class Model:
     `start()` / `step(ids)` run it in pieces with a KV cache (the same
     arithmetic); `generate(prompt, n)` is greedy decoding."""
 
-    ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+    ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+             "Phi3ForCausalLM")
 
     def __init__(self, path):
         self.path = str(path)
@@ -182,7 +189,11 @@ class Model:
         self.eps = cfg.get("rms_norm_eps", 1e-6)
         # MistralConfig defaults sliding_window to 4096 when config.json omits it
         self.window = cfg.get("sliding_window", 4096) if arch == "MistralForCausalLM" else None
+        if arch == "Phi3ForCausalLM":
+            self.window = cfg.get("sliding_window")
+        self.fused = arch == "Phi3ForCausalLM"
         self.qkv_bias = arch == "Qwen2ForCausalLM"
+        self.qk_norm = arch == "Qwen3ForCausalLM"
         self.inv_freq = rope_inv_freq(cfg, self.head_dim)
         # HF rotates halves; from_gguf / from_llama2c may switch to pairs
         self.rope = apply_rope
@@ -195,6 +206,9 @@ class Model:
         self.layers = []
         for i in range(self.n_layers):
             p = f"model.layers.{i}."
+            if self.fused:
+                self.layers.append(self._fused_layer(get, p, d, hid, q_out, kv_out))
+                continue
             layer = {
                 "attn_norm": get(p + "input_layernorm.weight", (d,)),
                 "q": get(p + "self_attn.q_proj.weight", (q_out, d)),
@@ -210,9 +224,24 @@ class Model:
                 layer["q_bias"] = get(p + "self_attn.q_proj.bias", (q_out,))
                 layer["k_bias"] = get(p + "self_attn.k_proj.bias", (kv_out,))
                 layer["v_bias"] = get(p + "self_attn.v_proj.bias", (kv_out,))
+            if self.qk_norm:
+                layer["q_norm"] = get(p + "self_attn.q_norm.weight", (hd,))
+                layer["k_norm"] = get(p + "self_attn.k_norm.weight", (hd,))
             self.layers.append(layer)
         self.norm = get("model.norm.weight", (d,))
         self.head = self.embed if tied else get("lm_head.weight", (self.vocab, d))
+
+    @staticmethod
+    def _fused_layer(get, p, d, hid, q_out, kv_out):
+        """Phi-3's layer: its fused matrices cut into the usual parts."""
+        qkv = get(p + "self_attn.qkv_proj.weight", (q_out + 2 * kv_out, d))
+        gate_up = get(p + "mlp.gate_up_proj.weight", (2 * hid, d))
+        return {"attn_norm": get(p + "input_layernorm.weight", (d,)),
+                "q": qkv[:q_out], "k": qkv[q_out:q_out + kv_out], "v": qkv[q_out + kv_out:],
+                "o": get(p + "self_attn.o_proj.weight", (d, q_out)),
+                "mlp_norm": get(p + "post_attention_layernorm.weight", (d,)),
+                "gate": gate_up[:hid], "up": gate_up[hid:],
+                "down": get(p + "mlp.down_proj.weight", (d, hid))}
 
     # -- the forward pass -------------------------------------------------
 
@@ -244,6 +273,9 @@ class Model:
         q = linear(x, layer["q"], layer.get("q_bias")).reshape(t, self.heads, hd)
         k = linear(x, layer["k"], layer.get("k_bias")).reshape(t, self.kv_heads, hd)
         v = linear(x, layer["v"], layer.get("v_bias")).reshape(t, self.kv_heads, hd)
+        if self.qk_norm:        # Qwen3: over each head's last axis
+            q = rms_norm(q, layer["q_norm"], self.eps)
+            k = rms_norm(k, layer["k_norm"], self.eps)
         q = self.rope(q, positions, self.inv_freq)
         k = self.rope(k, positions, self.inv_freq)
         cache["k"] = np.concatenate([cache["k"], k])
@@ -308,6 +340,8 @@ GGUF_LAYER_NAMES = {
     "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
     "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
     "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight"}
 GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight",
@@ -328,7 +362,7 @@ def _checked(name, t, shape):
 
 
 def from_gguf(path):
-    """A Model of a GGUF "llama" or "qwen2" file, as llama.cpp runs it:
+    """A Model of a GGUF "llama", "qwen2", "qwen3" or "phi3" file, as llama.cpp runs it:
     weights dequantized (F32/F16/BF16/Q8_0/Q4_0), "llama" rotating adjacent
     pairs of its interleaved Q/K rows and "qwen2" rotating halves, each
     frequency divided by rope_freqs.weight when the file has one. The
@@ -338,7 +372,7 @@ def from_gguf(path):
     g = llm_io.GgufReader(path)
     md = g.metadata
     arch = md.get("general.architecture")
-    if arch not in ("llama", "qwen2"):
+    if arch not in ("llama", "qwen2", "qwen3", "phi3"):
         raise ValueError(f"general.architecture {arch!r} is unsupported")
 
     def key(name, default=None):
@@ -348,7 +382,9 @@ def from_gguf(path):
     head_dim = key("attention.key_length") or dim // heads
     if key("rope.dimension_count", head_dim) != head_dim:
         raise ValueError(f"{arch}.rope.dimension_count: partial rotation is unsupported")
-    cfg = {"architectures": ["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"],
+    classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+               "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM"}
+    cfg = {"architectures": [classes[arch]],
            "hidden_size": dim, "intermediate_size": key("feed_forward_length"),
            "num_hidden_layers": key("block_count"), "num_attention_heads": heads,
            "num_key_value_heads": key("attention.head_count_kv", heads), "head_dim": head_dim,

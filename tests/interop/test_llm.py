@@ -236,6 +236,11 @@ HF_CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermed
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, ["rope_type", "yarn"]),
     ({"num_key_value_heads": 3}, ["not a multiple"]),
     ({"vocab_size": -5}, ["vocab_size"]),
+    # Phi-4-mini rotates 3/4 of each head; Phi-3.5's LongRoPE
+    ({"partial_rotary_factor": 0.75}, ["partial_rotary_factor 0.75", "part of each head"]),
+    ({"architectures": ["Phi3ForCausalLM"],
+      "rope_scaling": {"rope_type": "longrope", "long_factor": [1.0] * 4,
+                       "short_factor": [1.0] * 4}}, ["rope_type", "longrope"]),
 ])
 def test_bad_hf_config(muster_bin, tmp_path, change, words):
     cfg = dict(HF_CONFIG)

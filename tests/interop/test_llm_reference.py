@@ -53,6 +53,11 @@ SHAPES = {
                        "--kv-heads", "2", "--hidden", "96", "--rope-scaling", "llama3",
                        "--rope-factor", "8", "--low-freq-factor", "1", "--high-freq-factor",
                        "4", "--original-max-pos", "64", "--rope-theta", "500000"],
+    "qwen3-qknorm-bf16": ["--arch", "qwen3", "--dim", "64", "--layers", "2", "--heads", "4",
+                          "--kv-heads", "2", "--head-dim", "32", "--hidden", "96", "--dtype",
+                          "BF16", "--rope-theta", "1000000"],
+    "phi3-fused-f16": ["--arch", "phi3", "--dim", "64", "--layers", "2", "--heads", "4",
+                       "--kv-heads", "2", "--hidden", "96", "--dtype", "F16", "--shards", "2"],
     "mistral-headdim-linear": ["--arch", "mistral", "--dim", "64", "--layers", "2", "--heads",
                                "4", "--kv-heads", "2", "--head-dim", "24", "--hidden", "96",
                                "--rope-scaling", "linear", "--rope-factor", "2"],
@@ -115,7 +120,9 @@ def test_f16_cache_near_reference(muster_bin, models, tmp_path, name):
 
 @pytest.mark.parametrize("name,gtype", [("llama-gqa-bf16-sharded", "F32"),
                                         ("qwen2-bias-f16", "F16"),
-                                        ("llama3-scaling", "F32")])
+                                        ("llama3-scaling", "F32"),
+                                        ("qwen3-qknorm-bf16", "F32"),
+                                        ("phi3-fused-f16", "F16")])
 def test_gguf_matches_reference(muster_bin, models, tmp_path, name, gtype):
     gguf = tmp_path / "m.gguf"
     convert("hf-to-gguf", "--type", gtype, models[name], gguf)

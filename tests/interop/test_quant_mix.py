@@ -3,7 +3,9 @@
 stay close to llama.cpp's on the same file.
 
 Random-weight models (tools/llm_convert.py `gen`, then `hf-to-gguf --type
-F32`): llama and qwen2, grouped-query attention, dims multiples of 256 so
+F32`): llama, qwen2, qwen3 (QK norm, heads wider than dim/heads) and phi3
+(fused QKV and gate/up),
+grouped-query attention, dims multiples of 256 so
 that the K-quants apply, and one model of dims multiples of 32 but not of
 256, where llama.cpp gives each tensor that is no whole number of 256-blocks
 wide a type of 32-blocks instead. llama.cpp (its own libraries, through
@@ -35,6 +37,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +62,15 @@ MODELS = {
     # 320 = 10 x 32: only ffn_down (768 wide) takes a 256-block type
     "llama-odd": ["--arch", "llama", "--dim", "320", "--layers", "2", "--heads", "5",
                   "--kv-heads", "1", "--hidden", "768", "--vocab", "640", "--seed", "5"],
+    # Qwen3: QK norm, and heads of 64 whose q (512) is wider than dim
+    "qwen3-qknorm": ["--arch", "qwen3", "--dim", "256", "--head-dim", "64", "--layers", "2",
+                     "--heads", "8", "--kv-heads", "2", "--hidden", "768", "--vocab", "800",
+                     "--seed", "13"],
+    # Phi-3: q, k and v in one matrix, gate and up in another. (Not named
+    # "phi3...": the name becomes general.name, and llama.cpp's vocabulary
+    # loader then looks up Phi-3's <|endoftext|>, which this vocabulary lacks.)
+    "fused-qkv": ["--arch", "phi3", "--dim", "256", "--layers", "2", "--heads", "8",
+                   "--kv-heads", "4", "--hidden", "768", "--vocab", "800", "--seed", "17"],
 }
 ALIGNED = [m for m in MODELS if m != "llama-odd"]
 
@@ -198,7 +210,9 @@ def check_mix(model, ftype, types):
     norms = {n: t for n, t in types.items() if n not in mats}
     assert set(norms.values()) <= {"F32"}, norms
     main = MAIN_TYPE[ftype]
-    if model in ALIGNED or main not in BLOCK256:
+    # (a fused model has four matrices a layer, one of them attn_qkv, which
+    # llama.cpp's rules raise as they raise attn_v: no majority to expect)
+    if (model in ALIGNED or main not in BLOCK256) and model != "fused-qkv":
         assert sum(t == main for t in mats.values()) > len(mats) // 2, mats
     if ftype == "Q4_0":
         assert mats["output.weight"] == ("Q6_K" if model in ALIGNED else "Q8_0"), mats
@@ -253,7 +267,8 @@ def llm_stages(muster_bin, tmp_path):
 
 
 @pytest.mark.parametrize("model,ftype", [("llama-gqa4", "Q4_K_M"), ("qwen2-gqa2", "Q4_0-pure"),
-                                         ("llama-odd", "Q5_K_M"), ("llama-mqa", "Q8_0")])
+                                         ("llama-odd", "Q5_K_M"), ("llama-mqa", "Q8_0"),
+                                         ("qwen3-qknorm", "Q4_K_M"), ("fused-qkv", "Q5_K_M")])
 def test_split_equals_whole(muster_bin, quantized, llm_stages, model, ftype):
     path = quantized(model, ftype)
     whole_tokens, whole = generate(muster_bin, path)
@@ -262,6 +277,79 @@ def test_split_equals_whole(muster_bin, quantized, llm_stages, model, ftype):
                                    ",".join(s.address for s in group))
     assert split_tokens == whole_tokens
     assert split == whole, "the 2-stage run's logits differ from the whole run's"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_hf_directory_equals_its_gguf(muster_bin, f32_models, model):
+    """The HF directory the F32 GGUF was converted from gives the same
+    tokens and logits: both loaders read the architecture table's names
+    and RoPE layouts. Bit for bit where HF and GGUF keep the same Q/K row
+    order (qwen2, qwen3: halves); llama's GGUF rows are un-permuted to
+    pairs, so q . k adds its terms in another order (within 1e-5)."""
+    gguf = f32_models[model]
+    hf_tokens, hf = generate(muster_bin, gguf.parent / model)
+    gguf_tokens, whole = generate(muster_bin, gguf)
+    assert hf_tokens == gguf_tokens
+    if model.startswith("qwen"):
+        assert hf == whole, f"{model}: the HF directory's logits differ from its GGUF's"
+        return
+    for step, (a, b) in enumerate(zip(rows(hf, STEPS), rows(whole, STEPS))):
+        scale = max(abs(v) for v in b)
+        assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5 * scale, step
+
+
+def edited_gguf(src, dst, changes):
+    """src with some metadata changed (key -> (type, value)), tensors as
+    they are, through tools/llm_io.py's reader and writer."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import llm_io
+    g = llm_io.GgufReader(src)
+    gw = llm_io.GgufWriter(dst)
+    for key, value in g.metadata.items():
+        vtype, etype = g.types[key]
+        if vtype == llm_io.ARRAY:
+            gw.add_array(key, etype, value)
+        else:
+            gw.add(key, *changes.pop(key, (vtype, value)))
+    for key, (vtype, value) in changes.items():
+        gw.add(key, vtype, value)
+    for name, (shape, gtype, _, _) in g.tensors.items():
+        gw.add_tensor(name, shape, gtype)
+    gw.begin_data()
+    for name in g.tensors:
+        gw.write_tensor(name, np.asarray(g.raw(name)))
+    gw.close()
+    return dst
+
+
+@pytest.mark.parametrize("model,changes,words", [
+    # a rotation of part of each head (Phi-4-mini's 3/4, as llama.cpp's
+    # converter writes it) is refused, not rotated whole
+    ("fused-qkv", {"phi3.rope.dimension_count": ("U32", 24)},
+     ["phi3.rope.dimension_count is 24", "heads are 32 wide", "part of each head"]),
+    # Phi-3.5's LongRoPE: the converter writes this key beside the factors
+    ("fused-qkv", {"phi3.rope.scaling.attn_factor": ("F32", 1.19)},
+     ["phi3.rope.scaling.attn_factor asks for LongRoPE"]),
+    ("qwen3-qknorm", {"qwen3.rope.dimension_count": ("U32", 32)}, ["part of each head"]),
+])
+def test_rope_muster_does_not_run_is_refused(muster_bin, f32_models, tmp_path, model, changes,
+                                            words):
+    sys.path.insert(0, str(REPO / "tools"))
+    import llm_io
+    typed = {k: (getattr(llm_io, t if t != "F32" else "F32T"), v)
+             for k, (t, v) in changes.items()}
+    path = edited_gguf(f32_models[model], tmp_path / "edited.gguf", typed)
+    proc = subprocess.run([str(muster_bin), "generate", "--model", str(path), "--prompt-ids",
+                           "1", "--max-tokens", "1"], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT)
+    assert proc.returncode != 0 and proc.stdout == "", proc.stdout
+    for w in words:
+        assert w in proc.stderr, proc.stderr
+    # the same file unedited runs
+    ok = subprocess.run([str(muster_bin), "generate", "--model", str(f32_models[model]),
+                         "--prompt-ids", "1", "--max-tokens", "1"], capture_output=True,
+                        timeout=RUN_TIMEOUT)  # bytes: one token may be part of a character
+    assert ok.returncode == 0, ok.stderr.decode(errors="replace")
 
 
 COMPUTED_TODAY = ("F32", "F16", "BF16", "Q8_0", "Q4_0")

@@ -82,7 +82,10 @@ static void test_arch_entries_coherent(void **state)
 			if (a->gguf[k] != NULL)
 				assert_ptr_equal(mu__arch_by_gguf(a->gguf[k], strlen(a->gguf[k])), a);
 		}
-		assert_int_equal(a->features, 0); /* no entry's code runs one yet */
+		/* the features entries' code runs so far: qwen3's QK norm, phi3's fused QKV */
+		assert_int_equal(a->features, strcmp(a->name, "qwen3") == 0  ? MU__AF_QK_NORM
+		                              : strcmp(a->name, "phi3") == 0 ? MU__AF_FUSED_QKV
+		                                                             : 0u);
 		/* an entry that runs a feature lists its tensors (else they would
 		 * be skipped as unknown) */
 		for (size_t k = 0; mu__arch_feature_at(k) != NULL; k++) {
@@ -97,7 +100,14 @@ static void test_arch_entries_coherent(void **state)
 		check_specs(a->model, a->nmodel, 0);
 		check_specs(a->layer, a->nlayer, 1);
 		for (size_t k = 0; k < sizeof(core) / sizeof(core[0]); k++) {
-			t = spec_of(a->layer, a->nlayer, core[k]);
+			mu__role_t r = core[k];
+
+			/* a fused matrix stands for its parts */
+			if (a->features & MU__AF_FUSED_QKV)
+				r = r == MU__R_Q || r == MU__R_K || r == MU__R_V ? MU__R_QKV
+				    : r == MU__R_GATE || r == MU__R_UP       ? MU__R_GATE_UP
+				                                             : r;
+			t = spec_of(a->layer, a->nlayer, r);
 			assert_non_null(t);
 			assert_int_equal(t->need, MU__NEED_REQUIRED);
 		}
@@ -139,12 +149,13 @@ static void test_arch_lists(void **state)
 
 	(void)state;
 	mu__arch_list(MU__ARCH_LIST_NAME, s, sizeof(s));
-	assert_string_equal(s, "llama, mistral and qwen2");
+	assert_string_equal(s, "llama, mistral, qwen2, qwen3 and phi3");
 	mu__arch_list(MU__ARCH_LIST_HF, s, sizeof(s));
-	assert_string_equal(s, "LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM");
+	assert_string_equal(s, "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+	                       "Qwen3ForCausalLM and Phi3ForCausalLM");
 	mu__arch_list(MU__ARCH_LIST_GGUF, s, sizeof(s));
-	assert_string_equal(s, "llama and qwen2"); /* GGUF writes Mistral as llama */
-	assert_int_equal(mu__arch_list(MU__ARCH_LIST_NAME, s, 5), 24);
+	assert_string_equal(s, "llama, qwen2, qwen3 and phi3"); /* GGUF writes Mistral as llama */
+	assert_int_equal(mu__arch_list(MU__ARCH_LIST_NAME, s, 5), 37);
 	assert_string_equal(s, "llam");
 	assert_null(mu__arch_by_gguf("mistral", 7));
 	assert_null(mu__arch_by_hf("GPTNeoXForCausalLM"));
@@ -203,8 +214,17 @@ static const want_t qwen2_wants[] = {
 	CORE_WANTS, {"attn_q.bias", 1, 24, T_REQ}, {"attn_k.bias", 1, 12, T_REQ},
 	{"attn_v.bias", 1, 12, T_REQ},
 };
+/* fused: q 24 + k 12 + v 12 rows; gate and up 2 x 20 */
+static const want_t phi3_wants[] = {
+	{"attn_norm.weight", 1, 16, T_REQ},   {"attn_qkv.weight", 48, 16, T_REQ},
+	{"attn_output.weight", 16, 24, T_REQ}, {"ffn_norm.weight", 1, 16, T_REQ},
+	{"ffn_up.weight", 40, 16, T_REQ},     {"ffn_down.weight", 16, 20, T_REQ},
+};
+static const want_t qwen3_wants[] = {
+	CORE_WANTS, {"attn_q_norm.weight", 1, 6, T_REQ}, {"attn_k_norm.weight", 1, 6, T_REQ},
+};
 
-static float wbuf[512], bbuf[32], fbuf[4] = {2, 2, 2, 2};
+static float wbuf[1024], bbuf[32], fbuf[4] = {2, 2, 2, 2};
 
 /* A source of arch in memory (2 layers): every tensor of w and
  * model_wants, the optional ones when opt, none named skip. */
@@ -295,6 +315,8 @@ static void test_arch_tensor_lists(void **state)
 	check_arch_wants("llama", llama_wants, sizeof(llama_wants) / sizeof(llama_wants[0]));
 	check_arch_wants("mistral", mistral_wants, sizeof(mistral_wants) / sizeof(mistral_wants[0]));
 	check_arch_wants("qwen2", qwen2_wants, sizeof(qwen2_wants) / sizeof(qwen2_wants[0]));
+	check_arch_wants("qwen3", qwen3_wants, sizeof(qwen3_wants) / sizeof(qwen3_wants[0]));
+	check_arch_wants("phi3", phi3_wants, sizeof(phi3_wants) / sizeof(phi3_wants[0]));
 	/* mistral has no biases: one is refused, not ignored */
 	mem_src(&s, "mistral", llama_wants, sizeof(llama_wants) / sizeof(llama_wants[0]), 1, "");
 	assert_int_equal(mu__llm_check(&s, why, sizeof(why)), MU_EPROTO);
@@ -388,7 +410,8 @@ static void test_refused_hf(void **state)
 	assert_int_equal(open_hf("{\"architectures\": [\"GPTNeoXForCausalLM\"], " HF_SHAPE "}", why,
 	                         sizeof(why)), MU_EPROTO);
 	assert_non_null(strstr(why, "\"GPTNeoXForCausalLM\" is not supported (muster runs "
-	                            "LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM)"));
+	                            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and "
+	                            "Phi3ForCausalLM)"));
 	assert_int_equal(open_hf("{\"model_type\": \"gpt2\", " HF_SHAPE "}", why, sizeof(why)),
 	                 MU_EPROTO);
 	assert_non_null(strstr(why, "model_type \"gpt2\" is not supported"));
@@ -476,7 +499,7 @@ static void test_refused_gguf_and_wire(void **state)
 	close(fd);
 	write_gguf(p, "gpt2", keys + 6, vals);
 	assert_int_equal(mu__llm_src_open(p, NULL, &s, why, sizeof(why)), MU_EPROTO);
-	assert_non_null(strstr(why, "\"gpt2\" is not supported (muster runs llama and qwen2)"));
+	assert_non_null(strstr(why, "\"gpt2\" is not supported (muster runs llama, qwen2, qwen3 and phi3)"));
 	write_gguf(p, "llama", keys + 5, vals + 5);
 	assert_int_equal(mu__llm_src_open(p, NULL, &s, why, sizeof(why)), MU_EPROTO);
 	assert_non_null(strstr(why, "llama.expert_count asks for a mixture of experts"));
@@ -496,7 +519,7 @@ static void test_refused_gguf_and_wire(void **state)
 	assert_int_equal(mu__llm_hp_from_json(o, &h, why, sizeof(why)), 0);
 	cJSON_Delete(o);
 	assert_int_equal(mu__llm_src_from_files(&h, NULL, 0, 0, 1, &s, why, sizeof(why)), MU_EPROTO);
-	assert_non_null(strstr(why, "muster runs llama, mistral and qwen2"));
+	assert_non_null(strstr(why, "muster runs llama, mistral, qwen2, qwen3 and phi3"));
 }
 
 
