@@ -132,7 +132,7 @@ void mu__kvw_arr_u32(mu__kvw_t *w, const char *k, uint32_t etype, const uint32_t
 
 /* What config.json says, checked as llm_convert.py check_hf_config does. */
 typedef struct {
-	const char *arch; /* GGUF's: "llama" or "qwen2" */
+	const char *arch; /* GGUF's: "llama", "qwen2", "qwen3" or "phi3" */
 	int64_t dim, hidden, layers, heads, kv, head_dim, vocab;
 	int tied, llama3;
 } cfg_t;
@@ -175,9 +175,14 @@ static int check_cfg(const cJSON *c, cfg_t *o, const char *path, char *why, size
 		o->arch = "llama";
 	else if (cJSON_IsString(a) && strcmp(a->valuestring, "Qwen2ForCausalLM") == 0)
 		o->arch = "qwen2";
+	else if (cJSON_IsString(a) && strcmp(a->valuestring, "Qwen3ForCausalLM") == 0)
+		o->arch = "qwen3";
+	else if (cJSON_IsString(a) && strcmp(a->valuestring, "Phi3ForCausalLM") == 0)
+		o->arch = "phi3";
 	else
 		return mu__why(why, wl, MU_EPROTO, "%s: architectures \"%.80s\" is not supported (muster "
-		               "quantizes LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM)",
+		               "quantizes LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+		               "Qwen3ForCausalLM and Phi3ForCausalLM)",
 		               path, cJSON_IsString(a) ? a->valuestring : "?");
 	for (size_t i = 0; i < 5; i++)
 		if ((rc = cfg_pos(c, need[i], dst[i], path, why, wl)) != 0)
@@ -329,6 +334,31 @@ static const char *const names[][2] = {
 	{"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
+/* Qwen3's layer: names' without the biases, with q/k norms after the
+ * output projection, as gguf_tensor_plan orders them. */
+static const char *const qwen3_names[][2] = {
+	{"attn_norm.weight", "input_layernorm.weight"},
+	{"attn_q.weight", "self_attn.q_proj.weight"},
+	{"attn_k.weight", "self_attn.k_proj.weight"},
+	{"attn_v.weight", "self_attn.v_proj.weight"},
+	{"attn_output.weight", "self_attn.o_proj.weight"},
+	{"attn_q_norm.weight", "self_attn.q_norm.weight"},
+	{"attn_k_norm.weight", "self_attn.k_norm.weight"},
+	{"ffn_norm.weight", "post_attention_layernorm.weight"},
+	{"ffn_gate.weight", "mlp.gate_proj.weight"}, {"ffn_up.weight", "mlp.up_proj.weight"},
+	{"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
+/* Phi-3's: q, k, v in one matrix, gate and up in another (ffn_up). */
+static const char *const phi3_names[][2] = {
+	{"attn_norm.weight", "input_layernorm.weight"},
+	{"attn_qkv.weight", "self_attn.qkv_proj.weight"},
+	{"attn_output.weight", "self_attn.o_proj.weight"},
+	{"ffn_norm.weight", "post_attention_layernorm.weight"},
+	{"ffn_up.weight", "mlp.gate_up_proj.weight"},
+	{"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
 /* The GGUF in memory: its image (metadata), the tensors' row orders and
  * the buffers of the tensors widened to F32. */
 typedef struct {
@@ -451,12 +481,22 @@ static int add_all(hfq_t *q, const mu__llm_src_t *src, const cJSON *c, const cfg
 		              (uint64_t)(o->head_dim / 2) * 4, NULL)) != 0)
 			return rc;
 	}
+	const char *const(*list)[2] = names;
+	size_t n = sizeof(names) / sizeof(names[0]);
+
+	if (strcmp(o->arch, "qwen3") == 0) {
+		list = qwen3_names;
+		n = sizeof(qwen3_names) / sizeof(qwen3_names[0]);
+	} else if (strcmp(o->arch, "phi3") == 0) {
+		list = phi3_names;
+		n = sizeof(phi3_names) / sizeof(phi3_names[0]);
+	}
 	rc = add_src(q, src, o, "token_embd.weight", why, wl);
 	for (int64_t l = 0; rc == 0 && l < o->layers; l++)
-		for (size_t i = 0; rc == 0 && i < sizeof(names) / sizeof(names[0]); i++) {
-			if (!qwen && strstr(names[i][0], ".bias") != NULL)
+		for (size_t i = 0; rc == 0 && i < n; i++) {
+			if (!qwen && strstr(list[i][0], ".bias") != NULL)
 				continue;
-			snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, names[i][0]);
+			snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, list[i][0]);
 			rc = add_src(q, src, o, name, why, wl);
 		}
 	if (rc == 0)

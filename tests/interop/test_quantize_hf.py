@@ -58,6 +58,14 @@ DIRS = {
     "linear-scaling": ("F32", ["--arch", "llama", "--dim", 64, "--heads", 2, "--layers", 2,
                                "--hidden", 96, "--rope-scaling", "linear", "--rope-factor", 4],
                        None),
+    "qwen3-qknorm-bf16": ("BF16", ["--arch", "qwen3", "--dim", 64, "--heads", 4, "--kv-heads", 2,
+                                   "--head-dim", 32, "--layers", 2, "--hidden", 128, "--dtype",
+                                   "BF16"], "qwen3"),
+    # phi3 (not so named: llama.cpp's vocabulary loader looks up Phi-3's
+    # <|endoftext|> when general.name, the directory's name, says "phi3")
+    "fused-qkv-f16": ("F16", ["--arch", "phi3", "--dim", 256, "--heads", 8, "--kv-heads", 4,
+                               "--layers", 2, "--hidden", 512, "--vocab", 600, "--dtype", "F16"],
+                       None),
 }
 
 
@@ -125,7 +133,8 @@ PROMPT = [1, 300, 301, 302, 303]
 
 
 @pytest.mark.parametrize("name,ftype", [("llama-spm", "Q4_K_M"), ("qwen2-bpe-bf16", "Q8_0"),
-                                        ("llama3-scaling-sharded", "Q6_K")])
+                                        ("llama3-scaling-sharded", "Q6_K"),
+                                        ("fused-qkv-f16", "Q4_K_M")])
 def test_llamacpp_logits_equal_the_two_step_file(muster_bin, llamacpp, hf_dirs, tmp_path, name,
                                                  ftype):
     hf, gguf = hf_dirs(name)
@@ -201,4 +210,4 @@ def test_help_says_hf_dirs_are_taken(muster_bin):
     proc = subprocess.run([str(muster_bin), "model", "quantize", "--help"], capture_output=True,
                           text=True, timeout=30)
     assert proc.returncode == 0 and "HF directory" in proc.stdout
-    assert "Qwen2ForCausalLM" in proc.stdout
+    assert "Qwen2ForCausalLM" in proc.stdout and "Phi3ForCausalLM" in proc.stdout
