@@ -8,46 +8,51 @@
  *
  * The arithmetic of one output element, y = bias + sum_k W[k] * x[k]
  * (every path, every n, every thread count):
- *   - eight float lanes acc[0..7], all +0;
- *   - for each group g of eight k (k = 8g + l; past cols both factors
- *     are 0): F32/F16/BF16: acc[l] = fma(W[k], x[k], acc[l]), W[k]
- *     converted exactly to f32 first;
+ *   - F32/F16/BF16: eight float lanes acc[0..7], all +0; for each group g
+ *     of eight k (k = 8g + l; past cols both factors are 0), acc[l] =
+ *     fma(W[k], x[k], acc[l]), W[k] converted exactly to f32 first; then
+ *     y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7));
+ *   - every integer type: one float acc, +0, and one float chain over the
+ *     row's blocks in order, acc = fma(d_b, (float)S_b, acc), where S_b is
+ *     the exact integer sum of the block's products and d_b one f32
+ *     product of scales:
  *     Q8_0/Q4_0/Q5_0/IQ4_NL, per block b of 32 (x first in the Q8_0
  *     activation format, MU__ACTFMT_Q8_0, each block as mu__q8_block
  *     makes it), the weights as signed integers wq (Q8_0: q; Q4_0:
  *     nibble - 8; Q5_0: 5-bit q - 16; IQ4_NL: the int8 value of its
- *     table): with d = dw_b * dx_b (an f32 product) and s_l = the exact
- *     integer sum of wq[4l+m] * xq[4l+m] for m = 0..3,
- *     acc[l] = fma(d, (float)s_l, acc[l]);
+ *     table): d_b = dw_b * dx_b and S_b = the sum of wq[k] * xq[k] over
+ *     the block's 32 k;
  *     Q4_1/Q5_1 (x = d*q + m; x in the Q8_1 format, MU__ACTFMT_Q8_1: the
  *     Q8_0 blocks plus sx_b = f16(dx_b unrounded * sum of xq)): the same
- *     lanes with the unsigned q, acc[l] = fma(dw_b * dx_b, (float)s_l,
- *     acc[l]), and one more float accm, +0 at first:
+ *     with the unsigned q, and one more float accm, +0 at first:
  *     accm = fma(mw_b, sx_b, accm) per block, in block order;
  *     the K-quants and IQ4_XS, per superblock of 256 (x first in the Q8_K
  *     format, MU__ACTFMT_Q8_K, each block as mu__q8k_block makes it), with
  *     each type's integer quants q_k and sub-block scales as ggml defines
  *     them (Q3_K, Q6_K: signed q; Q2_K, Q4_K, Q5_K: unsigned q and mins;
- *     IQ4_XS: q the int8 value of IQ4_NL's table, scale ls - 32): with
- *     d = f16(dw) * dx and S_l = the exact integer sum of scale(k) * q_k
- *     * x_k over the 32 k of the superblock with (k / 4) % 8 == l,
- *     acc[l] = fma(d, (float)S_l, acc[l]); for the types with mins, accm
- *     (+0 at first): M = the exact integer sum over sub-blocks j of min_j
- *     * (the sum of x's quants in j, from the block's bsums), dm =
- *     f16(dmin) * dx, accm = fma(dm, (float)-M, accm), superblock by
- *     superblock (-M, not -dm: a NaN dm keeps its sign, where x86's
- *     fnmadd, which compilers make of fma(-a, b, c), would not flip it);
- *   - then y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)),
- *     then y + accm for Q4_1/Q5_1 and for every superblock type (with or
- *     without mins), and y + bias when there is one.
- * The integer sums are exact in int32 and in the int16 pairs of AVX2's
+ *     IQ4_XS: q the int8 value of IQ4_NL's table, scale ls - 32): d_b =
+ *     f16(dw) * dx and S_b = the sum of scale(k) * q_k * x_k over the 256
+ *     k; for the types with mins, accm (+0 at first): M = the exact
+ *     integer sum over sub-blocks j of min_j * (the sum of x's quants in
+ *     j, from the block's bsums), dm = f16(dmin) * dx, accm = fma(dm,
+ *     (float)-M, accm), superblock by superblock (-M, not -dm: a NaN dm
+ *     keeps its sign, where x86's fnmadd, which compilers make of
+ *     fma(-a, b, c), would not flip it);
+ *   - then y = acc + accm for Q4_1/Q5_1 and for every superblock type
+ *     (with or without mins), y = acc for the others, and y + bias when
+ *     there is one.
+ * A block's sum is one number, so an instruction set may give the lanes
+ * of its vectors to different output elements (rows of W, rows of x) and
+ * lay the weights out as it likes; only the float chain is fixed. The
+ * integer sums are exact in int32, and in the int16 pairs of AVX2's
  * maddubs: |xq| <= 127 and every weight type's |wq| <= 127 (Q5_1's q <=
  * 31, IQ4_NL's table -127..113), so a pair is at most 2 * 127 * 127 <
- * 2^15 and a lane's four at most 4 * 127 * 127. An exact sum is the same
- * in any order, so an instruction set may add it as it likes; the float
- * operations are exactly the ones above. The superblock sums are exact in
- * int32 too: |S_l| <= 32 * 128 * 32 * 127 < 2^25 (Q6_K's, the largest)
- * and |M| <= 8 * 63 * 32 * 127; maddubs's pairs stay under 2^15 as above.
+ * 2^15. An exact sum is the same in any order, so an instruction set may
+ * add it as it likes. A 32-block's |S_b| <= 32 * 127 * 127 < 2^24 is
+ * exact in f32 too; a superblock's is exact in int32 (|S_b| <= 256 * 128
+ * * 32 * 127 < 2^31 for Q6_K, the largest; |M| <= 16 * 63 * 16 * 127)
+ * and (float)S_b rounds it to nearest, even on a tie, as every
+ * instruction set's conversion does.
  */
 #ifndef MU_KERN_ISA_INT_H
 #define MU_KERN_ISA_INT_H

@@ -207,6 +207,37 @@ int mu__matmul(mu__pool_t *pool, const mu__wmat_t *w, const float *x,
  * type's to_f32. */
 void mu__wmat_row(const mu__wmat_t *w, int64_t r, float *out);
 
+/* ---- attention's reads of a KV cache ---- */
+
+/*
+ * One head's keys or values at n cache positions: position j's hd elements
+ * at kv + j * stride, in type t (F32, F16 or Q8_0, for which
+ * mu__attn_has(t); Q8_0 takes an hd that is a multiple of its block, and
+ * kv a block's start). Each element is read back exactly as f32: F32 as
+ * stored, F16 as mu__f16_to_f32, Q8_0 as d * (float)q, the one product
+ * (rounded to f32) of the block's f16 scale as f32 and its int8.
+ *
+ * mu__attn_dot: s[j] = q . key_j for j in [0, n), as the F32 product's
+ * output element (kern/isa_int.h): eight float lanes acc[0..7], all +0;
+ * for each group g of eight e (e = 8g + l; past hd both factors are 0),
+ * acc[l] = fma(q[e], key_j[e], acc[l]); then s[j] = ((acc0 + acc4) +
+ * (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)).
+ *
+ * mu__attn_mix: o[e] = fma(p[j], value_j[e], o[e]) for j = 0, 1, ..., n-1
+ * in that order, for each e in [0, hd): o is added to as it is.
+ *
+ * Every instruction set performs exactly these operations (the unit tests
+ * compare the AVX2 reads with the portable ones bit for bit), so a
+ * position's attention does not depend on the path, the thread or the
+ * call that computes it. Either may run on any thread at once (they write
+ * only s or o).
+ */
+int mu__attn_has(mu__wtype_t t);
+void mu__attn_dot(mu__wtype_t t, const float *q, const void *kv, size_t stride, int64_t n,
+                  int32_t hd, float *s);
+void mu__attn_mix(mu__wtype_t t, const float *p, const void *kv, size_t stride, int64_t n,
+                  int32_t hd, float *o);
+
 /* ---- conversions (writers, loaders and tests) ---- */
 
 float mu__f16_to_f32(uint16_t h);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The portable kernels: plain C that performs, for every output element,
- * exactly the operations kern/isa_int.h defines, with fmaf for each lane's
+ * exactly the operations kern/isa_int.h defines, with fmaf for each
  * fused multiply-add. They are the reference the AVX2 kernels must equal
  * bit for bit, and the path on any CPU without AVX2. Built with
  * -ffp-contract=off so the compiler fuses nothing on its own.
@@ -127,7 +127,7 @@ static void mm_float(const mu__mm_job_t *j, int64_t r0, int64_t r1, elem_fn el)
 }
 
 /* A type of 32-element blocks against Q8_0 activations, or with mins
- * (mins = 1) against Q8_1 ones. */
+ * (mins = 1) against Q8_1 ones: one chain of fmas over the blocks. */
 static void mm_q8act(const mu__mm_job_t *j, int64_t r0, int64_t r1, block_fn blk, int mins)
 {
 	const mu__wmat_t *w = j->w;
@@ -140,23 +140,20 @@ static void mm_q8act(const mu__mm_job_t *j, int64_t r0, int64_t r1, block_fn blk
 		for (int64_t i = 0; i < j->n; i++) {
 			const int8_t *xq = mu__xq(j, i);
 			const float *xd = mu__xd(j, i), *xs = mins ? mu__xs(j, i) : NULL;
-			float acc[8] = {0}, accm = 0, s;
+			float acc = 0, accm = 0, s;
 
 			for (int64_t b = 0; b < nb; b++) {
 				int8_t q[32];
 				float mw = 0, d = blk(wr + (size_t)b * bb, q, &mw) * xd[b];
+				int32_t sum = 0;
 
-				for (int l = 0; l < 8; l++) {
-					int32_t sum = 0;
-
-					for (int m = 0; m < 4; m++)
-						sum += (int32_t)q[4 * l + m] * xq[b * 32 + 4 * l + m];
-					acc[l] = fmaf(d, (float)sum, acc[l]);
-				}
+				for (int k = 0; k < 32; k++)
+					sum += (int32_t)q[k] * xq[b * 32 + k];
+				acc = fmaf(d, (float)sum, acc);
 				if (mins)
 					accm = fmaf(mw, xs[b], accm);
 			}
-			s = mins ? mu__hsum8(acc) + accm : mu__hsum8(acc);
+			s = mins ? acc + accm : acc;
 			j->y[i * w->rows + r] = j->bias ? s + j->bias[r] : s;
 		}
 	}

@@ -6,7 +6,7 @@
  * unpacking of a superblock into its integer quants, a scale and a min
  * per 16 elements (a scale of 32 elements is given to both its halves,
  * which changes no integer sum) and its two f16 scales; the loop over
- * lanes is shared. The reference the AVX2 kernels (kern/avx2_k.c) must
+ * superblocks is shared. The reference the AVX2 kernels (kern/avx2_k.c) must
  * equal bit for bit. Built with -ffp-contract=off.
  */
 #include "kern/isa_int.h"
@@ -119,33 +119,25 @@ static void mm_kq(const mu__mm_job_t *j, int64_t r0, int64_t r1, unpack_fn up, i
 
 		for (int64_t i = 0; i < j->n; i++) {
 			const unsigned char *xb = j->xa + (size_t)i * j->xa_row;
-			float acc[8] = {0}, accm = 0, s;
+			float acc = 0, accm = 0, s;
 
 			for (int64_t b = 0; b < nb; b++, xb += MU__Q8K_BYTES) {
 				const int8_t *xq = (const int8_t *)(xb + 4);
 				float dx = mu__ldf(xb);
-				int32_t m = 0;
+				int32_t sum = 0, m = 0;
 				sblk_t u;
 
 				up(wr + (size_t)b * bb, &u);
-				for (int l = 0; l < 8; l++) {
-					int32_t sum = 0;
-
-					for (int c = 0; c < 8; c++)
-						for (int t = 0; t < 4; t++) {
-							int k = 32 * c + 4 * l + t;
-
-							sum += (int32_t)u.sc[k / 16] * u.q[k] * xq[k];
-						}
-					acc[l] = fmaf(u.d * dx, (float)sum, acc[l]);
-				}
+				for (int k = 0; k < 256; k++)
+					sum += (int32_t)u.sc[k / 16] * u.q[k] * xq[k];
+				acc = fmaf(u.d * dx, (float)sum, acc);
 				if (!mins)
 					continue;
 				for (int g = 0; g < 16; g++)
 					m += (int32_t)u.mn[g] * (int16_t)mu__ld16(xb + 260 + 2 * g);
 				accm = fmaf(u.dmin * dx, (float)-m, accm);
 			}
-			s = mu__hsum8(acc) + accm;
+			s = acc + accm;
 			j->y[i * w->rows + r] = j->bias ? s + j->bias[r] : s;
 		}
 	}

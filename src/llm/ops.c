@@ -12,7 +12,9 @@
  * computed in a fixed order (no reassociation: the build does not contract
  * or reorder floating point), so chunking and splitting never change bits.
  * Attention runs one (token, head) pair per task on the pool, each pool
- * thread with its own row of attention weights from the scratch; RoPE's
+ * thread with its own row of attention weights from the scratch; its reads
+ * of the cache, the scores q . k and the sum of p * v, are kern's
+ * (mu__attn_dot, mu__attn_mix: one arithmetic on every path); RoPE's
  * angles are computed once per forward call (mu__dec_rope_rows) for every
  * layer to use. A layer allocates nothing.
  */
@@ -52,16 +54,11 @@ int mu__dec_scratch_init(mu__dec_scratch_t *s, const mu__llm_hp_t *hp, int chunk
 	s->ctx = hp->ctx > 0 ? hp->ctx : 1;
 	s->threads = threads > 0 ? threads : 1;
 	s->w = mu__malloc((size_t)s->threads * (size_t)s->ctx * sizeof(float));
-	s->kvrow = mu__malloc((size_t)s->threads * (size_t)(hp->head_dim > 0 ? hp->head_dim : 1) *
-	                      sizeof(float));
-	s->h2f = mu__malloc(65536 * sizeof(float));
 	if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
-	    !s->cs || !s->sn || !s->w || !s->kvrow || !s->h2f) {
+	    !s->cs || !s->sn || !s->w) {
 		mu__dec_scratch_free(s);
 		return MU_ENOMEM;
 	}
-	for (uint32_t h = 0; h < 65536; h++)
-		s->h2f[h] = mu__f16_to_f32((uint16_t)h);
 	return 0;
 }
 
@@ -78,8 +75,6 @@ void mu__dec_scratch_free(mu__dec_scratch_t *s)
 	mu__free(s->cs);
 	mu__free(s->sn);
 	mu__free(s->w);
-	mu__free(s->kvrow);
-	mu__free(s->h2f);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -214,124 +209,6 @@ static unsigned char *layer_v(const mu__dec_step_t *st, int32_t i)
 	return layer_k(st, i) + (size_t)st->ctx[i] * row_bytes(st, i);
 }
 
-/* A dot product in eight fixed lanes, summed in a fixed order. */
-static float dot(const float *a, const float *b, int32_t n)
-{
-	float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-	int32_t k = 0;
-
-	for (; k + 8 <= n; k += 8)
-		for (int j = 0; j < 8; j++)
-			l[j] += a[k + j] * b[k + j];
-	for (; k < n; k++)
-		l[k & 7] += a[k] * b[k];
-	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-
-/* dot(a, b read back as f32 through tab): the same operations in the same
- * order, without writing the row out first. */
-static float dot_f16(const float *a, const uint16_t *b, const float *tab, int32_t n)
-{
-	float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-	int32_t k = 0;
-
-	for (; k + 8 <= n; k += 8)
-		for (int j = 0; j < 8; j++)
-			l[j] += a[k + j] * tab[b[k + j]];
-	for (; k < n; k++)
-		l[k & 7] += a[k] * tab[b[k]];
-	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-
-/* dot(a, Q8_0 blocks b read back as f32, d * q): the same operations in
- * the same order (a block is 32 elements, four rounds of the lanes). */
-static float dot_q8(const float *a, const unsigned char *b, const float *tab, int32_t n)
-{
-	float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-
-	for (int32_t k = 0; k < n; k += MU__QBLOCK, b += 34) {
-		uint16_t dh;
-		float d;
-
-		memcpy(&dh, b, 2);
-		d = tab[dh];
-		for (int32_t c = 0; c < MU__QBLOCK; c += 8)
-			for (int j = 0; j < 8; j++)
-				l[j] += a[k + c + j] * (d * (float)(int8_t)b[2 + c + j]);
-	}
-	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-
-/*
- * One head's key or value at a cache position (at: the position's row;
- * off: the head's first element, a whole number of the type's blocks:
- * mu__kv_check), read back exactly: the stored f32 itself, f16 through
- * the scratch's table, else the type's to_f32 into buf.
- */
-typedef struct {
-	const mu__wtype_info_t *w;
-	const float *tab; /* mu__dec_scratch_t.h2f */
-	float *buf;       /* head_dim floats of this thread's */
-	int32_t hd;
-} head_reader_t;
-
-static const void *head_at(const head_reader_t *r, const unsigned char *at, int64_t off)
-{
-	return at + (size_t)(off / r->w->block) * r->w->block_bytes;
-}
-
-/* q · the head's key. */
-static float head_dot(const head_reader_t *r, const float *q, const unsigned char *at,
-                      int64_t off)
-{
-	const void *p = head_at(r, at, off);
-
-	if (r->w == &mu__wtypes[MU__WT_F32])
-		return dot(q, p, r->hd);
-	if (r->w == &mu__wtypes[MU__WT_F16])
-		return dot_f16(q, p, r->tab, r->hd);
-	if (r->w == &mu__wtypes[MU__WT_Q8_0])
-		return dot_q8(q, p, r->tab, r->hd);
-	r->w->to_f32(p, r->hd, r->buf);
-	return dot(q, r->buf, r->hd);
-}
-
-/* o += pj * the head's value. */
-static void head_axpy(const head_reader_t *r, float pj, const unsigned char *at, int64_t off,
-                      float *o)
-{
-	const void *p = head_at(r, at, off);
-	const float *v = p;
-
-	if (r->w == &mu__wtypes[MU__WT_F16]) {
-		const uint16_t *h = p;
-
-		for (int32_t e = 0; e < r->hd; e++)
-			o[e] += pj * r->tab[h[e]];
-		return;
-	}
-	if (r->w == &mu__wtypes[MU__WT_Q8_0]) {
-		const unsigned char *b = p;
-
-		for (int32_t k = 0; k < r->hd; k += MU__QBLOCK, b += 34) {
-			uint16_t dh;
-			float d;
-
-			memcpy(&dh, b, 2);
-			d = r->tab[dh];
-			for (int j = 0; j < MU__QBLOCK; j++)
-				o[k + j] += pj * (d * (float)(int8_t)b[2 + j]);
-		}
-		return;
-	}
-	if (r->w != &mu__wtypes[MU__WT_F32]) {
-		r->w->to_f32(p, r->hd, r->buf);
-		v = r->buf;
-	}
-	for (int32_t e = 0; e < r->hd; e++)
-		o[e] += pj * v[e];
-}
-
 /* Tasks [lo, hi) are (token, head) pairs: causal softmax attention over
  * the cache, within the sliding window if the model has one. thread's row
  * of the scratch holds the weights (a position is below the model's ctx). */
@@ -342,30 +219,33 @@ static void attend(void *argp, int64_t lo, int64_t hi, int thread)
 	int32_t hd = h->head_dim, group = h->n_heads / h->n_kv_heads;
 	float scale = 1.0f / sqrtf((float)hd);
 	float *w = st->s->w + (size_t)thread * (size_t)st->s->ctx;
-	head_reader_t r = {NULL, st->s->h2f, st->s->kvrow + (size_t)thread * (size_t)hd, hd};
 
 	for (int64_t t = lo; t < hi; t++) {
 		int32_t i = (int32_t)(t / h->n_heads), head = (int32_t)(t % h->n_heads);
 		int32_t p = st->pos[i], j0 = h->window > 0 && p + 1 > h->window ? p + 1 - h->window : 0;
-		const unsigned char *kc = layer_k(st, i), *vc = layer_v(st, i);
+		mu__wtype_t wt = mu__kv_types[st->kvt[i]].wt;
 		size_t rb = row_bytes(st, i);
+		/* the head's elements start a whole number of the type's blocks
+		 * into a row (mu__kv_check) */
+		size_t at = (size_t)j0 * rb + (size_t)(head / group) * (size_t)hd /
+		            (size_t)mu__wtypes[wt].block * mu__wtypes[wt].block_bytes;
 		const float *q = st->s->q + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
-		int64_t kvo = (int64_t)(head / group) * hd;
 		float *o = st->s->att + (size_t)i * (size_t)qdim(h) + (size_t)head * (size_t)hd;
 		float mx = -INFINITY, sum = 0;
 
-		r.w = mu__wtype_info(mu__kv_types[st->kvt[i]].wt);
+		mu__attn_dot(wt, q, layer_k(st, i) + at, rb, p + 1 - j0, hd, w + j0);
 		for (int32_t j = j0; j <= p; j++) {
-			w[j] = head_dot(&r, q, kc + (size_t)j * rb, kvo) * scale;
+			w[j] *= scale;
 			mx = w[j] > mx ? w[j] : mx;
 		}
 		for (int32_t j = j0; j <= p; j++) {
 			w[j] = expf(w[j] - mx);
 			sum += w[j];
 		}
-		memset(o, 0, (size_t)hd * sizeof(float));
 		for (int32_t j = j0; j <= p; j++)
-			head_axpy(&r, w[j] / sum, vc + (size_t)j * rb, kvo, o);
+			w[j] /= sum;
+		memset(o, 0, (size_t)hd * sizeof(float));
+		mu__attn_mix(wt, w + j0, layer_v(st, i) + at, rb, p + 1 - j0, hd, o);
 	}
 }
 

@@ -29,11 +29,6 @@ typedef struct {
 	                   once per forward call (mu__dec_rope_rows) */
 	float *w;       /* [threads][ctx]: attention weights, a row per pool
 	                   thread (the pool's thread index picks it) */
-	float *kvrow;   /* [threads][head_dim]: a head's key or value read
-	                   back from a cache not kept in f32 */
-	float *h2f;     /* [65536]: mu__f16_to_f32 of every f16, what an f16
-	                   cache is read back with (exact, and a load where
-	                   the conversion's branches cost more) */
 	int32_t ctx;    /* the model's context: no position reaches it */
 	int threads;    /* the pool's threads the rows of w are for */
 } mu__dec_scratch_t;

@@ -2,8 +2,9 @@
 /*
  * KV cache types (src/llm/kv.c) in the decoder, over a small random
  * llama2.c checkpoint written here with heads of 32 (what q8_0 takes):
- * for each type a split of the layers equals the whole bit for bit and a
- * prefill equals token-by-token decode; the types really differ (f16 and
+ * for each type a split of the layers equals the whole bit for bit, a
+ * prefill equals token-by-token decode, and the AVX2 kernels the portable
+ * ones; the types really differ (f16 and
  * q8_0 round what f32 keeps); a sequence's bytes are its type's; q8_0 is
  * refused for a head dim not of whole blocks; names parse, and a wrong
  * one is told the choices.
@@ -88,6 +89,32 @@ static void test_prefill_equals_decode(void **state)
 		assert_memory_equal(a, b, sizeof(a));
 		assert_memory_equal(a, c, sizeof(a));
 	}
+}
+
+/* Every instruction set reads a cache as the portable code does
+ * (kern/attn.c): the same logits whatever the kernels (the checkpoint's
+ * weights are f32, whose products agree too), a prefill on three threads
+ * against decoding on one. */
+static void test_isas_agree(void **state)
+{
+	static const char *const isas[] = {"avx2", "avx2-vnni"};
+	float a[N * VOCAB], b[N * VOCAB];
+
+	(void)state;
+	for (int t = 0; t < MU__KV_COUNT; t++) {
+		assert_true(mu__attn_has(mu__kv_types[t].wt)); /* attention reads the type */
+		assert_int_equal(mu__kern_force_isa("portable"), 0);
+		run_whole(t, 1, 1, a);
+		for (int i = 0; i < 2; i++) {
+			if (mu__kern_force_isa(isas[i]) != 0)
+				continue; /* not this CPU's */
+			run_whole(t, N, 3, b);
+			if (memcmp(a, b, sizeof(a)) != 0)
+				fail_msg("kv %s: the %s kernels' logits differ from the portable ones",
+				         mu__kv_name(t), isas[i]);
+		}
+	}
+	assert_int_equal(mu__kern_force_isa(NULL), 0);
 }
 
 /* Two stages, each with its own cache of its layers, in the same type. */
@@ -199,6 +226,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_prefill_equals_decode),
+		cmocka_unit_test(test_isas_agree),
 		cmocka_unit_test(test_split_equals_whole),
 		cmocka_unit_test(test_types_differ),
 		cmocka_unit_test(test_bytes_per_type),
