@@ -454,19 +454,7 @@ DRIVER_U(mm_q5_0, mm_q5_0_d, MU__WT_Q5_0)
 DRIVER_U(mm_q5_1, mm_q5_1_d, MU__WT_Q5_1)
 DRIVER_U(mm_iq4_nl, mm_iq4_nl_d, MU__WT_IQ4_NL)
 
-/* ---- x to Q8_0 activations, byte for byte as mu__q8_block ---- */
-
-/* roundf: away from zero at the halves (v - trunc(v) is exact). */
-AI __m256i round_away(__m256 v)
-{
-	__m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-	__m256 sign = _mm256_and_ps(v, _mm256_set1_ps(-0.0f));
-	__m256 half = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t)),
-	                            _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-
-	t = _mm256_add_ps(t, _mm256_and_ps(half, _mm256_or_ps(_mm256_set1_ps(1.0f), sign)));
-	return _mm256_cvttps_epi32(t);
-}
+/* ---- x to Q8_0 activations, byte for byte as mu__q8_act_block ---- */
 
 /* Q8_0 activations (MU__ACTFMT_Q8_0): cols quants, then cols/32 f32 scales. */
 static void act_q8_0(const float *x, int64_t cols, void *out)
@@ -478,7 +466,7 @@ static void act_q8_0(const float *x, int64_t cols, void *out)
 	for (int64_t b = 0; b < cols / MU__QBLOCK; b++, x += MU__QBLOCK, q += MU__QBLOCK) {
 		__m256 v[4], m, bad = _mm256_setzero_ps(), vid;
 		__m128 m4;
-		float amax, dd, id;
+		float amax, id;
 		__m256i iv[4], p;
 
 		for (int k = 0; k < 4; k++) {
@@ -489,7 +477,7 @@ static void act_q8_0(const float *x, int64_t cols, void *out)
 		if (_mm256_movemask_ps(bad)) {
 			uint16_t dh;
 
-			mu__q8_block(x, q, &dh);
+			mu__q8_act_block(x, q, &dh);
 			d[b] = mu__h2f(dh);
 			continue;
 		}
@@ -498,16 +486,16 @@ static void act_q8_0(const float *x, int64_t cols, void *out)
 		m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
 		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
 		amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-		dd = amax / 127.0f;
-		id = dd != 0 ? 1.0f / dd : 0.0f;
-		d[b] = mu__h2f(mu__f32_to_f16(dd));
+		id = amax != 0 ? 127.0f / amax : 0.0f;
+		d[b] = mu__h2f(mu__f32_to_f16(amax / 127.0f));
 		vid = _mm256_set1_ps(id);
 		for (int k = 0; k < 4; k++) {
 			__m256 t = _mm256_mul_ps(v[k], vid);
 
 			t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q)); /* NaN -> 0 */
 			t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-			iv[k] = round_away(t);
+			iv[k] = _mm256_cvtps_epi32(
+			    _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 		}
 		/* packs work within 128-bit halves: put the dwords back in order */
 		p = _mm256_packs_epi16(_mm256_packs_epi32(iv[0], iv[1]), _mm256_packs_epi32(iv[2], iv[3]));

@@ -17,7 +17,7 @@
  *     the exact integer sum of the block's products and d_b one f32
  *     product of scales:
  *     Q8_0/Q4_0/Q5_0/IQ4_NL, per block b of 32 (x first in the Q8_0
- *     activation format, MU__ACTFMT_Q8_0, each block as mu__q8_block
+ *     activation format, MU__ACTFMT_Q8_0, each block as mu__q8_act_block
  *     makes it), the weights as signed integers wq (Q8_0: q; Q4_0:
  *     nibble - 8; Q5_0: 5-bit q - 16; IQ4_NL: the int8 value of its
  *     table): d_b = dw_b * dx_b and S_b = the sum of wq[k] * xq[k] over
@@ -197,12 +197,25 @@ static inline float mu__hsum8(const float a[8])
 void mu__q8_block(const float *x, int8_t *q, uint16_t *dh);
 
 /*
+ * One block of 32 activations to Q8_0 (MU__ACTFMT_Q8_0, and the first
+ * part of Q8_1) as ggml's CPU backend quantizes x on x86 at run time
+ * (quantize_row_q8_0 with AVX2), which is what llama.cpp's products see
+ * there: d = max|x| / 127 stored as f16, q = x * (127 / max|x|) rounded
+ * to nearest, halves to even. Not the reference rule of mu__q8_block
+ * (x * (1/d), halves away from zero), which llama.cpp's quantizer writes
+ * into files: the two differ by one in some quants. NaNs, infinities and
+ * the clamp to [-127, 127] as mu__q8_block (ggml's own is undefined
+ * there: an infinite 127/max gives it -128).
+ */
+void mu__q8_act_block(const float *x, int8_t *q, uint16_t *dh);
+
+/*
  * The rest of a Q8_1 activation row (MU__ACTFMT_Q8_1) whose first part,
  * the Q8_0 row form of x (cols quants, then cols/32 scales), is already at
  * out: each block's s, as llama.cpp's reference quantize_row_q8_1 makes
  * it: s = f16(d * (float)sum of the 32 q), d = max|x| / 127 before its
  * rounding to f16, stored as f32 after the scales. A block with a NaN or
- * an infinity (d NaN, as mu__q8_block) gets s = NaN. Every instruction
+ * an infinity (d NaN, as mu__q8_act_block) gets s = NaN. Every instruction
  * set's Q8_1 quantizer calls this one, so their bytes agree.
  */
 void mu__q8_1_sums(const float *x, int64_t cols, void *out);

@@ -184,7 +184,7 @@ static void act_q8_0(const float *x, int64_t cols, void *out)
 		uint16_t dh;
 		float f;
 
-		mu__q8_block(x + b * MU__QBLOCK, q + b * MU__QBLOCK, &dh);
+		mu__q8_act_block(x + b * MU__QBLOCK, q + b * MU__QBLOCK, &dh);
 		f = mu__h2f(dh);
 		memcpy(d + 4 * b, &f, 4);
 	}

@@ -104,6 +104,32 @@ void mu__q8_block(const float *x, int8_t *q, uint16_t *dh)
 	}
 }
 
+void mu__q8_act_block(const float *x, int8_t *q, uint16_t *dh)
+{
+	float amax = 0, id;
+	int bad = 0;
+
+	for (int j = 0; j < MU__QBLOCK; j++) {
+		float a = fabsf(x[j]);
+
+		bad |= !(a <= FLT_MAX);
+		amax = a > amax ? a : amax;
+	}
+	if (bad) {
+		*dh = 0x7e00;
+		memset(q, 0, MU__QBLOCK);
+		return;
+	}
+	id = amax != 0 ? 127.0f / amax : 0.0f;
+	*dh = mu__f32_to_f16(amax / 127.0f);
+	for (int j = 0; j < MU__QBLOCK; j++) {
+		float v = x[j] * id;
+
+		v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+		q[j] = (int8_t)nearbyintf(v); /* the default rounding: halves to even */
+	}
+}
+
 /* Q8_0 rows: each block as mu__q8_block makes it, scale first. */
 static void q8_0_from_f32(const float *x, int64_t n, void *out)
 {
@@ -159,8 +185,8 @@ static void q4_0_from_f32(const float *x, int64_t n, void *out)
 
 /*
  * Q8_1's sums (kern/isa_int.h): the quants are at out, the scales after
- * them; the sums go after the scales. amax is found as mu__q8_block finds
- * it, so d here is the one whose f16 rounding is the block's scale.
+ * them; the sums go after the scales. amax is found as mu__q8_act_block
+ * finds it, so d here is the one whose f16 rounding is the block's scale.
  */
 void mu__q8_1_sums(const float *x, int64_t cols, void *out)
 {

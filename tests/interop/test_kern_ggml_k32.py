@@ -13,7 +13,7 @@ node-llama-cpp (llamacppfix, installed by the first run), through ctypes.
 * the product: mu_matmul of one row of x by ggml-quantized weights against
   two references in double: ggml's definition of the dot product
   (d_w * d_x * sum q_w q_x, plus m_w * s_x for the types with mins, with x
-  quantized by ggml's quantize_row_q8_0_ref / _q8_1_ref), within REL_DEF of
+  quantized by ggml's run-time quantize_row_q8_0 / _q8_1 for x86), within REL_DEF of
   the sum of the terms' magnitudes; and the float sum of dequantized W by
   dequantized x, within REL_DEQ (the f16 rounding of Q8_1's s is the
   difference). The largest errors measured are printed.
@@ -75,8 +75,13 @@ ggml.ggml_quantize_init.argtypes = [ctypes.c_int]
 ggml.ggml_quantize_chunk.restype = ctypes.c_size_t
 ggml.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-for _n in ("quantize_row_q8_0_ref", "quantize_row_q8_1_ref"):
-    getattr(ggml, _n).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+# ggml's CPU backend for AVX2 (haswell): how llama.cpp quantizes x at run
+# time on x86, which muster's activation quantizer follows
+ggml_cpu = ctypes.CDLL(str(BINS / "libggml-cpu-haswell.so"))
+ggml.quantize_row_q8_0_ref.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+for _n in ("quantize_row_q8_0", "quantize_row_q8_1"):
+    getattr(ggml_cpu, _n).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+ggml.dequantize_row_q8_0.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
 for _t in TYPES:
     getattr(ggml, f"dequantize_row_{_t.lower()}").argtypes = [ctypes.c_void_p, ctypes.c_void_p,
                                                               ctypes.c_int64]
@@ -182,12 +187,12 @@ def test_from_f32_is_ggmls(name):
 
 
 def ggml_act(fmt, x):
-    """x (one row) through ggml's reference activation quantizer: per block
-    of 32, (d, s or None, the 32 quants)."""
+    """x (one row) through ggml's run-time activation quantizer on x86:
+    per block of 32, (d, s or None, the 32 quants)."""
     nb = x.size // 32
     bb = 34 if fmt == "q8_0" else 36
     raw = np.zeros(nb * bb, dtype=np.uint8)
-    getattr(ggml, f"quantize_row_{fmt}_ref")(p(x), p(raw), x.size)
+    getattr(ggml_cpu, f"quantize_row_{fmt}")(p(x), p(raw), x.size)
     raw = raw.reshape(nb, bb)
     d = raw[:, 0:2].copy().view(np.float16).astype(np.float64).reshape(nb)
     s = raw[:, 2:4].copy().view(np.float16).astype(np.float64).reshape(nb) if fmt == "q8_1" else None
@@ -242,6 +247,42 @@ def test_matmul_against_ggml_definition(name):
         worst_deq = max(worst_deq, float(err_deq.max()))
     print(f"{name}: largest relative error {worst_def:.3g} against ggml's definition, "
           f"{worst_deq:.3g} against dequantized W . dequantized x")
+
+
+def test_activations_are_ggmls():
+    """muster quantizes x as ggml's CPU backend does on x86 at run time
+    (q = x * (127 / max|x|), halves to even), not as its reference
+    quantizer: seen through mu_matmul by a Q8_0 matrix whose row k picks
+    element k (d = 1, one quant 1), which gives d_x * q_x, the dequantized
+    activation, bit for bit as ggml's dequantize_row_q8_0 of ggml's
+    quantize_row_q8_0. Halves are forced in: a block scaled so max|x| =
+    127 holds x.5 values, which the reference rule rounds away from 0."""
+    rng = np.random.default_rng(7)
+    cols = 32 * 16
+    w = np.zeros((cols, cols // 32, 34), dtype=np.uint8)
+    for k in range(cols):
+        w[k, k // 32, 0:2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
+        w[k, k // 32, 2 + k % 32] = 1
+    wmat = WMat(code("Q8_0"), w.ctypes.data, cols, cols)
+    ties = 0
+    for trial in range(40):
+        x = (rng.standard_normal(cols) * 2.0 ** rng.integers(-20, 20)).astype(np.float32)
+        x[0:32] = rng.integers(-126, 126, 32) + 0.5
+        x[0] = 127.0
+        y = np.full(cols, np.nan, dtype=np.float32)
+        assert mu.mu_matmul(None, ctypes.byref(wmat), p(x), 1, p(y), None) == 0
+        raw = np.zeros(cols // 32 * 34, dtype=np.uint8)
+        ggml_cpu.quantize_row_q8_0(p(x), p(raw), cols)
+        want = np.zeros(cols, dtype=np.float32)
+        ggml.dequantize_row_q8_0(p(raw), p(want), cols)
+        ref = np.zeros(cols // 32 * 34, dtype=np.uint8)
+        ggml.quantize_row_q8_0_ref(p(x), p(ref), cols)
+        ties += int(np.count_nonzero(raw != ref))
+        bad = np.flatnonzero(y.view(np.uint32) != want.view(np.uint32))
+        assert bad.size == 0, (f"trial {trial}: element {bad[0]}: muster {y[bad[0]]!r}, "
+                               f"ggml {want[bad[0]]!r} (x = {x[bad[0]]!r})")
+    # the two ggml rules differ here, so the test tells them apart
+    assert ties > 0
 
 
 # ---- a model quantized by llama.cpp ----

@@ -378,7 +378,8 @@ static void test_q4_0(void **state)
 }
 
 /* Every instruction set's Q8_0 activation quantizer gives the portable
- * one's bytes, edge cases too, and those are mu__q8_block's. */
+ * one's bytes, edge cases too, and those are mu__q8_act_block's: ggml's
+ * run-time rule on x86, q = x * (127 / max) with halves to even. */
 static void test_act_q8_0_isas(void **state)
 {
 	const char *names[3];
@@ -412,13 +413,18 @@ static void test_act_q8_0_isas(void **state)
 		mu__kern_portable.act[MU__ACTFMT_Q8_0](x, C, rp);
 		avx->act[MU__ACTFMT_Q8_0](x, C, ra);
 		assert_memory_equal(rp, ra, sizeof(rp));
+		for (int k = 1; k < 32; k++) { /* block 1: d = 1, so q = x rounded, halves to even */
+			int below = (int)floorf(x[32 + k]); /* x = below + 1/2 */
+
+			assert_int_equal((int8_t)rp[32 + k], below % 2 == 0 ? below : below + 1);
+		}
 		mu__actfmts[MU__ACTFMT_Q8_0].to_f32(rp, C, back);
 		for (int b = 0; b < C / 32; b++) {
 			uint16_t dh;
 			int8_t q8[32];
 			float d;
 
-			mu__q8_block(x + 32 * b, q8, &dh);
+			mu__q8_act_block(x + 32 * b, q8, &dh);
 			memcpy(&d, rp + C + 4 * b, 4);
 			assert_memory_equal(q8, rp + 32 * b, 32);
 			assert_true(f_bits(d) == f_bits(mu__f16_to_f32(dh)));
