@@ -141,8 +141,9 @@ def ensure_model(a, wtype):
 
 
 def params(a):
-    kv = a.dim // a.heads * a.kv_heads
-    layer = 2 * a.dim * a.dim + 2 * a.dim * kv + 3 * a.dim * a.hidden + 2 * a.dim
+    hd = getattr(a, "head_dim", None) or a.dim // a.heads
+    q, kv = hd * a.heads, hd * a.kv_heads
+    layer = 2 * a.dim * q + 2 * a.dim * kv + 3 * a.dim * a.hidden + 2 * a.dim
     return a.layers * layer + 2 * a.vocab * a.dim + a.dim
 
 
@@ -371,6 +372,11 @@ def parse(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--types", help="run the per-type comparison of bench/llm_types.py on "
                    "these llama.cpp-quantized types (without: F32 and Q8_0 as above)")
+    p.add_argument("--arch", default="llama", choices=["llama", "qwen3", "phi3"],
+                   help="with --types: the architecture of the random model (qwen3: "
+                   "Qwen3-1.7B's layer, 16 heads of 128, 8 KV heads, hidden 6144, "
+                   "16 layers; the shape options change it)")
+    p.add_argument("--head-dim", type=int)
     p.add_argument("--pure", action="store_true",
                    help="with --types: every matrix of the type (llama-quantize --pure)")
     p.add_argument("--repeat", type=int, default=3, help="with --types: runs per figure")
@@ -390,6 +396,8 @@ def parse(argv):
     if a.by_type:
         import llm_types
         base = dict(llm_types.SHAPE, prompt_tokens=256, decode_tokens=64)
+        if a.arch == "qwen3":  # Qwen3-1.7B's layer (heads of 128), 16 layers: 0.94 B
+            base.update(heads=16, kv_heads=8, hidden=6144)
         if a.toy:
             base.update(llm_types.TOY)
     else:
@@ -400,6 +408,8 @@ def parse(argv):
     for k, v in base.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
+    if a.arch == "qwen3" and a.head_dim is None:
+        a.head_dim = 128
     a.types = [t for t in a.types.split(",") if t]
     a.threads = [int(t) for t in a.threads.split(",") if t]
     a.stages = [int(s) for s in a.stages.split(",") if s]

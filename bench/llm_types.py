@@ -71,7 +71,8 @@ WARMUP_TOKENS = 8
 
 
 def model_stem(a):
-    return (f"llama-d{a.dim}-l{a.layers}-h{a.hidden}-a{a.heads}-kv{a.kv_heads}"
+    hd = f"-hd{a.head_dim}" if a.head_dim else ""
+    return (f"{a.arch}-d{a.dim}-l{a.layers}-h{a.hidden}-a{a.heads}-kv{a.kv_heads}{hd}"
             f"-v{a.vocab}-s{a.seed}")
 
 
@@ -92,10 +93,11 @@ def ensure_base(a):
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(dir=a.cache) as tmp:
             hf = Path(tmp) / model_stem(a)
-            run_tool([llm.PYTHON, CONVERT, "gen", hf, "--arch", "llama", "--dim", a.dim,
+            run_tool([llm.PYTHON, CONVERT, "gen", hf, "--arch", a.arch, "--dim", a.dim,
                       "--layers", a.layers, "--hidden", a.hidden, "--heads", a.heads,
                       "--kv-heads", a.kv_heads, "--vocab", a.vocab, "--dtype", "F16",
-                      "--seed", a.seed], "llm_convert.py gen")
+                      "--seed", a.seed, *(["--head-dim", a.head_dim] if a.head_dim else [])],
+                     "llm_convert.py gen")
             run_tool([llm.PYTHON, CONVERT, "hf-to-gguf", hf, path, "--type", "F16"],
                      "llm_convert.py hf-to-gguf")
         llm.log(f"  generated {path.name} in {time.monotonic() - t0:.0f} s")
@@ -306,7 +308,7 @@ def print_type(a, wtype, model, tensors, res, refused, bw):
 
 def bench_types(a):
     params = llm.params(a) - a.vocab * a.dim    # the token embedding is not computed with
-    llm.log(f"LLM per type: random-weight llama, dim {a.dim}, {a.layers} layers, hidden "
+    llm.log(f"LLM per type: random-weight {a.arch}, dim {a.dim}, {a.layers} layers, hidden "
             f"{a.hidden}, {a.heads} heads ({a.kv_heads} KV), vocab {a.vocab}: "
             f"{llm.params(a):,} parameters ({params:,} but the embedding)")
     llm.log(f"prompt {a.prompt_tokens} tokens (the same ids for both), then {a.decode_tokens} "
