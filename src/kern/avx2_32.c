@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The AVX2 products of the types of 32-element blocks (Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL), built with kern/avx2.c's flags; kern/vnni_32.c
+ * builds it again with MU_KERN_VNNI for the AVX512-VNNI table, where one
+ * vpdpbusd (exact in int32, never the saturating vpdpbusds) takes the
+ * place of maddubs + madd.
+ *
+ * kern/isa_int.h fixes one float chain per output element over the
+ * blocks, acc = fma(dw * dx, (float)S, acc), S the block's exact integer
+ * sum. So the eight lanes of a vector are eight rows of W (a DRIVER's
+ * strided rows r + a * rs): the integer work gives each lane its row's S,
+ * and the cvt, the scale product and the fma are done once for eight
+ * output elements.
+ *
+ * The weights enter the integer sums unsigned, as maddubs and vpdpbusd
+ * take their first operand: Q4_0's nibble n is w + 8, Q5_0's q is w + 16,
+ * and with VNNI Q8_0 and IQ4_NL add 128 (a flip of the sign bit); the sum
+ * of the offset times x's quants comes back off as an exact integer. Plain
+ * AVX2 keeps Q8_0 and IQ4_NL signed and multiplies |w| by x with w's sign
+ * (255 * 127 twice would overflow maddubs' int16 pairs).
+ *
+ * A decode (tile_d) reads each block of eight rows, gives every row and
+ * row of x a vector of eight partial sums, and adds the eight rows'
+ * vectors into one vector of their S by a transpose of horizontal adds.
+ * A prefill (tile_u) first unpacks the eight rows once per panel of x
+ * into a scratch where one vector holds four consecutive quants of each
+ * row (lane a = row a), so that a row of x only broadcasts its matching
+ * four bytes: no horizontal work at all.
+ */
+#include "kern/isa_int.h"
+
+#if defined(MU_KERN_VNNI) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define MU__KERN_SKIP 1
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(MU__KERN_SKIP)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* Bytes of x in a panel, as kern/avx2.c's float kernels. */
+#define PANEL_BYTES (768 << 10)
+
+/* Whether type t has mins (x = d*q + m, Q8_1 activations, unsigned q). */
+#define MINS(t) ((t) == MU__WT_Q4_1 || (t) == MU__WT_Q5_1)
+/* log2 of the offset added to t's weights (0: none), and whether plain
+ * AVX2 keeps them signed (the sign trick). */
+#if defined(MU_KERN_VNNI)
+#define SIGNED(t) 0
+#define OFFSH(t)                                                                        \
+	((t) == MU__WT_Q4_0 ? 3                                                         \
+	 : (t) == MU__WT_Q5_0 ? 4                                                       \
+	 : (t) == MU__WT_Q8_0 || (t) == MU__WT_IQ4_NL ? 7                              \
+	                                               : 0)
+#else
+#define SIGNED(t) ((t) == MU__WT_Q8_0 || (t) == MU__WT_IQ4_NL)
+#define OFFSH(t) ((t) == MU__WT_Q4_0 ? 3 : (t) == MU__WT_Q5_0 ? 4 : 0)
+#endif
+/* Groups of four quants whose maddubs int16 pairs may be added before one
+ * madd (plain AVX2): 16 products of q <= 15 by |x| <= 127 stay under
+ * 2^15, 8 of q <= 31; a signed pair alone may reach 2 * 128 * 127. */
+#define GPM(t) (SIGNED(t) ? 1 : (t) == MU__WT_Q4_0 || (t) == MU__WT_Q4_1 ? 8 : 4)
+
+/* 32 nibbles at qs, in element order: byte j's low one is element j, its
+ * high one element j + 16. */
+AI __m256i nib32(const unsigned char *qs)
+{
+	__m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
+
+	return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m)),
+	                               _mm_and_si128(_mm_srli_epi16(q, 4), m), 1);
+}
+
+/* The fifth bits at qh (bit j for element j) as bytes of 16 or 0. */
+AI __m256i bits32(const unsigned char *qh)
+{
+	const __m256i bm = _mm256_set1_epi64x(0x8040201008040201ll);
+	uint32_t h;
+	__m256i v;
+
+	memcpy(&h, qh, 4);
+	/* byte j gets byte j / 8 of qh (each 128-bit half holds all four) */
+	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+	                        _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+	                                           0x0303030303030303ll));
+	return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm), _mm256_set1_epi8(16));
+}
+
+/* The 32 quants of a weight block in element order, as the sums take
+ * them: w + (1 << OFFSH(t)) unsigned, or w signed for SIGNED(t). */
+AI __m256i ldq(mu__wtype_t t, const unsigned char *blk)
+{
+	const __m256i flip = _mm256_set1_epi8((char)(SIGNED(t) ? 0 : 0x80));
+
+	if (t == MU__WT_Q8_0)
+		return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)), flip);
+	if (t == MU__WT_Q4_0 || t == MU__WT_Q4_1)
+		return nib32(blk + 2 + 2 * MINS(t));
+	if (t == MU__WT_Q5_0 || t == MU__WT_Q5_1)
+		return _mm256_or_si256(nib32(blk + 6 + 2 * MINS(t)), bits32(blk + 2 + 2 * MINS(t)));
+	/* IQ4_NL: each nibble looks its value up in the table */
+	return _mm256_xor_si256(
+	    _mm256_shuffle_epi8(
+	        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)mu__iq4nl_values)),
+	        nib32(blk + 2)),
+	    flip);
+}
+
+/* acc + the products of w and x by fours (lane l: bytes 4l..4l+3). */
+AI __m256i dot(mu__wtype_t t, __m256i acc, __m256i w, __m256i x)
+{
+#if defined(MU_KERN_VNNI)
+	(void)t;
+	return _mm256_dpbusd_epi32(acc, w, x);
+#else
+	__m256i p = SIGNED(t) ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+	                      : _mm256_maddubs_epi16(w, x);
+
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Eight f16 at p[a] + off as f32, lane a. */
+AI __m256 ld8h(const unsigned char *const p[8], size_t off)
+{
+	__m128i h = _mm_cvtsi32_si128(mu__ld16(p[0] + off));
+
+	h = _mm_insert_epi16(h, mu__ld16(p[1] + off), 1);
+	h = _mm_insert_epi16(h, mu__ld16(p[2] + off), 2);
+	h = _mm_insert_epi16(h, mu__ld16(p[3] + off), 3);
+	h = _mm_insert_epi16(h, mu__ld16(p[4] + off), 4);
+	h = _mm_insert_epi16(h, mu__ld16(p[5] + off), 5);
+	h = _mm_insert_epi16(h, mu__ld16(p[6] + off), 6);
+	h = _mm_insert_epi16(h, mu__ld16(p[7] + off), 7);
+	return _mm256_cvtph_ps(h);
+}
+
+/* The tile's eight rows of W: row a at r + a * rs for a < rm; the lanes
+ * past rm repeat row r (computed, never stored). */
+AI void rows8(const mu__mm_job_t *j, int64_t r, int64_t rs, int rm, const unsigned char *wr[8])
+{
+	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols);
+
+#pragma GCC unroll 8
+	for (int a = 0; a < 8; a++)
+		wr[a] = (const unsigned char *)j->w->data + (size_t)(r + (a < rm ? a : 0) * rs) * rb;
+}
+
+/* y of rows r + a * rs (a < rm) for x row i: acc (+ accm) (+ bias). */
+AI void store8(const mu__mm_job_t *j, int64_t r, int64_t rs, int rm, int64_t i, __m256 acc, __m256 accm,
+               int mins)
+{
+	float o[8], *y = j->y + i * j->w->rows + r;
+
+	if (mins)
+		acc = _mm256_add_ps(acc, accm);
+	if (j->bias) {
+		float b[8] = {0};
+
+		for (int a = 0; a < rm; a++)
+			b[a] = j->bias[r + a * rs];
+		acc = _mm256_add_ps(acc, _mm256_loadu_ps(b));
+	}
+	_mm256_storeu_ps(o, acc);
+	for (int a = 0; a < rm; a++)
+		y[a * rs] = o[a];
+}
+
+/* ---- decode: each row's lanes added into one vector of eight rows ---- */
+
+/* Lane a: the sum of v[a]'s eight lanes. */
+AI __m256i reduce8(const __m256i v[8])
+{
+	__m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+	__m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+	__m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+
+	return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* Every lane: the sum of x's 32 quants shifted left by sh. */
+AI __m256i xsum_all(__m256i x, int sh)
+{
+#if defined(MU_KERN_VNNI)
+	__m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), x);
+#else
+	__m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1));
+#endif
+
+	s = _mm256_add_epi32(s, _mm256_permute2x128_si256(s, s, 1));
+	s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0x4e));
+	s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0xb1));
+	return _mm256_slli_epi32(s, sh);
+}
+
+/* The largest number of rows of x a decode tile takes. */
+#define DN 2
+
+AI void tile_d(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+{
+	int64_t nb = j->w->cols / MU__QBLOCK;
+	size_t bb = mu__wtypes[t].block_bytes;
+	const unsigned char *wr[8];
+	const int8_t *xq[DN];
+	const float *xd[DN], *xs[DN];
+	__m256 acc[DN], accm[DN];
+
+	rows8(j, r, rs, rm, wr);
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++) {
+		xq[i] = mu__xq(j, i0 + i);
+		xd[i] = mu__xd(j, i0 + i);
+		xs[i] = MINS(t) ? mu__xs(j, i0 + i) : NULL;
+		acc[i] = accm[i] = _mm256_setzero_ps();
+	}
+	for (int64_t b = 0; b < nb; b++) {
+		size_t o = (size_t)b * bb;
+		__m256i xv[DN], p[DN][8];
+		__m256 dw = ld8h(wr, o), mw = MINS(t) ? ld8h(wr, o + 2) : dw;
+
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			xv[i] = _mm256_loadu_si256((const __m256i *)(xq[i] + b * MU__QBLOCK));
+#pragma GCC unroll 8
+		for (int a = 0; a < 8; a++) {
+			__m256i wv = ldq(t, wr[a] + o);
+
+#pragma GCC unroll 4
+			for (int i = 0; i < rn; i++)
+				p[i][a] = dot(t, _mm256_setzero_si256(), wv, xv[i]);
+		}
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++) {
+			__m256i s = reduce8(p[i]);
+
+			if (OFFSH(t))
+				s = _mm256_sub_epi32(s, xsum_all(xv[i], OFFSH(t)));
+			acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[i] + b)),
+			                         _mm256_cvtepi32_ps(s), acc[i]);
+			if (MINS(t))
+				accm[i] = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(xs[i] + b), accm[i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++)
+		store8(j, r, rs, rm, i0 + i, acc[i], accm[i], MINS(t));
+}
+
+/* ---- prefill: eight rows unpacked to fours of quants, lane a = row a ---- */
+
+#define UNPACK_BLOCKS 512 /* cols up to 16384 */
+/* The panel's sums of x's quants per block (int16: |sum| <= 32 * 127). */
+#define XSUM_MAX 16384
+typedef struct {
+	/* q[b][g] lane a: quants 4g..4g+3 of row a's block b, as ldq gives */
+	__m256i q[UNPACK_BLOCKS][8];
+	__m256 d[UNPACK_BLOCKS], m[UNPACK_BLOCKS]; /* lane a: row a's d, m */
+} unpacked_t;
+
+AI void unpack8(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int rm, unpacked_t *u)
+{
+	int64_t nb = j->w->cols / MU__QBLOCK;
+	size_t bb = mu__wtypes[t].block_bytes;
+	const unsigned char *wr[8];
+
+	rows8(j, r, rs, rm, wr);
+	for (int64_t b = 0; b < nb; b++) {
+		size_t o = (size_t)b * bb;
+		__m256i v[8], s[8];
+
+#pragma GCC unroll 8
+		for (int a = 0; a < 8; a++)
+			v[a] = ldq(t, wr[a] + o);
+		/* the 8x8 transpose of the rows' dwords */
+#pragma GCC unroll 4
+		for (int a = 0; a < 8; a += 4) {
+			__m256i l0 = _mm256_unpacklo_epi32(v[a], v[a + 1]), h0 = _mm256_unpackhi_epi32(v[a], v[a + 1]);
+			__m256i l1 = _mm256_unpacklo_epi32(v[a + 2], v[a + 3]);
+			__m256i h1 = _mm256_unpackhi_epi32(v[a + 2], v[a + 3]);
+
+			s[a] = _mm256_unpacklo_epi64(l0, l1);     /* dwords 0, 4 */
+			s[a + 1] = _mm256_unpackhi_epi64(l0, l1); /* 1, 5 */
+			s[a + 2] = _mm256_unpacklo_epi64(h0, h1); /* 2, 6 */
+			s[a + 3] = _mm256_unpackhi_epi64(h0, h1); /* 3, 7 */
+		}
+#pragma GCC unroll 4
+		for (int g = 0; g < 4; g++) {
+			u->q[b][g] = _mm256_permute2x128_si256(s[g], s[g + 4], 0x20);
+			u->q[b][g + 4] = _mm256_permute2x128_si256(s[g], s[g + 4], 0x31);
+		}
+		u->d[b] = ld8h(wr, o);
+		if (MINS(t))
+			u->m[b] = ld8h(wr, o + 2);
+	}
+}
+
+/* The largest number of rows of x a prefill tile takes. */
+#if defined(MU_KERN_VNNI)
+#define UN 4
+#else
+#define UN 3
+#endif
+
+/* x's four quants 4g..4g+3 in every lane. */
+AI __m256i x4(const int8_t *p)
+{
+	int v;
+
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+/* One block's S of the eight unpacked rows for rn rows of x, before the
+ * offset: vpdpbusd, or maddubs pairs added GPM groups at a time. */
+AI void sums_u(mu__wtype_t t, const __m256i *q, const int8_t *const xq[UN], int rn, __m256i s[UN])
+{
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++)
+		s[i] = _mm256_setzero_si256();
+#if defined(MU_KERN_VNNI)
+#pragma GCC unroll 8
+	for (int g = 0; g < 8; g++)
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			s[i] = _mm256_dpbusd_epi32(s[i], q[g], x4(xq[i] + 4 * g));
+#else
+#pragma GCC unroll 8
+	for (int g0 = 0; g0 < 8; g0 += GPM(t)) {
+		__m256i h[UN];
+
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			h[i] = _mm256_setzero_si256();
+		for (int k = 0; k < GPM(t); k++) {
+			int g = g0 + k;
+			__m256i w = q[g], aw = SIGNED(t) ? _mm256_sign_epi8(w, w) : w;
+
+#pragma GCC unroll 4
+			for (int i = 0; i < rn; i++) {
+				__m256i xb = x4(xq[i] + 4 * g);
+
+				h[i] = _mm256_add_epi16(
+				    h[i], _mm256_maddubs_epi16(aw, SIGNED(t) ? _mm256_sign_epi8(xb, w) : xb));
+			}
+		}
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++)
+			s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(h[i], _mm256_set1_epi16(1)));
+	}
+#endif
+}
+
+/* Rows of x i0..i0+rn-1 (their quant sums at xsum, nb a row) against the
+ * unpacked rows. */
+AI void tile_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, const int16_t *xsum, int64_t r,
+               int64_t rs, int64_t i0, int rm, int rn)
+{
+	int64_t nb = j->w->cols / MU__QBLOCK;
+	const int8_t *xq[UN];
+	const float *xd[UN], *xs[UN];
+	__m256 acc[UN], accm[UN];
+
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++) {
+		xq[i] = mu__xq(j, i0 + i);
+		xd[i] = mu__xd(j, i0 + i);
+		xs[i] = MINS(t) ? mu__xs(j, i0 + i) : NULL;
+		acc[i] = accm[i] = _mm256_setzero_ps();
+	}
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i s[UN];
+
+		sums_u(t, u->q[b], xq, rn, s);
+#pragma GCC unroll 4
+		for (int i = 0; i < rn; i++) {
+			xq[i] += MU__QBLOCK;
+			if (OFFSH(t))
+				s[i] = _mm256_sub_epi32(s[i], _mm256_set1_epi32(xsum[i * nb + b] * (1 << OFFSH(t))));
+			acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(u->d[b], _mm256_broadcast_ss(xd[i] + b)),
+			                         _mm256_cvtepi32_ps(s[i]), acc[i]);
+			if (MINS(t))
+				accm[i] = _mm256_fmadd_ps(u->m[b], _mm256_broadcast_ss(xs[i] + b), accm[i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < rn; i++)
+		store8(j, r, rs, rm, i0 + i, acc[i], accm[i], MINS(t));
+}
+
+/* ---- drivers ---- */
+
+/*
+ * Rows [r0, r1) of W in groups of eight rows q = (r1 - r0) / 8 apart (far
+ * apart rows stream from memory at full speed where neighbours did not,
+ * see kern/avx2.c), the rows left over in one last group of neighbours.
+ */
+#define GROUPS(r0, r1, body)                                                     \
+	do {                                                                     \
+		int64_t q_ = ((r1) - (r0)) / 8;                                  \
+		for (int64_t g_ = 0; g_ <= q_; g_++) {                           \
+			int64_t r = g_ < q_ ? (r0) + g_ : (r0) + 8 * q_;         \
+			int64_t rs = g_ < q_ ? q_ : 1;                           \
+			int rm = g_ < q_ ? 8 : (int)((r1) - (r0)-8 * q_);        \
+			if (rm > 0)                                              \
+				body;                                            \
+		}                                                                \
+	} while (0)
+
+AI void direct(const mu__mm_job_t *j, mu__wtype_t t, int64_t r0, int64_t r1)
+{
+	int64_t n = j->n;
+
+	GROUPS(r0, r1, {
+		for (int64_t i = 0; i < n; i += DN) {
+			if (n - i >= 2)
+				tile_d(j, t, r, rs, i, rm, 2);
+			else
+				tile_d(j, t, r, rs, i, rm, 1);
+		}
+	});
+}
+
+/* The quant sums of x rows [p0, p1) per block, nb a row. */
+static void xsums(const mu__mm_job_t *j, int64_t p0, int64_t p1, int16_t *xsum)
+{
+	int64_t nb = j->w->cols / MU__QBLOCK;
+
+	for (int64_t i = p0; i < p1; i++) {
+		const int8_t *xq = mu__xq(j, i);
+
+		for (int64_t b = 0; b < nb; b++) {
+			int s = 0;
+
+			for (int k = 0; k < MU__QBLOCK; k++)
+				s += xq[b * MU__QBLOCK + k];
+			xsum[(i - p0) * nb + b] = (int16_t)s;
+		}
+	}
+}
+
+AI void unpacked(const mu__mm_job_t *j, mu__wtype_t t, int64_t r0, int64_t r1, unpacked_t *u,
+                 int16_t *xsum)
+{
+	int64_t n = j->n, nb = j->w->cols / MU__QBLOCK, panel = PANEL_BYTES / (int64_t)j->xa_row, p1;
+
+	if (panel > XSUM_MAX / nb)
+		panel = XSUM_MAX / nb;
+	panel = panel < UN ? UN : panel - panel % UN;
+	for (int64_t p0 = 0; p0 < n; p0 = p1) {
+		p1 = n - p0 < panel ? n : p0 + panel;
+		if (OFFSH(t))
+			xsums(j, p0, p1, xsum);
+		GROUPS(r0, r1, {
+			unpack8(j, t, r, rs, rm, u);
+			for (int64_t i = p0; i < p1; i += UN) {
+				const int16_t *xs = xsum + (i - p0) * nb;
+
+				if (p1 - i >= UN)
+					tile_u(j, t, u, xs, r, rs, i, rm, UN);
+				else if (p1 - i == 3)
+					tile_u(j, t, u, xs, r, rs, i, rm, 3);
+				else if (p1 - i == 2)
+					tile_u(j, t, u, xs, r, rs, i, rm, 2);
+				else
+					tile_u(j, t, u, xs, r, rs, i, rm, 1);
+			}
+		});
+	}
+}
+
+/* A decode (n <= DN, or rows too long for the scratch) reads W directly;
+ * a prefill unpacks each group of eight rows once per panel of x. */
+#define MM32(name, t)                                                            \
+	void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)                 \
+	{                                                                        \
+		unpacked_t u;                                                    \
+		int16_t xsum[XSUM_MAX];                                          \
+		if (j->n <= DN || j->w->cols > UNPACK_BLOCKS * MU__QBLOCK)       \
+			direct(j, t, r0, r1);                                    \
+		else                                                             \
+			unpacked(j, t, r0, r1, &u, xsum);                        \
+	}
+MM32(MU__K32_MM(q8_0), MU__WT_Q8_0)
+MM32(MU__K32_MM(q4_0), MU__WT_Q4_0)
+MM32(MU__K32_MM(q4_1), MU__WT_Q4_1)
+MM32(MU__K32_MM(q5_0), MU__WT_Q5_0)
+MM32(MU__K32_MM(q5_1), MU__WT_Q5_1)
+MM32(MU__K32_MM(iq4_nl), MU__WT_IQ4_NL)
+
+#else
+/* Not an x86 build: kern.c never asks for the table. */
+typedef int mu__kern_avx2_32_unused_t;
+#endif
