@@ -9,7 +9,7 @@
  * kern/isa_int.h fixes one float chain per output element over the
  * blocks, acc = fma(dw * dx, (float)S, acc), S the block's exact integer
  * sum. So the eight lanes of a vector are eight rows of W (a DRIVER's
- * strided rows r + a * rs): the integer work gives each lane its row's S,
+ * strided rows r + a * rs, see GROUPS): the integer work gives each lane its row's S,
  * and the cvt, the scale product and the fma are done once for eight
  * output elements.
  *
@@ -20,13 +20,14 @@
  * AVX2 keeps Q8_0 and IQ4_NL signed and multiplies |w| by x with w's sign
  * (255 * 127 twice would overflow maddubs' int16 pairs).
  *
- * A decode (tile_d) reads each block of eight rows, gives every row and
- * row of x a vector of eight partial sums, and adds the eight rows'
- * vectors into one vector of their S by a transpose of horizontal adds.
- * A prefill (tile_u) first unpacks the eight rows once per panel of x
- * into a scratch where one vector holds four consecutive quants of each
- * row (lane a = row a), so that a row of x only broadcasts its matching
- * four bytes: no horizontal work at all.
+ * A decode (tile_d, n <= 3) reads each block of eight rows as it goes,
+ * two rows a vector ([row a's elements 0..15 | row b's 0..15] against x's
+ * first half in both halves, then the second halves), so three horizontal
+ * adds give the eight rows' S. A prefill (tile_u) first unpacks the eight
+ * rows once per panel of x into a scratch where one vector holds four
+ * consecutive quants of each row (lane a = row a), so that a row of x
+ * broadcasts its matching four bytes into one vpdpbusd per four quants of
+ * the eight rows: no horizontal work at all.
  */
 #include "kern/isa_int.h"
 
