@@ -20,10 +20,10 @@
  * AVX2 keeps Q8_0 and IQ4_NL signed and multiplies |w| by x with w's sign
  * (255 * 127 twice would overflow maddubs' int16 pairs).
  *
- * A decode (tile_d, n <= 3) reads each block of eight rows as it goes,
- * two rows a vector ([row a's elements 0..15 | row b's 0..15] against x's
- * first half in both halves, then the second halves), so three horizontal
- * adds give the eight rows' S. A prefill (tile_u) first unpacks the eight
+ * A decode (tile_d, n <= 3) reads each block of eight rows (Q8_0: four,
+ * see TR) as it goes, two rows a vector ([row a's elements 0..15 | row
+ * b's 0..15] against x's first half in both halves, then the second
+ * halves), so three horizontal adds give the eight rows' S. A prefill (tile_u) first unpacks the eight
  * rows once per panel of x into a scratch where one vector holds four
  * consecutive quants of each row (lane a = row a), so that a row of x
  * broadcasts its matching four bytes into one vpdpbusd per four quants of
@@ -264,6 +264,10 @@ AI __m256i offset2(mu__wtype_t t, __m256i xl, __m256i xh)
 /* How far ahead a decode prefetches each row (eight streams of W: without
  * it the 4-bit types read 14-16 GB/s from memory, with it 21-25). */
 #define PF 1024
+/* Rows of W a decode tile takes: Q8_0, bound by memory alone, reads four
+ * streams of W faster than eight (27 against 32 GB/s measured) and leaves
+ * half the lanes of its float work idle; the others take eight. */
+#define TR(t) ((t) == MU__WT_Q8_0 ? 4 : 8)
 
 AI void tile_d(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
 {
@@ -294,22 +298,34 @@ AI void tile_d(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 			    _mm_loadu_si128((const __m128i *)(xq[i] + b * MU__QBLOCK + 16)));
 			c[i] = OFFSH(t) ? offset2(t, xl[i], xh[i]) : _mm256_setzero_si256();
 		}
-		/* pair k: rows k and k + 4, so that the adds leave row a in lane a */
+		/* pair k: rows k and k + TR/2, so that the adds leave row a in
+		 * lane a */
 #pragma GCC unroll 4
 		for (int k = 0; k < 4; k++) {
+			const unsigned char *wa = wr[k] + o, *wb = wr[(k + TR(t) / 2) & 7] + o;
 			__m256i lo, hi;
 
-			_mm_prefetch((const char *)(wr[k] + o + PF), _MM_HINT_T0);
-			_mm_prefetch((const char *)(wr[k + 4] + o + PF), _MM_HINT_T0);
-			ldq2(t, wr[k] + o, wr[k + 4] + o, &lo, &hi);
+			if (k >= TR(t) / 2)
+				break;
+
+			_mm_prefetch((const char *)(wa + PF), _MM_HINT_T0);
+			_mm_prefetch((const char *)(wb + PF), _MM_HINT_T0);
+			ldq2(t, wa, wb, &lo, &hi);
 #pragma GCC unroll 4
 			for (int i = 0; i < rn; i++)
 				p[i][k] = dot2(t, c[i], lo, hi, xl[i], xh[i]);
 		}
 #pragma GCC unroll 4
 		for (int i = 0; i < rn; i++) {
-			__m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[i][0], p[i][1]),
-			                              _mm256_hadd_epi32(p[i][2], p[i][3]));
+			__m256i s;
+
+			if (TR(t) == 8) {
+				s = _mm256_hadd_epi32(_mm256_hadd_epi32(p[i][0], p[i][1]),
+				                      _mm256_hadd_epi32(p[i][2], p[i][3]));
+			} else { /* [r0 r1 r0 r1 | r2 r3 r2 r3], then r0..r3 twice */
+				s = _mm256_hadd_epi32(p[i][0], p[i][1]);
+				s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s, s), 0x88);
+			}
 
 			acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(xd[i] + b)),
 			                         _mm256_cvtepi32_ps(s), acc[i]);
@@ -466,17 +482,17 @@ AI void tile_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, const 
 /* ---- drivers ---- */
 
 /*
- * Rows [r0, r1) of W in groups of eight rows q = (r1 - r0) / 8 apart (far
+ * Rows [r0, r1) of W in groups of R rows q = (r1 - r0) / R apart (far
  * apart rows stream from memory at full speed where neighbours did not,
  * see kern/avx2.c), the rows left over in one last group of neighbours.
  */
-#define GROUPS(r0, r1, body)                                                     \
+#define GROUPS(r0, r1, R, body)                                                  \
 	do {                                                                     \
-		int64_t q_ = ((r1) - (r0)) / 8;                                  \
+		int64_t q_ = ((r1) - (r0)) / (R);                                \
 		for (int64_t g_ = 0; g_ <= q_; g_++) {                           \
-			int64_t r = g_ < q_ ? (r0) + g_ : (r0) + 8 * q_;         \
+			int64_t r = g_ < q_ ? (r0) + g_ : (r0) + (R)*q_;         \
 			int64_t rs = g_ < q_ ? q_ : 1;                           \
-			int rm = g_ < q_ ? 8 : (int)((r1) - (r0)-8 * q_);        \
+			int rm = g_ < q_ ? (R) : (int)((r1) - (r0) - (R)*q_);    \
 			if (rm > 0)                                              \
 				body;                                            \
 		}                                                                \
@@ -486,7 +502,7 @@ AI void direct(const mu__mm_job_t *j, mu__wtype_t t, int64_t r0, int64_t r1)
 {
 	int64_t n = j->n;
 
-	GROUPS(r0, r1, {
+	GROUPS(r0, r1, TR(t), {
 		for (int64_t i = 0; i < n; i += DN) {
 			if (n - i >= 3)
 				tile_d(j, t, r, rs, i, rm, 3);
@@ -528,7 +544,7 @@ AI void unpacked(const mu__mm_job_t *j, mu__wtype_t t, int64_t r0, int64_t r1, u
 		p1 = n - p0 < panel ? n : p0 + panel;
 		if (OFFSH(t))
 			xsums(j, p0, p1, xsum);
-		GROUPS(r0, r1, {
+		GROUPS(r0, r1, 8, {
 			unpack8(j, t, r, rs, rm, u);
 			for (int64_t i = p0; i < p1; i += UN) {
 				const int16_t *xs = xsum + (i - p0) * nb;
