@@ -1,21 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The AVX2+FMA+F16C kernels. This file alone is compiled with -mavx2 -mfma
- * -mf16c (and -ffp-contract=off); nothing in it runs until kern.c has
- * seen the CPU support all three, so the same binary runs on any x86-64.
- * kern/vnni.c builds it a second time with MU_KERN_VNNI, for CPUs that
- * also have AVX512-VNNI and AVX512-VL: the integer blocks then take one
- * vpdpbusd where AVX2 needs maddubs + madd (the same exact sums), and the
- * 32 vector registers of AVX512-VL let the integer tiles grow to 4x3.
+ * The AVX2+FMA+F16C kernels of the float types, the activation quantizers
+ * and the table. This file alone is compiled with -mavx2 -mfma -mf16c (and
+ * -ffp-contract=off); nothing in it runs until kern.c has seen the CPU
+ * support all three, so the same binary runs on any x86-64. kern/vnni.c
+ * builds it a second time with MU_KERN_VNNI, for CPUs that also have
+ * AVX512-VNNI and AVX512-VL: the "avx2-vnni" table. The products of the
+ * 32-element types are kern/avx2_32.c's (and kern/vnni_32.c's), those of
+ * the superblock types kern/avx2_k.c's (kern/vnni_k.c's).
  *
- * Each output element is one __m256 of eight lanes that accumulates along
- * k from 0 to cols, then reduces as kern/isa_int.h defines, so a result
- * never depends on the tile, the thread or n. For speed the loops are
- * blocked in registers as llamafile's tinyBLAS does: a tile of up to 4
- * rows of W by 3 rows of x shares each load among its independent
- * accumulators; a tile's rows of W lie far apart in memory (see DRIVER);
- * and x is walked in panels of rows that stay in the L2 cache while the
- * thread's rows of W stream past them.
+ * Each float output element is one __m256 of eight lanes that accumulates
+ * along k from 0 to cols, then reduces as kern/isa_int.h defines, so a
+ * result never depends on the tile, the thread or n. For speed the loops
+ * are blocked in registers as llamafile's tinyBLAS does: a tile of up to 4
+ * rows of W by 3 rows of x shares each load among its 12 independent
+ * accumulators (with 3 rows of x and one of W, the 16 registers); a tile's
+ * rows of W lie far apart in memory (see DRIVER); and x is walked in
+ * panels of rows that stay in the L2 cache while the thread's rows of W
+ * stream past them.
  */
 #include "kern/isa_int.h"
 
@@ -74,10 +76,8 @@ AI __m256i tail_mask(int rem)
 	return _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* Store a tile: acc[a][i] is W row r + a * rs by x row i0 + i, plus
- * accm[a][i]'s lane 0 when mins is set. */
-AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, int rn, __m256 acc[TM][TN],
-              __m128 accm[TM][TN], int mins)
+/* Store a tile: acc[a][i] is W row r + a * rs by x row i0 + i. */
+AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, int rn, __m256 acc[TM][TN])
 {
 #pragma GCC unroll 4
 	for (int a = 0; a < rm; a++) {
@@ -85,7 +85,7 @@ AI void store(const mu__mm_job_t *j, int64_t r, int64_t rs, int64_t i0, int rm, 
 
 #pragma GCC unroll 4
 		for (int i = 0; i < rn; i++) {
-			float s = mins ? hsum(acc[a][i]) + _mm_cvtss_f32(accm[a][i]) : hsum(acc[a][i]);
+			float s = hsum(acc[a][i]);
 
 			j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? s + b : s;
 		}
@@ -136,207 +136,7 @@ AI void tile_f(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int6
 				acc[a][i] = _mm256_fmadd_ps(wv, xv[i], acc[a][i]);
 		}
 	}
-	store(j, r, rs, i0, rm, rn, acc, NULL, 0);
-}
-
-/* ---- the 32-element types (x as Q8_0 or Q8_1 activations) ---- */
-
-/* Whether type t has mins (x = d*q + m, Q8_1 activations, unsigned q). */
-#define MINS(t) ((t) == MU__WT_Q4_1 || (t) == MU__WT_Q5_1)
-
-/* 32 nibbles at qs, in element order: byte j's low one is element j, its
- * high one element j + 16. */
-AI __m256i nib32(const unsigned char *qs)
-{
-	__m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
-
-	return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m)),
-	                               _mm_and_si128(_mm_srli_epi16(q, 4), m), 1);
-}
-
-/* The fifth bits at qh (bit j for element j) as bytes of 16 or 0. */
-AI __m256i bits32(const unsigned char *qh)
-{
-	const __m256i bm = _mm256_set1_epi64x(0x8040201008040201ll);
-	uint32_t h;
-	__m256i v;
-
-	memcpy(&h, qh, 4);
-	/* byte j gets byte j / 8 of qh (each 128-bit half holds all four) */
-	v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
-	                        _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
-	                                           0x0303030303030303ll));
-	return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm), _mm256_set1_epi8(16));
-}
-
-/* The 32 quants of a weight block in element order: signed bytes for the
- * types of Q8_0 activations, unsigned q for those with mins. */
-AI __m256i ldq(mu__wtype_t t, const unsigned char *blk)
-{
-	if (t == MU__WT_Q8_0)
-		return _mm256_loadu_si256((const __m256i *)(blk + 2));
-	if (t == MU__WT_Q4_0)
-		return _mm256_sub_epi8(nib32(blk + 2), _mm256_set1_epi8(8));
-	if (t == MU__WT_Q4_1)
-		return nib32(blk + 4);
-	if (t == MU__WT_Q5_0)
-		return _mm256_sub_epi8(_mm256_or_si256(nib32(blk + 6), bits32(blk + 2)), _mm256_set1_epi8(16));
-	if (t == MU__WT_Q5_1)
-		return _mm256_or_si256(nib32(blk + 8), bits32(blk + 4));
-	/* IQ4_NL: each nibble looks its value up in the table */
-	return _mm256_shuffle_epi8(
-	    _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)mu__iq4nl_values)),
-	    nib32(blk + 2));
-}
-
-/* sum of |w| * (x with w's sign), or of w * x for unsigned w, in 8 lanes of
- * four products each: exact, as no pair sum reaches 2^15 (kern/isa_int.h) */
-AI __m256 lane_sums(__m256i aw, __m256i sx)
-{
-#if defined(MU_KERN_VNNI)
-	return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx));
-#else
-	return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1)));
-#endif
-}
-
-AI void tile_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
-{
-	int64_t cols = j->w->cols, nb = cols / MU__QBLOCK;
-	size_t bb = mu__wtypes[t].block_bytes, rb = (size_t)nb * bb;
-	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
-	const int8_t *xq[TN];
-	const float *xd[TN], *xs[TN];
-	__m256 acc[TM][TN];
-	__m128 accm[TM][TN];
-
-#pragma GCC unroll 4
-	for (int i = 0; i < rn; i++) {
-		xq[i] = mu__xq(j, i0 + i);
-		xd[i] = mu__xd(j, i0 + i);
-		xs[i] = MINS(t) ? mu__xs(j, i0 + i) : NULL;
-	}
-#pragma GCC unroll 4
-	for (int a = 0; a < rm; a++)
-#pragma GCC unroll 4
-		for (int i = 0; i < rn; i++) {
-			acc[a][i] = _mm256_setzero_ps();
-			accm[a][i] = _mm_setzero_ps();
-		}
-	for (int64_t b = 0; b < nb; b++) {
-		__m256i xv[TN];
-		__m256 dx[TN];
-
-#pragma GCC unroll 4
-		for (int i = 0; i < rn; i++) {
-			xv[i] = _mm256_loadu_si256((const __m256i *)(xq[i] + b * MU__QBLOCK));
-			dx[i] = _mm256_broadcast_ss(xd[i] + b);
-		}
-#pragma GCC unroll 4
-		for (int a = 0; a < rm; a++) {
-			const unsigned char *blk = w + a * rs * rb + (size_t)b * bb;
-			__m256i wv = ldq(t, blk), aw = MINS(t) ? wv : _mm256_sign_epi8(wv, wv);
-			__m128 dm; /* d, and m for the types with mins */
-			__m256 dw;
-
-			if (MINS(t))
-				dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)mu__ld16(blk) |
-				                                          (uint32_t)mu__ld16(blk + 2) << 16)));
-			else
-				dm = _mm_set_ss(_cvtsh_ss(mu__ld16(blk)));
-			dw = _mm256_broadcastss_ps(dm);
-#pragma GCC unroll 4
-			for (int i = 0; i < rn; i++) {
-				__m256i sx = MINS(t) ? xv[i] : _mm256_sign_epi8(xv[i], wv);
-
-				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), lane_sums(aw, sx), acc[a][i]);
-				if (MINS(t)) /* accm = fma(m, s, accm) */
-					accm[a][i] = _mm_fmadd_ss(_mm_movehdup_ps(dm), _mm_load_ss(xs[i] + b),
-					                          accm[a][i]);
-			}
-		}
-	}
-	store(j, r, rs, i0, rm, rn, acc, accm, MINS(t));
-}
-
-/*
- * A prefill unpacks a tile's rows of W once per panel of x, not once per
- * tile: the quants in element order (as ldq gives them), d and m as f32,
- * in a per-thread scratch that stays in L1 while every row of the panel
- * passes. The arithmetic is tile_q's, op for op, so the bits are too.
- */
-#define UNPACK_COLS 16384
-typedef struct {
-	int8_t q[TM][UNPACK_COLS];
-	float d[TM][UNPACK_COLS / MU__QBLOCK], m[TM][UNPACK_COLS / MU__QBLOCK];
-} unpacked_t;
-
-AI void unpack_q(const mu__mm_job_t *j, mu__wtype_t t, int64_t r, int64_t rs, int rm, unpacked_t *u)
-{
-	int64_t nb = j->w->cols / MU__QBLOCK;
-	size_t bb = mu__wtypes[t].block_bytes, rb = (size_t)nb * bb;
-	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
-
-	for (int a = 0; a < rm; a++)
-		for (int64_t b = 0; b < nb; b++) {
-			const unsigned char *blk = w + a * rs * rb + (size_t)b * bb;
-
-			_mm256_storeu_si256((__m256i *)(u->q[a] + b * MU__QBLOCK), ldq(t, blk));
-			u->d[a][b] = _cvtsh_ss(mu__ld16(blk));
-			if (MINS(t))
-				u->m[a][b] = _cvtsh_ss(mu__ld16(blk + 2));
-		}
-}
-
-AI void tile_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64_t r, int64_t rs, int64_t i0,
-               int rm, int rn)
-{
-	int64_t nb = j->w->cols / MU__QBLOCK;
-	const int8_t *xq[TN];
-	const float *xd[TN], *xs[TN];
-	__m256 acc[TM][TN];
-	__m128 accm[TM][TN];
-
-#pragma GCC unroll 4
-	for (int i = 0; i < rn; i++) {
-		xq[i] = mu__xq(j, i0 + i);
-		xd[i] = mu__xd(j, i0 + i);
-		xs[i] = MINS(t) ? mu__xs(j, i0 + i) : NULL;
-	}
-#pragma GCC unroll 4
-	for (int a = 0; a < rm; a++)
-#pragma GCC unroll 4
-		for (int i = 0; i < rn; i++) {
-			acc[a][i] = _mm256_setzero_ps();
-			accm[a][i] = _mm_setzero_ps();
-		}
-	for (int64_t b = 0; b < nb; b++) {
-		__m256i xv[TN];
-		__m256 dx[TN];
-
-#pragma GCC unroll 4
-		for (int i = 0; i < rn; i++) {
-			xv[i] = _mm256_loadu_si256((const __m256i *)(xq[i] + b * MU__QBLOCK));
-			dx[i] = _mm256_broadcast_ss(xd[i] + b);
-		}
-#pragma GCC unroll 4
-		for (int a = 0; a < rm; a++) {
-			__m256i wv = _mm256_loadu_si256((const __m256i *)(u->q[a] + b * MU__QBLOCK));
-			__m256i aw = MINS(t) ? wv : _mm256_sign_epi8(wv, wv);
-			__m256 dw = _mm256_broadcast_ss(&u->d[a][b]);
-
-#pragma GCC unroll 4
-			for (int i = 0; i < rn; i++) {
-				__m256i sx = MINS(t) ? xv[i] : _mm256_sign_epi8(xv[i], wv);
-
-				acc[a][i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[i]), lane_sums(aw, sx), acc[a][i]);
-				if (MINS(t))
-					accm[a][i] = _mm_fmadd_ss(_mm_load_ss(&u->m[a][b]), _mm_load_ss(xs[i] + b),
-					                          accm[a][i]);
-			}
-		}
-	}
-	store(j, r, rs, i0, rm, rn, acc, accm, MINS(t));
+	store(j, r, rs, i0, rm, rn, acc);
 }
 
 /* ---- drivers: panels of x, tiles of W by x ---- */
@@ -382,77 +182,9 @@ AI void tile_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64_
 		}                                                                   \
 	}
 
-/* Tile shapes: 4x3 keeps the float tiles' 12 accumulators, 3 rows of x and
- * one row of W in the 16 registers. The integer tiles need more registers
- * per accumulator; with 16, 4x2, 2x3 and 2x2 measured alike (4x2 gives a
- * decode step four streams of W); with AVX512-VL's 32, 4x3 was faster. */
-#if defined(MU_KERN_VNNI)
-#define QRN 3
-#else
-#define QRN 2
-#endif
 DRIVER(mm_f32, tile_f, MU__WT_F32, 4, 3)
 DRIVER(mm_f16, tile_f, MU__WT_F16, 4, 3)
 DRIVER(mm_bf16, tile_f, MU__WT_BF16, 4, 3)
-DRIVER(mm_q8_d, tile_q, MU__WT_Q8_0, 4, QRN)
-DRIVER(mm_q4_d, tile_q, MU__WT_Q4_0, 4, QRN)
-DRIVER(mm_q4_1_d, tile_q, MU__WT_Q4_1, 4, QRN)
-DRIVER(mm_q5_0_d, tile_q, MU__WT_Q5_0, 4, QRN)
-DRIVER(mm_q5_1_d, tile_q, MU__WT_Q5_1, 4, QRN)
-DRIVER(mm_iq4_nl_d, tile_q, MU__WT_IQ4_NL, 4, QRN)
-
-/* The panel of x rows [p0, p1) against the unpacked tile u of rm rows. */
-#define TILE_U_CASES(rm)                                                        \
-	case rm * 4 + 1: tile_u(j, t, u, r, rs, i, rm, 1); break;               \
-	case rm * 4 + 2: if (2 <= QRN) tile_u(j, t, u, r, rs, i, rm, 2); break; \
-	case rm * 4 + 3: if (3 <= QRN) tile_u(j, t, u, r, rs, i, rm, 3); break;
-
-AI void panel_u(const mu__mm_job_t *j, mu__wtype_t t, const unpacked_t *u, int64_t r, int64_t rs, int rm,
-                int64_t p0, int64_t p1)
-{
-	for (int64_t i = p0; i < p1; i += QRN) {
-		int rn = p1 - i < QRN ? (int)(p1 - i) : QRN;
-
-		switch (rm * 4 + rn) {
-		TILE_U_CASES(1)
-		TILE_U_CASES(2)
-		TILE_U_CASES(3)
-		TILE_U_CASES(4)
-		}
-	}
-}
-
-/* As DRIVER, with each tile of W unpacked once per panel of a prefill. */
-#define DRIVER_U(name, direct, t)                                                  \
-	static void name(const mu__mm_job_t *j, int64_t r0, int64_t r1)            \
-	{                                                                          \
-		int64_t n = j->n, q = (r1 - r0) / 4, p0, p1, g;                    \
-		int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;                  \
-		unpacked_t u;                                                      \
-		if (n <= QRN || j->w->cols > UNPACK_COLS) {                        \
-			direct(j, r0, r1);                                         \
-			return;                                                    \
-		}                                                                  \
-		panel = panel < QRN ? QRN : panel - panel % QRN;                   \
-		for (p0 = 0; p0 < n; p0 = p1) {                                     \
-			p1 = n - p0 < panel ? n : p0 + panel;                      \
-			for (g = 0; g <= q; g++) {                                  \
-				int64_t r = g < q ? r0 + g : r0 + 4 * q;            \
-				int64_t rs = g < q ? q : 1;                         \
-				int rm = g < q ? 4 : (int)(r1 - r0 - 4 * q);        \
-				if (rm <= 0)                                        \
-					continue;                                   \
-				unpack_q(j, t, r, rs, rm, &u);                      \
-				panel_u(j, t, &u, r, rs, rm, p0, p1);               \
-			}                                                           \
-		}                                                                   \
-	}
-DRIVER_U(mm_q8, mm_q8_d, MU__WT_Q8_0)
-DRIVER_U(mm_q4, mm_q4_d, MU__WT_Q4_0)
-DRIVER_U(mm_q4_1, mm_q4_1_d, MU__WT_Q4_1)
-DRIVER_U(mm_q5_0, mm_q5_0_d, MU__WT_Q5_0)
-DRIVER_U(mm_q5_1, mm_q5_1_d, MU__WT_Q5_1)
-DRIVER_U(mm_iq4_nl, mm_iq4_nl_d, MU__WT_IQ4_NL)
 
 /* ---- x to Q8_0 activations, byte for byte as mu__q8_act_block ---- */
 
@@ -522,12 +254,12 @@ const mu__kern_isa_t mu__kern_avx2_table = {
 		[MU__WT_F32] = mm_f32,
 		[MU__WT_F16] = mm_f16,
 		[MU__WT_BF16] = mm_bf16,
-		[MU__WT_Q8_0] = mm_q8,
-		[MU__WT_Q4_0] = mm_q4,
-		[MU__WT_Q4_1] = mm_q4_1,
-		[MU__WT_Q5_0] = mm_q5_0,
-		[MU__WT_Q5_1] = mm_q5_1,
-		[MU__WT_IQ4_NL] = mm_iq4_nl,
+		[MU__WT_Q8_0] = MU__K32_MM(q8_0),
+		[MU__WT_Q4_0] = MU__K32_MM(q4_0),
+		[MU__WT_Q4_1] = MU__K32_MM(q4_1),
+		[MU__WT_Q5_0] = MU__K32_MM(q5_0),
+		[MU__WT_Q5_1] = MU__K32_MM(q5_1),
+		[MU__WT_IQ4_NL] = MU__K32_MM(iq4_nl),
 		[MU__WT_Q2_K] = MU__KQ_MM(q2_k),
 		[MU__WT_Q3_K] = MU__KQ_MM(q3_k),
 		[MU__WT_Q4_K] = MU__KQ_MM(q4_k),

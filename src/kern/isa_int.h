@@ -274,4 +274,17 @@ MU__KQ_DECL(vnni)
 #define MU__KQ_MM(t) mu__mm_##t##_avx2
 #endif
 
+/* The AVX2 products of the 32-element types (kern/avx2_32.c and its
+ * rebuild kern/vnni_32.c), named as MU__KQ_MM names the K-quants'. */
+#define MU__K32_DECL(isa)                                                    \
+	void mu__mm_q8_0_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);   \
+	void mu__mm_q4_0_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);   \
+	void mu__mm_q4_1_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);   \
+	void mu__mm_q5_0_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);   \
+	void mu__mm_q5_1_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);   \
+	void mu__mm_iq4_nl_##isa(const mu__mm_job_t *j, int64_t r0, int64_t r1);
+MU__K32_DECL(avx2)
+MU__K32_DECL(vnni)
+#define MU__K32_MM(t) MU__KQ_MM(t)
+
 #endif
