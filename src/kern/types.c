@@ -77,7 +77,12 @@ uint16_t mu__f32_to_bf16(float f)
 
 /* ---- quantizers ---- */
 
-void mu__q8_block(const float *x, int8_t *q, uint16_t *dh)
+/* A block of 32 to Q8_0 (mu__q8_block and mu__q8_act_block): d =
+ * max|x| / 127 as f16, q = x * id clamped to [-127, 127] and rounded by
+ * round (roundf: halves away; nearbyintf in the default mode: halves to
+ * even), id = 1 / d (act 0) or 127 / max|x| (act 1); a NaN or an
+ * infinity gives d = NaN and q = 0. */
+static void q8_block(const float *x, int8_t *q, uint16_t *dh, int act)
 {
 	float amax = 0, d, id;
 	int bad = 0;
@@ -94,40 +99,24 @@ void mu__q8_block(const float *x, int8_t *q, uint16_t *dh)
 		return;
 	}
 	d = amax / 127.0f;
-	id = d != 0 ? 1.0f / d : 0.0f;
+	id = act ? (amax != 0 ? 127.0f / amax : 0.0f) : d != 0 ? 1.0f / d : 0.0f;
 	*dh = mu__f32_to_f16(d);
 	for (int j = 0; j < MU__QBLOCK; j++) {
 		float v = x[j] * id;
 
 		v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-		q[j] = (int8_t)roundf(v);
+		q[j] = (int8_t)(act ? nearbyintf(v) : roundf(v));
 	}
+}
+
+void mu__q8_block(const float *x, int8_t *q, uint16_t *dh)
+{
+	q8_block(x, q, dh, 0);
 }
 
 void mu__q8_act_block(const float *x, int8_t *q, uint16_t *dh)
 {
-	float amax = 0, id;
-	int bad = 0;
-
-	for (int j = 0; j < MU__QBLOCK; j++) {
-		float a = fabsf(x[j]);
-
-		bad |= !(a <= FLT_MAX);
-		amax = a > amax ? a : amax;
-	}
-	if (bad) {
-		*dh = 0x7e00;
-		memset(q, 0, MU__QBLOCK);
-		return;
-	}
-	id = amax != 0 ? 127.0f / amax : 0.0f;
-	*dh = mu__f32_to_f16(amax / 127.0f);
-	for (int j = 0; j < MU__QBLOCK; j++) {
-		float v = x[j] * id;
-
-		v = v != v ? 0.0f : v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-		q[j] = (int8_t)nearbyintf(v); /* the default rounding: halves to even */
-	}
+	q8_block(x, q, dh, 1);
 }
 
 /* Q8_0 rows: each block as mu__q8_block makes it, scale first. */
