@@ -480,7 +480,7 @@ AI void panel_s(const mu__mm_job_t *j, int t, ublk_t *ub, kstate_t *st, int64_t 
  * by TN rows of x; a prefill (n > TN) takes x in panels that stay in L2
  * (kern/avx2.c's DRIVER) and unpacks each tile's rows once per panel (the
  * bits are the same: tile_s does tile's arithmetic on the same vectors). */
-AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
+AI void drive4(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 {
 	int64_t n = j->n, q = (r1 - r0) / TM, p1;
 	int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;
@@ -507,6 +507,25 @@ AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 		}
 	}
 	mu__free(mem);
+}
+
+#if defined(MU_KERN_VNNI)
+#define MU__KERN_K8_PART 1
+#include "kern/avx2_k8.c"
+#endif
+
+/* Rows [r0, r1) of W for every row of x: a VNNI prefill takes them by
+ * eights (kern/avx2_k8.c), the rest drive4's tiles. */
+AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
+{
+#if defined(MU_KERN_VNNI)
+	int64_t r8 = r0 + (r1 - r0) / R8 * R8;
+
+	if (j->n > TN && r8 > r0 && drive8(j, t, r0, r8))
+		r0 = r8;
+#endif
+	if (r0 < r1)
+		drive4(j, t, r0, r1);
 }
 
 #define KQ_MM(name, t) \
