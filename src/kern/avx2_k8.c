@@ -16,7 +16,7 @@
  */
 #if defined(MU__KERN_K8_PART)
 #define R8 8
-#define RN8 4
+#define RN8 6
 
 /* Eight rows' superblock b: q[g] lane r = quants 4g..4g+3 of row r; sc[s]
  * lane r = row r's scale of elements 16s..16s+15 (int32); mp[h] lane r
@@ -36,7 +36,7 @@ AI void tr8(__m256i v[8])
 {
 	__m256i t[8], u[8];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int h = 0; h < 2; h++) {
 		t[4 * h] = _mm256_unpacklo_epi32(v[4 * h], v[4 * h + 1]);
 		t[4 * h + 1] = _mm256_unpackhi_epi32(v[4 * h], v[4 * h + 1]);
@@ -47,7 +47,7 @@ AI void tr8(__m256i v[8])
 		u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
 		u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int k = 0; k < 4; k++) {
 		v[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
 		v[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
@@ -104,29 +104,29 @@ AI void sums8(int t, const iblk_t *ib, const unsigned char *const xb[RN8], int r
 	const int mins = t == K2 || t == K4 || t == K5, o = k8_off(t);
 	const int gs = t == K4 || t == K5 || t == KX ? 2 : 1; /* sub-blocks per scale */
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int i = 0; i < RN8; i++)
 		p[i] = m[i] = _mm256_setzero_si256();
 #pragma GCC unroll 16
 	for (int g = 0; g < 16; g += gs) {
 		__m256i s[RN8];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int i = 0; i < RN8; i++)
 			s[i] = _mm256_setzero_si256();
 #pragma GCC unroll 8
 		for (int e = 0; e < 4 * gs; e++) {
 			__m256i q = ib->q[4 * g + e];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 			for (int i = 0; i < rn && i < RN8; i++)
 				s[i] = _mm256_dpbusd_epi32(s[i], q, _mm256_set1_epi32((int)ld32(xb[i] + 4 + 16 * g + 4 * e)));
 		}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int i = 0; i < rn && i < RN8; i++)
 			p[i] = _mm256_add_epi32(p[i], _mm256_mullo_epi32(s[i], ib->sc[g]));
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int i = 0; i < rn && i < RN8; i++) {
 		if (!mins && !o)
 			break;
@@ -147,18 +147,18 @@ AI void tile8(const mu__mm_job_t *j, int t, const iblk_t *ib, int64_t r, int64_t
 	int64_t nb = j->w->cols / 256;
 	__m256 acc[RN8], accm[RN8];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int i = 0; i < RN8; i++)
 		acc[i] = accm[i] = _mm256_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
 		const unsigned char *xb[RN8] = {0};
 		__m256i p[RN8], m[RN8];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int i = 0; i < rn && i < RN8; i++)
 			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
 		sums8(t, ib + b, xb, rn, p, m);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int i = 0; i < rn && i < RN8; i++) {
 			__m256 dx = _mm256_set1_ps(mu__ldf(xb[i])), e;
 
@@ -172,7 +172,7 @@ AI void tile8(const mu__mm_job_t *j, int t, const iblk_t *ib, int64_t r, int64_t
 			    e);
 		}
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int i = 0; i < rn && i < RN8; i++) {
 		float *y = j->y + (i0 + i) * j->w->rows + r;
 		__m256 v = nan_first(_mm256_add_ps(acc[i], accm[i]), acc[i]);
