@@ -4,8 +4,8 @@
  * activations, bit for bit the arithmetic of kern/isa_int.h (the portable
  * definition is kern/portable_k.c). Built with -mavx2 -mfma -mf16c and
  * -ffp-contract=off; kern/vnni_k.c builds it again with MU_KERN_VNNI for
- * the AVX512-VNNI table (the same code: the integer sums are the same
- * whichever instructions make them).
+ * the AVX512-VNNI table (the same code plus kern/avx2_k8.c's prefill:
+ * the integer sums are the same whichever instructions make them).
  *
  * Per superblock and row of W, the 256 quants are unpacked once to eight
  * vectors of 32 bytes (unsigned for the types with mins, signed for the
@@ -20,7 +20,10 @@
  * lanes by hadd into vectors whose lanes are the outputs (exact integers,
  * any order), then one cvt, one mul by d * dx and one fma each for S_b
  * and -M. Tiles of W rows far apart by panels of x, as kern/avx2.c's
- * DRIVER.
+ * DRIVER. The VNNI build's prefill takes rows of W by eights instead, one
+ * row per lane (kern/avx2_k8.c, included below); the plain AVX2 build
+ * keeps these tiles, whose maddubs pairs stay under 2^15 only with the
+ * sign trick.
  */
 #include "core/alloc_int.h"
 #include "kern/isa_int.h"
