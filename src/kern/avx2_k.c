@@ -300,36 +300,38 @@ AI void sblk(int t, const ublk_t *const u[TM], const unsigned char *const *wb, c
 	__m256i sv[4], mv[4];
 	float d[TM] = {0}, dm[TM] = {0}, dx[4] = {0};
 	__m256 dv, dmv, dxv[2];
-	ublk_t uw[TM];
-	const ublk_t *ua[TM];
 
 	sv[0] = sv[1] = sv[2] = sv[3] = mv[0] = mv[1] = mv[2] = mv[3] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-	for (int a = 0; a < TM; a++)
-		ua[a] = wb ? &uw[a] : u[a];
 #pragma GCC unroll 8
 	for (int i = 0; i < rn && i < TN; i++) {
 		__m256i s[TM], m[TM];
 
 #pragma GCC unroll 8
 		for (int a = 0; a < TM; a++) {
+			ublk_t uo;
+			const ublk_t *ua = u[a];
+
 			s[a] = m[a] = _mm256_setzero_si256();
 			if (a >= rm)
 				continue;
-			if (wb)
-				unpack(t, wb[a], &uw[a]);
+			if (wb) {
+				unpack(t, wb[a], &uo);
+				ua = &uo;
+			}
+			d[a] = ua->d;
+			dm[a] = mins ? ua->dmin : 0.0f;
 #pragma GCC unroll 8
 			for (int c = 0; c < 8; c++) {
 				__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
 
 				if (mins)
-					p = _mm256_maddubs_epi16(ua[a]->q[c], xv);
+					p = _mm256_maddubs_epi16(ua->q[c], xv);
 				else
-					p = _mm256_maddubs_epi16(ua[a]->qa[c], _mm256_sign_epi8(xv, ua[a]->q[c]));
-				s[a] = _mm256_add_epi32(s[a], _mm256_madd_epi16(p, ua[a]->s[c]));
+					p = _mm256_maddubs_epi16(ua->qa[c], _mm256_sign_epi8(xv, ua->q[c]));
+				s[a] = _mm256_add_epi32(s[a], _mm256_madd_epi16(p, ua->s[c]));
 			}
 			if (mins)
-				m[a] = _mm256_madd_epi16(ld256(xb[i] + 260), ua[a]->mn);
+				m[a] = _mm256_madd_epi16(ld256(xb[i] + 260), ua->mn);
 		}
 		sv[i] = red4(s[0], s[1], s[2], s[3]);
 		if (mins)
@@ -339,11 +341,6 @@ AI void sblk(int t, const ublk_t *const u[TM], const unsigned char *const *wb, c
 	sv[1] = red_pair(sv[2], sv[3]);
 	mv[0] = red_pair(mv[0], mv[1]);
 	mv[1] = red_pair(mv[2], mv[3]);
-#pragma GCC unroll 8
-	for (int a = 0; a < rm; a++) {
-		d[a] = ua[a]->d;
-		dm[a] = mins ? ua[a]->dmin : 0.0f;
-	}
 #pragma GCC unroll 8
 	for (int i = 0; i < rn && i < TN; i++)
 		dx[i] = mu__ldf(xb[i]);
