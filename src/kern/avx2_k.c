@@ -4,8 +4,8 @@
  * activations, bit for bit the arithmetic of kern/isa_int.h (the portable
  * definition is kern/portable_k.c). Built with -mavx2 -mfma -mf16c and
  * -ffp-contract=off; kern/vnni_k.c builds it again with MU_KERN_VNNI for
- * the AVX512-VNNI table (the same code: the integer sums are the same
- * whichever instructions make them).
+ * the AVX512-VNNI table (the same code plus kern/avx2_k8.c's prefill:
+ * the integer sums are the same whichever instructions make them).
  *
  * Per superblock and row of W, the 256 quants are unpacked once to eight
  * vectors of 32 bytes (unsigned for the types with mins, signed for the
@@ -13,11 +13,17 @@
  * x in the tile, chunk c of 32 elements gives maddubs's 16 exact pair sums
  * (|pair| <= 2 * 127 * 127 < 2^15), madd with [scale(32c) x8, scale(32c +
  * 16) x8] gives lane l = the four elements 32c + 4l..4l+3 times their
- * scale, and eight chunks added make S_l exactly; one cvt and one fma per
- * superblock. Signed quants go through maddubs as |q| times x with q's
- * sign. The mins' sum M is a madd of x's bsums with the mins, summed
- * across lanes (exact, any order). Tiles of W rows far apart by panels of
- * x, as kern/avx2.c's DRIVER.
+ * scale, and eight chunks added make eight partial sums of S_b. Signed
+ * quants go through maddubs as |q| times x with q's sign; the mins' sum M
+ * is a madd of x's bsums with the mins. The float part is done once per
+ * eight outputs: the tile's (row, x row) vectors are summed across their
+ * lanes by hadd into vectors whose lanes are the outputs (exact integers,
+ * any order), then one cvt, one mul by d * dx and one fma each for S_b
+ * and -M. Tiles of W rows far apart by panels of x, as kern/avx2.c's
+ * DRIVER. The VNNI build's prefill takes rows of W by eights instead, one
+ * row per lane (kern/avx2_k8.c, included below); the plain AVX2 build
+ * keeps these tiles, whose maddubs pairs stay under 2^15 only with the
+ * sign trick.
  */
 #include "core/alloc_int.h"
 #include "kern/isa_int.h"
@@ -243,164 +249,203 @@ AI void unpack(int t, const unsigned char *b, ublk_t *u)
 	chunk_scales(u->sc, u->s);
 }
 
-AI int32_t hsum_i32(__m256i v)
+/* Four int32 vectors v[0..3] summed across their lanes, in halves: lane
+ * a of the result holds v[a]'s low half's sum, lane 4 + a its high
+ * half's (exact, in any order). */
+AI __m256i red4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
 {
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-
-	s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-	return _mm_cvtsi128_si32(s);
+	return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
 }
 
-AI float hsum(__m256 a)
+/* Two of red4's vectors to one: lane 4h + a the sum of v[h]'s lanes a and
+ * 4 + a. */
+AI __m256i red_pair(__m256i v0, __m256i v1)
 {
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-	__m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-
-	return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+	return _mm256_add_epi32(_mm256_permute2x128_si256(v0, v1, 0x20), _mm256_permute2x128_si256(v0, v1, 0x31));
 }
 
-/* A tile: W rows r + a * rs (a < rm) by x rows i0.. i0 + rn - 1; with ub,
- * superblock b of row a is ub[a * nb + b], unpacked before. */
-AI void tile(const mu__mm_job_t *j, int t, const ublk_t *ub, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+/*
+ * r, but a where a is a NaN: which of two NaNs an instruction returns
+ * follows its operand order, which a compiler may swap (it takes mul, add
+ * and fma's product as commutative); the portable chain returns dx's NaN
+ * from d * dx, the product's from fma and acc's from acc + accm (all
+ * NaNs here are quiet: the quantizer's and vcvtph2ps's).
+ */
+AI __m256 nan_first(__m256 r, __m256 a)
+{
+	return _mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+/*
+ * A tile's float chains: output (row a, x row i) is lane i * TM + a of
+ * acc[0..1] (and of accm), so that a superblock's S_b and M of all the
+ * tile's outputs take one cvt, one mul and one fma per eight.
+ */
+typedef struct {
+	__m256 acc[2], accm[2];
+} kacc_t;
+
+AI void kacc_zero(kacc_t *k)
+{
+	k->acc[0] = k->acc[1] = k->accm[0] = k->accm[1] = _mm256_setzero_ps();
+}
+
+/* One superblock of rm rows of W (u[a], or with wb, a decode's rn = 1,
+ * wb[a] unpacked as it is used) against rn rows of x (xb[i], at the
+ * block): the tile's S_b (and M) into k's chains. */
+AI void sblk(int t, const ublk_t *const u[TM], const unsigned char *const *wb, const unsigned char *const xb[TN],
+             int rm, int rn, kacc_t *k)
+{
+	const int mins = t == K2 || t == K4 || t == K5;
+	__m256i sv[4], mv[4];
+	float d[TM] = {0}, dm[TM] = {0}, dx[4] = {0};
+	__m256 dv, dmv, dxv[2];
+
+	sv[0] = sv[1] = sv[2] = sv[3] = mv[0] = mv[1] = mv[2] = mv[3] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+	for (int i = 0; i < rn && i < TN; i++) {
+		__m256i s[TM], m[TM];
+
+#pragma GCC unroll 8
+		for (int a = 0; a < TM; a++) {
+			ublk_t uo;
+			const ublk_t *ua = u[a];
+
+			s[a] = m[a] = _mm256_setzero_si256();
+			if (a >= rm)
+				continue;
+			if (wb) {
+				unpack(t, wb[a], &uo);
+				ua = &uo;
+			}
+			d[a] = ua->d;
+			dm[a] = mins ? ua->dmin : 0.0f;
+#pragma GCC unroll 8
+			for (int c = 0; c < 8; c++) {
+				__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
+
+				if (mins)
+					p = _mm256_maddubs_epi16(ua->q[c], xv);
+				else
+					p = _mm256_maddubs_epi16(ua->qa[c], _mm256_sign_epi8(xv, ua->q[c]));
+				s[a] = _mm256_add_epi32(s[a], _mm256_madd_epi16(p, ua->s[c]));
+			}
+			if (mins)
+				m[a] = _mm256_madd_epi16(ld256(xb[i] + 260), ua->mn);
+		}
+		sv[i] = red4(s[0], s[1], s[2], s[3]);
+		if (mins)
+			mv[i] = red4(m[0], m[1], m[2], m[3]);
+	}
+	sv[0] = red_pair(sv[0], sv[1]);
+	sv[1] = red_pair(sv[2], sv[3]);
+	mv[0] = red_pair(mv[0], mv[1]);
+	mv[1] = red_pair(mv[2], mv[3]);
+#pragma GCC unroll 8
+	for (int i = 0; i < rn && i < TN; i++)
+		dx[i] = mu__ldf(xb[i]);
+	dv = _mm256_broadcast_ps((const __m128 *)(const void *)d);
+	dmv = _mm256_broadcast_ps((const __m128 *)(const void *)dm);
+	dxv[0] = _mm256_setr_m128(_mm_set1_ps(dx[0]), _mm_set1_ps(dx[1]));
+	dxv[1] = _mm256_setr_m128(_mm_set1_ps(dx[2]), _mm_set1_ps(dx[3]));
+	for (int h = 0; h < 2; h++) {
+		__m256 e;
+
+		if (h && rn <= 2)
+			break;
+		e = nan_first(_mm256_mul_ps(dxv[h], dv), dxv[h]);
+		k->acc[h] = nan_first(_mm256_fmadd_ps(e, _mm256_cvtepi32_ps(sv[h]), k->acc[h]), e);
+		if (!mins)
+			continue;
+		e = nan_first(_mm256_mul_ps(dxv[h], dmv), dxv[h]);
+		k->accm[h] = nan_first(
+		    _mm256_fmadd_ps(e, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), mv[h])),
+		                    k->accm[h]),
+		    e);
+	}
+}
+
+/* y = acc + accm (+ bias) of the tile's outputs: rows r + a * rs by x rows
+ * i0 + i. */
+AI void kacc_store(const mu__mm_job_t *j, const kacc_t *k, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
+{
+	float y[16];
+
+	_mm256_storeu_ps(y, nan_first(_mm256_add_ps(k->acc[0], k->accm[0]), k->acc[0]));
+	_mm256_storeu_ps(y + 8, nan_first(_mm256_add_ps(k->acc[1], k->accm[1]), k->acc[1]));
+#pragma GCC unroll 8
+	for (int a = 0; a < rm; a++)
+#pragma GCC unroll 8
+		for (int i = 0; i < rn; i++) {
+			float v = y[i * TM + a];
+
+			j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? v + j->bias[r + a * rs] : v;
+		}
+}
+
+/* A tile: W rows r + a * rs (a < rm) by x rows i0.. i0 + rn - 1, each
+ * superblock unpacked as it comes (decode: every row is read once). */
+AI void tile(const mu__mm_job_t *j, int t, int64_t r, int64_t rs, int64_t i0, int rm, int rn)
 {
 	int64_t nb = j->w->cols / 256;
 	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols), bb = rb / (size_t)nb;
 	const unsigned char *w = (const unsigned char *)j->w->data + (size_t)r * rb;
-	const int mins = t == K2 || t == K4 || t == K5;
-	__m256 acc[TM][TN];
-	float accm[TM][TN];
+	kacc_t k;
 
-#pragma GCC unroll 8
-	for (int a = 0; a < TM; a++)
-#pragma GCC unroll 8
-		for (int i = 0; i < TN; i++) {
-			acc[a][i] = _mm256_setzero_ps();
-			accm[a][i] = 0.0f;
-		}
+	kacc_zero(&k);
 	for (int64_t b = 0; b < nb; b++) {
-		const unsigned char *xb[TN] = {0};
+		const unsigned char *xb[TN] = {0}, *wb[TM] = {0};
+		const ublk_t *u[TM] = {0};
+		ublk_t uu[TM];
 
 #pragma GCC unroll 8
-		for (int i = 0; i < rn; i++)
+		for (int i = 0; i < rn && i < TN; i++)
 			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
 #pragma GCC unroll 8
 		for (int a = 0; a < rm; a++) {
-			ublk_t uu;
-			const ublk_t *u = ub ? ub + (size_t)a * (size_t)nb + (size_t)b : &uu;
-
-			if (!ub)
-				unpack(t, w + (size_t)a * (size_t)rs * rb + (size_t)b * bb, &uu);
-#pragma GCC unroll 8
-			for (int i = 0; i < rn; i++) {
-				__m256i s = _mm256_setzero_si256();
-				float dx = mu__ldf(xb[i]);
-
-#pragma GCC unroll 8
-				for (int c = 0; c < 8; c++) {
-					__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
-
-					if (mins)
-						p = _mm256_maddubs_epi16(u->q[c], xv);
-					else
-						p = _mm256_maddubs_epi16(u->qa[c], _mm256_sign_epi8(xv, u->q[c]));
-					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, u->s[c]));
-				}
-				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u->d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
-				if (mins) {
-					int32_t m = hsum_i32(_mm256_madd_epi16(ld256(xb[i] + 260), u->mn));
-
-					accm[a][i] = fmaf(u->dmin * dx, (float)-m, accm[a][i]);
-				}
-			}
+			wb[a] = w + (size_t)a * (size_t)rs * rb + (size_t)b * bb;
+			u[a] = &uu[a];
+			if (rn > 1)
+				unpack(t, wb[a], &uu[a]);
 		}
+		sblk(t, u, rn > 1 ? NULL : wb, xb, rm, rn, &k);
 	}
-#pragma GCC unroll 8
-	for (int a = 0; a < rm; a++)
-#pragma GCC unroll 8
-		for (int i = 0; i < rn; i++) {
-			float y = hsum(acc[a][i]) + accm[a][i];
-
-			j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? y + j->bias[r + a * rs] : y;
-		}
+	kacc_store(j, &k, r, rs, i0, rm, rn);
 }
 
 /*
  * A prefill unpacks a tile's rows of W once per panel of x, KB
- * superblocks at a time: superblock b0 + b of row a is ub[a * KB + b].
- * A tile's accumulators wait in st between the runs; the arithmetic is
- * tile's, step for step. This is for the signed types, which read q, qa
- * and s of a ublk_t (832 bytes) and ran fastest in runs of 4 that stay in
- * L1; the types with mins read no qa, and ran fastest with drive's whole
- * rows unpacked at once (runs of 4 cost them a tenth).
+ * superblocks at a time (a ublk_t is 832 bytes: runs of 4 stay in L1):
+ * superblock b0 + b of row a is ub[a * KB + b]. A tile's chains wait in
+ * st between the runs; the arithmetic is tile's, step for step.
  */
 #define KB 4
-typedef struct {
-	__m256 acc[TM][TN];
-	float accm[TM][TN];
-} kstate_t;
+typedef kacc_t kstate_t;
 
-AI void tile_s(const mu__mm_job_t *j, int t, const ublk_t *ub, kstate_t *st, int a0, int64_t r, int64_t rs,
-               int64_t i0, int rm, int rn, int64_t b0, int64_t b1)
+AI void tile_s(const mu__mm_job_t *j, int t, const ublk_t *ub, kstate_t *st, int64_t r, int64_t rs, int64_t i0,
+               int rm, int rn, int64_t b0, int64_t b1)
 {
-	const int mins = t == K2 || t == K4 || t == K5;
-	__m256 acc[TM][TN];
-	float accm[TM][TN];
+	kacc_t k;
 
-#pragma GCC unroll 8
-	for (int a = 0; a < TM; a++)
-#pragma GCC unroll 8
-		for (int i = 0; i < TN; i++) {
-			int in = b0 && a < rm && i < rn;
-
-			acc[a][i] = in ? st->acc[a0 + a][i] : _mm256_setzero_ps();
-			accm[a][i] = in ? st->accm[a0 + a][i] : 0.0f;
-		}
+	if (b0)
+		k = *st;
+	else
+		kacc_zero(&k);
 	for (int64_t b = b0; b < b1; b++) {
 		const unsigned char *xb[TN] = {0};
+		const ublk_t *u[TM] = {0};
 
 #pragma GCC unroll 8
 		for (int i = 0; i < rn; i++)
 			xb[i] = j->xa + (size_t)(i0 + i) * j->xa_row + (size_t)b * MU__Q8K_BYTES;
 #pragma GCC unroll 8
-		for (int a = 0; a < rm; a++) {
-			const ublk_t *u = ub + (size_t)(a * KB + (b - b0));
-
-#pragma GCC unroll 8
-			for (int i = 0; i < rn; i++) {
-				__m256i s = _mm256_setzero_si256();
-				float dx = mu__ldf(xb[i]);
-
-#pragma GCC unroll 8
-				for (int c = 0; c < 8; c++) {
-					__m256i xv = ld256(xb[i] + 4 + 32 * c), p;
-
-					if (mins)
-						p = _mm256_maddubs_epi16(u->q[c], xv);
-					else
-						p = _mm256_maddubs_epi16(u->qa[c], _mm256_sign_epi8(xv, u->q[c]));
-					s = _mm256_add_epi32(s, _mm256_madd_epi16(p, u->s[c]));
-				}
-				acc[a][i] = _mm256_fmadd_ps(_mm256_set1_ps(u->d * dx), _mm256_cvtepi32_ps(s), acc[a][i]);
-				if (mins) {
-					int32_t m = hsum_i32(_mm256_madd_epi16(ld256(xb[i] + 260), u->mn));
-
-					accm[a][i] = fmaf(u->dmin * dx, (float)-m, accm[a][i]);
-				}
-			}
-		}
+		for (int a = 0; a < rm; a++)
+			u[a] = ub + (size_t)(a * KB + (b - b0));
+		sblk(t, u, NULL, xb, rm, rn, &k);
 	}
-#pragma GCC unroll 8
-	for (int a = 0; a < rm; a++)
-#pragma GCC unroll 8
-		for (int i = 0; i < rn; i++) {
-			float y = hsum(acc[a][i]) + accm[a][i];
-
-			st->acc[a0 + a][i] = acc[a][i];
-			st->accm[a0 + a][i] = accm[a][i];
-			if (b1 == j->w->cols / 256)
-				j->y[(i0 + i) * j->w->rows + r + a * rs] = j->bias ? y + j->bias[r + a * rs] : y;
-		}
+	*st = k;
+	if (b1 == j->w->cols / 256)
+		kacc_store(j, &k, r, rs, i0, rm, rn);
 }
 
 /* Rows [r0, r1) of W (rm of them, rs apart from r) against x rows [p0, p1)
@@ -422,29 +467,26 @@ AI void panel_s(const mu__mm_job_t *j, int t, ublk_t *ub, kstate_t *st, int64_t 
 			kstate_t *s = st + (i - p0) / TN;
 
 			if (rm == TM && rn == TN)
-				tile_s(j, t, ub, s, 0, r, rs, i, TM, TN, b0, b1);
+				tile_s(j, t, ub, s, r, rs, i, TM, TN, b0, b1);
 			else if (rm == TM)
-				tile_s(j, t, ub, s, 0, r, rs, i, TM, rn, b0, b1);
+				tile_s(j, t, ub, s, r, rs, i, TM, rn, b0, b1);
 			else
-				for (int a = 0; a < rm; a++)
-					tile_s(j, t, ub + a * KB, s, a, r + a * rs, 1, i, 1, rn, b0, b1);
+				tile_s(j, t, ub, s, r, rs, i, rm, rn, b0, b1);
 		}
 	}
 }
 
 /* Rows [r0, r1) of W for every row of x: tiles of TM rows of W, q apart,
- * by TN rows of x, x in panels that stay in L2 (kern/avx2.c's DRIVER). */
-AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
+ * by TN rows of x; a prefill (n > TN) takes x in panels that stay in L2
+ * (kern/avx2.c's DRIVER) and unpacks each tile's rows once per panel (the
+ * bits are the same: tile_s does tile's arithmetic on the same vectors). */
+AI void drive4(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 {
-	int64_t n = j->n, q = (r1 - r0) / TM, p1, nb = j->w->cols / 256;
+	int64_t n = j->n, q = (r1 - r0) / TM, p1;
 	int64_t panel = PANEL_BYTES / (int64_t)j->xa_row;
-	size_t rb = mu__wtype_row_bytes(j->w->type, j->w->cols), bb = rb / (size_t)nb;
-	/* a prefill unpacks a tile's rows of W once per panel (the bits are
-	 * the same: tile does the same arithmetic on the same vectors) */
-	const int mins = t == K2 || t == K4 || t == K5;
-	size_t sub = (size_t)(TM * (mins ? nb : KB)) * sizeof(ublk_t);
+	size_t sub = (size_t)(TM * KB) * sizeof(ublk_t);
 	size_t nst = (size_t)((n < panel ? n : panel) / TN + 2);
-	unsigned char *mem = n > TN ? mu__malloc(sub + (mins ? 0 : nst * sizeof(kstate_t)) + 32) : NULL;
+	unsigned char *mem = n > TN ? mu__malloc(sub + nst * sizeof(kstate_t) + 32) : NULL;
 	ublk_t *ub = mem ? (ublk_t *)(void *)(mem + (32 - (uintptr_t)mem % 32) % 32) : NULL;
 
 	panel = panel < TN ? TN : panel - panel % TN;
@@ -454,33 +496,36 @@ AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
 			int64_t r = g < q ? r0 + g : r0 + TM * q, rs = g < q ? q : 1;
 			int rm = g < q ? TM : (int)(r1 - r0 - TM * q);
 
-			if (ub && !mins) {
-				if (rm > 0)
-					panel_s(j, t, ub, (kstate_t *)(void *)((unsigned char *)ub + sub), r, rs, rm, p0,
-					        p1);
-				continue;
-			}
-			for (int a = 0; ub && a < rm; a++)
-				for (int64_t b = 0; b < nb; b++)
-					unpack(t, (const unsigned char *)j->w->data + (size_t)(r + a * rs) * rb + (size_t)b * bb,
-					       ub + (size_t)(a * nb + b));
-			for (int64_t i = p0; rm > 0 && i < p1; i += TN) {
-				int rn = p1 - i < TN ? (int)(p1 - i) : TN;
-
-				if (rm == TM && rn == TN)
-					tile(j, t, ub, r, rs, i, TM, TN);
-				else if (rm == TM && rn == 1) /* decode */
-					tile(j, t, NULL, r, rs, i, TM, 1);
-				else if (rm == TM)
-					tile(j, t, ub, r, rs, i, TM, rn);
-				else
-#pragma GCC unroll 8
-					for (int a = 0; a < rm; a++)
-						tile(j, t, ub ? ub + (size_t)(a * nb) : NULL, r + a, 1, i, 1, rn);
-			}
+			if (rm > 0 && ub)
+				panel_s(j, t, ub, (kstate_t *)(void *)((unsigned char *)ub + sub), r, rs, rm, p0, p1);
+			else if (rm == TM && n == 1) /* decode */
+				tile(j, t, r, rs, 0, TM, 1);
+			else if (rm == TM)
+				tile(j, t, r, rs, 0, TM, (int)n);
+			else if (rm > 0)
+				tile(j, t, r, rs, 0, rm, (int)n);
 		}
 	}
 	mu__free(mem);
+}
+
+#if defined(MU_KERN_VNNI)
+#define MU__KERN_K8_PART 1
+#include "kern/avx2_k8.c"
+#endif
+
+/* Rows [r0, r1) of W for every row of x: a VNNI prefill takes them by
+ * eights (kern/avx2_k8.c), the rest drive4's tiles. */
+AI void drive(const mu__mm_job_t *j, int t, int64_t r0, int64_t r1)
+{
+#if defined(MU_KERN_VNNI)
+	int64_t r8 = r0 + (r1 - r0) / R8 * R8;
+
+	if (j->n > TN && r8 > r0 && drive8(j, t, r0, r8))
+		r0 = r8;
+#endif
+	if (r0 < r1)
+		drive4(j, t, r0, r1);
 }
 
 #define KQ_MM(name, t) \
