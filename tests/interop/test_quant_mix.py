@@ -20,7 +20,7 @@ compared). The bound asserted is
 
 under a per-ftype figure (FLOAT_BOUNDS, QUANT_BOUND: measured, and written
 down in docs/internals/llm.md, "Against llama.cpp"), and for the quantized
-ftypes at least half the steps over all the models agree within 1e-5. The
+ftypes at least 40% of the steps over all the models agree within 1e-5. The
 F32 file proves the harness itself: muster and llama.cpp agree within 1e-5
 there.
 
@@ -78,20 +78,23 @@ ALIGNED = [m for m in MODELS if m != "llama-odd"]
 # embedding too) -> the bound on max|diff| / max|logit| (see the header).
 # llama.cpp rounds the activations to F16 / BF16 for a product with F16 /
 # BF16 weights (muster keeps them F32): every step differs, by up to these.
-# With quantized weights both quantize the activations the same way, and
-# most steps agree within 1e-6 or bit for bit; but the two add a product's
-# terms in other orders, so an activation now and then lands on the other
-# side of a rounding boundary of its quantizer and one quant comes out one
-# apart (ggml's AVX2 quantize_row_q8_0 also multiplies by 127/amax, not by
-# 1/d: see docs/internals/llm.md). That moves a step's logits by up to 2e-2
-# of their range, and every later step's when it is in the KV cache. So a
-# file's steps must stay under QUANT_BOUND, and over all the models at
-# least TIGHT_SHARE of an ftype's steps within TIGHT: chance flips touch a
-# few files, an arithmetic that is not llama.cpp's touches them all.
+# With quantized weights both quantize the activations the same way (muster
+# as ggml's CPU backend on x86: 127/amax, halves to even), and most steps
+# agree within 1e-6; but muster adds a product's block terms in one chain
+# per output (as ggml's repacked kernels do), where ggml's vec_dot for
+# these files keeps eight lanes, so the last bits differ, an activation now
+# and then lands on the other side of a rounding boundary of the next
+# quantizer and one quant comes out one apart (docs/internals/llm.md).
+# That moves a step's logits by up to 3e-2 of their range, and every later
+# step's when it is in the KV cache. So a file's steps must stay under
+# QUANT_BOUND, and over all the models at least TIGHT_SHARE of an ftype's
+# steps within TIGHT: flips touch some steps of some files (the fewest
+# measured: 29 of Q4_1's 60 steps), an arithmetic that is wrong touches
+# every step of every file.
 FLOAT_BOUNDS = {"F32": 1e-5, "F16": 3e-3, "BF16": 3e-2}
 QUANT_BOUND = 3e-2
 TIGHT = 1e-5
-TIGHT_SHARE = 0.5
+TIGHT_SHARE = 0.4
 FTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0-pure", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
           "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
           "IQ4_XS"]
