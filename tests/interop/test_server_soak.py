@@ -15,7 +15,8 @@ port. Afterwards, within DRAIN_TIMEOUT:
 * every process exits 0 on SIGTERM (fixture teardown; under the ASan build
   this means no leak and no memory error).
 
-Failed requests are tolerated only around the tracker restart.
+Failed requests are tolerated only when they were under way around the
+tracker restart (RESTART_WINDOW).
 """
 
 import collections
@@ -76,16 +77,18 @@ class Load:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.stats = collections.Counter()
-        self.failures = []      # (monotonic time, what, repr(exc))
+        # (monotonic time the action began, time it failed, what, repr(exc))
+        self.failures = []
         self.restart_time = None
+        self.grant_waits = []   # seconds each dies_mid_handshake waited
 
     def count(self, what):
         with self.lock:
             self.stats[what] += 1
 
-    def fail(self, what, exc):
+    def fail(self, what, exc, began):
         with self.lock:
-            self.failures.append((time.monotonic(), what, repr(exc)))
+            self.failures.append((began, time.monotonic(), what, repr(exc)))
 
     # -- Python clients --
 
@@ -98,6 +101,9 @@ class Load:
                 data = rng.randbytes(rng.randint(1, 65536))
                 sock.sendall(data)
                 assert tvmpeer.recvall(sock, len(data)) == data
+            # Holding the device a little keeps a queue in front of the
+            # servers, so clients leave it while still waiting.
+            time.sleep(rng.uniform(0, 0.1))
         self.count("session")
 
     def dies_mid_session(self, rng):
@@ -114,9 +120,24 @@ class Load:
         self.count("died mid-session")
 
     def leaves_the_queue(self, rng):
+        """A client that asks and hangs up while it is still queued. When a
+        server is free, the grant is the first reply, before PING's: then
+        this client is served like any other. (Closing on a grant already
+        delivered would put that server out for ~8 s, as a dead handshake
+        does; done ~50 times a minute, that kept the servers out most of
+        the time and made every wait a lottery.)"""
         with tvmpeer.TrackerSession(HOST, self.port) as client:
             client.send_request(KEY, rng.randint(1, 5))
-            client.ping()
+            client.send([tvmpeer.PING])
+            reply = client.recv()
+            if isinstance(reply, list):     # the grant; PING's is a number
+                addr, port, matchkey = reply[1]
+                sock, _ = tvmpeer.rpc_connect(addr, port, matchkey)
+                with sock:
+                    sock.sendall(b"q" * 100)
+                    assert tvmpeer.recvall(sock, 100) == b"q" * 100
+                self.count("granted before it could leave")
+                return
         self.count("left the queue")
 
     def client_thread(self, seed):
@@ -125,18 +146,28 @@ class Load:
             action = rng.choices(
                 [self.session, self.dies_mid_session, self.leaves_the_queue],
                 weights=[70, 20, 10])[0]
+            began = time.monotonic()
             try:
                 action(rng)
             except Exception as exc:  # judged at the end, by time
-                self.fail(action.__name__, exc)
+                self.fail(action.__name__, exc, began)
                 time.sleep(0.2)
 
     def dies_mid_handshake(self, rng):
         """A client that got a grant and vanishes during its hello. Its
-        grant is lost, so the device is out for ~8 s: done sparingly."""
+        grant is lost, so the device is out for ~8 s: done sparingly.
+
+        It asks above every other client's priority (1..5). The tracker
+        serves strictly by priority, so while servers are out a
+        low-priority request can lose every free one to a higher request,
+        for longer than its timeout: that is the scheduler TVM specifies,
+        not a fault (it failed one CI run, 12 s after the restart). What
+        this client exercises is the dead grant, not the queue."""
+        asked = time.monotonic()
         with tvmpeer.TrackerSession(HOST, self.port) as client:
-            addr, port, matchkey = client.request(KEY, rng.randint(1, 5),
-                                                  timeout=12)
+            addr, port, matchkey = client.request(KEY, 6, timeout=12)
+        with self.lock:
+            self.grant_waits.append(time.monotonic() - asked)
         hello = tvmpeer.rpc_hello(matchkey)
         cut = rng.choice([4, 6, 8 + (len(hello) - 8) // 2, len(hello)])
         sock = tvmpeer.rpc_raw(addr, port, hello[:cut])
@@ -149,10 +180,11 @@ class Load:
     def killer_thread(self, seed):
         rng = random.Random(seed)
         while not self.stop.wait(4.0):
+            began = time.monotonic()
             try:
                 self.dies_mid_handshake(rng)
             except Exception as exc:
-                self.fail("dies_mid_handshake", exc)
+                self.fail("dies_mid_handshake", exc, began)
 
     # -- muster request processes --
 
@@ -164,6 +196,7 @@ class Load:
             mode = rng.choices(["relay", "kill-in-session", "kill-early"],
                                weights=[60, 25, 15])[0]
             err_path = self.tmp_path / f"request-{n}.err"
+            began = time.monotonic()
             with open(err_path, "wb") as err:
                 proc = subprocess.Popen(
                     [str(self.muster_bin), "request", KEY, "--tracker",
@@ -174,7 +207,7 @@ class Load:
             try:
                 self.run_cli(proc, mode, rng, err_path)
             except Exception as exc:
-                self.fail(f"muster request ({mode})", exc)
+                self.fail(f"muster request ({mode})", exc, began)
                 time.sleep(0.2)
             finally:
                 if proc.poll() is None:
@@ -277,9 +310,14 @@ def test_soak(muster_tracker, muster_server, muster_bin, tmp_path):
     tracker_fds_end = tracker.fd_count()
     served = {s.pid: s.log_count(r"Session with \S+ ended") for s in servers}
 
+    # A failure is the restart's when the action was under way at some
+    # time in the window: a request made while the tracker was down or
+    # just back can wait its whole timeout behind the queue the restart
+    # rebuilt, and fail after the window has closed.
     low, high = RESTART_WINDOW
     stray = [f for f in load.failures
-             if not low <= f[0] - load.restart_time <= high]
+             if f[1] - load.restart_time < low
+             or f[0] - load.restart_time > high]
     report = (f"\nsoak: {load_end - load_start:.1f} s load, tracker back "
               f"in {restarted_in:.2f} s, drained in {drained_in:.1f} s, "
               f"total {time.monotonic() - began:.1f} s\n"
@@ -288,10 +326,13 @@ def test_soak(muster_tracker, muster_server, muster_bin, tmp_path):
               f"  server fds start/end: {list(fds_start.values())} / "
               f"{list(fds_end.values())}; tracker {tracker_fds_start} / "
               f"{tracker_fds_end}\n"
+              f"  grant waits of the mid-handshake killer: "
+              f"{' '.join(f'{w:.1f}' for w in load.grant_waits)} s\n"
               f"  failures near the restart: "
               f"{len(load.failures) - len(stray)}, elsewhere: {len(stray)}")
-    for when, what, exc in load.failures:
-        report += (f"\n    {when - load.restart_time:+.2f} s from the "
+    for began_at, when, what, exc in load.failures:
+        report += (f"\n    {began_at - load.restart_time:+.2f} s to "
+                   f"{when - load.restart_time:+.2f} s from the "
                    f"restart: {what}: {exc[:160]}")
     print(report)
     assert stray == [], report + "\n" + "\n".join(map(repr, stray))
