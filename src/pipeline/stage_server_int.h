@@ -50,6 +50,7 @@ typedef struct mu__sconn_s {
 	int uncounted;            /* closing after an ERROR: not in nconns */
 	int in_data;              /* inside sc_data: it goes on with the next message */
 	double deadline;          /* the message under way must be in by then (ms); 0 */
+	int timer_is_deadline;    /* the armed timer is that deadline, not a stall */
 	double last_msg;          /* when it last went idle between messages (ms) */
 	char why[192];            /* why the budget refused the frame under way */
 } mu__sconn_t;
